@@ -1,0 +1,75 @@
+"""What an ``emit`` rule writes into: buffer addresses, constant data and kernel sources."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from mico.codegen.planner import ArenaPlan
+from mico.ir.graph import Value
+
+_IDENT = re.compile(r"[^0-9A-Za-z_]")
+
+
+def c_identifier(name: str) -> str:
+    ident = _IDENT.sub("_", name)
+    return f"v_{ident}" if not ident or ident[0].isdigit() else ident
+
+
+def _rows(items: list[str], per_line: int) -> str:
+    return ",\n".join("    " + ", ".join(items[i:i + per_line])
+                      for i in range(0, len(items), per_line))
+
+
+class EmitContext:
+    """Collects the generated C: constants (flash), kernels needed, buffer expressions."""
+
+    def __init__(self, plan: ArenaPlan, inputs: list[Value]) -> None:
+        self.plan = plan
+        self.inputs = {id(v): f"input{i}" if len(inputs) > 1 else "input"
+                       for i, v in enumerate(inputs)}
+        self.definitions: list[str] = []
+        self.kernels: set[str] = set()
+        self.flash: dict[str, int] = {"weights": 0, "bias": 0}
+        self._symbols: set[str] = set()
+
+    def _symbol(self, name: str) -> str:
+        symbol = c_identifier(name)
+        if symbol in self._symbols:
+            raise ValueError(f"C symbol '{symbol}' is defined twice")
+        self._symbols.add(symbol)
+        return symbol
+
+    def buffer(self, value: Value) -> str:
+        """The C expression of ``value``'s memory."""
+        base = value.storage()
+        if id(base) in self.inputs:
+            return self.inputs[id(base)]
+        return f"MICO_ARENA({self.plan.offsets[base.name]})"
+
+    def need(self, kernel_source: str) -> None:
+        self.kernels.add(kernel_source)
+
+    def const_bytes(self, name: str, data: np.ndarray, kind: str = "weights",
+                    comment: str = "") -> str:
+        symbol = self._symbol(name)
+        items = [f"0x{b:02x}" for b in np.asarray(data, dtype=np.uint8).ravel()] or ["0"]
+        note = f"/* {comment} */\n" if comment else ""
+        self.definitions.append(
+            f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};")
+        self.flash[kind] += len(items)
+        return symbol
+
+    def const_int32(self, name: str, data: np.ndarray, kind: str = "bias") -> str:
+        symbol = self._symbol(name)
+        items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
+        self.definitions.append(
+            f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};")
+        self.flash[kind] += 4 * len(items)
+        return symbol
+
+    def const_struct(self, ctype: str, name: str, fields: str) -> str:
+        symbol = self._symbol(name)
+        self.definitions.append(f"static const {ctype} {symbol} = {{ {fields} }};")
+        return symbol

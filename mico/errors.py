@@ -1,0 +1,51 @@
+"""mico's exception hierarchy.
+
+Every error a user can cause is a :class:`MicoError` whose message names the thing that was
+wrong, the form that was expected, and how to fix it. Subclasses also derive from the built-in
+exception a Python user would expect (``ValueError``, ``KeyError``…), so generic handlers work.
+"""
+
+from __future__ import annotations
+
+
+class MicoError(Exception):
+    """Base class of all errors raised by mico on bad input or failed stages."""
+
+
+class PlanError(MicoError, ValueError):
+    """A quantization plan (per-layer bit-widths) is malformed or does not fit the model."""
+
+
+class UnknownModelError(MicoError, KeyError):
+    """A model name is not in the model registry."""
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class DatasetError(MicoError, ValueError):
+    """A dataset is missing, corrupt or has an unexpected format."""
+
+
+class UnsupportedOpError(MicoError, NotImplementedError):
+    """The graph contains an operator mico has no rule for."""
+
+
+class RegistryError(MicoError, ValueError):
+    """An operator or module registration is invalid (missing fields, duplicate name…)."""
+
+
+class CalibrationError(MicoError, RuntimeError):
+    """Quantization was requested before the activation ranges were calibrated."""
+
+
+class CompileError(MicoError, RuntimeError):
+    """Lowering the IR or emitting C failed."""
+
+
+class BuildError(MicoError, RuntimeError):
+    """The C toolchain failed to build or run a generated project."""
+
+
+class VerificationError(MicoError, AssertionError):
+    """The C program disagrees with the Python reference."""

@@ -1,0 +1,175 @@
+"""The quantization arithmetic, written once.
+
+How a real number becomes a b-bit integer code, and how an int32 accumulator is rescaled to the
+next layer's codes. Fake-quant layers (torch), the reference executor (numpy) and the C kernels in
+``mico/csrc/mico_quant.h`` all follow these functions; tests hold the C output to them bit for bit.
+
+Rules
+-----
+* Codes: ``unsigned`` b-bit codes span ``[0, 2**b - 1]``; ``signed`` codes with b >= 2 are
+  symmetric, ``[-(2**(b-1) - 1), 2**(b-1) - 1]`` (so 2-bit signed is ternary); signed 1-bit codes
+  are binary ``{-1, +1}`` (the sign, zero counts as +1).
+* Rounding: half away from zero, evaluated in float32 as ``x * inv_scale`` where
+  ``inv_scale = float32(1 / scale)``: a C compiler reproduces that exactly.
+* Requantization: ``acc * M`` with ``M = m * 2**-shift``, ``m`` a 31-bit integer, computed in 64-bit
+  integers and rounded half away from zero, then clamped to the output code range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from mico.errors import PlanError
+
+MIN_BITS = 1
+MAX_BITS = 8
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1
+MULTIPLIER_BITS = 31  # m lies in [2**30, 2**31)
+MAX_SHIFT = 62
+
+
+def check_bits(bits: int, what: str = "bit-width") -> int:
+    """Return ``bits`` if it is an integer in [1, 8], else raise :class:`PlanError`."""
+    if isinstance(bits, bool) or not isinstance(bits, int | np.integer):
+        raise PlanError(f"{what} must be an integer from {MIN_BITS} to {MAX_BITS}, got {bits!r}")
+    if not MIN_BITS <= int(bits) <= MAX_BITS:
+        raise PlanError(
+            f"{what} is {bits}, outside the allowed range {MIN_BITS}..{MAX_BITS}; "
+            f"pick a bit-width from {MIN_BITS} to {MAX_BITS}"
+        )
+    return int(bits)
+
+
+@dataclass(frozen=True)
+class QFormat:
+    """The integer code range of a b-bit quantized value."""
+
+    bits: int
+    signed: bool
+
+    def __post_init__(self) -> None:
+        check_bits(self.bits)
+
+    @property
+    def binary(self) -> bool:
+        """Signed 1-bit codes are {-1, +1}: there is no zero."""
+        return self.signed and self.bits == 1
+
+    @property
+    def qmin(self) -> int:
+        if not self.signed:
+            return 0
+        return -1 if self.binary else -(2 ** (self.bits - 1) - 1)
+
+    @property
+    def qmax(self) -> int:
+        if not self.signed:
+            return 2**self.bits - 1
+        return 1 if self.binary else 2 ** (self.bits - 1) - 1
+
+    @property
+    def ctype(self) -> str:
+        """The C type one unpacked code is stored in."""
+        return "int8_t" if self.signed else "uint8_t"
+
+    def __str__(self) -> str:
+        return f"{'int' if self.signed else 'uint'}{self.bits}"
+
+
+def _xp(x: Any) -> Any:
+    """The array module of ``x``: torch for tensors, numpy otherwise."""
+    return torch if isinstance(x, torch.Tensor) else np
+
+
+def round_half_away(v: Any) -> Any:
+    """Round to the nearest integer, ties away from zero (C's ``roundf``)."""
+    xp = _xp(v)
+    half = v.new_tensor(0.5) if xp is torch else np.asarray(0.5, dtype=v.dtype)
+    return xp.sign(v) * xp.floor(xp.abs(v) + half)
+
+
+def inv_scale_f32(scale: float) -> np.float32:
+    """The float32 reciprocal that every quantizer multiplies by."""
+    if not (scale > 0 and math.isfinite(scale)):
+        raise ValueError(f"a quantization scale must be a positive finite number, got {scale}")
+    return np.float32(1.0 / float(scale))
+
+
+def quantize(x: Any, scale: float, fmt: QFormat) -> Any:
+    """Real values to integer codes (same dtype as ``x``, integral values), float32 rounding.
+
+    Works on numpy arrays and torch tensors alike; the arithmetic is float32 in both.
+    """
+    xp = _xp(x)
+    inv = inv_scale_f32(scale)
+    if xp is torch:
+        v = x.to(torch.float32) * torch.tensor(float(inv), dtype=torch.float32)
+    else:
+        v = np.asarray(x, dtype=np.float32) * inv
+    if fmt.binary:
+        one = v.new_tensor(1.0) if xp is torch else np.float32(1.0)
+        return xp.where(v >= 0, one, -one)
+    return xp.clip(round_half_away(v), fmt.qmin, fmt.qmax)
+
+
+def dequantize(q: Any, scale: float) -> Any:
+    """Integer codes back to reals."""
+    return q * scale
+
+
+def fake_quantize(x: torch.Tensor, scale: float, fmt: QFormat) -> torch.Tensor:
+    """Quantize-dequantize with a straight-through gradient (for calibration and QAT)."""
+    q = quantize(x, scale, fmt) * float(np.float32(scale))
+    return x + (q - x).detach()
+
+
+def quantize_multiplier(real: float) -> tuple[int, int]:
+    """Split a positive real multiplier into ``(m, shift)`` with ``real ~= m * 2**-shift``.
+
+    ``m`` is in ``[2**30, 2**31)`` unless the multiplier is so small that every result rounds
+    to zero, in which case ``m`` may shrink (shift is capped at 62).
+    """
+    if not (real > 0 and math.isfinite(real)):
+        raise ValueError(f"a requantization multiplier must be positive and finite, got {real}")
+    mantissa, exponent = math.frexp(real)  # real = mantissa * 2**exponent, mantissa in [0.5, 1)
+    m = round(mantissa * (1 << MULTIPLIER_BITS))
+    shift = MULTIPLIER_BITS - exponent
+    if m == 1 << MULTIPLIER_BITS:  # mantissa rounded up to 1.0
+        m //= 2
+        shift -= 1
+    if shift < 1:
+        raise ValueError(
+            f"requantization multiplier {real:g} is too large (>= 2**30); the scales of "
+            "consecutive layers are inconsistent"
+        )
+    if shift > MAX_SHIFT:
+        m >>= shift - MAX_SHIFT
+        shift = MAX_SHIFT
+    return int(m), int(shift)
+
+
+def requantize(acc: np.ndarray, m: int, shift: int, fmt: QFormat) -> np.ndarray:
+    """Rescale int32 accumulators to output codes: ``clamp(round_half_away(acc * m / 2**shift))``.
+
+    Pure 64-bit integer arithmetic, identical to ``mico_requant`` in C.
+    """
+    a = np.asarray(acc, dtype=np.int64)
+    v = a * np.int64(m)
+    r = (np.abs(v) + np.int64(1 << (shift - 1))) >> np.int64(shift)
+    r = np.where(v < 0, -r, r)
+    if fmt.binary:
+        return np.where(r >= 0, 1, -1).astype(np.int64)
+    return np.clip(r, fmt.qmin, fmt.qmax).astype(np.int64)
+
+
+def quantize_bias(bias: np.ndarray, scale: float) -> np.ndarray:
+    """Bias to int32 at the accumulator's scale (``s_in * s_w``), rounded half away from zero."""
+    v = np.asarray(bias, dtype=np.float64) / float(scale)
+    q = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int64)

@@ -1,0 +1,165 @@
+"""Quantization plans: the weight and activation bit-width of every quantizable layer.
+
+A plan is written ``conv1=8/8,conv2=4/4,fc=2/8`` (``layer=W/A``) on the command line, or as YAML,
+one line per layer: ``conv1: {w: 8, a: 8}``. MiCo's list form ``[[w1, w2, …], [a1, a2, …]]`` is
+accepted too, given the model's layer names. A plan is checked against the model before any work.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mico.errors import PlanError
+from mico.quant.arithmetic import MAX_BITS, MIN_BITS, check_bits
+
+
+@dataclass(frozen=True)
+class LayerBits:
+    """Bit-widths of one layer: ``w`` for its weights, ``a`` for its input activations."""
+
+    w: int
+    a: int
+
+    def __str__(self) -> str:
+        return f"W{self.w}A{self.a}"
+
+
+_ENTRY = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*[=:]\s*(\S+?)\s*/\s*(\S+?)\s*$")
+
+
+def _bits(value: object, layer: str, kind: str) -> int:
+    try:
+        number = int(str(value))
+    except ValueError:
+        raise PlanError(
+            f"layer '{layer}': {kind} bit-width {value!r} is not a whole number; "
+            f"use {MIN_BITS}..{MAX_BITS}"
+        ) from None
+    return check_bits(number, f"layer '{layer}': {kind} bit-width")
+
+
+class QuantPlan(Mapping[str, LayerBits]):
+    """An ordered, validated mapping from layer name to :class:`LayerBits`."""
+
+    def __init__(self, layers: Mapping[str, LayerBits]) -> None:
+        if not layers:
+            raise PlanError("a quantization plan needs at least one layer")
+        for name, bits in layers.items():
+            check_bits(bits.w, f"layer '{name}': weight bit-width")
+            check_bits(bits.a, f"layer '{name}': activation bit-width")
+        self._layers = dict(layers)
+
+    def __getitem__(self, name: str) -> LayerBits:
+        return self._layers[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layers)
+
+    def __len__(self) -> int:
+        return len(self._layers)
+
+    def __repr__(self) -> str:
+        return f"QuantPlan({self.to_string()!r})"
+
+    @classmethod
+    def parse(cls, text: str) -> QuantPlan:
+        """Parse ``name=W/A`` entries separated by commas."""
+        layers: dict[str, LayerBits] = {}
+        for entry in filter(None, (e.strip() for e in text.split(","))):
+            match = _ENTRY.match(entry)
+            if not match:
+                raise PlanError(
+                    f"plan entry {entry!r} is not of the form layer=W/A (for example conv1=8/8)"
+                )
+            name, w, a = match.groups()
+            if name in layers:
+                raise PlanError(f"layer '{name}' appears twice in the plan")
+            layers[name] = LayerBits(_bits(w, name, "weight"), _bits(a, name, "activation"))
+        return cls(layers)
+
+    @classmethod
+    def from_dict(cls, data: object) -> QuantPlan:
+        """Build from ``{name: {w: 4, a: 8}}`` (the YAML form)."""
+        if not isinstance(data, Mapping):
+            raise PlanError("a YAML plan must be a mapping of layer names to {w: W, a: A}")
+        layers: dict[str, LayerBits] = {}
+        for name, entry in data.items():
+            if not isinstance(entry, Mapping) or set(entry) != {"w", "a"}:
+                raise PlanError(
+                    f"layer '{name}': expected {{w: W, a: A}}, got {entry!r}"
+                )
+            layers[str(name)] = LayerBits(
+                _bits(entry["w"], str(name), "weight"), _bits(entry["a"], str(name), "activation")
+            )
+        return cls(layers)
+
+    @classmethod
+    def from_qscheme(cls, qscheme: Sequence[Sequence[int]], layer_names: Sequence[str]) -> QuantPlan:
+        """Build from MiCo's ``[[w bits…], [a bits…]]`` in the model's layer order."""
+        if len(qscheme) != 2:
+            raise PlanError(
+                f"a qscheme is [[weight bits…], [activation bits…]]; got {len(qscheme)} lists"
+            )
+        weights, acts = qscheme
+        n = len(layer_names)
+        for kind, bits in (("weight", weights), ("activation", acts)):
+            if len(bits) != n:
+                raise PlanError(
+                    f"the qscheme has {len(bits)} {kind} bit-widths but the model has {n} "
+                    f"quantizable layers ({', '.join(layer_names)}); give one per layer"
+                )
+        return cls({
+            name: LayerBits(_bits(w, name, "weight"), _bits(a, name, "activation"))
+            for name, w, a in zip(layer_names, weights, acts, strict=True)
+        })
+
+    @classmethod
+    def load(cls, spec: str | Path) -> QuantPlan:
+        """A plan from a YAML file path, or from ``name=W/A,…`` text."""
+        path = Path(spec)
+        if str(spec).endswith((".yaml", ".yml")) or path.is_file():
+            if not path.is_file():
+                raise PlanError(f"plan file '{path}' does not exist")
+            try:
+                data = yaml.safe_load(path.read_text())
+            except yaml.YAMLError as exc:
+                raise PlanError(f"plan file '{path}' is not valid YAML: {exc}") from None
+            return cls.from_dict(data)
+        return cls.parse(str(spec))
+
+    @classmethod
+    def uniform(cls, layer_names: Sequence[str], w: int, a: int) -> QuantPlan:
+        return cls({name: LayerBits(w, a) for name in layer_names})
+
+    def validate_for(self, layer_names: Sequence[str]) -> QuantPlan:
+        """Check that the plan names exactly the model's quantizable layers; return it."""
+        known = list(layer_names)
+        unknown = [n for n in self if n not in known]
+        missing = [n for n in known if n not in self]
+        if unknown or missing or len(self) != len(known):
+            parts = []
+            if unknown:
+                parts.append(f"unknown layer(s) {', '.join(unknown)}")
+            if missing:
+                parts.append(f"no bit-widths for {', '.join(missing)}")
+            raise PlanError(
+                f"the plan has {len(self)} layer(s) but the model has {len(known)} quantizable "
+                f"layers ({', '.join(known)}): {'; '.join(parts)}. "
+                f"Give one entry per layer, e.g. {','.join(f'{n}=8/8' for n in known)}"
+            )
+        return QuantPlan({n: self[n] for n in known})  # model order
+
+    def to_string(self) -> str:
+        return ",".join(f"{n}={b.w}/{b.a}" for n, b in self.items())
+
+    def to_yaml(self) -> str:
+        return "".join(f"{n}: {{w: {b.w}, a: {b.a}}}\n" for n, b in self.items())
+
+    def qscheme(self) -> list[list[int]]:
+        """MiCo's ``[[w bits…], [a bits…]]`` form."""
+        return [[b.w for b in self.values()], [b.a for b in self.values()]]
