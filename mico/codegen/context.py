@@ -18,8 +18,9 @@ def c_identifier(name: str) -> str:
 
 
 def _rows(items: list[str], per_line: int) -> str:
-    return ",\n".join("    " + ", ".join(items[i:i + per_line])
-                      for i in range(0, len(items), per_line))
+    return ",\n".join(
+        "    " + ", ".join(items[i : i + per_line]) for i in range(0, len(items), per_line)
+    )
 
 
 class EmitContext:
@@ -27,8 +28,9 @@ class EmitContext:
 
     def __init__(self, plan: ArenaPlan, inputs: list[Value]) -> None:
         self.plan = plan
-        self.inputs = {id(v): f"input{i}" if len(inputs) > 1 else "input"
-                       for i, v in enumerate(inputs)}
+        self.inputs = {
+            id(v): f"input{i}" if len(inputs) > 1 else "input" for i, v in enumerate(inputs)
+        }
         self.definitions: list[str] = []
         self.kernels: set[str] = set()
         self.flash: dict[str, int] = {"weights": 0, "bias": 0}
@@ -51,13 +53,15 @@ class EmitContext:
     def need(self, kernel_source: str) -> None:
         self.kernels.add(kernel_source)
 
-    def const_bytes(self, name: str, data: np.ndarray, kind: str = "weights",
-                    comment: str = "") -> str:
+    def const_bytes(
+        self, name: str, data: np.ndarray, kind: str = "weights", comment: str = ""
+    ) -> str:
         symbol = self._symbol(name)
         items = [f"0x{b:02x}" for b in np.asarray(data, dtype=np.uint8).ravel()] or ["0"]
         note = f"/* {comment} */\n" if comment else ""
         self.definitions.append(
-            f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};")
+            f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};"
+        )
         self.flash[kind] += len(items)
         return symbol
 
@@ -65,7 +69,8 @@ class EmitContext:
         symbol = self._symbol(name)
         items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
         self.definitions.append(
-            f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};")
+            f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};"
+        )
         self.flash[kind] += 4 * len(items)
         return symbol
 

@@ -21,10 +21,21 @@ def _requant(node: Node) -> str:
     if requant is None:
         return "{ .to_codes = 0 }"
     fmt: QFormat = requant["qformat"]
-    return "{ " + _fields({
-        "to_codes": 1, "is_signed": int(fmt.signed), "binary": int(fmt.binary),
-        "qmin": fmt.qmin, "qmax": fmt.qmax, "m": requant["m"], "shift": requant["shift"],
-    }) + " }"
+    return (
+        "{ "
+        + _fields(
+            {
+                "to_codes": 1,
+                "is_signed": int(fmt.signed),
+                "binary": int(fmt.binary),
+                "qmin": fmt.qmin,
+                "qmax": fmt.qmax,
+                "m": requant["m"],
+                "shift": requant["shift"],
+            }
+        )
+        + " }"
+    )
 
 
 def _weights(ctx: EmitContext, node: Node) -> tuple[str, str, int]:
@@ -32,8 +43,12 @@ def _weights(ctx: EmitContext, node: Node) -> tuple[str, str, int]:
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
     assert fmt is not None and weight.data is not None and bias.data is not None
-    w_sym = ctx.const_bytes(f"{weight.name}", pack(weight.data, fmt), kind="weights",
-                            comment=f"{weight.type.shape} {fmt}, packed")
+    w_sym = ctx.const_bytes(
+        f"{weight.name}",
+        pack(weight.data, fmt),
+        kind="weights",
+        comment=f"{weight.type.shape} {fmt}, packed",
+    )
     b_sym = ctx.const_int32(f"{bias.name}", np.asarray(bias.data))
     return w_sym, b_sym, fmt.bits
 
@@ -45,8 +60,16 @@ def _signed(value: Value) -> int:
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
     fmt: QFormat = node.attrs["qformat"]
     inv = float(inv_scale_f32(node.attrs["scale"])).hex() + "f"
-    args = [ctx.buffer(node.inputs[0]), ctx.buffer(node.output), str(node.output.type.numel),
-            inv, str(int(fmt.signed)), str(int(fmt.binary)), str(fmt.qmin), str(fmt.qmax)]
+    args = [
+        ctx.buffer(node.inputs[0]),
+        ctx.buffer(node.output),
+        str(node.output.type.numel),
+        inv,
+        str(int(fmt.signed)),
+        str(int(fmt.binary)),
+        str(fmt.qmin),
+        str(fmt.qmax),
+    ]
     ctx.need("mico_quant.c")
     return [f"mico_quantize_f32({', '.join(args)});"]
 
@@ -58,14 +81,35 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     _, out_c, out_h, out_w = out.type.shape
     k_h, k_w = node.inputs[1].type.shape[2:]
     a = node.attrs
-    params = ctx.const_struct("MicoConv2d", f"{node.name}_params", _fields({
-        "in_c": in_c, "in_h": in_h, "in_w": in_w, "out_c": out_c, "out_h": out_h, "out_w": out_w,
-        "k_h": k_h, "k_w": k_w, "stride_h": a["stride"][0], "stride_w": a["stride"][1],
-        "pad_h": a["padding"][0], "pad_w": a["padding"][1], "dil_h": a["dilation"][0],
-        "dil_w": a["dilation"][1], "groups": a["groups"], "in_signed": _signed(x),
-        "w_bits": w_bits, "weight": w_sym, "bias": b_sym, "relu": int(a["relu"]),
-        "out": _requant(node),
-    }))
+    params = ctx.const_struct(
+        "MicoConv2d",
+        f"{node.name}_params",
+        _fields(
+            {
+                "in_c": in_c,
+                "in_h": in_h,
+                "in_w": in_w,
+                "out_c": out_c,
+                "out_h": out_h,
+                "out_w": out_w,
+                "k_h": k_h,
+                "k_w": k_w,
+                "stride_h": a["stride"][0],
+                "stride_w": a["stride"][1],
+                "pad_h": a["padding"][0],
+                "pad_w": a["padding"][1],
+                "dil_h": a["dilation"][0],
+                "dil_w": a["dilation"][1],
+                "groups": a["groups"],
+                "in_signed": _signed(x),
+                "w_bits": w_bits,
+                "weight": w_sym,
+                "bias": b_sym,
+                "relu": int(a["relu"]),
+                "out": _requant(node),
+            }
+        ),
+    )
     ctx.need("mico_conv2d.c")
     return [f"mico_qconv2d(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
 
@@ -74,11 +118,22 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
     w_sym, b_sym, w_bits = _weights(ctx, node)
     out_features, in_features = node.inputs[1].type.shape
-    params = ctx.const_struct("MicoLinear", f"{node.name}_params", _fields({
-        "in_features": in_features, "out_features": out_features, "in_signed": _signed(x),
-        "w_bits": w_bits, "weight": w_sym, "bias": b_sym, "relu": int(node.attrs["relu"]),
-        "out": _requant(node),
-    }))
+    params = ctx.const_struct(
+        "MicoLinear",
+        f"{node.name}_params",
+        _fields(
+            {
+                "in_features": in_features,
+                "out_features": out_features,
+                "in_signed": _signed(x),
+                "w_bits": w_bits,
+                "weight": w_sym,
+                "bias": b_sym,
+                "relu": int(node.attrs["relu"]),
+                "out": _requant(node),
+            }
+        ),
+    )
     ctx.need("mico_linear.c")
     return [f"mico_qlinear(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
 
@@ -88,16 +143,31 @@ def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
     _, channels, in_h, in_w = x.type.shape
     _, _, out_h, out_w = out.type.shape
     a = node.attrs
-    if x.qformat is None:
-        elem = "MICO_I32"
-    else:
-        elem = "MICO_I8" if x.qformat.signed else "MICO_U8"
-    params = ctx.const_struct("MicoMaxPool2d", f"{node.name}_params", _fields({
-        "channels": channels, "in_h": in_h, "in_w": in_w, "out_h": out_h, "out_w": out_w,
-        "k_h": a["kernel_size"][0], "k_w": a["kernel_size"][1], "stride_h": a["stride"][0],
-        "stride_w": a["stride"][1], "pad_h": a["padding"][0], "pad_w": a["padding"][1],
-        "dil_h": a["dilation"][0], "dil_w": a["dilation"][1], "elem": elem,
-    }))
+    elem = {None: "MICO_I32", True: "MICO_I8", False: "MICO_U8"}[
+        x.qformat.signed if x.qformat else None
+    ]
+    params = ctx.const_struct(
+        "MicoMaxPool2d",
+        f"{node.name}_params",
+        _fields(
+            {
+                "channels": channels,
+                "in_h": in_h,
+                "in_w": in_w,
+                "out_h": out_h,
+                "out_w": out_w,
+                "k_h": a["kernel_size"][0],
+                "k_w": a["kernel_size"][1],
+                "stride_h": a["stride"][0],
+                "stride_w": a["stride"][1],
+                "pad_h": a["padding"][0],
+                "pad_w": a["padding"][1],
+                "dil_h": a["dilation"][0],
+                "dil_w": a["dilation"][1],
+                "elem": elem,
+            }
+        ),
+    )
     ctx.need("mico_pool.c")
     return [f"mico_maxpool2d(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
 
@@ -106,7 +176,11 @@ def emit_reshape(node: Node, ctx: EmitContext) -> list[str]:
     return []  # a view: the output shares its input's arena bytes
 
 
-for _op, _fn in ((mico_ops.QUANTIZE, emit_quantize), (mico_ops.QCONV2D, emit_qconv2d),
-                 (mico_ops.QLINEAR, emit_qlinear), (mico_ops.MAXPOOL2D, emit_maxpool2d),
-                 (mico_ops.RESHAPE, emit_reshape)):
+for _op, _fn in (
+    (mico_ops.QUANTIZE, emit_quantize),
+    (mico_ops.QCONV2D, emit_qconv2d),
+    (mico_ops.QLINEAR, emit_qlinear),
+    (mico_ops.MAXPOOL2D, emit_maxpool2d),
+    (mico_ops.RESHAPE, emit_reshape),
+):
     OpRegistry.attach(_op, "emit", _fn)

@@ -52,8 +52,9 @@ def plan_buffers(buffers: list[Buffer], align: int = 8) -> ArenaPlan:
     placed: list[tuple[Buffer, int]] = []
     offsets: dict[str, int] = {}
     for buf in sorted(buffers, key=lambda b: (-b.size, b.start, b.name)):
-        conflicts = sorted((off, off + other.size) for other, off in placed
-                           if other.overlaps_in_time(buf))
+        conflicts = sorted(
+            (off, off + other.size) for other, off in placed if other.overlaps_in_time(buf)
+        )
         offset = 0
         for lo, hi in conflicts:
             if offset + buf.size <= lo:
@@ -62,8 +63,9 @@ def plan_buffers(buffers: list[Buffer], align: int = 8) -> ArenaPlan:
         offsets[buf.name] = offset
         placed.append((buf, offset))
     size = max((offsets[b.name] + b.size for b in buffers), default=0)
-    steps = range(min((b.start for b in buffers), default=0), max((b.end for b in buffers),
-                                                                    default=-1) + 1)
+    steps = range(
+        min((b.start for b in buffers), default=0), max((b.end for b in buffers), default=-1) + 1
+    )
     lower = max((sum(b.size for b in buffers if b.start <= t <= b.end) for t in steps), default=0)
     return ArenaPlan(offsets, tuple(buffers), _align(size, align) if size else 0, lower, align)
 

@@ -12,7 +12,7 @@ DIGITS_MAX = 16.0  # pixel values of the digits set are integers 0..16
 
 
 def digits(seed: int = 0, test_fraction: float = 0.2) -> DatasetSplit:
-    """The 1797 digits as float32 images ``(N, 1, 8, 8)`` in [0, 1], split stratified by ``seed``."""
+    """The 1797 digits as float32 ``(N, 1, 8, 8)`` images in [0, 1], split stratified by seed."""
     if not 0.0 < test_fraction < 1.0:
         raise ValueError(f"test_fraction must be between 0 and 1 (exclusive), got {test_fraction}")
     bunch = load_digits()

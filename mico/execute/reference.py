@@ -17,7 +17,9 @@ from mico.ir.ops.registry import OpRegistry
 def run_graph(graph: Graph, *inputs: np.ndarray | torch.Tensor) -> list[torch.Tensor]:
     """Execute ``graph`` on batched inputs (batch dimension first); return its outputs."""
     if len(inputs) != len(graph.inputs):
-        raise MicoError(f"graph '{graph.name}' takes {len(graph.inputs)} input(s), got {len(inputs)}")
+        raise MicoError(
+            f"graph '{graph.name}' takes {len(graph.inputs)} input(s), got {len(inputs)}"
+        )
     env: dict[int, torch.Tensor] = {}
     for value, data in zip(graph.inputs, inputs, strict=True):
         tensor = torch.as_tensor(np.asarray(data)) if not isinstance(data, torch.Tensor) else data
@@ -29,9 +31,11 @@ def run_graph(graph: Graph, *inputs: np.ndarray | torch.Tensor) -> list[torch.Te
         env[id(value)] = tensor
     for node in graph.nodes:
         execute = OpRegistry.require(
-            node.op, "execute", "register one with @register_executor to run it in Python")
-        args = [torch.from_numpy(np.asarray(v.data)) if v.is_const else env[id(v)]
-                for v in node.inputs]
+            node.op, "execute", "register one with @register_executor to run it in Python"
+        )
+        args = [
+            torch.from_numpy(np.asarray(v.data)) if v.is_const else env[id(v)] for v in node.inputs
+        ]
         results = execute(args, node.attrs)
         if len(results) != len(node.outputs):
             raise MicoError(

@@ -44,8 +44,9 @@ def _tensor_type(meta_val: Any, where: str) -> TensorType:
     return TensorType(tuple(meta_val.shape), DataType.from_torch(meta_val.dtype))
 
 
-def _schema_inputs_and_attrs(node: torch.fx.Node, values: dict[str, Value]
-                             ) -> tuple[list[Value], dict[str, Any]]:
+def _schema_inputs_and_attrs(
+    node: torch.fx.Node, values: dict[str, Value]
+) -> tuple[list[Value], dict[str, Any]]:
     """Split a call's arguments by its schema: tensors to inputs, the rest to attributes."""
     schema = node.target._schema
     inputs: list[Value] = []
@@ -88,8 +89,11 @@ def export_graph(model: nn.Module, example_input: torch.Tensor, name: str = "mod
     signature = exported.graph_signature
     state = dict(exported.state_dict)
     state.update(getattr(exported, "constants", {}) or {})
-    const_names = {**signature.inputs_to_parameters, **signature.inputs_to_buffers,
-                   **getattr(signature, "inputs_to_lifted_tensor_constants", {})}
+    const_names = {
+        **signature.inputs_to_parameters,
+        **signature.inputs_to_buffers,
+        **getattr(signature, "inputs_to_lifted_tensor_constants", {}),
+    }
     graph = Graph(name)
     values: dict[str, Value] = {}
     for node in exported.graph.nodes:
@@ -113,8 +117,16 @@ def export_graph(model: nn.Module, example_input: torch.Tensor, name: str = "mod
             inputs, attrs = _schema_inputs_and_attrs(node, values)
             convert = OpRegistry.rule(op_type, "convert")
             if convert is not None:
-                info = NodeInfo(node.name, op_type, node.target, tuple(node.args),
-                                dict(node.kwargs), inputs, [out], attrs)
+                info = NodeInfo(
+                    node.name,
+                    op_type,
+                    node.target,
+                    tuple(node.args),
+                    dict(node.kwargs),
+                    inputs,
+                    [out],
+                    attrs,
+                )
                 ir_node = convert(info)
             else:
                 ir_node = Node(node.name, op_type, inputs, [out], attrs)

@@ -68,9 +68,13 @@ class DataType:
     @staticmethod
     def from_torch(dtype: torch.dtype) -> DataType:
         table = {
-            torch.float32: DataType.FP32, torch.float16: DataType.FP16,
-            torch.int64: DataType.INT64, torch.int32: DataType.INT32,
-            torch.int8: DataType.INT8, torch.uint8: DataType.UINT8, torch.bool: DataType.BOOL,
+            torch.float32: DataType.FP32,
+            torch.float16: DataType.FP16,
+            torch.int64: DataType.INT64,
+            torch.int32: DataType.INT32,
+            torch.int8: DataType.INT8,
+            torch.uint8: DataType.UINT8,
+            torch.bool: DataType.BOOL,
         }
         if dtype not in table:
             raise TypeError(f"torch dtype {dtype} has no mico DataType")

@@ -13,11 +13,18 @@ class SmallCNN(nn.Module):
     Sized for 8x8 digits by default (about 2.4k parameters); ``image_size`` must be divisible by 4.
     """
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10,
-                 channels: tuple[int, int] = (8, 16), image_size: int = 8) -> None:
+    def __init__(
+        self,
+        in_channels: int = 1,
+        num_classes: int = 10,
+        channels: tuple[int, int] = (8, 16),
+        image_size: int = 8,
+    ) -> None:
         super().__init__()
         if image_size % 4:
-            raise ValueError(f"image_size must be divisible by 4 (two 2x2 poolings), got {image_size}")
+            raise ValueError(
+                f"image_size must be divisible by 4 (two 2x2 poolings), got {image_size}"
+            )
         c1, c2 = channels
         self.conv1 = nn.Conv2d(in_channels, c1, 3, padding=1)
         self.conv2 = nn.Conv2d(c1, c2, 3, padding=1)

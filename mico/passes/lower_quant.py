@@ -48,8 +48,15 @@ class LayerQuant:
         if not layer.calibrated:
             raise CompileError(f"layer '{name}' is not calibrated; run mico.quant.calibrate first")
         bias = None if layer.bias is None else layer.bias.detach().numpy().astype(np.float64)
-        return cls(name, layer.w_fmt, layer.a_fmt, float(layer.weight_scale),
-                   float(layer.act_scale), layer.weight_codes(), bias)
+        return cls(
+            name,
+            layer.w_fmt,
+            layer.a_fmt,
+            float(layer.weight_scale),
+            float(layer.act_scale),
+            layer.weight_codes(),
+            bias,
+        )
 
 
 def _codes_dtype(fmt: QFormat) -> DataType:
@@ -111,8 +118,13 @@ class _Lowering:
                 self.lower_maxpool(node)
             elif node.op in RESHAPES:
                 x = self.map[id(node.inputs[0])]
-                out = Value(node.name, TensorType(node.output.type.shape, x.type.dtype),
-                            qformat=x.qformat, scale=x.scale, alias_of=x)
+                out = Value(
+                    node.name,
+                    TensorType(node.output.type.shape, x.type.dtype),
+                    qformat=x.qformat,
+                    scale=x.scale,
+                    alias_of=x,
+                )
                 self.emit(node, mico_ops.RESHAPE, [x], out, {"shape": list(out.type.shape)})
             elif node.op == RELU:
                 raise UnsupportedOpError(
@@ -136,10 +148,21 @@ class _Lowering:
         if x.qformat is None:
             if not x.type.dtype.is_float:
                 raise CompileError(f"input of '{node.name}' is {x.type.dtype}, expected float32")
-            codes = Value(f"{x.name}_q", TensorType(x.type.shape, _codes_dtype(layer.a_fmt)),
-                          qformat=layer.a_fmt, scale=layer.act_scale)
-            self.dst.add(Node(f"{x.name}_quantize", mico_ops.QUANTIZE, [x], [codes],
-                              {"scale": layer.act_scale, "qformat": layer.a_fmt}))
+            codes = Value(
+                f"{x.name}_q",
+                TensorType(x.type.shape, _codes_dtype(layer.a_fmt)),
+                qformat=layer.a_fmt,
+                scale=layer.act_scale,
+            )
+            self.dst.add(
+                Node(
+                    f"{x.name}_quantize",
+                    mico_ops.QUANTIZE,
+                    [x],
+                    [codes],
+                    {"scale": layer.act_scale, "qformat": layer.a_fmt},
+                )
+            )
             self.map[id(node.inputs[0])] = codes
             return codes
         if x.qformat != layer.a_fmt or x.scale != layer.act_scale:
@@ -150,19 +173,30 @@ class _Lowering:
         layer = self.layer_of(node)
         x = self.quantized_input(node, layer)
         consumers = self.src.consumers(node.output)
-        relu = len(consumers) == 1 and consumers[0].op == RELU and not any(
-            node.output is o for o in self.src.outputs)
+        relu = (
+            len(consumers) == 1
+            and consumers[0].op == RELU
+            and not any(node.output is o for o in self.src.outputs)
+        )
         result = consumers[0].output if relu else node.output
         if relu:
             self.fused_relu.add(id(consumers[0]))
         acc_scale = layer.act_scale * layer.weight_scale
-        weight = Value(f"{layer.name}.weight", TensorType(layer.weight_codes.shape,
-                       _codes_dtype(layer.w_fmt)), data=layer.weight_codes,
-                       qformat=layer.w_fmt, scale=layer.weight_scale)
+        weight = Value(
+            f"{layer.name}.weight",
+            TensorType(layer.weight_codes.shape, _codes_dtype(layer.w_fmt)),
+            data=layer.weight_codes,
+            qformat=layer.w_fmt,
+            scale=layer.weight_scale,
+        )
         out_features = layer.weight_codes.shape[0]
         bias_real = layer.bias if layer.bias is not None else np.zeros(out_features)
-        bias = Value(f"{layer.name}.bias", TensorType((out_features,), DataType.INT32),
-                     data=quantize_bias(bias_real, acc_scale), scale=acc_scale)
+        bias = Value(
+            f"{layer.name}.bias",
+            TensorType((out_features,), DataType.INT32),
+            data=quantize_bias(bias_real, acc_scale),
+            scale=acc_scale,
+        )
         self.check_accumulator(layer, bias.data)
         (dest,) = self.destinations(result)
         attrs: dict = {"layer": layer.name, "relu": relu, "requant": None}
@@ -172,8 +206,12 @@ class _Lowering:
             fmt, scale = dest
             m, shift = quantize_multiplier(acc_scale / scale)
             attrs["requant"] = {"qformat": fmt, "scale": scale, "m": m, "shift": shift}
-            out = Value(result.name, TensorType(result.type.shape, _codes_dtype(fmt)),
-                        qformat=fmt, scale=scale)
+            out = Value(
+                result.name,
+                TensorType(result.type.shape, _codes_dtype(fmt)),
+                qformat=fmt,
+                scale=scale,
+            )
         if node.op == CONV:
             attrs.update({k: list(node.attrs[k]) for k in ("stride", "padding", "dilation")})
             attrs["groups"] = int(node.attrs["groups"])
@@ -186,7 +224,8 @@ class _Lowering:
     def check_accumulator(self, layer: LayerQuant, bias: np.ndarray) -> None:
         per_output = int(np.prod(layer.weight_codes.shape[1:]))
         bound = per_output * max(abs(layer.a_fmt.qmin), layer.a_fmt.qmax) * max(
-            abs(layer.w_fmt.qmin), layer.w_fmt.qmax) + int(np.max(np.abs(bias), initial=0))
+            abs(layer.w_fmt.qmin), layer.w_fmt.qmax
+        ) + int(np.max(np.abs(bias), initial=0))
         if bound > INT32_MAX:
             raise CompileError(
                 f"layer '{layer.name}' could overflow its int32 accumulator (bound {bound}); "
@@ -201,11 +240,18 @@ class _Lowering:
             raise UnsupportedOpError(f"max_pool2d at '{node.name}' uses ceil_mode=True")
         kernel = _pair(node.attrs["kernel_size"])
         stride = _pair(node.attrs.get("stride") or kernel)
-        attrs = {"kernel_size": kernel, "stride": stride,
-                 "padding": _pair(node.attrs.get("padding", 0)),
-                 "dilation": _pair(node.attrs.get("dilation", 1))}
-        out = Value(node.name, TensorType(node.output.type.shape, x.type.dtype),
-                    qformat=x.qformat, scale=x.scale)
+        attrs = {
+            "kernel_size": kernel,
+            "stride": stride,
+            "padding": _pair(node.attrs.get("padding", 0)),
+            "dilation": _pair(node.attrs.get("dilation", 1)),
+        }
+        out = Value(
+            node.name,
+            TensorType(node.output.type.shape, x.type.dtype),
+            qformat=x.qformat,
+            scale=x.scale,
+        )
         self.emit(node, mico_ops.MAXPOOL2D, [x], out, attrs)
 
 

@@ -72,7 +72,9 @@ class BitLayer(nn.Module):
         values = torch.cat(self._observed).numpy()
         self.act_signed = bool(self._observed_min < 0)
         self.act_scale = choose_scale(values, self.a_fmt, self.scale_method)
-        self.weight_scale = choose_scale(self.weight.detach().numpy(), self.w_fmt, self.scale_method)
+        self.weight_scale = choose_scale(
+            self.weight.detach().numpy(), self.w_fmt, self.scale_method
+        )
         self._observed = []
         self.mode = "quant"
 
@@ -114,18 +116,30 @@ class BitLayer(nn.Module):
 class BitConv2d(BitLayer, nn.Conv2d):
     """``nn.Conv2d`` with per-layer weight / input-activation quantization."""
 
-    def __init__(self, *args, w_bits: int = 8, a_bits: int = 8,
-                 scale_method: ScaleMethod = "mse", **kwargs) -> None:
+    def __init__(
+        self, *args, w_bits: int = 8, a_bits: int = 8, scale_method: ScaleMethod = "mse", **kwargs
+    ) -> None:
         nn.Conv2d.__init__(self, *args, **kwargs)
         self._init_quant(w_bits, a_bits, scale_method)
 
     @classmethod
-    def from_float(cls, conv: nn.Conv2d, w_bits: int, a_bits: int,
-                   scale_method: ScaleMethod = "mse") -> BitConv2d:
-        layer = cls(conv.in_channels, conv.out_channels, conv.kernel_size, stride=conv.stride,
-                    padding=conv.padding, dilation=conv.dilation, groups=conv.groups,
-                    bias=conv.bias is not None, padding_mode=conv.padding_mode,
-                    w_bits=w_bits, a_bits=a_bits, scale_method=scale_method)
+    def from_float(
+        cls, conv: nn.Conv2d, w_bits: int, a_bits: int, scale_method: ScaleMethod = "mse"
+    ) -> BitConv2d:
+        layer = cls(
+            conv.in_channels,
+            conv.out_channels,
+            conv.kernel_size,
+            stride=conv.stride,
+            padding=conv.padding,
+            dilation=conv.dilation,
+            groups=conv.groups,
+            bias=conv.bias is not None,
+            padding_mode=conv.padding_mode,
+            w_bits=w_bits,
+            a_bits=a_bits,
+            scale_method=scale_method,
+        )
         layer.load_state_dict(conv.state_dict())
         return layer
 
@@ -136,16 +150,31 @@ class BitConv2d(BitLayer, nn.Conv2d):
 class BitLinear(BitLayer, nn.Linear):
     """``nn.Linear`` with per-layer weight / input-activation quantization."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
-                 w_bits: int = 8, a_bits: int = 8, scale_method: ScaleMethod = "mse") -> None:
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        bias: bool = True,
+        *,
+        w_bits: int = 8,
+        a_bits: int = 8,
+        scale_method: ScaleMethod = "mse",
+    ) -> None:
         nn.Linear.__init__(self, in_features, out_features, bias=bias)
         self._init_quant(w_bits, a_bits, scale_method)
 
     @classmethod
-    def from_float(cls, linear: nn.Linear, w_bits: int, a_bits: int,
-                   scale_method: ScaleMethod = "mse") -> BitLinear:
-        layer = cls(linear.in_features, linear.out_features, bias=linear.bias is not None,
-                    w_bits=w_bits, a_bits=a_bits, scale_method=scale_method)
+    def from_float(
+        cls, linear: nn.Linear, w_bits: int, a_bits: int, scale_method: ScaleMethod = "mse"
+    ) -> BitLinear:
+        layer = cls(
+            linear.in_features,
+            linear.out_features,
+            bias=linear.bias is not None,
+            w_bits=w_bits,
+            a_bits=a_bits,
+            scale_method=scale_method,
+        )
         layer.load_state_dict(linear.state_dict())
         return layer
 

@@ -42,8 +42,9 @@ def apply_plan(model: nn.Module, plan: QuantPlan, scale_method: ScaleMethod = "m
     return qmodel
 
 
-def calibrate(qmodel: nn.Module, batches: Iterable[torch.Tensor], max_batches: int | None = None
-              ) -> nn.Module:
+def calibrate(
+    qmodel: nn.Module, batches: Iterable[torch.Tensor], max_batches: int | None = None
+) -> nn.Module:
     """Post-training calibration: observe inputs on ``batches``, fix every scale, enter ``quant``.
 
     Layers are calibrated one after another, each with the layers before it already quantized,

@@ -24,7 +24,9 @@ def pack(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
         raise ValueError(
             f"codes span [{q.min()}, {q.max()}], outside {fmt} range [{fmt.qmin}, {fmt.qmax}]"
         )
-    fields = (q > 0).astype(np.uint8) if fmt.binary else (q & ((1 << fmt.bits) - 1)).astype(np.uint8)
+    fields = (
+        (q > 0).astype(np.uint8) if fmt.binary else (q & ((1 << fmt.bits) - 1)).astype(np.uint8)
+    )
     # bit j of code i goes to stream position i*b + j
     bits = ((fields[:, None] >> np.arange(fmt.bits, dtype=np.uint8)) & 1).astype(np.uint8).ravel()
     return np.packbits(bits, bitorder="little")[: packed_size(q.size, fmt.bits)]

@@ -90,16 +90,16 @@ class QuantPlan(Mapping[str, LayerBits]):
         layers: dict[str, LayerBits] = {}
         for name, entry in data.items():
             if not isinstance(entry, Mapping) or set(entry) != {"w", "a"}:
-                raise PlanError(
-                    f"layer '{name}': expected {{w: W, a: A}}, got {entry!r}"
-                )
+                raise PlanError(f"layer '{name}': expected {{w: W, a: A}}, got {entry!r}")
             layers[str(name)] = LayerBits(
                 _bits(entry["w"], str(name), "weight"), _bits(entry["a"], str(name), "activation")
             )
         return cls(layers)
 
     @classmethod
-    def from_qscheme(cls, qscheme: Sequence[Sequence[int]], layer_names: Sequence[str]) -> QuantPlan:
+    def from_qscheme(
+        cls, qscheme: Sequence[Sequence[int]], layer_names: Sequence[str]
+    ) -> QuantPlan:
         """Build from MiCo's ``[[w bits…], [a bits…]]`` in the model's layer order."""
         if len(qscheme) != 2:
             raise PlanError(
@@ -113,10 +113,12 @@ class QuantPlan(Mapping[str, LayerBits]):
                     f"the qscheme has {len(bits)} {kind} bit-widths but the model has {n} "
                     f"quantizable layers ({', '.join(layer_names)}); give one per layer"
                 )
-        return cls({
-            name: LayerBits(_bits(w, name, "weight"), _bits(a, name, "activation"))
-            for name, w, a in zip(layer_names, weights, acts, strict=True)
-        })
+        return cls(
+            {
+                name: LayerBits(_bits(w, name, "weight"), _bits(a, name, "activation"))
+                for name, w, a in zip(layer_names, weights, acts, strict=True)
+            }
+        )
 
     @classmethod
     def load(cls, spec: str | Path) -> QuantPlan:

@@ -27,8 +27,13 @@ def _require_tools() -> None:
 def build(project: CProject, timeout: float = 300) -> Path:
     """``make TARGET=host`` in the project; return the executable. Compiler errors raise."""
     _require_tools()
-    result = subprocess.run(["make", "-C", str(project.directory), "TARGET=host"],
-                            capture_output=True, text=True, timeout=timeout, check=False)
+    result = subprocess.run(
+        ["make", "-C", str(project.directory), "TARGET=host"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     if result.returncode != 0:
         raise BuildError(
             f"building {project.directory} failed (make exit {result.returncode}):\n"
@@ -45,14 +50,21 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
     data = np.ascontiguousarray(samples, dtype=np.float32)
     per_sample = int(np.prod(project.input_shape[1:]))
     if data.size != len(data) * per_sample:
-        raise BuildError(f"samples of shape {data.shape[1:]} do not match the model input "
-                         f"{project.input_shape[1:]}")
+        raise BuildError(
+            f"samples of shape {data.shape[1:]} do not match the model input "
+            f"{project.input_shape[1:]}"
+        )
     n_out = int(np.prod(project.output_shape[1:]))
     with tempfile.TemporaryDirectory(prefix="mico-run-") as tmp:
         inputs, outputs = Path(tmp) / "inputs.bin", Path(tmp) / "outputs.bin"
         data.astype("<f4").tofile(inputs)
-        result = subprocess.run([str(exe), str(inputs), str(outputs)], capture_output=True,
-                                text=True, timeout=timeout, check=False)
+        result = subprocess.run(
+            [str(exe), str(inputs), str(outputs)],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if result.returncode != 0:
             raise BuildError(f"{exe} exited with {result.returncode}: {result.stderr[-_TAIL:]}")
         out = np.fromfile(outputs, dtype="<i4")
@@ -66,8 +78,9 @@ def section_sizes(project: CProject) -> dict[str, int]:
     exe = project.directory / project.name
     if shutil.which("size") is None or not exe.exists():
         return {}
-    result = subprocess.run(["size", "-A", "-d", str(exe)], capture_output=True, text=True,
-                            check=False)
+    result = subprocess.run(
+        ["size", "-A", "-d", str(exe)], capture_output=True, text=True, check=False
+    )
     sizes: dict[str, int] = {}
     for line in result.stdout.splitlines():
         parts = line.split()

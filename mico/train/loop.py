@@ -12,8 +12,14 @@ from torch.utils.data import DataLoader
 Log = Callable[[str], None]
 
 
-def train(model: nn.Module, loader: DataLoader, epochs: int, lr: float = 1e-2,
-          log: Log | None = None, test_loader: DataLoader | None = None) -> nn.Module:
+def train(
+    model: nn.Module,
+    loader: DataLoader,
+    epochs: int,
+    lr: float = 1e-2,
+    log: Log | None = None,
+    test_loader: DataLoader | None = None,
+) -> nn.Module:
     """Train with Adam and cross-entropy; log loss (and test accuracy) after each epoch."""
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")

@@ -10,6 +10,10 @@ from mico.ir.ops.registry import (
 )
 
 __all__ = [
-    "OpDef", "OpRegistry", "get_conversion_fn", "get_execution_fn", "register_executor",
+    "OpDef",
+    "OpRegistry",
+    "get_conversion_fn",
+    "get_execution_fn",
+    "register_executor",
     "register_op",
 ]

@@ -22,7 +22,9 @@ QLINEAR = "mico.qlinear"
 MAXPOOL2D = "mico.maxpool2d"
 RESHAPE = "mico.reshape"
 
-OpRegistry.define(QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)")
+OpRegistry.define(
+    QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
+)
 OpRegistry.define(QCONV2D, "integer 2-D convolution, int32 bias, fused ReLU, requantization")
 OpRegistry.define(QLINEAR, "integer fully-connected layer, int32 bias, fused ReLU, requantization")
 OpRegistry.define(MAXPOOL2D, "2-D max pooling on integer codes")
@@ -50,8 +52,15 @@ def execute_quantize(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[
 @register_executor(QCONV2D)
 def execute_qconv2d(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     x, w, b = (t.to(torch.float64) for t in inputs)
-    acc = F.conv2d(x, w, b, stride=attrs["stride"], padding=attrs["padding"],
-                   dilation=attrs["dilation"], groups=attrs["groups"])
+    acc = F.conv2d(
+        x,
+        w,
+        b,
+        stride=attrs["stride"],
+        padding=attrs["padding"],
+        dilation=attrs["dilation"],
+        groups=attrs["groups"],
+    )
     return [_finish(acc, attrs)]
 
 
@@ -63,8 +72,13 @@ def execute_qlinear(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[t
 
 @register_executor(MAXPOOL2D)
 def execute_maxpool2d(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
-    out = F.max_pool2d(inputs[0].to(torch.float64), attrs["kernel_size"], attrs["stride"],
-                       attrs["padding"], attrs["dilation"])
+    out = F.max_pool2d(
+        inputs[0].to(torch.float64),
+        attrs["kernel_size"],
+        attrs["stride"],
+        attrs["padding"],
+        attrs["dilation"],
+    )
     return [out.to(torch.int64)]
 
 

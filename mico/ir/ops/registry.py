@@ -11,7 +11,7 @@ import copy
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from mico.errors import RegistryError, UnsupportedOpError
 
@@ -30,7 +30,7 @@ class OpDef:
 class OpRegistry:
     """Process-wide table of :class:`OpDef`; the only global state of the IR."""
 
-    _ops: dict[str, OpDef] = {}
+    _ops: ClassVar[dict[str, OpDef]] = {}
 
     @classmethod
     def define(cls, name: str, description: str = "") -> OpDef:
@@ -48,13 +48,15 @@ class OpRegistry:
     def attach(cls, name: str, rule: str, fn: Callable[..., Any], override: bool = False) -> None:
         """Attach rule ``rule`` of op ``name``; an existing rule needs ``override=True``."""
         if rule not in RULES:
-            raise RegistryError(f"unknown rule '{rule}' for op '{name}'; rules are {', '.join(RULES)}")
+            raise RegistryError(
+                f"unknown rule '{rule}' for op '{name}'; rules are {', '.join(RULES)}"
+            )
         if not callable(fn):
             raise RegistryError(f"the {rule} rule of op '{name}' must be callable, got {fn!r}")
         op = cls.define(name)
         if rule in op.rules and not override and op.rules[rule] is not fn:
             raise RegistryError(
-                f"op '{name}' already has a {rule} rule ({op.rules[rule].__qualname__}); "
+                f"op '{name}' already has a '{rule}' rule ({op.rules[rule].__qualname__}); "
                 "pass override=True to replace it"
             )
         op.rules[rule] = fn

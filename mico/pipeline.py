@@ -1,0 +1,185 @@
+"""Compositions of the stages. No logic of its own: each step is a call into one package."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from mico.atomic import atomic_directory
+from mico.codegen.project import CProject, emit_c_project
+from mico.data import load_dataset
+from mico.execute import Agreement, compare_outputs, run_graph
+from mico.frontend import export_graph
+from mico.ir.graph import Graph
+from mico.models import SmallCNN
+from mico.passes import LayerQuant, lower_quantized
+from mico.quant import QuantPlan, apply_plan, bit_layers, calibrate, float_mode, quantizable_layers
+from mico.quant.scales import ScaleMethod
+from mico.report import Report, layer_rows
+from mico.targets import host
+from mico.train import accuracy, train
+
+Log = Callable[[str], None]
+DEFAULT_PLAN = "conv1=8/8,conv2=4/4,fc=2/8"
+
+
+def quantize_ptq(
+    model: nn.Module,
+    plan: QuantPlan,
+    batches: list[torch.Tensor],
+    scale_method: ScaleMethod = "mse",
+) -> nn.Module:
+    """Post-training quantization: apply the plan, calibrate scales on ``batches``."""
+    return calibrate(apply_plan(model, plan, scale_method), batches)
+
+
+def lower_model(qmodel: nn.Module, example: torch.Tensor, name: str = "model") -> Graph:
+    """Export a calibrated model and lower it to the integer-only ``mico.*`` graph."""
+    with float_mode(qmodel):
+        graph = export_graph(qmodel, example, name)
+    layers = {n: LayerQuant.from_layer(n, layer) for n, layer in bit_layers(qmodel).items()}
+    return lower_quantized(graph, layers)
+
+
+def top1(outputs: np.ndarray, labels: np.ndarray) -> float:
+    return float((np.asarray(outputs).argmax(axis=1) == labels).mean()) if len(labels) else 0.0
+
+
+@dataclass
+class DemoOptions:
+    """Options of ``mico demo``."""
+
+    out_dir: Path = Path("out/demo")
+    seed: int = 0
+    plan: str = DEFAULT_PLAN
+    epochs: int = 15
+    channels: tuple[int, int] = (8, 16)
+    calibration_batches: int = 8
+    batch_size: int = 64
+    name: str = "digits_cnn"
+    scale_method: ScaleMethod = "mse"
+
+
+@dataclass
+class DemoResult:
+    out_dir: Path
+    plan: QuantPlan
+    agreement: Agreement
+    metrics: dict[str, float | int] = field(default_factory=dict)
+    report: Report | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.agreement.all_exact
+
+
+def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
+    """Train, quantize, compile to C, build, run and verify on the bundled digits."""
+    model = SmallCNN(channels=options.channels)
+    plan = QuantPlan.load(options.plan).validate_for(quantizable_layers(model))  # before work
+
+    torch.manual_seed(options.seed)
+    model = SmallCNN(channels=options.channels)
+    split = load_dataset("digits", seed=options.seed)
+    train_loader, test_loader = split.loaders(options.batch_size, seed=options.seed)
+    log(
+        f"[1/5] training {type(model).__name__} on {split.name}: {len(split.x_train)} train / "
+        f"{len(split.x_test)} test samples, {options.epochs} epochs"
+    )
+    train(model, train_loader, options.epochs, log=lambda m: log("      " + m))
+    fp32_acc = accuracy(model, test_loader)
+
+    log(f"[2/5] post-training quantization with plan {plan.to_string()}")
+    batches = [x for x, _ in train_loader][: options.calibration_batches]
+    qmodel = quantize_ptq(model, plan, batches, options.scale_method)
+    fake_quant_acc = accuracy(qmodel, test_loader)
+    graph = lower_model(qmodel, torch.from_numpy(split.x_test[:1]), options.name)
+    reference = run_graph(graph, split.x_test)[0].numpy()
+    quant_acc = top1(reference, split.y_test)
+    log(f"      quantized accuracy {quant_acc:.4f} (FP32 {fp32_acc:.4f})")
+
+    with atomic_directory(options.out_dir) as tmp:
+        log(f"[3/5] emitting C into {options.out_dir}")
+        project = emit_c_project(graph, tmp, options.name)
+        log("[4/5] building with the host C compiler and running every test sample")
+        host.build(project)
+        c_out = host.run(project, split.x_test)
+        agreement = compare_outputs(c_out, reference)
+        log("[5/5] report")
+        (tmp / "plan.yaml").write_text(plan.to_yaml())
+        (tmp / "graph.txt").write_text(str(graph) + "\n")
+        metrics = {
+            "fp32_accuracy": fp32_acc,
+            "fake_quant_accuracy": fake_quant_acc,
+            "quantized_python_accuracy": quant_acc,
+            "c_accuracy": top1(c_out, split.y_test),
+            "samples": agreement.samples,
+            "exact_agreement": agreement.exact,
+            "top1_agreement": agreement.top1,
+            "max_abs_diff": agreement.max_abs_diff,
+            "flash_weight_bytes": project.weight_bytes,
+            "flash_const_bytes": project.const_bytes,
+            "fp32_weight_bytes": 4
+            * sum(c.type.numel for c in graph.constants() if c.qformat is not None),
+            "arena_bytes": project.arena.size,
+            "arena_lower_bound": project.arena.lower_bound,
+            **{
+                f"host_{k.strip('.')}_bytes": v
+                for k, v in host.section_sizes(project).items()
+                if k in (".text", ".rodata", ".bss")
+            },
+        }
+        report = _demo_report(options, plan, project, graph, agreement, metrics)
+        report.write(tmp)
+    return DemoResult(options.out_dir, plan, agreement, metrics, report)
+
+
+def _demo_report(
+    options: DemoOptions,
+    plan: QuantPlan,
+    project: CProject,
+    graph: Graph,
+    agreement: Agreement,
+    m: dict,
+) -> Report:
+    n = agreement.samples
+    summary = [
+        ("plan", plan.to_string()),
+        ("FP32 accuracy (Python)", f"{m['fp32_accuracy']:.4f}"),
+        ("quantized accuracy (Python reference)", f"{m['quantized_python_accuracy']:.4f}"),
+        ("quantized accuracy (C on host)", f"{m['c_accuracy']:.4f}"),
+        ("C/Python agreement, exact integers", f"{agreement.exact}/{n}"),
+        ("C/Python agreement, top-1", f"{agreement.top1}/{n}"),
+        (
+            "flash: packed weights",
+            f"{m['flash_weight_bytes']} B (FP32: {m['fp32_weight_bytes']} B)",
+        ),
+        ("flash: all constants (weights + int32 bias)", f"{m['flash_const_bytes']} B"),
+        ("RAM: arena", f"{m['arena_bytes']} B"),
+        (
+            "RAM: arena lower bound (peak live bytes)",
+            f"{m['arena_lower_bound']} B (ratio {project.arena.ratio:.2f})",
+        ),
+    ]
+    data = {
+        "options": {
+            "seed": options.seed,
+            "plan": plan.to_string(),
+            "epochs": options.epochs,
+            "channels": list(options.channels),
+        },
+        "plan": {k: {"w": v.w, "a": v.a} for k, v in plan.items()},
+        "metrics": m,
+        "files": project.files,
+    }
+    return Report(
+        "mico demo: digits CNN, mixed precision, C on host",
+        summary,
+        layer_rows(graph, project),
+        data,
+    )

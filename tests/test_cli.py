@@ -1,0 +1,102 @@
+"""The ``mico`` command as a user runs it."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mico.cli import app
+
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "demo" in result.output and "models" in result.output
+
+
+def test_demo_help_documents_options():
+    result = runner.invoke(app, ["demo", "--help"])
+    assert result.exit_code == 0
+    for option in ("--out", "--seed", "--plan", "--epochs"):
+        assert option in result.output
+
+
+def test_models_lists_layer_names():
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0
+    assert "small_cnn: conv1, conv2, fc" in result.output
+
+
+@pytest.mark.parametrize(
+    ("plan", "expected"),
+    [
+        (
+            "conv1=8/8,conv2=0/4,fc=2/8",
+            "layer 'conv2': weight bit-width is 0, outside the allowed range 1..8",
+        ),
+        (
+            "conv1=8/8,conv2=4/9,fc=2/8",
+            "layer 'conv2': activation bit-width is 9, outside the allowed range 1..8",
+        ),
+        (
+            "conv1=8/8,conv2=4/4",
+            "the plan has 2 layer(s) but the model has 3 quantizable layers "
+            "(conv1, conv2, fc): no bit-widths for fc",
+        ),
+        ("conv1=8/8,conv2=4/4,fc=2/8,fc2=8/8", "unknown layer(s) fc2"),
+        ("conv1=8", "is not of the form layer=W/A"),
+    ],
+)
+def test_bad_plan_stops_before_any_work(plan, expected, tmp_path):
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--out", str(out), "--plan", plan])
+    assert result.exit_code == 2
+    assert expected in result.output
+    assert "epoch" not in result.output  # nothing was trained
+    assert not out.exists()
+
+
+def test_demo_end_to_end_with_an_odd_plan(tmp_path):
+    out = tmp_path / "demo"
+    result = runner.invoke(
+        app,
+        [
+            "demo",
+            "--out",
+            str(out),
+            "--epochs",
+            "3",
+            "--seed",
+            "1",
+            "--plan",
+            "conv1=8/8,conv2=3/5,fc=1/8",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert "C/Python agreement, exact integers" in result.output
+    report = json.loads((out / "report.json").read_text())
+    metrics = report["metrics"]
+    assert metrics["samples"] == 360
+    assert metrics["exact_agreement"] == 360 and metrics["top1_agreement"] == 360
+    assert metrics["c_accuracy"] == metrics["quantized_python_accuracy"]
+    assert report["plan"] == {
+        "conv1": {"w": 8, "a": 8},
+        "conv2": {"w": 3, "a": 5},
+        "fc": {"w": 1, "a": 8},
+    }
+    assert metrics["arena_bytes"] >= metrics["arena_lower_bound"] > 0
+    assert metrics["flash_weight_bytes"] < metrics["fp32_weight_bytes"] / 4
+    assert (out / "plan.yaml").read_text().startswith("conv1: {w: 8, a: 8}")
+    assert "| FP32 accuracy (Python) |" in (out / "report.md").read_text()
+    assert (out / "digits_cnn").is_file()  # the built program
+    # a YAML plan file works the same way, and the old output is replaced atomically
+    result = runner.invoke(
+        app,
+        ["demo", "--out", str(out), "--epochs", "1", "--quiet", "--plan", str(out / "plan.yaml")],
+    )
+    assert result.exit_code == 0, result.output
+    assert "epoch" not in result.output
+    assert json.loads((out / "report.json").read_text())["options"]["epochs"] == 1
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo")]

@@ -1,0 +1,79 @@
+"""The demo pipeline on a smaller model, and what it leaves on disk when it fails."""
+
+import json
+
+import numpy as np
+import pytest
+
+from mico.atomic import atomic_directory
+from mico.errors import PlanError
+from mico.pipeline import DemoOptions, run_demo
+
+
+def test_small_demo_agrees_exactly(tmp_path):
+    logs: list[str] = []
+    result = run_demo(
+        DemoOptions(
+            out_dir=tmp_path / "run",
+            epochs=2,
+            channels=(2, 4),
+            plan="conv1=5/7,conv2=2/3,fc=6/2",
+            name="tiny",
+        ),
+        log=logs.append,
+    )
+    assert result.ok
+    assert result.agreement.samples == 360 and result.agreement.max_abs_diff == 0
+    assert any(line.startswith("[4/5]") for line in logs)
+    files = {p.name for p in (tmp_path / "run").iterdir()}
+    assert {
+        "tiny.c",
+        "tiny.h",
+        "tiny_weights.h",
+        "main.c",
+        "Makefile",
+        "report.md",
+        "report.json",
+        "plan.yaml",
+        "graph.txt",
+    } <= files
+    rows = json.loads((tmp_path / "run" / "report.json").read_text())["layers"]
+    conv2 = next(r for r in rows if r["layer"] == "conv2")
+    assert conv2["w_bits"] == 2 and conv2["a_bits"] == 3
+    assert conv2["macs"] == 4 * 4 * 4 * 2 * 9  # out_c * H * W * in_c * k*k
+    assert conv2["bops"] == conv2["macs"] * 2 * 3
+
+
+def test_failed_run_keeps_the_previous_output(tmp_path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("earlier results")
+    with pytest.raises(PlanError):
+        run_demo(DemoOptions(out_dir=out, plan="conv1=8/8"), log=lambda m: None)
+    assert (out / "keep.txt").read_text() == "earlier results"
+
+
+def test_atomic_directory_all_or_nothing(tmp_path):
+    target = tmp_path / "out"
+    with atomic_directory(target) as tmp:
+        (tmp / "a.txt").write_text("1")
+    assert (target / "a.txt").read_text() == "1"
+    with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
+        (tmp / "b.txt").write_text("half")
+        raise RuntimeError("stage failed")
+    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_compare_outputs_counts_disagreements():
+    from mico.execute import compare_outputs
+
+    ref = np.array([[1, 5, 2], [7, 0, 0], [3, 3, 9]])
+    c = ref.copy()
+    c[1, 2] = 1  # same top-1, different integers
+    c[2, 0] = 10  # different top-1
+    agreement = compare_outputs(c, ref)
+    assert (agreement.exact, agreement.top1, agreement.max_abs_diff) == (1, 2, 7)
+    assert not agreement.all_exact
+    with pytest.raises(ValueError, match="shape"):
+        compare_outputs(c[:2], ref)
