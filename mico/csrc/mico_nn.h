@@ -4,7 +4,8 @@
  * The arithmetic follows mico/quant/arithmetic.py exactly:
  *  - codes: unsigned b-bit in [0, 2^b-1]; signed b-bit (b >= 2) in [-(2^(b-1)-1), 2^(b-1)-1];
  *    signed 1-bit codes are binary {-1, +1};
- *  - input quantization: float32 x * inv_scale, rounded half away from zero, clamped;
+ *  - input quantization: float32 x * inv_scale, rounded half away from zero (an exact test on
+ *    the fractional part, never floor(|v| + 0.5)), clamped;
  *  - requantization: acc * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
  *  - packed weights: one little-endian bit stream, code i at bits [i*b, (i+1)*b), LSB first.
  */

@@ -13,9 +13,14 @@ void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale,
         if (binary) {
             q = v >= 0.0f ? 1 : -1;
         } else {
-            float r = floorf(fabsf(v) + 0.5f);
+            /* round half away from zero without double rounding: see round_half_away */
+            float a = fabsf(v);
+            float r = floorf(a);
             float lo = (float)qmin;
             float hi = (float)qmax;
+            if (a - r >= 0.5f) {
+                r += 1.0f;
+            }
             if (v < 0.0f) {
                 r = -r;
             }

@@ -88,10 +88,18 @@ def _xp(x: Any) -> Any:
 
 
 def round_half_away(v: Any) -> Any:
-    """Round to the nearest integer, ties away from zero (C's ``roundf``)."""
+    """Round to the nearest integer, ties away from zero (C's ``roundf``), in ``v``'s precision.
+
+    Computed as ``f = floor(|v|)`` plus one when ``|v| - f >= 0.5``: the fractional part is exact
+    in binary floating point, so unlike ``floor(|v| + 0.5)`` nothing rounds twice (the float
+    just below 0.5 goes to 0). ``mico_round_half_away`` in C does the same operations.
+    """
     xp = _xp(v)
-    half = v.new_tensor(0.5) if xp is torch else np.asarray(0.5, dtype=v.dtype)
-    return xp.sign(v) * xp.floor(xp.abs(v) + half)
+    a = xp.abs(v)
+    f = xp.floor(a)
+    half = v.new_tensor(0.5) if xp is torch else np.asarray(0.5, dtype=np.asarray(v).dtype)
+    r = xp.where(a - f >= half, f + 1, f)
+    return xp.where(v < 0, -r, r)
 
 
 def inv_scale_f32(scale: float) -> np.float32:
@@ -170,6 +178,5 @@ def requantize(acc: np.ndarray, m: int, shift: int, fmt: QFormat) -> np.ndarray:
 
 def quantize_bias(bias: np.ndarray, scale: float) -> np.ndarray:
     """Bias to int32 at the accumulator's scale (``s_in * s_w``), rounded half away from zero."""
-    v = np.asarray(bias, dtype=np.float64) / float(scale)
-    q = np.sign(v) * np.floor(np.abs(v) + 0.5)
+    q = round_half_away(np.asarray(bias, dtype=np.float64) / float(scale))
     return np.clip(q, INT32_MIN, INT32_MAX).astype(np.int64)

@@ -41,6 +41,7 @@ class BitLayer(nn.Module):
         self.weight_scale: float | None = None
         self._observed: list[torch.Tensor] = []
         self._observed_min = float("inf")
+        self._observed_max = float("-inf")
 
     @property
     def w_fmt(self) -> QFormat:
@@ -61,7 +62,7 @@ class BitLayer(nn.Module):
 
     def begin_calibration(self) -> None:
         self.mode = "calibrate"
-        self._observed, self._observed_min = [], float("inf")
+        self._observed, self._observed_min, self._observed_max = [], float("inf"), float("-inf")
 
     def end_calibration(self) -> None:
         """Fix the activation and weight scales from what was observed, and switch to ``quant``."""
@@ -71,7 +72,8 @@ class BitLayer(nn.Module):
             )
         values = torch.cat(self._observed).numpy()
         self.act_signed = bool(self._observed_min < 0)
-        self.act_scale = choose_scale(values, self.a_fmt, self.scale_method)
+        amax = max(abs(self._observed_min), self._observed_max)  # every value, not the sample
+        self.act_scale = choose_scale(values, self.a_fmt, self.scale_method, amax=amax)
         self.weight_scale = choose_scale(
             self.weight.detach().numpy(), self.w_fmt, self.scale_method
         )
@@ -81,6 +83,7 @@ class BitLayer(nn.Module):
     def _observe(self, x: torch.Tensor) -> None:
         flat = x.detach().reshape(-1).to(torch.float32)
         self._observed_min = min(self._observed_min, float(flat.min()))
+        self._observed_max = max(self._observed_max, float(flat.max()))
         if flat.numel() > _OBSERVE_PER_BATCH:
             flat = flat[:: flat.numel() // _OBSERVE_PER_BATCH + 1]
         self._observed.append(flat.clone())

@@ -29,7 +29,7 @@ class LayerBits:
         return f"W{self.w}A{self.a}"
 
 
-_ENTRY = re.compile(r"^\s*([A-Za-z_][\w.]*)\s*[=:]\s*(\S+?)\s*/\s*(\S+?)\s*$")
+_ENTRY = re.compile(r"^\s*([\w.]+)\s*[=:]\s*(\S+?)\s*/\s*(\S+?)\s*$")
 
 
 def _bits(value: object, layer: str, kind: str) -> int:
@@ -160,7 +160,11 @@ class QuantPlan(Mapping[str, LayerBits]):
         return ",".join(f"{n}={b.w}/{b.a}" for n, b in self.items())
 
     def to_yaml(self) -> str:
-        return "".join(f"{n}: {{w: {b.w}, a: {b.a}}}\n" for n, b in self.items())
+        """One line per layer, ``conv1: {w: 8, a: 8}``; names YAML would misread are quoted."""
+        return "".join(
+            yaml.safe_dump({n: {"w": b.w, "a": b.a}}, default_flow_style=None, sort_keys=False)
+            for n, b in self.items()
+        )
 
     def qscheme(self) -> list[list[int]]:
         """MiCo's ``[[w bits…], [a bits…]]`` form."""

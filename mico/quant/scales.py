@@ -21,22 +21,28 @@ def _subsample(values: np.ndarray) -> np.ndarray:
     return flat
 
 
-def choose_scale(values: np.ndarray, fmt: QFormat, method: ScaleMethod = "mse") -> float:
+def choose_scale(
+    values: np.ndarray, fmt: QFormat, method: ScaleMethod = "mse", amax: float | None = None
+) -> float:
     """Return the scale that maps ``values`` onto ``fmt``'s codes.
 
     ``max`` maps the largest magnitude onto the largest code. ``mse`` tries clipping ratios of
     that range and keeps the one with the least squared quantization error, which matters at
     2-4 bits. Binary (signed 1-bit) codes use the mean magnitude, the L2-optimal scale for sign.
+    The range is taken from every value (or given as ``amax`` by an observer that saw more
+    values than it kept); only the error of the MSE search is measured on a subsample.
     """
     if method not in SCALE_METHODS:
         raise ValueError(f"unknown scale method {method!r}; use one of {', '.join(SCALE_METHODS)}")
-    x = _subsample(values)
-    if x.size == 0:
+    every = np.asarray(values, dtype=np.float32).ravel()
+    if every.size == 0:
         return 1.0
     if fmt.binary:
-        mean = float(np.mean(np.abs(x)))
+        mean = float(np.mean(np.abs(every)))
         return mean if mean > 0 else 1.0
-    amax = float(np.max(np.abs(x))) if fmt.signed else float(np.max(x))
+    if amax is None:
+        amax = float(np.max(np.abs(every))) if fmt.signed else float(np.max(every))
+    x = _subsample(every)
     if amax <= 0:
         return 1.0
     full = amax / fmt.qmax
