@@ -53,6 +53,18 @@ def _weights(ctx: EmitContext, node: Node) -> tuple[str, str, int]:
     return w_sym, b_sym, fmt.bits
 
 
+def _window(attrs: dict) -> dict[str, int]:
+    """Stride, padding and dilation fields shared by the 2-D window kernels."""
+    return {
+        "stride_h": attrs["stride"][0],
+        "stride_w": attrs["stride"][1],
+        "pad_h": attrs["padding"][0],
+        "pad_w": attrs["padding"][1],
+        "dil_h": attrs["dilation"][0],
+        "dil_w": attrs["dilation"][1],
+    }
+
+
 def _signed(value: Value) -> int:
     return int(value.qformat.signed) if value.qformat else 1
 
@@ -94,12 +106,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
                 "out_w": out_w,
                 "k_h": k_h,
                 "k_w": k_w,
-                "stride_h": a["stride"][0],
-                "stride_w": a["stride"][1],
-                "pad_h": a["padding"][0],
-                "pad_w": a["padding"][1],
-                "dil_h": a["dilation"][0],
-                "dil_w": a["dilation"][1],
+                **_window(a),
                 "groups": a["groups"],
                 "in_signed": _signed(x),
                 "w_bits": w_bits,
@@ -158,12 +165,7 @@ def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
                 "out_w": out_w,
                 "k_h": a["kernel_size"][0],
                 "k_w": a["kernel_size"][1],
-                "stride_h": a["stride"][0],
-                "stride_w": a["stride"][1],
-                "pad_h": a["padding"][0],
-                "pad_w": a["padding"][1],
-                "dil_h": a["dilation"][0],
-                "dil_w": a["dilation"][1],
+                **_window(a),
                 "elem": elem,
             }
         ),

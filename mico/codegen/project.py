@@ -54,7 +54,7 @@ def _check(graph: Graph, name: str, align: int) -> None:
         raise CompileError(f"model name '{name}' is not a C identifier; use letters, digits and _")
     if align < 1 or align > MAX_ALIGN or align & (align - 1):
         raise CompileError(f"align must be a power of two from 1 to {MAX_ALIGN}, got {align}")
-    if len(graph.inputs) != 1 or not graph.inputs[0].type.dtype == DataType.FP32:
+    if len(graph.inputs) != 1 or graph.inputs[0].type.dtype != DataType.FP32:
         raise CompileError("the C backend needs exactly one float32 graph input")
     if len(graph.outputs) != 1 or graph.outputs[0].type.dtype != DataType.INT32:
         raise CompileError(
