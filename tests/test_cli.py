@@ -100,3 +100,22 @@ def test_demo_end_to_end_with_an_odd_plan(tmp_path):
     assert "epoch" not in result.output
     assert json.loads((out / "report.json").read_text())["options"]["epochs"] == 1
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".demo")]
+
+
+def test_demo_exits_nonzero_when_c_disagrees(tmp_path, monkeypatch):
+    import mico.pipeline
+
+    real_run = mico.pipeline.host.run
+
+    def corrupted_run(project, samples):
+        out = real_run(project, samples)
+        out[3, 0] += 1  # one integer of one sample is off
+        return out
+
+    monkeypatch.setattr(mico.pipeline.host, "run", corrupted_run)
+    out = tmp_path / "demo"
+    result = runner.invoke(app, ["demo", "--out", str(out), "--epochs", "1", "--quiet"])
+    assert result.exit_code == 1
+    assert "disagrees with the Python reference on 1 sample(s)" in result.output
+    metrics = json.loads((out / "report.json").read_text())["metrics"]
+    assert metrics["exact_agreement"] == 359  # the report is kept for inspection
