@@ -80,11 +80,9 @@ class DemoResult:
 
 def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
     """Train, quantize, compile to C, build, run and verify on the bundled digits."""
-    model = SmallCNN(channels=options.channels)
-    plan = QuantPlan.load(options.plan).validate_for(quantizable_layers(model))  # before work
-
     torch.manual_seed(options.seed)
     model = SmallCNN(channels=options.channels)
+    plan = QuantPlan.load(options.plan).validate_for(quantizable_layers(model))  # before work
     split = load_dataset("digits", seed=options.seed)
     train_loader, test_loader = split.loaders(options.batch_size, seed=options.seed)
     log(
