@@ -18,8 +18,15 @@ from mico.frontend import export_graph
 from mico.ir.graph import Graph
 from mico.models import SmallCNN
 from mico.passes import LayerQuant, lower_quantized
-from mico.quant import QuantPlan, apply_plan, bit_layers, calibrate, float_mode, quantizable_layers
-from mico.quant.scales import ScaleMethod
+from mico.quant import (
+    QuantConfig,
+    QuantPlan,
+    apply_plan,
+    bit_layers,
+    calibrate,
+    float_mode,
+    quantizable_layers,
+)
 from mico.report import Report, layer_rows
 from mico.targets import host
 from mico.train import accuracy, train
@@ -32,10 +39,10 @@ def quantize_ptq(
     model: nn.Module,
     plan: QuantPlan,
     batches: list[torch.Tensor],
-    scale_method: ScaleMethod = "mse",
+    config: QuantConfig | None = None,
 ) -> nn.Module:
-    """Post-training quantization: apply the plan, calibrate scales on ``batches``."""
-    return calibrate(apply_plan(model, plan, scale_method), batches)
+    """Post-training quantization of a copy: apply the plan, calibrate scales on ``batches``."""
+    return calibrate(apply_plan(model, plan, config), batches)
 
 
 def lower_model(qmodel: nn.Module, example: torch.Tensor, name: str = "model") -> Graph:
@@ -62,7 +69,7 @@ class DemoOptions:
     calibration_batches: int = 8
     batch_size: int = 64
     name: str = "digits_cnn"
-    scale_method: ScaleMethod = "mse"
+    quant: QuantConfig = field(default_factory=QuantConfig)
 
 
 @dataclass
@@ -94,7 +101,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
 
     log(f"[2/5] post-training quantization with plan {plan.to_string()}")
     batches = [x for x, _ in train_loader][: options.calibration_batches]
-    qmodel = quantize_ptq(model, plan, batches, options.scale_method)
+    qmodel = quantize_ptq(model, plan, batches, options.quant)
     fake_quant_acc = accuracy(qmodel, test_loader)
     graph = lower_model(qmodel, torch.from_numpy(split.x_test[:1]), options.name)
     reference = run_graph(graph, split.x_test)[0].numpy()

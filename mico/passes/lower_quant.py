@@ -45,8 +45,18 @@ class LayerQuant:
 
     @classmethod
     def from_layer(cls, name: str, layer: BitLayer) -> LayerQuant:
+        if layer.qconfig.act_mode != "static":
+            raise CompileError(
+                f"layer '{name}' quantizes its inputs dynamically; the integer-only C backend "
+                "needs static scales: quantize with QuantConfig(act_mode='static') and calibrate"
+            )
         if not layer.calibrated:
             raise CompileError(f"layer '{name}' is not calibrated; run mico.quant.calibrate first")
+        if layer.qconfig.per_channel:
+            raise CompileError(
+                f"layer '{name}' has per-channel weight scales, which the C backend does not "
+                "lower yet; use QuantConfig(weight_granularity='tensor')"
+            )
         bias = None if layer.bias is None else layer.bias.detach().numpy().astype(np.float64)
         return cls(
             name,

@@ -34,16 +34,53 @@ MULTIPLIER_BITS = 31  # m lies in [2**30, 2**31)
 MAX_SHIFT = 62
 
 
-def check_bits(bits: int, what: str = "bit-width") -> int:
-    """Return ``bits`` if it is an integer in [1, 8], else raise :class:`PlanError`."""
-    if isinstance(bits, bool) or not isinstance(bits, int | np.integer):
-        raise PlanError(f"{what} must be an integer from {MIN_BITS} to {MAX_BITS}, got {bits!r}")
+TERNARY = 1.58
+"""The ternary bit-width (log2 3), as MiCo writes it: codes {-1, 0, +1} stored in 2 bits."""
+
+BitWidth = int | float
+_BITS_HELP = f"an integer from {MIN_BITS} to {MAX_BITS} or {TERNARY} (ternary)"
+
+
+def is_ternary(bits: object) -> bool:
+    """True for MiCo's ternary bit-width 1.58 (or the words ``ternary`` / ``t``)."""
+    if isinstance(bits, str):
+        return bits.strip().lower() in ("t", "ternary", "1.58")
+    if isinstance(bits, bool) or not isinstance(bits, int | float | np.integer | np.floating):
+        return False
+    return math.isclose(float(bits), TERNARY, abs_tol=1e-6)
+
+
+def check_bits(bits: object, what: str = "bit-width", ternary: bool = True) -> BitWidth:
+    """Return ``bits`` as an ``int`` in [1, 8] (or :data:`TERNARY`), else raise PlanError.
+
+    ``ternary=False`` is for storage widths, which are always whole numbers.
+    """
+    if ternary and is_ternary(bits):
+        return TERNARY
+    allowed = _BITS_HELP if ternary else f"an integer from {MIN_BITS} to {MAX_BITS}"
+    whole = isinstance(bits, int | np.integer) or (
+        isinstance(bits, float | np.floating) and float(bits).is_integer()
+    )
+    if isinstance(bits, bool) or not whole:
+        raise PlanError(
+            f"{what} {bits!r} is not a whole number; use {allowed} "
+            f"(the range {MIN_BITS}..{MAX_BITS})"
+        )
     if not MIN_BITS <= int(bits) <= MAX_BITS:
         raise PlanError(
-            f"{what} is {bits}, outside the allowed range {MIN_BITS}..{MAX_BITS}; "
-            f"pick a bit-width from {MIN_BITS} to {MAX_BITS}"
+            f"{what} is {bits}, outside the allowed range {MIN_BITS}..{MAX_BITS}; use {allowed}"
         )
     return int(bits)
+
+
+def storage_bits(bits: BitWidth) -> int:
+    """Bits one code occupies when packed: 2 for ternary, else the bit-width itself."""
+    return 2 if is_ternary(bits) else int(check_bits(bits))
+
+
+def format_bits(bits: BitWidth) -> str:
+    """``8``, ``4``… or ``1.58`` for ternary: the form plans are written in."""
+    return str(TERNARY) if is_ternary(bits) else str(int(bits))
 
 
 @dataclass(frozen=True)
@@ -54,7 +91,14 @@ class QFormat:
     signed: bool
 
     def __post_init__(self) -> None:
-        check_bits(self.bits)
+        check_bits(self.bits, "code width", ternary=False)
+
+    @classmethod
+    def for_bits(cls, bits: BitWidth, signed: bool) -> QFormat:
+        """The code format of a layer bit-width: ternary is signed 2-bit ({-1, 0, +1})."""
+        if is_ternary(bits):
+            return cls(2, True)
+        return cls(storage_bits(bits), signed)
 
     @property
     def binary(self) -> bool:
@@ -109,15 +153,37 @@ def inv_scale_f32(scale: float) -> np.float32:
     return np.float32(1.0 / float(scale))
 
 
-def quantize(x: Any, scale: float, fmt: QFormat) -> Any:
+def _inv_scales(scale: Any, xp: Any) -> Any:
+    """float32 reciprocals of a scalar or per-channel scale (``1/scale`` in float64, rounded).
+
+    Dividing in float64 and rounding once to float32 equals C's float32 ``1.0f / s`` for
+    float32 ``s``, so run-time (dynamic) scales reproduce exactly too.
+    """
+    if xp is torch and isinstance(scale, torch.Tensor):
+        s64 = scale.detach().to(torch.float64)
+        if not bool(torch.all((s64 > 0) & torch.isfinite(s64))):
+            raise ValueError("quantization scales must be positive finite numbers")
+        return (1.0 / s64).to(torch.float32)
+    if np.ndim(scale) == 0:
+        inv = inv_scale_f32(float(scale))
+        return torch.tensor(float(inv), dtype=torch.float32) if xp is torch else inv
+    s64 = np.asarray(scale, dtype=np.float64)
+    if not np.all((s64 > 0) & np.isfinite(s64)):
+        raise ValueError("quantization scales must be positive finite numbers")
+    inv = (1.0 / s64).astype(np.float32)
+    return torch.from_numpy(inv) if xp is torch else inv
+
+
+def quantize(x: Any, scale: Any, fmt: QFormat) -> Any:
     """Real values to integer codes (same dtype as ``x``, integral values), float32 rounding.
 
     Works on numpy arrays and torch tensors alike; the arithmetic is float32 in both.
+    ``scale`` is a positive number or an array broadcastable against ``x`` (per channel).
     """
     xp = _xp(x)
-    inv = inv_scale_f32(scale)
+    inv = _inv_scales(scale, xp)
     if xp is torch:
-        v = x.to(torch.float32) * torch.tensor(float(inv), dtype=torch.float32)
+        v = x.to(torch.float32) * inv
     else:
         v = np.asarray(x, dtype=np.float32) * inv
     if fmt.binary:
@@ -126,15 +192,61 @@ def quantize(x: Any, scale: float, fmt: QFormat) -> Any:
     return xp.clip(round_half_away(v), fmt.qmin, fmt.qmax)
 
 
-def dequantize(q: Any, scale: float) -> Any:
+def dequantize(q: Any, scale: Any) -> Any:
     """Integer codes back to reals."""
     return q * scale
 
 
-def fake_quantize(x: torch.Tensor, scale: float, fmt: QFormat) -> torch.Tensor:
-    """Quantize-dequantize with a straight-through gradient (for calibration and QAT)."""
-    q = quantize(x, scale, fmt) * float(np.float32(scale))
+def scale_f32(scale: Any) -> torch.Tensor:
+    """A scale (number, array or tensor) as the float32 tensor that dequantizes codes."""
+    if isinstance(scale, torch.Tensor):
+        return scale.detach().to(torch.float32)
+    return torch.as_tensor(np.asarray(scale, dtype=np.float32))
+
+
+def fake_quantize(x: torch.Tensor, scale: Any, fmt: QFormat) -> torch.Tensor:
+    """Quantize-dequantize with a straight-through gradient (for calibration and QAT).
+
+    The value is exactly ``codes * float32(scale)``; the gradient with respect to ``x`` is 1.
+    """
+    q = quantize(x, scale, fmt) * scale_f32(scale)
     return x + (q - x).detach()
+
+
+def lsq_fake_quantize(x: torch.Tensor, step: torch.Tensor, fmt: QFormat) -> torch.Tensor:
+    """Fake-quantize with a learned step size (LSQ, Esser et al. 2020).
+
+    The value is exactly :func:`fake_quantize` with ``scale = step``; gradients follow LSQ:
+    straight through inside the code range for ``x``, and for ``step`` the scaled
+    ``round(v) - v`` (inside) or the clamp bound (outside), ``v = x / step``.
+    """
+    step = step.abs().clamp_min(1e-12)
+    grad_scale = 1.0 / math.sqrt(max(x.numel() // max(step.numel(), 1), 1) * max(fmt.qmax, 1))
+    s = step * grad_scale + (step - step * grad_scale).detach()  # value step, scaled gradient
+    v = torch.clamp(x / s, fmt.qmin, fmt.qmax)
+    if fmt.binary:
+        rounded = torch.where(v >= 0, torch.ones_like(v), -torch.ones_like(v))
+    else:
+        rounded = torch.round(v)
+    soft = (v + (rounded - v).detach()) * s
+    exact = quantize(x.detach(), step.detach(), fmt) * step.detach().to(torch.float32)
+    return soft + (exact - soft).detach()
+
+
+def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch.Tensor:
+    """Per-sample scales computed at run time (dynamic activations), float32, shape (N, 1, …).
+
+    ``max |x| / qmax`` over each sample (``max x`` for unsigned codes), or ``mean |x|`` for
+    binary and ternary codes. An all-zero sample gets scale 1.
+    """
+    flat = x.detach().to(torch.float32).reshape(x.shape[0], -1)
+    if absmean:
+        s = flat.abs().mean(dim=1)
+    else:
+        amax = flat.abs().amax(dim=1) if fmt.signed else flat.clamp_min(0).amax(dim=1)
+        s = amax / torch.tensor(float(fmt.qmax), dtype=torch.float32)
+    s = torch.where(s > 0, s, torch.ones_like(s))
+    return s.reshape(x.shape[0], *([1] * (x.dim() - 1)))
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:

@@ -1,16 +1,22 @@
-"""Quantized layers: ``BitConv2d`` and ``BitLinear``.
+"""Quantized layers: ``BitLinear``, ``BitConv1d`` and ``BitConv2d``.
 
-Each layer quantizes its *input* activations to ``a_bits`` and its weights to ``w_bits`` with the
-arithmetic of :mod:`mico.quant.arithmetic`. A layer is in one of three modes:
+Each layer quantizes its *input* activations to ``a_bits`` and its weights to ``w_bits`` with
+the arithmetic of :mod:`mico.quant.arithmetic` (``1.58`` is ternary). A layer is in one of
+three modes:
 
 * ``float`` — plain FP32 (used while exporting the graph);
-* ``calibrate`` — FP32, while observing the inputs to choose the activation scale;
-* ``quant`` — fake-quantized inputs and weights (straight-through gradients, usable for QAT).
+* ``calibrate`` — FP32 while observing the inputs, to fix static activation scales;
+* ``quant`` — fake-quantized inputs and weights with straight-through gradients (QAT), or
+  learned step sizes (LSQ) when the config asks for them.
+
+Weight scales are a function of the weights, cached under the weight tensor's identity and
+version counter: folding BN, ``load_state_dict`` or an optimizer step all invalidate the cache.
+Static activation scales and their signedness are buffers, so checkpoints carry them.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -18,70 +24,226 @@ import torch.nn.functional as F
 from torch import nn
 
 from mico.errors import CalibrationError
-from mico.quant.arithmetic import QFormat, check_bits, fake_quantize, quantize
-from mico.quant.scales import ScaleMethod, choose_scale
+from mico.quant.arithmetic import (
+    BitWidth,
+    QFormat,
+    check_bits,
+    dynamic_scale,
+    fake_quantize,
+    format_bits,
+    is_ternary,
+    lsq_fake_quantize,
+    quantize,
+)
+from mico.quant.config import QuantConfig
+from mico.quant.scales import choose_scale, weight_scales
 
 Mode = Literal["float", "calibrate", "quant"]
 _OBSERVE_PER_BATCH = 50_000
+_UNKNOWN_SIGN = -1
 
 
 class BitLayer(nn.Module):
-    """Shared quantization state of the Bit* layers (a mixin over Conv2d / Linear)."""
+    """Shared quantization state of the Bit* layers (a mixin over Conv1d / Conv2d / Linear)."""
 
-    w_bits: int
-    a_bits: int
+    weight: nn.Parameter
+    bias: nn.Parameter | None
+    w_bits: BitWidth
+    a_bits: BitWidth
 
-    def _init_quant(self, w_bits: int, a_bits: int, scale_method: ScaleMethod) -> None:
-        self.w_bits = check_bits(w_bits, "weight bit-width")
-        self.a_bits = check_bits(a_bits, "activation bit-width")
-        self.scale_method: ScaleMethod = scale_method
+    def _init_quant(self, w_bits: BitWidth, a_bits: BitWidth, config: QuantConfig) -> None:
+        self.layer_name = type(self).__name__
+        self.qconfig = config
         self.mode: Mode = "float"
-        self.act_scale: float | None = None
-        self.act_signed: bool | None = None
-        self.weight_scale: float | None = None
+        self.register_buffer("activation_signed", torch.tensor(_UNKNOWN_SIGN, dtype=torch.int8))
+        if config.learned_step and config.act_mode == "static":
+            self.activation_scale = nn.Parameter(torch.zeros(()))
+        else:
+            self.register_buffer("activation_scale", torch.zeros(()))
+        if config.learned_step:
+            n = self.weight.shape[0] if config.per_channel else 1
+            self.weight_step = nn.Parameter(torch.zeros(n))
+        self._scale_cache: tuple[Any, np.ndarray] | None = None
+        self._weight_cache: tuple[Any, torch.Tensor] | None = None
+        self._reset_observer()
+        self.set_bits(w_bits, a_bits)
+
+    # ----------------------------------------------------------------- bit-widths, formats
+    def set_bits(self, w_bits: BitWidth, a_bits: BitWidth) -> None:
+        """Change the bit-widths; static scales chosen for the old widths are dropped."""
+        w = check_bits(w_bits, f"layer '{self.layer_name}': weight bit-width")
+        a = check_bits(a_bits, f"layer '{self.layer_name}': activation bit-width")
+        changed = (w, a) != (getattr(self, "w_bits", None), getattr(self, "a_bits", None))
+        self.w_bits, self.a_bits = w, a
+        if changed:
+            with torch.no_grad():
+                self.activation_scale.zero_()
+                if hasattr(self, "weight_step"):
+                    self.weight_step.zero_()
+            self._scale_cache = self._weight_cache = None
+
+    @property
+    def w_fmt(self) -> QFormat:
+        """Weight codes are signed (ternary: {-1, 0, +1}; 1 bit: {-1, +1})."""
+        return QFormat.for_bits(self.w_bits, signed=True)
+
+    @property
+    def act_signed(self) -> bool | None:
+        """Whether the inputs take negative values (None before calibration)."""
+        flag = int(self.activation_signed)
+        return None if flag == _UNKNOWN_SIGN else bool(flag)
+
+    @act_signed.setter
+    def act_signed(self, value: bool | None) -> None:
+        self.activation_signed.fill_(_UNKNOWN_SIGN if value is None else int(bool(value)))
+
+    @property
+    def a_fmt(self) -> QFormat:
+        """Input codes: unsigned (one more bit of resolution) when the inputs are never negative.
+
+        Dynamic layers that were never calibrated assume signed inputs, as MiCo does.
+        """
+        signed = self.act_signed
+        if signed is None:
+            if self.qconfig.act_mode == "static":
+                raise CalibrationError(
+                    f"layer '{self.layer_name}' has no activation range yet; run "
+                    "mico.quant.calibrate(model, batches) before quantizing"
+                )
+            signed = True
+        return QFormat.for_bits(self.a_bits, signed)
+
+    @property
+    def act_scale(self) -> float | None:
+        """The static input scale, or None (dynamic, or not calibrated yet)."""
+        value = float(self.activation_scale.detach().abs())
+        return value if value > 0 else None
+
+    @property
+    def calibrated(self) -> bool:
+        """Ready to run quantized: static layers need a calibrated activation scale."""
+        return self.qconfig.act_mode == "dynamic" or self.act_scale is not None
+
+    @property
+    def weight_scale(self) -> float | np.ndarray:
+        """The weight scale: a float per tensor, an ``(out_channels,)`` array per channel."""
+        scales = self._weight_scales()
+        return float(scales) if scales.ndim == 0 else scales
+
+    # ----------------------------------------------------------------- weights
+    def _weight_key(self) -> tuple[Any, ...]:
+        w = self.weight
+        step = getattr(self, "weight_step", None)
+        step_key = None if step is None else (step._version, step.data_ptr())
+        return (
+            w._version,
+            w.data_ptr(),
+            w.storage_offset(),
+            tuple(w.shape),
+            self.w_bits,
+            self.qconfig,
+            step_key,
+        )
+
+    def _weight_scales(self) -> np.ndarray:
+        """Scales as float64, shape () or (out,); cached while the weights are unchanged."""
+        key = self._weight_key()
+        if self._scale_cache is not None and self._scale_cache[0] == key:
+            return self._scale_cache[1]
+        step = getattr(self, "weight_step", None)
+        if step is not None and bool(torch.all(step != 0)):
+            learned = step.detach().abs().to(torch.float64).numpy()
+            scales = learned.reshape(()) if not self.qconfig.per_channel else learned
+        else:
+            scales = weight_scales(
+                self.weight.detach().numpy(),
+                self.w_fmt,
+                self.qconfig.weight_method,  # type: ignore[arg-type]
+                per_channel=self.qconfig.per_channel,
+                absmean=is_ternary(self.w_bits),
+            )
+        self._scale_cache = (key, scales)
+        return scales
+
+    def _broadcast(self, scales: np.ndarray) -> np.ndarray:
+        return scales.reshape(-1, *([1] * (self.weight.dim() - 1))) if scales.ndim else scales
+
+    def _init_learned_steps(self) -> None:
+        """LSQ steps start from the rule-based scales."""
+        if hasattr(self, "weight_step") and not bool(torch.all(self.weight_step != 0)):
+            scales = weight_scales(
+                self.weight.detach().numpy(),
+                self.w_fmt,
+                self.qconfig.weight_method,  # type: ignore[arg-type]
+                per_channel=self.qconfig.per_channel,
+                absmean=is_ternary(self.w_bits),
+            )
+            with torch.no_grad():
+                self.weight_step.copy_(torch.from_numpy(np.atleast_1d(scales)).float())
+
+    def quant_weight(self) -> torch.Tensor:
+        """The weights the layer computes with: fake-quantized in ``quant`` mode."""
+        if self.mode != "quant":
+            return self.weight
+        if hasattr(self, "weight_step"):
+            self._init_learned_steps()
+            step = self.weight_step
+            step = step.reshape(-1, *([1] * (self.weight.dim() - 1))) if step.numel() > 1 else step[0]
+            return lsq_fake_quantize(self.weight, step, self.w_fmt)
+        scales = self._broadcast(self._weight_scales())
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return fake_quantize(self.weight, scales, self.w_fmt)
+        key = self._weight_key()
+        if self._weight_cache is None or self._weight_cache[0] != key:
+            self._weight_cache = (key, fake_quantize(self.weight.detach(), scales, self.w_fmt))
+        return self._weight_cache[1]
+
+    def weight_codes(self) -> np.ndarray:
+        """The weights as integer codes (int64), in the layer's weight layout."""
+        scales = self._broadcast(self._weight_scales())
+        return quantize(self.weight.detach().numpy(), scales, self.w_fmt).astype(np.int64)
+
+    # ----------------------------------------------------------------- activations
+    def _reset_observer(self) -> None:
         self._observed: list[torch.Tensor] = []
         self._observed_min = float("inf")
         self._observed_max = float("-inf")
 
-    @property
-    def w_fmt(self) -> QFormat:
-        return QFormat(self.w_bits, signed=True)
-
-    @property
-    def a_fmt(self) -> QFormat:
-        if self.act_signed is None:
-            raise CalibrationError(
-                f"{type(self).__name__} has no activation range yet; run mico.quant.calibrate "
-                "on sample inputs before quantizing"
-            )
-        return QFormat(self.a_bits, signed=self.act_signed)
-
-    @property
-    def calibrated(self) -> bool:
-        return self.act_scale is not None and self.weight_scale is not None
-
     def begin_calibration(self) -> None:
+        """Observe the inputs of the following forward passes."""
         self.mode = "calibrate"
-        self._observed, self._observed_min, self._observed_max = [], float("inf"), float("-inf")
+        self._reset_observer()
 
     def end_calibration(self) -> None:
-        """Fix the activation and weight scales from what was observed, and switch to ``quant``."""
+        """Fix the input signedness (and the static scale) from what was observed; enter quant."""
         if not self._observed:
             raise CalibrationError(
-                f"{type(self).__name__} saw no input during calibration; pass at least one batch"
+                f"layer '{self.layer_name}' saw no input during calibration; pass at least one "
+                "batch that reaches it"
             )
-        values = torch.cat(self._observed).numpy()
         self.act_signed = bool(self._observed_min < 0)
-        amax = max(abs(self._observed_min), self._observed_max)  # every value, not the sample
-        self.act_scale = choose_scale(values, self.a_fmt, self.scale_method, amax=amax)
-        self.weight_scale = choose_scale(
-            self.weight.detach().numpy(), self.w_fmt, self.scale_method
-        )
-        self._observed = []
+        if self.qconfig.act_mode == "static":
+            values = torch.cat(self._observed).numpy()
+            amax = max(abs(self._observed_min), self._observed_max)  # every value, not a sample
+            fmt = self.a_fmt
+            scale = choose_scale(
+                values,
+                fmt,
+                self.qconfig.act_method,  # type: ignore[arg-type]
+                amax=amax if fmt.signed else max(self._observed_max, 0.0),
+                percentile=self.qconfig.percentile,
+                absmean=is_ternary(self.a_bits),
+            )
+            with torch.no_grad():
+                self.activation_scale.fill_(scale)
+        self._init_learned_steps()
+        self._reset_observer()
         self.mode = "quant"
 
     def _observe(self, x: torch.Tensor) -> None:
         flat = x.detach().reshape(-1).to(torch.float32)
+        if flat.numel() == 0:
+            return
         self._observed_min = min(self._observed_min, float(flat.min()))
         self._observed_max = max(self._observed_max, float(flat.max()))
         if flat.numel() > _OBSERVE_PER_BATCH:
@@ -89,46 +251,74 @@ class BitLayer(nn.Module):
         self._observed.append(flat.clone())
 
     def quant_input(self, x: torch.Tensor) -> torch.Tensor:
+        """The input the layer computes with: observed, fake-quantized or unchanged."""
         if self.mode == "calibrate":
             self._observe(x)
-        elif self.mode == "quant":
-            return fake_quantize(x, self._require(self.act_scale), self.a_fmt)
-        return x
-
-    def quant_weight(self) -> torch.Tensor:
-        if self.mode == "quant":
-            return fake_quantize(self.weight, self._require(self.weight_scale), self.w_fmt)
-        return self.weight
-
-    def weight_codes(self) -> np.ndarray:
-        """The weights as integer codes (int64), in the layer's weight layout."""
-        scale = self._require(self.weight_scale)
-        return quantize(self.weight.detach().numpy(), scale, self.w_fmt).astype(np.int64)
-
-    def _require(self, value: float | None) -> float:
-        if value is None:
+            return x
+        if self.mode != "quant":
+            return x
+        fmt = self.a_fmt
+        if self.qconfig.act_mode == "dynamic":
+            return fake_quantize(x, dynamic_scale(x, fmt, absmean=_absmean(self.a_bits, fmt)), fmt)
+        if self.act_scale is None:
             raise CalibrationError(
-                f"{type(self).__name__} is not calibrated; run mico.quant.calibrate first"
+                f"layer '{self.layer_name}' uses static activation scales but was not "
+                "calibrated; run mico.quant.calibrate(model, batches), or quantize with "
+                "act_mode='dynamic'"
             )
-        return value
+        if isinstance(self.activation_scale, nn.Parameter):
+            return lsq_fake_quantize(x, self.activation_scale, fmt)
+        return fake_quantize(x, self.act_scale, fmt)
+
+    # ----------------------------------------------------------------- state dict
+    def _load_from_state_dict(
+        self,
+        state_dict: dict[str, Any],
+        prefix: str,
+        local_metadata: dict[str, Any],
+        strict: bool,
+        missing_keys: list[str],
+        unexpected_keys: list[str],
+        error_msgs: list[str],
+    ) -> None:
+        """A float checkpoint (no scales) loads into a quantized layer and leaves it uncalibrated."""
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for name in ("activation_scale", "activation_signed", "weight_step"):
+            key = prefix + name
+            if key in missing_keys:
+                missing_keys.remove(key)
+                with torch.no_grad():
+                    tensor = getattr(self, name)
+                    tensor.fill_(_UNKNOWN_SIGN if name == "activation_signed" else 0)
+        self._scale_cache = self._weight_cache = None
 
     def extra_repr(self) -> str:
-        return f"{super().extra_repr()}, w_bits={self.w_bits}, a_bits={self.a_bits}"
+        return (
+            f"{super().extra_repr()}, w_bits={format_bits(self.w_bits)}, "
+            f"a_bits={format_bits(self.a_bits)}, act_mode={self.qconfig.act_mode}"
+        )
 
 
-class BitConv2d(BitLayer, nn.Conv2d):
-    """``nn.Conv2d`` with per-layer weight / input-activation quantization."""
+def _absmean(bits: BitWidth, fmt: QFormat) -> bool:
+    """MiCo scales binary and ternary values by their mean magnitude."""
+    return fmt.binary or is_ternary(bits)
 
-    def __init__(
-        self, *args, w_bits: int = 8, a_bits: int = 8, scale_method: ScaleMethod = "mse", **kwargs
-    ) -> None:
-        nn.Conv2d.__init__(self, *args, **kwargs)
-        self._init_quant(w_bits, a_bits, scale_method)
+
+class _BitConv(BitLayer):
+    """Conversion shared by the convolutions."""
 
     @classmethod
     def from_float(
-        cls, conv: nn.Conv2d, w_bits: int, a_bits: int, scale_method: ScaleMethod = "mse"
-    ) -> BitConv2d:
+        cls,
+        conv: nn.Conv1d | nn.Conv2d,
+        w_bits: BitWidth,
+        a_bits: BitWidth,
+        config: QuantConfig | None = None,
+        bias: bool = True,
+    ) -> _BitConv:
+        """A Bit* copy of ``conv`` (same geometry and weights; ``bias=False`` drops the bias)."""
         layer = cls(
             conv.in_channels,
             conv.out_channels,
@@ -137,17 +327,50 @@ class BitConv2d(BitLayer, nn.Conv2d):
             padding=conv.padding,
             dilation=conv.dilation,
             groups=conv.groups,
-            bias=conv.bias is not None,
+            bias=bias and conv.bias is not None,
             padding_mode=conv.padding_mode,
             w_bits=w_bits,
             a_bits=a_bits,
-            scale_method=scale_method,
+            config=config,
         )
-        layer.load_state_dict(conv.state_dict())
-        return layer
+        with torch.no_grad():
+            layer.weight.copy_(conv.weight)
+            if layer.bias is not None and conv.bias is not None:
+                layer.bias.copy_(conv.bias)
+        return layer.to(conv.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
+
+
+class BitConv1d(_BitConv, nn.Conv1d):
+    """``nn.Conv1d`` with per-layer weight / input-activation quantization."""
+
+    def __init__(
+        self,
+        *args: Any,
+        w_bits: BitWidth = 8,
+        a_bits: BitWidth = 8,
+        config: QuantConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        nn.Conv1d.__init__(self, *args, **kwargs)
+        self._init_quant(w_bits, a_bits, config or QuantConfig())
+
+
+class BitConv2d(_BitConv, nn.Conv2d):
+    """``nn.Conv2d`` with per-layer weight / input-activation quantization."""
+
+    def __init__(
+        self,
+        *args: Any,
+        w_bits: BitWidth = 8,
+        a_bits: BitWidth = 8,
+        config: QuantConfig | None = None,
+        **kwargs: Any,
+    ) -> None:
+        nn.Conv2d.__init__(self, *args, **kwargs)
+        self._init_quant(w_bits, a_bits, config or QuantConfig())
 
 
 class BitLinear(BitLayer, nn.Linear):
@@ -159,27 +382,51 @@ class BitLinear(BitLayer, nn.Linear):
         out_features: int,
         bias: bool = True,
         *,
-        w_bits: int = 8,
-        a_bits: int = 8,
-        scale_method: ScaleMethod = "mse",
+        w_bits: BitWidth = 8,
+        a_bits: BitWidth = 8,
+        config: QuantConfig | None = None,
     ) -> None:
         nn.Linear.__init__(self, in_features, out_features, bias=bias)
-        self._init_quant(w_bits, a_bits, scale_method)
+        self._init_quant(w_bits, a_bits, config or QuantConfig())
 
     @classmethod
     def from_float(
-        cls, linear: nn.Linear, w_bits: int, a_bits: int, scale_method: ScaleMethod = "mse"
+        cls,
+        linear: nn.Linear,
+        w_bits: BitWidth,
+        a_bits: BitWidth,
+        config: QuantConfig | None = None,
+        bias: bool = True,
     ) -> BitLinear:
+        """A BitLinear copy of ``linear`` (``bias=False`` drops the bias)."""
         layer = cls(
             linear.in_features,
             linear.out_features,
-            bias=linear.bias is not None,
+            bias=bias and linear.bias is not None,
             w_bits=w_bits,
             a_bits=a_bits,
-            scale_method=scale_method,
+            config=config,
         )
-        layer.load_state_dict(linear.state_dict())
-        return layer
+        with torch.no_grad():
+            layer.weight.copy_(linear.weight)
+            if layer.bias is not None and linear.bias is not None:
+                layer.bias.copy_(linear.bias)
+        return layer.to(linear.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.linear(self.quant_input(x), self.quant_weight(), self.bias)
+
+
+def bit_layer_for(module: nn.Module) -> type[BitLayer]:
+    """The Bit* class that quantizes ``module`` (Conv1d, Conv2d or Linear)."""
+    for float_type, bit_type in QUANTIZABLE_TYPES:
+        if isinstance(module, float_type):
+            return bit_type
+    raise TypeError(f"{type(module).__name__} is not quantizable (Conv1d, Conv2d or Linear)")
+
+
+QUANTIZABLE_TYPES: tuple[tuple[type[nn.Module], type[BitLayer]], ...] = (
+    (nn.Conv1d, BitConv1d),
+    (nn.Conv2d, BitConv2d),
+    (nn.Linear, BitLinear),
+)

@@ -15,31 +15,39 @@ from pathlib import Path
 import yaml
 
 from mico.errors import PlanError
-from mico.quant.arithmetic import MAX_BITS, MIN_BITS, check_bits
+from mico.quant.arithmetic import TERNARY, BitWidth, check_bits, format_bits, is_ternary
 
 
 @dataclass(frozen=True)
 class LayerBits:
-    """Bit-widths of one layer: ``w`` for its weights, ``a`` for its input activations."""
+    """Bit-widths of one layer: ``w`` for its weights, ``a`` for its input activations.
 
-    w: int
-    a: int
+    Each is an integer 1..8 or ``1.58`` (ternary).
+    """
+
+    w: BitWidth
+    a: BitWidth
 
     def __str__(self) -> str:
-        return f"W{self.w}A{self.a}"
+        return f"W{format_bits(self.w)}A{format_bits(self.a)}"
 
 
 _ENTRY = re.compile(r"^\s*([\w.]+)\s*[=:]\s*(\S+?)\s*/\s*(\S+?)\s*$")
 
 
-def _bits(value: object, layer: str, kind: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise PlanError(
-            f"layer '{layer}': {kind} bit-width {value!r} is not a whole number; "
-            f"use {MIN_BITS}..{MAX_BITS}"
-        ) from None
+def _bits(value: object, layer: str, kind: str) -> BitWidth:
+    """Parse one bit-width: ``8``, ``"4"``, ``1.58`` / ``"ternary"`` / ``"t"``."""
+    if is_ternary(value):
+        return TERNARY
+    number: object = value
+    if isinstance(value, str):
+        try:
+            number = int(value.strip())
+        except ValueError:
+            try:
+                number = float(value.strip())
+            except ValueError:
+                number = value
     return check_bits(number, f"layer '{layer}': {kind} bit-width")
 
 
@@ -84,15 +92,23 @@ class QuantPlan(Mapping[str, LayerBits]):
 
     @classmethod
     def from_dict(cls, data: object) -> QuantPlan:
-        """Build from ``{name: {w: 4, a: 8}}`` (the YAML form)."""
+        """Build from ``{name: {w: 4, a: 8}}`` (the YAML form); ``{name: (4, 8)}`` works too."""
         if not isinstance(data, Mapping):
             raise PlanError("a YAML plan must be a mapping of layer names to {w: W, a: A}")
         layers: dict[str, LayerBits] = {}
         for name, entry in data.items():
-            if not isinstance(entry, Mapping) or set(entry) != {"w", "a"}:
-                raise PlanError(f"layer '{name}': expected {{w: W, a: A}}, got {entry!r}")
+            if isinstance(entry, LayerBits):
+                w, a = entry.w, entry.a
+            elif isinstance(entry, Mapping) and set(entry) == {"w", "a"}:
+                w, a = entry["w"], entry["a"]
+            elif isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2:
+                w, a = entry
+            else:
+                raise PlanError(
+                    f"layer '{name}': expected {{w: W, a: A}} or (W, A), got {entry!r}"
+                )
             layers[str(name)] = LayerBits(
-                _bits(entry["w"], str(name), "weight"), _bits(entry["a"], str(name), "activation")
+                _bits(w, str(name), "weight"), _bits(a, str(name), "activation")
             )
         return cls(layers)
 
@@ -135,7 +151,7 @@ class QuantPlan(Mapping[str, LayerBits]):
         return cls.parse(str(spec))
 
     @classmethod
-    def uniform(cls, layer_names: Sequence[str], w: int, a: int) -> QuantPlan:
+    def uniform(cls, layer_names: Sequence[str], w: BitWidth, a: BitWidth) -> QuantPlan:
         return cls({name: LayerBits(w, a) for name in layer_names})
 
     def validate_for(self, layer_names: Sequence[str]) -> QuantPlan:
@@ -157,7 +173,7 @@ class QuantPlan(Mapping[str, LayerBits]):
         return QuantPlan({n: self[n] for n in known})  # model order
 
     def to_string(self) -> str:
-        return ",".join(f"{n}={b.w}/{b.a}" for n, b in self.items())
+        return ",".join(f"{n}={format_bits(b.w)}/{format_bits(b.a)}" for n, b in self.items())
 
     def to_yaml(self) -> str:
         """One line per layer, ``conv1: {w: 8, a: 8}``; names YAML would misread are quoted."""
@@ -166,6 +182,6 @@ class QuantPlan(Mapping[str, LayerBits]):
             for n, b in self.items()
         )
 
-    def qscheme(self) -> list[list[int]]:
+    def qscheme(self) -> list[list[BitWidth]]:
         """MiCo's ``[[w bits…], [a bits…]]`` form."""
         return [[b.w for b in self.values()], [b.a for b in self.values()]]

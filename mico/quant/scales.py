@@ -1,4 +1,10 @@
-"""Choosing a quantization scale for a tensor (weights) or a set of observed activations."""
+"""Choosing quantization scales: for weights (per tensor or per output channel) and for
+calibrated activations (min-max, percentile, MSE).
+
+Binary and ternary codes use MiCo's *absmean* rule (``scale = mean |x|``); the other widths map
+a range onto the largest code, the range being the absolute maximum, a percentile of the
+magnitudes, or the clipping point with the least squared error (best at 2-4 bits).
+"""
 
 from __future__ import annotations
 
@@ -8,10 +14,13 @@ import numpy as np
 
 from mico.quant.arithmetic import QFormat, dequantize, quantize
 
-ScaleMethod = Literal["max", "mse"]
-SCALE_METHODS: tuple[str, ...] = ("max", "mse")
+ScaleMethod = Literal["max", "absmax", "minmax", "mse", "percentile", "absmean"]
+SCALE_METHODS: tuple[str, ...] = ("max", "absmax", "minmax", "mse", "percentile", "absmean")
+WEIGHT_METHODS: tuple[str, ...] = ("absmax", "mse", "max")
+ACT_METHODS: tuple[str, ...] = ("minmax", "percentile", "mse", "max")
 _MAX_SAMPLES = 200_000
 _MSE_GRID = np.linspace(0.1, 1.0, 46)
+DEFAULT_PERCENTILE = 99.99
 
 
 def _subsample(values: np.ndarray) -> np.ndarray:
@@ -22,32 +31,46 @@ def _subsample(values: np.ndarray) -> np.ndarray:
 
 
 def choose_scale(
-    values: np.ndarray, fmt: QFormat, method: ScaleMethod = "mse", amax: float | None = None
+    values: np.ndarray,
+    fmt: QFormat,
+    method: ScaleMethod = "mse",
+    amax: float | None = None,
+    percentile: float = DEFAULT_PERCENTILE,
+    absmean: bool = False,
 ) -> float:
     """Return the scale that maps ``values`` onto ``fmt``'s codes.
 
-    ``max`` maps the largest magnitude onto the largest code. ``mse`` tries clipping ratios of
-    that range and keeps the one with the least squared quantization error, which matters at
-    2-4 bits. Binary (signed 1-bit) codes use the mean magnitude, the L2-optimal scale for sign.
+    * ``max`` (alias ``absmax`` / ``minmax``) maps the largest magnitude onto the largest code;
+    * ``percentile`` maps the given percentile of the magnitudes instead (ignores outliers);
+    * ``mse`` tries clipping ratios of the range and keeps the least squared error;
+    * ``absmean`` (forced for binary codes, and by ``absmean=True`` for ternary) is
+      ``mean |x|``.
+
     The range is taken from every value (or given as ``amax`` by an observer that saw more
-    values than it kept); only the error of the MSE search is measured on a subsample.
+    values than it kept); only the MSE and percentile searches run on a subsample.
     """
     if method not in SCALE_METHODS:
         raise ValueError(f"unknown scale method {method!r}; use one of {', '.join(SCALE_METHODS)}")
     every = np.asarray(values, dtype=np.float32).ravel()
     if every.size == 0:
         return 1.0
-    if fmt.binary:
+    if fmt.binary or absmean or method == "absmean":
         mean = float(np.mean(np.abs(every)))
         return mean if mean > 0 else 1.0
+    magnitudes = np.abs(every) if fmt.signed else np.maximum(every, 0)
     if amax is None:
-        amax = float(np.max(np.abs(every))) if fmt.signed else float(np.max(every))
-    x = _subsample(every)
+        amax = float(np.max(magnitudes))
     if amax <= 0:
         return 1.0
     full = amax / fmt.qmax
-    if method == "max":
+    if method in ("max", "absmax", "minmax"):
         return full
+    x = _subsample(every)
+    if method == "percentile":
+        if not 0 < percentile <= 100:
+            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+        clip = float(np.percentile(np.abs(x) if fmt.signed else np.maximum(x, 0), percentile))
+        return clip / fmt.qmax if clip > 0 else full
     best, best_err = full, np.inf
     for ratio in _MSE_GRID:
         scale = float(full * ratio)
@@ -55,3 +78,22 @@ def choose_scale(
         if err < best_err:
             best, best_err = scale, err
     return best
+
+
+def weight_scales(
+    weight: np.ndarray,
+    fmt: QFormat,
+    method: ScaleMethod = "mse",
+    per_channel: bool = False,
+    absmean: bool = False,
+) -> np.ndarray:
+    """Scales of a weight tensor: shape ``()`` per tensor, ``(out_channels,)`` per channel.
+
+    Output channels are the first dimension (Conv1d/Conv2d/Linear layout). ``absmean`` is
+    MiCo's rule for ternary weights; binary always uses it.
+    """
+    w = np.asarray(weight, dtype=np.float32)
+    if not per_channel:
+        return np.asarray(choose_scale(w, fmt, method, absmean=absmean), dtype=np.float64)
+    rows = w.reshape(w.shape[0], -1)
+    return np.array([choose_scale(r, fmt, method, absmean=absmean) for r in rows], np.float64)

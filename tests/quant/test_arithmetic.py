@@ -113,8 +113,9 @@ def test_check_bits_rejects_non_integers(bits: object) -> None:
     with pytest.raises(PlanError) as info:
         check_bits(bits)  # type: ignore[arg-type]
     msg = str(info.value)
-    # the non-integer message spells the range "from 1 to 8" rather than "1..8"
-    assert "1 to 8" in msg
+    assert "is not a whole number" in msg
+    assert "1 to 8" in msg and "1..8" in msg
+    assert "1.58 (ternary)" in msg
     assert repr(bits) in msg
 
 

@@ -10,6 +10,7 @@ from torch import nn
 from mico.errors import CalibrationError, PlanError
 from mico.models import SmallCNN
 from mico.quant.arithmetic import QFormat, quantize
+from mico.quant.config import QuantConfig
 from mico.quant.layers import BitConv2d, BitLayer, BitLinear
 from mico.quant.model import apply_plan, bit_layers, calibrate, float_mode, quantizable_layers
 from mico.quant.plan import QuantPlan
@@ -56,10 +57,15 @@ def test_apply_plan_converts_layers_with_plan_bits(model: SmallCNN) -> None:
     for layer in bit_layers(qmodel).values():
         assert layer.mode == "float"
         assert not layer.calibrated
-        assert layer.scale_method == "mse"
-    # weights copied
-    for key, value in qmodel.state_dict().items():
-        assert torch.equal(value, original_state[key])
+        assert layer.qconfig == QuantConfig()
+    # weights copied; the quantizers add their (uncalibrated) activation state
+    state = qmodel.state_dict()
+    for key, value in original_state.items():
+        assert torch.equal(state[key], value)
+    extra = sorted(set(state) - set(original_state))
+    assert extra == sorted(
+        f"{n}.{b}" for n in ("conv1", "conv2", "fc") for b in ("activation_scale", "activation_signed")
+    )
     # the original is untouched and independent of the copy
     assert type(model.conv1) is nn.Conv2d
     assert type(model.conv2) is nn.Conv2d
@@ -71,10 +77,11 @@ def test_apply_plan_converts_layers_with_plan_bits(model: SmallCNN) -> None:
         assert torch.equal(value, original_state[key])
 
 
-def test_apply_plan_accepts_plan_in_any_order_and_scale_method(model: SmallCNN) -> None:
-    qmodel = apply_plan(model, QuantPlan.parse("fc=4/4,conv2=2/2,conv1=1/1"), scale_method="max")
+def test_apply_plan_accepts_plan_in_any_order_and_a_config(model: SmallCNN) -> None:
+    config = QuantConfig(weight_method="absmax", act_method="minmax")
+    qmodel = apply_plan(model, QuantPlan.parse("fc=4/4,conv2=2/2,conv1=1/1"), config)
     assert (qmodel.conv1.w_bits, qmodel.conv2.w_bits, qmodel.fc.w_bits) == (1, 2, 4)
-    assert all(layer.scale_method == "max" for layer in bit_layers(qmodel).values())
+    assert all(layer.qconfig is config for layer in bit_layers(qmodel).values())
 
 
 def test_apply_plan_nested_module_names() -> None:
@@ -119,15 +126,15 @@ def test_apply_plan_bad_plan(model: SmallCNN, plan: str, needle: str) -> None:
 def test_quant_mode_before_calibration_raises(model: SmallCNN) -> None:
     qmodel = apply_plan(model, QuantPlan.parse(PLAN))
     qmodel.conv1.mode = "quant"
-    with pytest.raises(CalibrationError, match="not calibrated"):
+    with pytest.raises(CalibrationError, match="layer 'conv1'.*no activation range"):
         qmodel(torch.rand(1, 1, 8, 8))
 
 
-def test_weight_codes_and_formats_before_calibration_raise(model: SmallCNN) -> None:
+def test_activation_format_before_calibration_raises(model: SmallCNN) -> None:
     qmodel = apply_plan(model, QuantPlan.parse(PLAN))
     for layer in bit_layers(qmodel).values():
-        with pytest.raises(CalibrationError, match=r"run mico\.quant\.calibrate"):
-            layer.weight_codes()
+        codes = layer.weight_codes()  # weight scales need no calibration
+        assert codes.shape == tuple(layer.weight.shape)
         with pytest.raises(CalibrationError, match="no activation range"):
             _ = layer.a_fmt
         assert layer.w_fmt == QFormat(layer.w_bits, True)  # weights are always signed
@@ -224,7 +231,7 @@ def test_calibrate_with_no_batches_raises(model: SmallCNN) -> None:
 
 
 def test_calibrate_model_without_bit_layers_raises(model: SmallCNN) -> None:
-    with pytest.raises(CalibrationError, match="apply_plan"):
+    with pytest.raises(CalibrationError, match="quantize_model"):
         calibrate(model, _nonneg_batches())
 
 

@@ -63,7 +63,7 @@ def test_parse_out_of_range_bits(text: str, layer: str, kind: str, value: str) -
     [
         ("conv1=x/8", "conv1", "weight", "'x'"),
         ("conv1=8/four", "conv1", "activation", "'four'"),
-        ("conv1=4.0/8", "conv1", "weight", "'4.0'"),
+        ("conv1=4.5/8", "conv1", "weight", "4.5"),
         ("conv1=8/8/8", "conv1", "activation", "'8/8'"),
     ],
 )
@@ -73,6 +73,7 @@ def test_parse_non_numbers(text: str, layer: str, kind: str, value: str) -> None
     msg = str(info.value)
     assert f"layer '{layer}'" in msg
     assert f"{kind} bit-width {value} is not a whole number" in msg
+    assert "1.58 (ternary)" in msg
     assert "1..8" in msg
 
 

@@ -102,9 +102,9 @@ def test_returns_python_float() -> None:
         assert type(choose_scale(x, QFormat(4, True), method)) is float
 
 
-@pytest.mark.parametrize("method", ["minmax", "MSE", "", "percentile"])
+@pytest.mark.parametrize("method", ["min-max", "MSE", "", "percent"])
 def test_unknown_method(method: str) -> None:
-    with pytest.raises(ValueError, match=r"unknown scale method.*use one of max, mse") as info:
+    with pytest.raises(ValueError, match=r"unknown scale method.*use one of max, absmax") as info:
         choose_scale(np.ones(3, dtype=np.float32), QFormat(8, True), method)  # type: ignore[arg-type]
     assert repr(method) in str(info.value)
 
