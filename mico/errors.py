@@ -49,3 +49,7 @@ class BuildError(MicoError, RuntimeError):
 
 class VerificationError(MicoError, AssertionError):
     """The C program disagrees with the Python reference."""
+
+
+class CheckpointError(MicoError, ValueError):
+    """A checkpoint is missing, corrupt, from a newer mico, or belongs to another model."""

@@ -87,7 +87,8 @@ class MiCoModel(nn.Module):
     def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """Cross-entropy over classes (over every position for language models)."""
         if self.task == "language":
-            return nn.functional.cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+            logits = output.reshape(-1, output.shape[-1])
+            return nn.functional.cross_entropy(logits, target.reshape(-1))
         return nn.functional.cross_entropy(output, target)
 
     def train_loop(

@@ -1,4 +1,5 @@
-"""Quantization: the arithmetic (written once), plans, Bit* layers, calibration, BN folding, cost."""
+"""Quantization: the arithmetic (written once), plans, Bit* layers, calibration, BN folding,
+cost."""
 
 from mico.quant.arithmetic import (
     MAX_BITS,

@@ -182,10 +182,7 @@ def quantize(x: Any, scale: Any, fmt: QFormat) -> Any:
     """
     xp = _xp(x)
     inv = _inv_scales(scale, xp)
-    if xp is torch:
-        v = x.to(torch.float32) * inv
-    else:
-        v = np.asarray(x, dtype=np.float32) * inv
+    v = x.to(torch.float32) * inv if xp is torch else np.asarray(x, dtype=np.float32) * inv
     if fmt.binary:
         one = v.new_tensor(1.0) if xp is torch else np.float32(1.0)
         return xp.where(v >= 0, one, -one)
@@ -209,8 +206,8 @@ def fake_quantize(x: torch.Tensor, scale: Any, fmt: QFormat) -> torch.Tensor:
 
     The value is exactly ``codes * float32(scale)``; the gradient with respect to ``x`` is 1.
     """
-    q = quantize(x, scale, fmt) * scale_f32(scale)
-    return x + (q - x).detach()
+    q = quantize(x.detach(), scale, fmt) * scale_f32(scale)
+    return q + (x - x.detach())  # exactly q (x - x is 0), gradient 1 with respect to x
 
 
 def lsq_fake_quantize(x: torch.Tensor, step: torch.Tensor, fmt: QFormat) -> torch.Tensor:
@@ -230,7 +227,7 @@ def lsq_fake_quantize(x: torch.Tensor, step: torch.Tensor, fmt: QFormat) -> torc
         rounded = torch.round(v)
     soft = (v + (rounded - v).detach()) * s
     exact = quantize(x.detach(), step.detach(), fmt) * step.detach().to(torch.float32)
-    return soft + (exact - soft).detach()
+    return exact + (soft - soft.detach())  # exact value, LSQ gradients
 
 
 def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch.Tensor:

@@ -178,9 +178,7 @@ def model_costs(
         else:
             w, a = (bits or {}).get(name, (32, 32))
         kind = next(t.__name__ for t in QUANTIZABLE if isinstance(module, t))
-        costs.append(
-            LayerCost(name, kind, in_shape, out_shape, module.weight.numel(), macs, w, a)
-        )
+        costs.append(LayerCost(name, kind, in_shape, out_shape, module.weight.numel(), macs, w, a))
     return CostTable(tuple(costs))
 
 

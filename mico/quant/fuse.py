@@ -8,6 +8,7 @@ two), and quantization should see the weights the device will hold.
 from __future__ import annotations
 
 import copy
+import itertools
 import warnings
 from typing import Any
 
@@ -32,11 +33,7 @@ def fold_bn_into(layer: nn.Module, bn: nn.modules.batchnorm._BatchNorm) -> None:
         weight = layer.weight.to(torch.float64)
         shape = (-1, *([1] * (weight.dim() - 1)))
         layer.weight.copy_((weight * g.reshape(shape)).to(layer.weight.dtype))
-        old_bias = (
-            layer.bias.to(torch.float64)
-            if layer.bias is not None
-            else torch.zeros_like(std)
-        )
+        old_bias = layer.bias.to(torch.float64) if layer.bias is not None else torch.zeros_like(std)
         new_bias = (old_bias - bn.running_mean.to(torch.float64)) * g + beta
         if layer.bias is None:
             layer.bias = nn.Parameter(new_bias.to(layer.weight.dtype))
@@ -122,7 +119,7 @@ def _pairs_by_sequence(model: nn.Module) -> list[tuple[str, str]]:
         if not isinstance(module, nn.Sequential):
             continue
         children = list(module.named_children())
-        for (a_name, a), (b_name, b) in zip(children, children[1:], strict=False):
+        for (a_name, a), (b_name, b) in itertools.pairwise(children):
             if isinstance(a, (*QUANTIZABLE, BitLayer)) and isinstance(b, BATCHNORMS):
                 join = f"{prefix}." if prefix else ""
                 pairs.append((join + a_name, join + b_name))

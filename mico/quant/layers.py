@@ -188,7 +188,10 @@ class BitLayer(nn.Module):
         if hasattr(self, "weight_step"):
             self._init_learned_steps()
             step = self.weight_step
-            step = step.reshape(-1, *([1] * (self.weight.dim() - 1))) if step.numel() > 1 else step[0]
+            if step.numel() > 1:
+                step = step.reshape(-1, *([1] * (self.weight.dim() - 1)))
+            else:
+                step = step[0]
             return lsq_fake_quantize(self.weight, step, self.w_fmt)
         scales = self._broadcast(self._weight_scales())
         if torch.is_grad_enabled() and self.weight.requires_grad:
@@ -281,7 +284,7 @@ class BitLayer(nn.Module):
         unexpected_keys: list[str],
         error_msgs: list[str],
     ) -> None:
-        """A float checkpoint (no scales) loads into a quantized layer and leaves it uncalibrated."""
+        """A float checkpoint (no scales) loads into a quantized layer, leaving it uncalibrated."""
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )

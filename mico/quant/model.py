@@ -99,9 +99,7 @@ def quantize_model(
     return model
 
 
-def _rebuild(
-    layer: BitLayer, w: Any, a: Any, config: QuantConfig, use_bias: bool
-) -> BitLayer:
+def _rebuild(layer: BitLayer, w: Any, a: Any, config: QuantConfig, use_bias: bool) -> BitLayer:
     """A fresh Bit* layer with another config, same weights (and signedness)."""
     new = type(layer).from_float(layer, w, a, config, bias=use_bias)  # type: ignore[attr-defined]
     new.act_signed = layer.act_signed

@@ -104,9 +104,7 @@ class QuantPlan(Mapping[str, LayerBits]):
             elif isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2:
                 w, a = entry
             else:
-                raise PlanError(
-                    f"layer '{name}': expected {{w: W, a: A}} or (W, A), got {entry!r}"
-                )
+                raise PlanError(f"layer '{name}': expected {{w: W, a: A}} or (W, A), got {entry!r}")
             layers[str(name)] = LayerBits(
                 _bits(w, str(name), "weight"), _bits(a, str(name), "activation")
             )

@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from mico.quant.arithmetic import QFormat, dequantize, quantize
+from mico.quant.arithmetic import QFormat, round_half_away
 
 ScaleMethod = Literal["max", "absmax", "minmax", "mse", "percentile", "absmean"]
 SCALE_METHODS: tuple[str, ...] = ("max", "absmax", "minmax", "mse", "percentile", "absmean")
@@ -71,13 +71,25 @@ def choose_scale(
             raise ValueError(f"percentile must be in (0, 100], got {percentile}")
         clip = float(np.percentile(np.abs(x) if fmt.signed else np.maximum(x, 0), percentile))
         return clip / fmt.qmax if clip > 0 else full
-    best, best_err = full, np.inf
-    for ratio in _MSE_GRID:
-        scale = float(full * ratio)
-        err = float(np.mean((dequantize(quantize(x, scale, fmt), scale) - x) ** 2))
-        if err < best_err:
-            best, best_err = scale, err
-    return best
+    return _least_error_scale(x, fmt, full)
+
+
+def _least_error_scale(x: np.ndarray, fmt: QFormat, full: float) -> float:
+    """The clipping ratio of ``full`` with the least squared error, all ratios at once.
+
+    Each candidate quantizes exactly as :func:`quantize` would (float32 ``x * inv``), in
+    chunks so that memory stays bounded; ties keep the smallest ratio.
+    """
+    scales = full * _MSE_GRID
+    inv = (1.0 / scales).astype(np.float32)[:, None]
+    errors = np.empty(len(scales))
+    chunk = max(1, 2_000_000 // max(x.size, 1))
+    for start in range(0, len(scales), chunk):
+        sl = slice(start, start + chunk)
+        v = x[None, :] * inv[sl]
+        q = np.clip(round_half_away(v), fmt.qmin, fmt.qmax)
+        errors[sl] = np.mean((q * scales[sl, None] - x[None, :]) ** 2, axis=1)
+    return float(scales[int(np.argmin(errors))])
 
 
 def weight_scales(

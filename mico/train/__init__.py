@@ -1,5 +1,17 @@
-"""Training and evaluation loops."""
+"""Training and evaluation loops, seeding, checkpoints."""
 
-from mico.train.loop import accuracy, predict, train
+from mico.train.checkpoint import Checkpoint, load_checkpoint, read_checkpoint, save_checkpoint
+from mico.train.loop import accuracy, default_loss, fit, predict, seed_everything, train
 
-__all__ = ["accuracy", "predict", "train"]
+__all__ = [
+    "Checkpoint",
+    "accuracy",
+    "default_loss",
+    "fit",
+    "load_checkpoint",
+    "predict",
+    "read_checkpoint",
+    "save_checkpoint",
+    "seed_everything",
+    "train",
+]

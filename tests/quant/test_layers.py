@@ -64,7 +64,9 @@ def test_apply_plan_converts_layers_with_plan_bits(model: SmallCNN) -> None:
         assert torch.equal(state[key], value)
     extra = sorted(set(state) - set(original_state))
     assert extra == sorted(
-        f"{n}.{b}" for n in ("conv1", "conv2", "fc") for b in ("activation_scale", "activation_signed")
+        f"{n}.{b}"
+        for n in ("conv1", "conv2", "fc")
+        for b in ("activation_scale", "activation_signed")
     )
     # the original is untouched and independent of the copy
     assert type(model.conv1) is nn.Conv2d
@@ -126,7 +128,7 @@ def test_apply_plan_bad_plan(model: SmallCNN, plan: str, needle: str) -> None:
 def test_quant_mode_before_calibration_raises(model: SmallCNN) -> None:
     qmodel = apply_plan(model, QuantPlan.parse(PLAN))
     qmodel.conv1.mode = "quant"
-    with pytest.raises(CalibrationError, match="layer 'conv1'.*no activation range"):
+    with pytest.raises(CalibrationError, match=r"layer 'conv1'.*no activation range"):
         qmodel(torch.rand(1, 1, 8, 8))
 
 

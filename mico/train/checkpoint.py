@@ -1,0 +1,199 @@
+"""Checkpoints that know what they hold: model, constructor arguments, plan, mico version.
+
+A checkpoint is a ``torch.save`` file (loaded with ``weights_only=True``) holding a dict::
+
+    format: "mico-checkpoint", format_version: 1, mico_version,
+    model: {class, zoo_name, args, kwargs}, plan: {name: {w, a}} | None,
+    quant_config: {...} | None, state_dict, extra
+
+It is written to a temporary file and renamed, so an interrupted save never damages the
+previous checkpoint. Loading refuses a checkpoint of another model with a message naming both.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from mico.errors import CheckpointError, MicoError
+from mico.quant import QuantConfig, QuantPlan, bit_layers, format_bits, quantize_model
+
+FORMAT = "mico-checkpoint"
+FORMAT_VERSION = 1
+
+
+def mico_version() -> str:
+    from mico import __version__
+
+    return __version__
+
+
+@dataclass
+class Checkpoint:
+    """The contents of a checkpoint file."""
+
+    model_class: str
+    zoo_name: str | None
+    args: list[Any]
+    kwargs: dict[str, Any]
+    plan: QuantPlan | None
+    quant_config: QuantConfig | None
+    state_dict: dict[str, torch.Tensor]
+    mico_version: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        zoo = f" (zoo '{self.zoo_name}')" if self.zoo_name else ""
+        return f"{self.model_class}{zoo}"
+
+    def build(self) -> nn.Module:
+        """A fresh model of the recorded kind, quantized with the recorded plan, weights loaded."""
+        from mico.models import from_zoo
+
+        if self.zoo_name is None:
+            raise CheckpointError(
+                f"the checkpoint holds a {self.model_class}, which is not a zoo model; build "
+                "the model yourself and pass it to load_checkpoint(path, model)"
+            )
+        model = from_zoo(self.zoo_name, **self.kwargs) if not self.args else None
+        if model is None:
+            raise CheckpointError(
+                f"the checkpoint's {self.describe()} was built with positional arguments "
+                f"{self.args}; build it yourself and pass it to load_checkpoint(path, model)"
+            )
+        _load_into(self, model, strict=True, source="checkpoint")
+        return model
+
+
+def _plan_of(model: nn.Module) -> QuantPlan | None:
+    layers = bit_layers(model)
+    if not layers:
+        return None
+    return QuantPlan.from_dict({n: {"w": m.w_bits, "a": m.a_bits} for n, m in layers.items()})
+
+
+def _config_of(model: nn.Module) -> QuantConfig | None:
+    layers = list(bit_layers(model).values())
+    return layers[0].qconfig if layers else None
+
+
+def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
+    """Write ``model``'s checkpoint to ``path`` atomically; ``extra`` is stored alongside."""
+    path = Path(path)
+    args, kwargs = getattr(model, "init_args", ((), {}))
+    plan = _plan_of(model)
+    config = _config_of(model)
+    payload = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "mico_version": mico_version(),
+        "model": {
+            "class": type(model).__name__,
+            "zoo_name": getattr(model, "zoo_name", None),
+            "args": list(args),
+            "kwargs": dict(kwargs),
+        },
+        "plan": None
+        if plan is None
+        else {n: {"w": format_bits(b.w), "a": format_bits(b.a)} for n, b in plan.items()},
+        "quant_config": None if config is None else config.to_dict(),
+        "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "extra": extra,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(payload, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_checkpoint(path: str | Path) -> Checkpoint:
+    """Read and check a checkpoint file (no model needed)."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint '{path}' does not exist")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise CheckpointError(
+            f"checkpoint '{path}' cannot be read ({type(exc).__name__}: {exc}); the file is "
+            "corrupt or not a torch.save file"
+        ) from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
+            return Checkpoint("unknown", None, [], {}, None, None, data, "unknown")
+        raise CheckpointError(f"'{path}' is not a mico checkpoint (no '{FORMAT}' header)")
+    version = data.get("format_version")
+    if not isinstance(version, int) or version > FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint '{path}' has format version {version}, newer than this mico "
+            f"({mico_version()}, format {FORMAT_VERSION}) reads; upgrade mico"
+        )
+    model = data["model"]
+    try:
+        plan = QuantPlan.from_dict(data["plan"]) if data.get("plan") else None
+        config = QuantConfig.from_dict(data["quant_config"]) if data.get("quant_config") else None
+    except MicoError as exc:
+        raise CheckpointError(f"checkpoint '{path}' has an invalid plan: {exc}") from None
+    return Checkpoint(
+        model["class"],
+        model.get("zoo_name"),
+        list(model.get("args", [])),
+        dict(model.get("kwargs", {})),
+        plan,
+        config,
+        data["state_dict"],
+        data.get("mico_version", "unknown"),
+        dict(data.get("extra", {})),
+    )
+
+
+def _load_into(ckpt: Checkpoint, model: nn.Module, strict: bool, source: str) -> None:
+    if ckpt.model_class != "unknown":
+        kind = type(model).__name__
+        zoo = getattr(model, "zoo_name", None)
+        if kind != ckpt.model_class or (zoo and ckpt.zoo_name and zoo != ckpt.zoo_name):
+            here = f"{kind} (zoo '{zoo}')" if zoo else kind
+            raise CheckpointError(
+                f"{source} holds a {ckpt.describe()} but the model is a {here}; build a "
+                f"{ckpt.model_class} to load it (or use mico.train.load_checkpoint(path) to "
+                "rebuild it from the checkpoint)"
+            )
+    if ckpt.plan is not None:
+        quantize_model(model, ckpt.plan, ckpt.quant_config)
+    try:
+        result = model.load_state_dict(ckpt.state_dict, strict=strict)
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()
+        detail = "; ".join(line.strip() for line in first[1:4]) or first[0]
+        raise CheckpointError(
+            f"{source} does not fit this {type(model).__name__}: {detail}. Was it saved from "
+            f"a model built with other arguments (checkpoint: {ckpt.kwargs or ckpt.args})?"
+        ) from None
+    del result
+
+
+def load_checkpoint(
+    path: str | Path, model: nn.Module | None = None, strict: bool = True
+) -> nn.Module:
+    """Load a checkpoint into ``model`` (or rebuild the zoo model it records) and return it.
+
+    The checkpoint's plan is applied first, so a quantized checkpoint loads into a float model
+    of the same kind. A checkpoint of another model raises :class:`CheckpointError`.
+    """
+    ckpt = read_checkpoint(path)
+    if model is None:
+        return ckpt.build()
+    _load_into(ckpt, model, strict, f"checkpoint '{path}'")
+    return model
