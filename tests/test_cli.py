@@ -24,9 +24,11 @@ def test_demo_help_documents_options():
 
 
 def test_models_lists_layer_names():
-    result = runner.invoke(app, ["models"])
+    result = runner.invoke(app, ["models", "--layers"])
     assert result.exit_code == 0
-    assert "small_cnn: conv1, conv2, fc" in result.output
+    lines = result.output.splitlines()
+    row = next(i for i, line in enumerate(lines) if line.startswith("small_cnn "))
+    assert lines[row + 1].strip() == "layers: conv1, conv2, fc"
 
 
 @pytest.mark.parametrize(
@@ -119,3 +121,73 @@ def test_demo_exits_nonzero_when_c_disagrees(tmp_path, monkeypatch):
     assert "disagrees with the Python reference on 1 sample(s)" in result.output
     metrics = json.loads((out / "report.json").read_text())["metrics"]
     assert metrics["exact_agreement"] == 359  # the report is kept for inspection
+
+
+def test_models_table_lists_every_zoo_model_with_its_dataset():
+    from mico.models import model_names
+
+    result = runner.invoke(app, ["models"])
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert lines[0].split()[:3] == ["model", "input", "dataset"]
+    rows = {line.split()[0]: line.split() for line in lines[1:] if not line.startswith(" ")}
+    assert set(rows) == set(model_names())
+    assert rows["lenet"][1:3] == ["1x28x28", "mnist"]
+    assert rows["small_cnn"][4] == "3"  # quantizable layers
+
+
+def test_datasets_lists_offline_and_on_disk_sets():
+    result = runner.invoke(app, ["datasets"])
+    assert result.exit_code == 0
+    assert {"digits", "mnist1d", "mnist", "cifar10", "tinystories"} <= set(result.output.split())
+
+
+def test_train_quantizes_and_writes_checkpoints(tmp_path):
+    from mico.train import load_checkpoint
+
+    out = tmp_path / "run"
+    result = runner.invoke(
+        app,
+        [
+            "train", "small_cnn", "--out", str(out), "--epochs", "2", "--no-progress",
+            "--plan", "conv1=8/8,conv2=4/4,fc=1.58/8", "--method", "qat", "--qat-epochs", "1",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == [
+        "costs.md", "fp32.pt", "metrics.json", "plan.yaml", "quantized.pt"
+    ]  # fmt: skip
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["plan"] == "conv1=8/8,conv2=4/4,fc=1.58/8"
+    assert 0.0 <= metrics["quantized_accuracy"] <= 1.0
+    model = load_checkpoint(out / "quantized.pt")
+    assert [layer.w_bits for layer in model.get_qlayers()] == [8, 4, 1.58]
+    assert "| fc | Linear | 64 | 10 | 1.58 | 8 |" in (out / "costs.md").read_text()
+
+
+def test_train_fp32_only_float_costs(tmp_path):
+    out = tmp_path / "fp"
+    result = runner.invoke(
+        app, ["train", "lenet", "--dataset", "digits", "--resize", "28", "--epochs", "1",
+              "--out", str(out), "--no-progress"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "| conv1 | Conv2d | 1x28x28 | 6x28x28 | 32 | 32 |" in (out / "costs.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["train", "lenet"], "MNIST data not found"),
+        (["train", "lenet", "--dataset", "digits"], "(1, 28, 28) but dataset 'digits' gives"),
+        (["train", "small_cnn", "--plan", "conv1=9/8"], "layer 'conv1': weight bit-width is 9"),
+        (["train", "resnet1000"], "unknown model 'resnet1000'"),
+    ],
+)
+def test_train_bad_input_exits_2_with_a_clear_message(tmp_path, monkeypatch, args, needle):
+    monkeypatch.setenv("MICO_DATA", str(tmp_path / "empty"))
+    out = tmp_path / "never"
+    result = runner.invoke(app, [*args, "--out", str(out), "--epochs", "0"])
+    assert result.exit_code == 2
+    assert needle in result.output
+    assert not out.exists()

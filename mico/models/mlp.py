@@ -56,7 +56,7 @@ class MLP(MiCoModel):
 @register_model(
     "harmlp",
     input_shape=(561,),
-    dataset="uci_har",
+    dataset="ucihar",
     description="561 UCI-HAR features -> 64 -> 32 -> 6 activities (~38k params)",
 )
 class HARMLP(MLP):

@@ -15,9 +15,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from mico.quant.arithmetic import BitWidth, format_bits, storage_bits
+from mico.quant.arithmetic import BitWidth, format_bits, is_ternary
 from mico.quant.layers import BitLayer
 from mico.quant.order import QUANTIZABLE, _as_tuple, quantizable_layers
+
+
+def _stored_bits(bits: BitWidth) -> int:
+    """Bits per stored value: 2 for ternary, else the width (32 for a float layer)."""
+    return 2 if is_ternary(bits) else int(bits)
 
 
 @dataclass(frozen=True)
@@ -41,12 +46,12 @@ class LayerCost:
     @property
     def weight_bytes(self) -> int:
         """Weights packed at their storage width (ternary takes 2 bits)."""
-        return math.ceil(self.params * storage_bits(self.w_bits) / 8)
+        return math.ceil(self.params * _stored_bits(self.w_bits) / 8)
 
     @property
     def activation_bytes(self) -> int:
         """The layer's input activations packed at ``a_bits`` (one sample)."""
-        return math.ceil(math.prod(self.input_shape) * storage_bits(self.a_bits) / 8)
+        return math.ceil(math.prod(self.input_shape) * _stored_bits(self.a_bits) / 8)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -76,7 +76,7 @@ def random_batch(model: MiCoModel, batch: int = 2, seed: int = 1) -> torch.Tenso
 def expected_output_shape(model: MiCoModel, name: str, batch: int = 2) -> tuple[int, ...]:
     if model.task == "language":
         return (batch, model.default_input_shape[0], model.vocab_size)
-    classes = {"uci_har": 6, "speechcommands": 12}.get(zoo_entry(name).dataset, 10)
+    classes = {"ucihar": 6, "speechcommands": 12}.get(zoo_entry(name).dataset, 10)
     return (batch, classes)
 
 
@@ -305,3 +305,10 @@ def test_mnist1d_cnn_learns_mnist1d():
     with torch.no_grad():
         accuracy = (model.eval()(x_test).argmax(1) == y_test).float().mean().item()
     assert accuracy > 0.75  # about 0.85 after these 8 epochs; ~0.93 with 15 epochs on 5000
+
+
+def test_every_default_dataset_is_loadable_by_name():
+    from mico.data import dataset_names
+
+    for entry in model_zoo():
+        assert entry.dataset in dataset_names(), entry.name
