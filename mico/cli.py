@@ -56,6 +56,9 @@ def demo(
         ),
     ] = "conv1=8/8,conv2=4/4,fc=2/8",
     epochs: Annotated[int, typer.Option(min=0, help="FP32 training epochs.")] = 15,
+    qat_epochs: Annotated[
+        int, typer.Option(min=0, help="Quantization-aware training epochs after calibration.")
+    ] = 5,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Run the whole pipeline on the bundled 8x8 digits and verify C against Python.
@@ -67,7 +70,7 @@ def demo(
     from mico.pipeline import DemoOptions, run_demo
 
     result = run_demo(
-        DemoOptions(out_dir=out, seed=seed, plan=plan, epochs=epochs),
+        DemoOptions(out_dir=out, seed=seed, plan=plan, epochs=epochs, qat_epochs=qat_epochs),
         log=(lambda _msg: None) if quiet else typer.echo,
     )
     assert result.report is not None

@@ -29,7 +29,7 @@ from mico.quant import (
 )
 from mico.report import Report, layer_rows
 from mico.targets import host
-from mico.train import accuracy, train
+from mico.train import accuracy, fit, train
 
 Log = Callable[[str], None]
 DEFAULT_PLAN = "conv1=8/8,conv2=4/4,fc=2/8"
@@ -70,6 +70,8 @@ class DemoOptions:
     batch_size: int = 64
     name: str = "digits_cnn"
     quant: QuantConfig = field(default_factory=QuantConfig)
+    qat_epochs: int = 5
+    qat_lr: float = 1e-3
 
 
 @dataclass
@@ -99,9 +101,14 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
     train(model, train_loader, options.epochs, log=lambda m: log("      " + m))
     fp32_acc = accuracy(model, test_loader)
 
-    log(f"[2/5] post-training quantization with plan {plan.to_string()}")
+    log(f"[2/5] quantization with plan {plan.to_string()}")
     batches = [x for x, _ in train_loader][: options.calibration_batches]
     qmodel = quantize_ptq(model, plan, batches, options.quant)
+    ptq_acc = accuracy(qmodel, test_loader)
+    log(f"      post-training (calibrated) accuracy {ptq_acc:.4f}")
+    if options.qat_epochs:
+        log(f"      quantization-aware training, {options.qat_epochs} epochs")
+        fit(qmodel, train_loader, options.qat_epochs, lr=options.qat_lr)
     fake_quant_acc = accuracy(qmodel, test_loader)
     graph = lower_model(qmodel, torch.from_numpy(split.x_test[:1]), options.name)
     reference = run_graph(graph, split.x_test)[0].numpy()
@@ -120,6 +127,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
         (tmp / "graph.txt").write_text(str(graph) + "\n")
         metrics = {
             "fp32_accuracy": fp32_acc,
+            "ptq_accuracy": ptq_acc,
             "fake_quant_accuracy": fake_quant_acc,
             "quantized_python_accuracy": quant_acc,
             "c_accuracy": top1(c_out, split.y_test),
@@ -156,6 +164,7 @@ def _demo_report(
     summary = [
         ("plan", plan.to_string()),
         ("FP32 accuracy (Python)", f"{m['fp32_accuracy']:.4f}"),
+        ("post-training quantization accuracy", f"{m['ptq_accuracy']:.4f}"),
         ("quantized accuracy (Python reference)", f"{m['quantized_python_accuracy']:.4f}"),
         ("quantized accuracy (C on host)", f"{m['c_accuracy']:.4f}"),
         ("C/Python agreement, exact integers", f"{agreement.exact}/{n}"),
@@ -176,6 +185,7 @@ def _demo_report(
             "seed": options.seed,
             "plan": plan.to_string(),
             "epochs": options.epochs,
+            "qat_epochs": options.qat_epochs,
             "channels": list(options.channels),
         },
         "plan": {k: {"w": v.w, "a": v.a} for k, v in plan.items()},

@@ -44,6 +44,17 @@ def test_small_demo_agrees_exactly(tmp_path):
     assert conv2["bops"] == conv2["macs"] * 2 * 3
 
 
+def test_demo_qat_recovers_low_bit_accuracy_and_stays_bit_exact(tmp_path):
+    """QAT after calibration: the C program still equals the Python reference exactly."""
+    options = dict(epochs=6, channels=(4, 8), plan="conv1=8/8,conv2=4/4,fc=2/8", name="q")
+    ptq = run_demo(DemoOptions(out_dir=tmp_path / "ptq", qat_epochs=0, **options), log=print)
+    qat = run_demo(DemoOptions(out_dir=tmp_path / "qat", qat_epochs=4, **options), log=print)
+    assert ptq.ok and qat.ok
+    assert qat.metrics["ptq_accuracy"] == ptq.metrics["ptq_accuracy"]  # same seed, same PTQ
+    assert qat.metrics["quantized_python_accuracy"] > ptq.metrics["quantized_python_accuracy"]
+    assert qat.metrics["c_accuracy"] == qat.metrics["quantized_python_accuracy"]
+
+
 def test_failed_run_keeps_the_previous_output(tmp_path):
     out = tmp_path / "run"
     out.mkdir()

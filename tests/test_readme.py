@@ -12,3 +12,13 @@ def test_readme_python_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     exec(compile(blocks[0], str(README), "exec"), {})
     assert (tmp_path / "out" / "digits" / "digits.c").is_file()
+
+
+def test_readme_quantize_any_model_example_runs(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    example = next(b for b in blocks if "set_qscheme" in b)
+    scope: dict = {}
+    exec(compile(example, str(README), "exec"), scope)
+    accuracy = float(capsys.readouterr().out.strip().splitlines()[-1])
+    assert 0.5 < accuracy <= 1.0
+    assert [layer.w_bits for layer in scope["model"].get_qlayers()] == [8, 6, 6, 4, 1.58]

@@ -13,6 +13,7 @@ import warnings
 from typing import Any
 
 import torch
+import torch.fx
 from torch import nn
 
 from mico.quant.layers import BitLayer
@@ -126,7 +127,65 @@ def _pairs_by_sequence(model: nn.Module) -> list[tuple[str, str]]:
     return pairs
 
 
-def _fuse_pairs(model: nn.Module, pairs: list[tuple[str, str]]) -> nn.Module:
+def _outputs(model: nn.Module, example: tuple[Any, ...]) -> list[torch.Tensor]:
+    """The model's eval-mode float outputs on ``example`` (Bit* layers run unquantized)."""
+    bits = [m for m in model.modules() if isinstance(m, BitLayer)]
+    modes = [m.mode for m in bits]
+    was_training = model.training
+    try:
+        for m in bits:
+            m.mode = "float"
+        model.eval()
+        with torch.no_grad():
+            out = model(*example)
+    finally:
+        model.train(was_training)
+        for m, mode in zip(bits, modes, strict=True):
+            m.mode = mode
+    flat = out if isinstance(out, tuple | list) else (out,)
+    return [t for t in flat if isinstance(t, torch.Tensor)]
+
+
+def _same(a: list[torch.Tensor], b: list[torch.Tensor]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b, strict=True):
+        if x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            scale = 1.0 + float(x.abs().max()) if x.numel() else 1.0
+            if float((x - y).abs().max()) > 1e-4 * scale:
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def _probe(model: nn.Module, example_inputs: Any) -> tuple[Any, ...] | None:
+    """Inputs to check folds with: the given example, or random data of the model's shape."""
+    if example_inputs is not None:
+        return _as_tuple(example_inputs)
+    if not hasattr(model, "example_input"):
+        return None
+    example = model.example_input(2)
+    if example.is_floating_point():
+        example = torch.randn(example.shape, generator=torch.Generator().manual_seed(0))
+    return (example,)
+
+
+def _fuse_pairs(
+    model: nn.Module,
+    pairs: list[tuple[str, str]],
+    probe: tuple[Any, ...] | None,
+    structural: bool,
+) -> nn.Module:
+    """Fold each pair; unless the pair is structurally certain, check it on ``probe``.
+
+    Pairs found by running the model (hooks) and every Linear + BatchNorm1d pair (a BN over
+    another dimension than the features would fold wrongly) are verified: folded, run, and
+    reverted if the output changes.
+    """
+    reference = None
     for layer_name, bn_name in pairs:
         layer = model.get_submodule(layer_name)
         bn = model.get_submodule(bn_name)
@@ -141,37 +200,61 @@ def _fuse_pairs(model: nn.Module, pairs: list[tuple[str, str]]) -> nn.Module:
             continue
         if bn.num_features != layer.weight.shape[0]:
             continue
+        check = not structural or isinstance(layer, nn.Linear)
+        if check and probe is None:
+            warnings.warn(
+                f"'{bn_name}' after '{layer_name}' is left unfolded: checking the fold needs an "
+                "example input (pass example_inputs=...)",
+                stacklevel=3,
+            )
+            continue
+        if check and reference is None:
+            reference = _outputs(model, probe)
+        saved_weight = layer.weight.detach().clone()
+        saved_bias = None if layer.bias is None else layer.bias.detach().clone()
         fold_bn_into(layer, bn)
         parent_name, _, child = bn_name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, nn.Identity())
+        if check and not _same(reference, _outputs(model, probe)):
+            with torch.no_grad():  # revert: this BN did not act on the layer's output channels
+                layer.weight.copy_(saved_weight)
+                if saved_bias is None:
+                    layer.bias = None
+                else:
+                    layer.bias.copy_(saved_bias)
+            setattr(parent, child, bn)
     return model
 
 
 def fuse_model(model: nn.Module, example_inputs: Any = None, inplace: bool = False) -> nn.Module:
     """Fold every BatchNorm that directly follows a Conv1d / Conv2d / Linear; return the model.
 
-    The pairs are found by ``torch.fx`` tracing; models fx cannot trace are run once on
-    ``example_inputs`` (or a ``MiCoModel``'s own example) with hooks. A layer whose output also
-    feeds something else, or that is called more than once, is left alone. Works on float and
-    Bit* layers (the cached quantized weights are refreshed). By default a fused copy is
-    returned; the result equals the original in eval mode.
+    Pairs are found by ``torch.fx`` tracing; models fx cannot trace are run once on
+    ``example_inputs`` (or random data shaped like a ``MiCoModel``'s example) with hooks, and
+    each such fold is checked on that input and undone if it changes the output (e.g. when the
+    layer's output also feeds a residual path). Linear + BatchNorm pairs are always checked. A
+    layer whose output also feeds something else, or that is called twice, is left alone.
+    Works on float and Bit* layers. By default a fused copy is returned; in eval mode it
+    computes what the original computes.
     """
     fused = model if inplace else copy.deepcopy(model)
+    probe = _probe(fused, example_inputs)
     try:
         pairs = _pairs_by_fx(fused)
-    except Exception:  # fx cannot trace this model: fall back to running it
-        if example_inputs is None and hasattr(fused, "example_input"):
-            example_inputs = fused.example_input()
-        pairs = (
-            _pairs_by_hooks(fused, example_inputs)
-            if example_inputs is not None
-            else _pairs_by_sequence(fused)
-        )
-    return _fuse_pairs(fused, pairs)
+    except Exception:  # fx cannot trace this model (control flow…): fall back to running it
+        pairs = None
+    if pairs is not None:
+        return _fuse_pairs(fused, pairs, probe, structural=True)
+    if probe is not None:
+        return _fuse_pairs(fused, _pairs_by_hooks(fused, probe), probe, structural=False)
+    return _fuse_pairs(fused, _pairs_by_sequence(fused), probe, structural=True)
 
 
-def fuse_model_seq(model: nn.Module, inplace: bool = False) -> nn.Module:
+def fuse_model_seq(
+    model: nn.Module, example_inputs: Any = None, inplace: bool = False
+) -> nn.Module:
     """Fold BatchNorms that follow a layer inside ``nn.Sequential`` containers (no tracing)."""
     fused = model if inplace else copy.deepcopy(model)
-    return _fuse_pairs(fused, _pairs_by_sequence(fused))
+    probe = _probe(fused, example_inputs)
+    return _fuse_pairs(fused, _pairs_by_sequence(fused), probe, structural=True)

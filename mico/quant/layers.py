@@ -9,8 +9,9 @@ three modes:
 * ``quant`` — fake-quantized inputs and weights with straight-through gradients (QAT), or
   learned step sizes (LSQ) when the config asks for them.
 
-Weight scales are a function of the weights, cached under the weight tensor's identity and
-version counter: folding BN, ``load_state_dict`` or an optimizer step all invalidate the cache.
+Weight scales are a function of the weights, cached together with a copy of the weights they
+were computed from: any change of the weight values (folding BN, ``load_state_dict``, an
+optimizer step, ``weight.data`` edits) invalidates the cache.
 Static activation scales and their signedness are buffers, so checkpoints carry them.
 """
 
@@ -63,8 +64,8 @@ class BitLayer(nn.Module):
         if config.learned_step:
             n = self.weight.shape[0] if config.per_channel else 1
             self.weight_step = nn.Parameter(torch.zeros(n))
-        self._scale_cache: tuple[Any, np.ndarray] | None = None
-        self._weight_cache: tuple[Any, torch.Tensor] | None = None
+        self._scale_cache: tuple[_WeightSnapshot, np.ndarray] | None = None
+        self._weight_cache: tuple[_WeightSnapshot, torch.Tensor] | None = None
         self._reset_observer()
         self.set_bits(w_bits, a_bits)
 
@@ -131,25 +132,19 @@ class BitLayer(nn.Module):
         return float(scales) if scales.ndim == 0 else scales
 
     # ----------------------------------------------------------------- weights
-    def _weight_key(self) -> tuple[Any, ...]:
-        w = self.weight
+    def _weight_key(self) -> _WeightSnapshot:
         step = getattr(self, "weight_step", None)
-        step_key = None if step is None else (step._version, step.data_ptr())
-        return (
-            w._version,
-            w.data_ptr(),
-            w.storage_offset(),
-            tuple(w.shape),
-            self.w_bits,
-            self.qconfig,
-            step_key,
-        )
+        return _WeightSnapshot(self.weight, step, (self.w_bits, self.qconfig))
+
+    def _is_current(self, snapshot: _WeightSnapshot) -> bool:
+        step = getattr(self, "weight_step", None)
+        return snapshot.matches(self.weight, step, (self.w_bits, self.qconfig))
 
     def _weight_scales(self) -> np.ndarray:
         """Scales as float64, shape () or (out,); cached while the weights are unchanged."""
-        key = self._weight_key()
-        if self._scale_cache is not None and self._scale_cache[0] == key:
+        if self._scale_cache is not None and self._is_current(self._scale_cache[0]):
             return self._scale_cache[1]
+        key = self._weight_key()
         step = getattr(self, "weight_step", None)
         if step is not None and bool(torch.all(step != 0)):
             learned = step.detach().abs().to(torch.float64).numpy()
@@ -196,9 +191,9 @@ class BitLayer(nn.Module):
         scales = self._broadcast(self._weight_scales())
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return fake_quantize(self.weight, scales, self.w_fmt)
-        key = self._weight_key()
-        if self._weight_cache is None or self._weight_cache[0] != key:
-            self._weight_cache = (key, fake_quantize(self.weight.detach(), scales, self.w_fmt))
+        if self._weight_cache is None or not self._is_current(self._weight_cache[0]):
+            quantized = fake_quantize(self.weight.detach(), scales, self.w_fmt)
+            self._weight_cache = (self._weight_key(), quantized)
         return self._weight_cache[1]
 
     def weight_codes(self) -> np.ndarray:
@@ -302,6 +297,36 @@ class BitLayer(nn.Module):
             f"{super().extra_repr()}, w_bits={format_bits(self.w_bits)}, "
             f"a_bits={format_bits(self.a_bits)}, act_mode={self.qconfig.act_mode}"
         )
+
+
+class _WeightSnapshot:
+    """What the cached weight scales and quantized weights were computed from.
+
+    Two snapshots are equal only if the settings match and the weight (and learned step)
+    *values* are identical, so no way of changing the weights can leave a stale cache:
+    optimizer steps, ``load_state_dict``, BN folding, ``weight.data`` edits or assignment.
+    """
+
+    def __init__(self, weight: torch.Tensor, step: torch.Tensor | None, settings: Any) -> None:
+        self.weight = weight.detach().clone()
+        self.step = None if step is None else step.detach().clone()
+        self.settings = settings
+
+    def matches(self, weight: torch.Tensor, step: torch.Tensor | None, settings: Any) -> bool:
+        if settings != self.settings or (step is None) != (self.step is None):
+            return False
+        if weight.shape != self.weight.shape or weight.dtype != self.weight.dtype:
+            return False
+        if step is not None and not torch.equal(step.detach(), self.step):
+            return False
+        return torch.equal(weight.detach(), self.weight)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, _WeightSnapshot):
+            return NotImplemented
+        return other.matches(self.weight, self.step, self.settings)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 def _absmean(bits: BitWidth, fmt: QFormat) -> bool:

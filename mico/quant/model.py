@@ -110,7 +110,7 @@ def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:
     """Replace ``name`` everywhere it is reachable (a shared layer stays shared)."""
     old = model.get_submodule(name)
     for parent in model.modules():
-        for child_name, child in list(parent.named_children()):
+        for child_name, child in list(parent._modules.items()):  # every alias, not unique ones
             if child is old:
                 setattr(parent, child_name, module)
 

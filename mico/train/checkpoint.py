@@ -135,12 +135,21 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             return Checkpoint("unknown", None, [], {}, None, None, data, "unknown")
         raise CheckpointError(f"'{path}' is not a mico checkpoint (no '{FORMAT}' header)")
     version = data.get("format_version")
-    if not isinstance(version, int) or version > FORMAT_VERSION:
+    if not isinstance(version, int):
+        raise CheckpointError(f"checkpoint '{path}' is damaged: its format version is missing")
+    if version > FORMAT_VERSION:
         raise CheckpointError(
             f"checkpoint '{path}' has format version {version}, newer than this mico "
             f"({mico_version()}, format {FORMAT_VERSION}) reads; upgrade mico"
         )
+    missing = [k for k in ("model", "state_dict") if not isinstance(data.get(k), dict)]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint '{path}' is damaged: it has no {' or '.join(missing)}; save it again"
+        )
     model = data["model"]
+    if "class" not in model:
+        raise CheckpointError(f"checkpoint '{path}' is damaged: the model class is not recorded")
     try:
         plan = QuantPlan.from_dict(data["plan"]) if data.get("plan") else None
         config = QuantConfig.from_dict(data["quant_config"]) if data.get("quant_config") else None
