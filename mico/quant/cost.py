@@ -139,7 +139,8 @@ def model_costs(
 ) -> CostTable:
     """The cost table of ``model`` for one sample of ``example_inputs``' shape.
 
-    Bit* layers count at their bit-widths; float layers at ``bits[name]`` if given, else 32/32.
+    A layer counts at ``bits[name]`` if given, else at its own bit-widths (Bit* layers) or
+    32/32 (float layers).
     """
     if example_inputs is None and hasattr(model, "example_input"):
         example_inputs = model.example_input()
@@ -178,10 +179,12 @@ def model_costs(
     for name in order:
         module = modules[name]
         in_shape, out_shape, macs = seen[name]
-        if isinstance(module, BitLayer):
+        if bits and name in bits:
+            w, a = bits[name]
+        elif isinstance(module, BitLayer):
             w, a = module.w_bits, module.a_bits
         else:
-            w, a = (bits or {}).get(name, (32, 32))
+            w, a = 32, 32
         kind = next(t.__name__ for t in QUANTIZABLE if isinstance(module, t))
         costs.append(LayerCost(name, kind, in_shape, out_shape, module.weight.numel(), macs, w, a))
     return CostTable(tuple(costs))

@@ -1,0 +1,146 @@
+"""``MiCoEval``: score a bit-width configuration of a trained model (MiCo's evaluator).
+
+Each evaluation starts from fresh weights (the pretrained checkpoint), so one evaluation never
+leaks into the next. Objectives: ``ptq_acc`` (calibrate, then test) and ``qat_acc`` (calibrate,
+fine-tune ``epochs``, then test). Constraints: ``bops``, ``size`` (packed weight bytes) and
+``macs``. Hardware latency targets arrive with the targets package.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+from torch.utils.data import DataLoader
+
+from mico.errors import PlanError, UnsupportedOpError
+from mico.quant import QuantConfig, as_plan, calibrate, model_costs, quantize_model
+from mico.quant.order import quantizable_layers
+from mico.train.checkpoint import load_checkpoint
+from mico.train.loop import accuracy, fit
+
+OBJECTIVES = ("ptq_acc", "qat_acc")
+CONSTRAINTS = ("bops", "size", "macs")
+
+
+class MiCoEval:
+    """Evaluate qschemes (``[w bits…, a bits…]`` or ``[[w…], [a…]]``) of one trained model."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        epochs: int,
+        train_loader: DataLoader,
+        test_loader: DataLoader,
+        pretrained_model: str | Path | None,
+        lr: float = 0.0001,
+        objective: str = "ptq_acc",
+        constraint: str = "bops",
+        output_json: str | Path | None = None,
+        *,
+        calibration_batches: int = 8,
+        config: QuantConfig | None = None,
+        example_inputs: Any = None,
+    ) -> None:
+        if objective not in OBJECTIVES:
+            raise PlanError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
+        if constraint not in CONSTRAINTS:
+            raise PlanError(
+                f"constraint must be one of {', '.join(CONSTRAINTS)}; got {constraint!r} "
+                "(hardware latency constraints arrive with the targets)"
+            )
+        self.model = model
+        self.epochs = epochs
+        self.train_loader = train_loader
+        self.test_loader = test_loader
+        self.pretrained_model = None if pretrained_model is None else Path(pretrained_model)
+        self.lr = lr
+        self.objective = objective
+        self.constraint = constraint
+        self.output_json = None if output_json is None else Path(output_json)
+        self.config = config or QuantConfig(act_mode="static")
+        self.example = example_inputs
+        if self.example is None and hasattr(model, "example_input"):
+            self.example = model.example_input()
+        if self.example is None:
+            self.example = next(iter(test_loader))[0][:1]
+        self.layer_names = quantizable_layers(model, self.example)
+        self.n_layers = len(self.layer_names)
+        self._calibration = [x for x, _ in train_loader][:calibration_batches]
+        self.history: list[dict[str, Any]] = []
+
+    # ----------------------------------------------------------------- models
+    def _fresh(self, qscheme: Sequence[Any]) -> nn.Module:
+        """A copy of the model with pretrained weights, quantized with ``qscheme``."""
+        plan = as_plan(list(qscheme), self.layer_names)
+        model = copy.deepcopy(self.model)
+        if self.pretrained_model is not None:
+            load_checkpoint(self.pretrained_model, model)
+        quantize_model(model, plan, self.config, self.example)
+        calibrate(model, self._calibration)
+        return model
+
+    def _plan_bits(self, qscheme: Sequence[Any]) -> dict[str, tuple[Any, Any]]:
+        plan = as_plan(list(qscheme), self.layer_names)
+        return {n: (b.w, b.a) for n, b in plan.items()}
+
+    # ----------------------------------------------------------------- objectives
+    def eval_ptq_acc(self, qscheme: Sequence[Any]) -> float:
+        return accuracy(self._fresh(qscheme), self.test_loader)
+
+    def eval_qat_acc(self, qscheme: Sequence[Any]) -> float:
+        model = self._fresh(qscheme)
+        fit(model, self.train_loader, self.epochs, lr=self.lr)
+        return accuracy(model, self.test_loader)
+
+    def eval_f(self, qscheme: Sequence[Any]) -> float:
+        """The objective (accuracy) of ``qscheme``; recorded in ``history`` and ``output_json``."""
+        evaluate: Callable[[Sequence[Any]], float] = getattr(self, f"eval_{self.objective}")
+        value = evaluate(qscheme)
+        self._record(qscheme, self.objective, value)
+        return value
+
+    # ----------------------------------------------------------------- constraints
+    def _costs(self, qscheme: Sequence[Any]):
+        return model_costs(self.model, self.example, self._plan_bits(qscheme))
+
+    def eval_bops(self, qscheme: Sequence[Any]) -> float:
+        """Bit operations of one inference: Σ MACs·w·a."""
+        return self._costs(qscheme).bops
+
+    def eval_size(self, qscheme: Sequence[Any]) -> float:
+        """Packed weight bytes."""
+        return float(self._costs(qscheme).weight_bytes)
+
+    def eval_macs(self, qscheme: Sequence[Any]) -> float:
+        return float(self._costs(qscheme).macs)
+
+    def eval_constraint(self, qscheme: Sequence[Any]) -> float:
+        return float(getattr(self, f"eval_{self.constraint}")(qscheme))
+
+    def eval_latency(self, qscheme: Sequence[Any], target: str = "mico") -> float:
+        raise UnsupportedOpError(
+            f"latency target '{target}' is not available yet; use constraint 'bops', 'size' "
+            "or 'macs'"
+        )
+
+    # ----------------------------------------------------------------- history
+    def _record(self, qscheme: Sequence[Any], name: str, value: float) -> None:
+        self.history.append({"qscheme": _plain(qscheme), name: value})
+        if self.output_json is None:
+            return
+        self.output_json.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.output_json.name}.", dir=self.output_json.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.history, f, indent=2)
+        os.replace(tmp, self.output_json)
+
+
+def _plain(qscheme: Sequence[Any]) -> list[Any]:
+    return [_plain(q) if isinstance(q, list | tuple) else q for q in qscheme]

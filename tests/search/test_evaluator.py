@@ -1,0 +1,79 @@
+"""MiCoEval: seed 003's evaluator lines (Example 1) on the digits stand-in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mico.data import digits_loaders
+from mico.errors import PlanError, UnsupportedOpError
+from mico.models import LeNet, SmallCNN
+from mico.search import MiCoEval
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    torch.manual_seed(0)
+    model = SmallCNN(channels=(4, 8))
+    model.set_qscheme([[8] * model.n_layers, [8] * model.n_layers])
+    train_loader, test_loader = digits_loaders(batch_size=64)
+    model.train_loop(4, train_loader, test_loader, lr=1e-2, verbose=False)
+    path = tmp_path_factory.mktemp("ckpt") / "small.pth"
+    torch.save(model.state_dict(), path)
+    return model, train_loader, test_loader, path
+
+
+def test_seed_example_1_evaluator_lines(trained, tmp_path) -> None:
+    model, train_loader, test_loader, ckpt = trained
+    trace = tmp_path / "trace.json"
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt, output_json=trace)
+    n = model.n_layers
+    max_bops = evaluator.eval_bops([8] * n * 2)
+    assert max_bops == (2304 + 4608 + 320) * 64  # Σ MACs · 8 · 8 for SmallCNN(4, 8)
+    assert evaluator.eval_bops([4] * n * 2) == max_bops / 4
+    acc8 = evaluator.eval_f([8] * n * 2)
+    acc2 = evaluator.eval_f([[2] * n, [2] * n])
+    assert 0.7 < acc8 <= 1.0
+    assert acc2 < acc8
+    assert evaluator.eval_f([8] * n * 2) == acc8  # fresh weights each time: repeatable
+    history = json.loads(trace.read_text())
+    assert [h["ptq_acc"] for h in history] == [acc8, acc2, acc8]
+    assert history[1]["qscheme"] == [[2] * n, [2] * n]
+    assert evaluator.eval_size([8] * n * 2) == 36 + 288 + 320  # packed weight bytes at 8 bits
+    assert evaluator.eval_size([4] * n + [8] * n) == (36 + 288 + 320) / 2
+
+
+def test_qat_objective_fine_tunes(trained) -> None:
+    model, train_loader, test_loader, ckpt = trained
+    n = model.n_layers
+    ptq = MiCoEval(model, 1, train_loader, test_loader, ckpt).eval_f([2] * n * 2)
+    qat = MiCoEval(model, 2, train_loader, test_loader, ckpt, lr=3e-3, objective="qat_acc")
+    assert qat.eval_f([2] * n * 2) > ptq
+
+
+def test_bad_arguments(trained) -> None:
+    model, train_loader, test_loader, ckpt = trained
+    with pytest.raises(PlanError, match="objective must be one of ptq_acc, qat_acc"):
+        MiCoEval(model, 1, train_loader, test_loader, ckpt, objective="acc")
+    with pytest.raises(PlanError, match="constraint must be one of bops, size, macs"):
+        MiCoEval(model, 1, train_loader, test_loader, ckpt, constraint="latency_mico")
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt)
+    with pytest.raises(PlanError, match="flat qscheme needs 6 bit-widths"):
+        evaluator.eval_f([8] * 5)
+    with pytest.raises(UnsupportedOpError, match="latency target 'mico'"):
+        evaluator.eval_latency([8] * 6, target="mico")
+
+
+def test_checkpoint_of_another_model_is_refused(trained, tmp_path) -> None:
+    _, train_loader, test_loader, _ = trained
+    other = LeNet(1)
+    path = tmp_path / "lenet.pt"
+    other.save(path)
+    model = SmallCNN(channels=(4, 8))
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, path)
+    from mico.errors import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"LeNet.*SmallCNN"):
+        evaluator.eval_f([8] * 6)
