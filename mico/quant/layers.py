@@ -268,6 +268,32 @@ class BitLayer(nn.Module):
             return lsq_fake_quantize(x, self.activation_scale, fmt)
         return fake_quantize(x, self.act_scale, fmt)
 
+    def prepare_export(self) -> None:
+        """Snapshot bit-widths and scales for export (while exporting, tensors are symbolic)."""
+        dynamic = self.qconfig.act_mode == "dynamic"
+        if not dynamic and self.act_scale is None:
+            raise CalibrationError(
+                f"layer '{self.layer_name}' cannot be exported quantized before calibration"
+            )
+        self._export_args = (
+            float(self.w_bits),
+            float(self.a_bits),
+            np.atleast_1d(self._weight_scales()).astype(float).tolist(),
+            float(self.act_scale or 1.0),
+            bool(self.a_fmt.signed),
+            dynamic,
+        )
+
+    def _export_quant_args(self) -> tuple[Any, ...]:
+        """Bit-widths and scales as the ``mico::bit_*`` operators take them."""
+        args = getattr(self, "_export_args", None)
+        if args is None:
+            raise CalibrationError(
+                f"layer '{self.layer_name}': call mico.quant.prepare_export(model) right before "
+                "torch.export, so the scales are taken from the current weights"
+            )
+        return args
+
     # ----------------------------------------------------------------- state dict
     def _load_from_state_dict(
         self,
@@ -368,7 +394,27 @@ class _BitConv(BitLayer):
         return layer.to(conv.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "quant" and torch.compiler.is_exporting():
+            return self._exported_call(x)
         return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
+
+    def _exported_call(self, x: torch.Tensor) -> torch.Tensor:
+        """One ``mico.bit_conv1d`` / ``mico.bit_conv2d`` call (see mico.quant.export_ops)."""
+        from mico.quant import export_ops
+
+        if self.padding_mode != "zeros" or isinstance(self.padding, str):
+            return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
+        op = export_ops.bit_conv1d if isinstance(self, nn.Conv1d) else export_ops.bit_conv2d
+        return op(
+            x,
+            self.weight,
+            self.bias,
+            list(self.stride),
+            list(self.padding),
+            list(self.dilation),
+            self.groups,
+            *self._export_quant_args(),
+        )
 
 
 class BitConv1d(_BitConv, nn.Conv1d):
@@ -442,6 +488,10 @@ class BitLinear(BitLayer, nn.Linear):
         return layer.to(linear.weight.device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.mode == "quant" and torch.compiler.is_exporting():
+            from mico.quant import export_ops
+
+            return export_ops.bit_linear(x, self.weight, self.bias, *self._export_quant_args())
         return F.linear(self.quant_input(x), self.quant_weight(), self.bias)
 
 

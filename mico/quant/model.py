@@ -198,6 +198,19 @@ def calibrate(
     return qmodel
 
 
+def prepare_export(model: nn.Module) -> nn.Module:
+    """Fix every Bit* layer's weight scales from the current weights, before ``torch.export``.
+
+    Quantized layers then export as single ``mico.bit_*`` operators with their scales as
+    attributes (see :mod:`mico.quant.export_ops`). Call it again after the weights change.
+    """
+    from mico.quant import export_ops  # noqa: F401  (registers the operators)
+
+    for layer in bit_layers(model).values():
+        layer.prepare_export()
+    return model
+
+
 @contextmanager
 def float_mode(qmodel: nn.Module) -> Iterator[nn.Module]:
     """Temporarily run every Bit* layer in FP32 (for graph export)."""

@@ -1,0 +1,165 @@
+"""Quantized layers as single ``mico::*`` torch operators, for graph export.
+
+When a model is exported (``torch.export``) while its Bit* layers are quantized, each layer
+becomes one call — ``mico.bit_linear``, ``mico.bit_conv1d`` or ``mico.bit_conv2d`` — holding
+its float weight (a state-dict reference), bit-widths and scales as attributes, instead of a
+spray of ATen rounding and clamping ops. The operators compute exactly what the layer computes
+in eager mode (the same functions of :mod:`mico.quant.arithmetic`), have fake (meta)
+implementations for tracing, and are registered as ``execute`` rules of the op registry.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mico.ir.ops.registry import OpRegistry
+from mico.quant.arithmetic import QFormat, dynamic_scale, fake_quantize, is_ternary
+
+
+def quant_activation(
+    x: torch.Tensor, a_bits: float, signed: bool, scale: float, dynamic: bool
+) -> torch.Tensor:
+    """Fake-quantized input codes: static ``scale``, or per-sample scales when ``dynamic``."""
+    fmt = QFormat.for_bits(a_bits, signed)
+    if dynamic:
+        absmean = fmt.binary or is_ternary(a_bits)
+        return fake_quantize(x, dynamic_scale(x, fmt, absmean=absmean), fmt)
+    return fake_quantize(x, scale, fmt)
+
+
+def quant_weight(weight: torch.Tensor, w_bits: float, scales: list[float]) -> torch.Tensor:
+    """Fake-quantized weights with one scale, or one per output channel."""
+    fmt = QFormat.for_bits(w_bits, True)
+    s = np.asarray(scales, dtype=np.float64)
+    s = s.reshape(()) if s.size == 1 else s.reshape(-1, *([1] * (weight.dim() - 1)))
+    return fake_quantize(weight, s, fmt)
+
+
+@torch.library.custom_op("mico::bit_linear", mutates_args=())
+def bit_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    w_bits: float,
+    a_bits: float,
+    weight_scale: list[float],
+    act_scale: float,
+    act_signed: bool,
+    dynamic: bool,
+) -> torch.Tensor:
+    """``linear`` of quantized inputs and weights (see :class:`mico.quant.BitLinear`)."""
+    xq = quant_activation(x, a_bits, act_signed, act_scale, dynamic)
+    return F.linear(xq, quant_weight(weight, w_bits, weight_scale), bias)
+
+
+@bit_linear.register_fake
+def _(x, weight, bias, w_bits, a_bits, weight_scale, act_scale, act_signed, dynamic):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+def _conv(
+    dims: int,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    w_bits: float,
+    a_bits: float,
+    weight_scale: list[float],
+    act_scale: float,
+    act_signed: bool,
+    dynamic: bool,
+) -> torch.Tensor:
+    xq = quant_activation(x, a_bits, act_signed, act_scale, dynamic)
+    conv = F.conv1d if dims == 1 else F.conv2d
+    return conv(
+        xq, quant_weight(weight, w_bits, weight_scale), bias, stride, padding, dilation, groups
+    )
+
+
+@torch.library.custom_op("mico::bit_conv1d", mutates_args=())
+def bit_conv1d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    w_bits: float,
+    a_bits: float,
+    weight_scale: list[float],
+    act_scale: float,
+    act_signed: bool,
+    dynamic: bool,
+) -> torch.Tensor:
+    """``conv1d`` of quantized inputs and weights (see :class:`mico.quant.BitConv1d`)."""
+    return _conv(1, x, weight, bias, stride, padding, dilation, groups, w_bits, a_bits,
+                 weight_scale, act_scale, act_signed, dynamic)  # fmt: skip
+
+
+@torch.library.custom_op("mico::bit_conv2d", mutates_args=())
+def bit_conv2d(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    stride: list[int],
+    padding: list[int],
+    dilation: list[int],
+    groups: int,
+    w_bits: float,
+    a_bits: float,
+    weight_scale: list[float],
+    act_scale: float,
+    act_signed: bool,
+    dynamic: bool,
+) -> torch.Tensor:
+    """``conv2d`` of quantized inputs and weights (see :class:`mico.quant.BitConv2d`)."""
+    return _conv(2, x, weight, bias, stride, padding, dilation, groups, w_bits, a_bits,
+                 weight_scale, act_scale, act_signed, dynamic)  # fmt: skip
+
+
+def _conv_fake(dims: int):
+    def fake(x, weight, bias, stride, padding, dilation, groups, *rest):
+        out = []
+        for i in range(dims):
+            size = x.shape[2 + i] + 2 * padding[i] - dilation[i] * (weight.shape[2 + i] - 1) - 1
+            out.append(size // stride[i] + 1)
+        return x.new_empty((x.shape[0], weight.shape[0], *out))
+
+    return fake
+
+
+bit_conv1d.register_fake(_conv_fake(1))
+bit_conv2d.register_fake(_conv_fake(2))
+
+_OPS = {"mico.bit_linear": bit_linear, "mico.bit_conv1d": bit_conv1d, "mico.bit_conv2d": bit_conv2d}
+_ARGS = {
+    "mico.bit_linear": ("w_bits", "a_bits", "weight_scale", "act_scale", "act_signed", "dynamic"),
+    "mico.bit_conv1d": ("stride", "padding", "dilation", "groups", "w_bits", "a_bits",
+                        "weight_scale", "act_scale", "act_signed", "dynamic"),
+}  # fmt: skip
+_ARGS["mico.bit_conv2d"] = _ARGS["mico.bit_conv1d"]
+
+
+def _executor(name: str):
+    op = _OPS[name]
+
+    def execute(inputs: list[torch.Tensor | None], attrs: dict) -> list[torch.Tensor]:
+        x, weight = inputs[0], inputs[1]
+        bias = inputs[2] if len(inputs) > 2 else attrs.get("bias")
+        return [op(x, weight, bias, *(attrs[a] for a in _ARGS[name]))]
+
+    execute.__name__ = f"execute_{name.replace('.', '_')}"
+    return execute
+
+
+for _name in _OPS:
+    OpRegistry.define(_name, f"quantized layer exported as one op ({_name.split('.')[1]})")
+    if OpRegistry.rule(_name, "execute") is None:
+        OpRegistry.attach(_name, "execute", _executor(_name))
