@@ -181,6 +181,66 @@ def train(
     )
 
 
+ops_app = typer.Typer(help="The operator registry: list ops, show one op's signature and rules.")
+app.add_typer(ops_app, name="ops")
+
+
+@ops_app.command("list")
+@_friendly_errors
+def ops_list(
+    category: Annotated[
+        str | None, typer.Option(help="Only this category (e.g. TensorOp).")
+    ] = None,
+    search: Annotated[str | None, typer.Option(help="Only ops matching these words.")] = None,
+) -> None:
+    """Every registered op with its category and rules (infer, convert, execute, emit, cost)."""
+    from mico.ir import OpRegistry
+    from mico.ir.ops.registry import RULES
+    from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)
+
+    names = OpRegistry.search(search) if search else OpRegistry.list_ops(category)
+    if search and category:
+        names = [n for n in names if n in set(OpRegistry.list_ops(category))]
+    typer.echo(f"{'op':<28} {'category':<12} rules")
+    for name in names:
+        op = OpRegistry.get(name)
+        rules = ",".join(r for r in RULES if r in op.rules) or "-"
+        typer.echo(f"{name:<28} {op.category or '-':<12} {rules}")
+    typer.echo(
+        f"{len(names)} registered op(s). Every other ATen op (aten.*) converts and executes "
+        "through its schema (default rules): `mico ops info aten.NAME.OVERLOAD` shows it."
+    )
+
+
+@ops_app.command("info")
+@_friendly_errors
+def ops_info(name: Annotated[str, typer.Argument(help="Op name, e.g. tensor.add.")]) -> None:
+    """One op: description, arguments, attributes and rules; ATen ops show their schema."""
+    from mico.ir import OpRegistry
+    from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)
+
+    if OpRegistry.is_registered(name):
+        typer.echo(OpRegistry.get(name).describe())
+        return
+    schema = _aten_schema(name)
+    if schema is None:
+        OpRegistry.get(name)  # raises RegistryError with close matches
+    typer.echo(f"{name} (ATen, default rules: schema-driven conversion and execution)")
+    typer.echo(f"schema: {schema}")
+
+
+def _aten_schema(name: str) -> str | None:
+    """The schema of ``aten.op.overload``, or None when it is not an ATen op."""
+    import torch
+
+    parts = name.split(".")
+    if len(parts) != 3 or parts[0] != "aten":
+        return None
+    packet = getattr(torch.ops.aten, parts[1], None)
+    overload = getattr(packet, parts[2], None) if packet is not None else None
+    return None if overload is None else str(overload._schema)
+
+
 def main() -> None:
     app()
 

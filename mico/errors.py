@@ -53,3 +53,7 @@ class VerificationError(MicoError, AssertionError):
 
 class CheckpointError(MicoError, ValueError):
     """A checkpoint is missing, corrupt, from a newer mico, or belongs to another model."""
+
+
+class TypeDeductionError(MicoError, TypeError):
+    """An operator was applied to arguments of the wrong kind, count, shape or data type."""

@@ -191,3 +191,33 @@ def test_train_bad_input_exits_2_with_a_clear_message(tmp_path, monkeypatch, arg
     assert result.exit_code == 2
     assert needle in result.output
     assert not out.exists()
+
+
+def test_ops_list_shows_categories_and_rules():
+    result = runner.invoke(app, ["ops", "list"])
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()[1:-1]}
+    assert rows["tensor.add"] == ["TensorOp", "execute,infer"]
+    assert rows["tile.mul"][0] == "TileOp"
+    assert "mico.bit_conv2d" in rows
+    assert "schema" in result.output.splitlines()[-1]
+
+
+def test_ops_list_filters_by_category_and_search():
+    tiles = runner.invoke(app, ["ops", "list", "--category", "TileOp"])
+    names = [line.split()[0] for line in tiles.output.splitlines()[1:-1]]
+    assert names == ["tile.add", "tile.div", "tile.mul", "tile.sub"]
+    pools = runner.invoke(app, ["ops", "list", "--search", "pool"])
+    assert "tensor.max_pool2d" in pools.output and "tensor.add" not in pools.output
+
+
+def test_ops_info_registered_aten_and_unknown():
+    info = runner.invoke(app, ["ops", "info", "tensor.add"])
+    assert info.exit_code == 0
+    assert "lhs: TensorType" in info.output and "rhs: TensorType" in info.output
+    aten = runner.invoke(app, ["ops", "info", "aten.conv2d.default"])
+    assert aten.exit_code == 0
+    assert "schema-driven" in aten.output and "aten::conv2d(Tensor input" in aten.output
+    unknown = runner.invoke(app, ["ops", "info", "tensor.ad"])
+    assert unknown.exit_code == 2
+    assert "op 'tensor.ad' is not registered; did you mean 'tensor.add'" in unknown.output
