@@ -68,9 +68,10 @@ def export_model(
     """``torch.export`` ``model`` on example ``inputs`` (a tensor or a tuple), in eval mode.
 
     The model's training flag is restored afterwards and no autograd state is recorded.
-    ``specialize`` (default: only for models with active mico fake-quant layers) traces with
-    real tensors first, so Python reads of tensor values become constants (see the module
-    docstring); the reads that depended on the inputs are listed in
+    Quantized (Bit*) layers export as single ``mico.bit_*`` operators, their scales
+    snapshotted from the current weights. ``specialize=True`` instead traces with real tensors
+    first, so Python reads of tensor values become constants (see the module docstring); the
+    reads that depended on the inputs are listed in
     ``exported.graph_module.meta["mico_specialized_reads"]``.
     """
     if isinstance(model, ExportedProgram):
@@ -84,10 +85,13 @@ def export_model(
     model.eval()
     try:
         with torch.no_grad():
-            if specialize is None:
-                specialize = _active_quant_layers(model)
             if specialize:
                 return _export_specialized(model, args, strict)
+            if _active_quant_layers(model):
+                # each quantized layer exports as one mico.bit_* operator (mico.quant.export_ops)
+                from mico.quant import prepare_export
+
+                prepare_export(model)
             return torch.export.export(model, args, strict=strict)
     except MicoError:
         raise

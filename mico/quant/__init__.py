@@ -1,6 +1,7 @@
 """Quantization: the arithmetic (written once), plans, Bit* layers, calibration, BN folding,
 cost."""
 
+from mico.quant import export_ops as export_ops  # registers the mico.bit_* operators
 from mico.quant.arithmetic import (
     MAX_BITS,
     MIN_BITS,

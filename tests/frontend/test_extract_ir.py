@@ -345,6 +345,26 @@ def test_specialized_export_records_input_dependent_reads() -> None:
     assert torch.equal(execute_ir(graph, -torch.ones(3))[0], -2 * torch.ones(3))
 
 
+def test_quantized_layers_extract_as_single_mico_ops() -> None:
+    from mico.models import SmallCNN
+
+    torch.manual_seed(0)
+    model = SmallCNN(channels=(4, 8)).eval()
+    model.set_qscheme([[4, 1.58, 2], [8, 4, 3]])
+    x = torch.randn(1, 1, 8, 8)
+    graph = extract_ir(model, (x,))
+    with torch.no_grad():
+        assert torch.equal(execute_ir(graph, x)[0], model(x))
+    ops = [n.op for n in graph.nodes]
+    assert ops.count("mico.bit_conv2d.default") == 2 and ops.count("mico.bit_linear.default") == 1
+    assert not any(op.split(".")[1] in ("round", "clamp", "where", "floor") for op in ops)
+    conv = next(n for n in graph.nodes if n.op == "mico.bit_conv2d.default")
+    assert conv.inputs[1].name == "conv1.weight"  # the float weight, by state-dict name
+    assert (conv.attrs["w_bits"], conv.attrs["a_bits"]) == (4.0, 8.0)
+    assert conv.attrs["dynamic"] is True
+    assert torch.equal(graph.weights["conv1.weight"], model.conv1.weight)
+
+
 def test_quantized_models_export_by_specialization() -> None:
     from mico.models import SmallCNN
 
@@ -352,7 +372,7 @@ def test_quantized_models_export_by_specialization() -> None:
     model = SmallCNN(channels=(4, 8)).eval()
     model.set_qscheme([[4] * model.n_layers, [8] * model.n_layers])
     x = torch.randn(1, 1, 8, 8)
-    graph = extract_ir(model, (x,))
+    graph = extract_ir(model, (x,), specialize=True)
     with torch.no_grad():
         assert torch.equal(execute_ir(graph, x)[0], model(x))
     conv_weights = [n.inputs[1].name for n in graph.nodes if n.op == "aten.conv2d.default"]

@@ -776,11 +776,17 @@ def register_executor(name: str, override: bool = False) -> Callable[[Callable],
 
 
 def get_conversion_fn(name: str) -> Callable | None:
-    return OpRegistry.rule(name, "convert")
+    """The conversion rule that applies to op ``name`` (overloads matched explicitly)."""
+    from mico.ir.analyzer import find_rule
+
+    return find_rule(name, "convert")
 
 
 def get_execution_fn(name: str) -> Callable | None:
-    return OpRegistry.rule(name, "execute")
+    """The execution rule that applies to op ``name`` (overloads matched explicitly)."""
+    from mico.ir.analyzer import find_rule
+
+    return find_rule(name, "execute")
 
 
 # -- seed 002's module-level API (re-exported by mico.ir) ------------------------------------
