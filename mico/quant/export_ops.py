@@ -159,7 +159,87 @@ def _executor(name: str):
     return execute
 
 
-for _name in _OPS:
-    OpRegistry.define(_name, f"quantized layer exported as one op ({_name.split('.')[1]})")
-    if OpRegistry.rule(_name, "execute") is None:
-        OpRegistry.attach(_name, "execute", _executor(_name))
+def _quant_attrs(builder):
+    return (
+        builder.add_attribute("w_bits", float, description="weight bit-width (1.58: ternary)")
+        .add_attribute("a_bits", float, description="input bit-width (1.58: ternary)")
+        .add_attribute("weight_scale", list[float], description="one scale, or one per channel")
+        .add_attribute("act_scale", float, 1.0, "static input scale")
+        .add_attribute("act_signed", bool, True, "inputs take negative values")
+        .add_attribute("dynamic", bool, False, "input scales computed per sample at run time")
+    )
+
+
+def _check_operands(op: str, args: list) -> None:
+    from mico.ir.ops.tensor_ops import fail, need_float
+
+    x = args[0].type
+    for what, a in zip(("input", "weight", "bias"), args, strict=False):
+        need_float(op, a.type, what)
+        if a.type.dtype != x.dtype:
+            raise fail(op, f"the input is {x.dtype} but the {what} is {a.type.dtype}")
+
+
+def _deduce_linear(args: list, attrs: dict):
+    from mico.ir.ops.tensor_ops import fail
+    from mico.ir.types import TensorType
+
+    op = "mico.bit_linear"
+    _check_operands(op, args)
+    x, w = args[0].type, args[1].type
+    if w.rank != 2 or x.rank < 1:
+        raise fail(op, f"needs input [..., in] and weight [out, in], got {x} and {w}")
+    k, (out_f, in_f) = x.shape[-1], w.shape
+    if isinstance(k, int) and isinstance(in_f, int) and k != in_f:
+        raise fail(op, f"the input has {k} features but the weight expects {in_f}")
+    return TensorType(x.dtype, [*x.shape[:-1], out_f])
+
+
+def _deduce_conv(n: int):
+    def deduce(args: list, attrs: dict):
+        from mico.ir.ops.tensor_ops import conv_shape
+        from mico.ir.types import TensorType
+
+        op = f"mico.bit_conv{n}d"
+        _check_operands(op, args)
+        x, w = args[0].type, args[1].type
+        bias = args[2].type if len(args) > 2 else None
+        shape = conv_shape(
+            op, x, w, bias, n, attrs["stride"], attrs["padding"], attrs["dilation"], attrs["groups"]
+        )
+        return TensorType(x.dtype, shape)
+
+    return deduce
+
+
+def _register() -> None:
+
+    for name in _OPS:
+        if OpRegistry.rule(name, "infer") is None:
+            builder = (
+                OpRegistry.register(name)
+                .set_op_category("MicoOp")
+                .set_description(
+                    f"quantized {name.split('_', 1)[1]} layer as one op: fake-quantized input "
+                    "and weights, float output (exported from a Bit* layer)"
+                )
+                .add_argument("input", "Activation (TensorType)")
+                .add_argument("weight", "Float weight, quantized by the op (TensorType)")
+                .add_argument("bias", "Bias [out] (TensorType)", optional=True)
+            )
+            if name == "mico.bit_linear":
+                _quant_attrs(builder).f_deduce_type(_deduce_linear)
+            else:
+                n = 1 if name.endswith("1d") else 2
+                builder = (
+                    builder.add_attribute("stride", list[int], description="step of the window")
+                    .add_attribute("padding", list[int], description="zero padding per side")
+                    .add_attribute("dilation", list[int], description="spacing of kernel taps")
+                    .add_attribute("groups", int, 1, "channel groups")
+                )
+                _quant_attrs(builder).f_deduce_type(_deduce_conv(n))
+        if OpRegistry.rule(name, "execute") is None:
+            OpRegistry.attach(name, "execute", _executor(name))
+
+
+_register()

@@ -56,10 +56,22 @@ def test_fp32_zoo_model_round_trips_and_executes(name: str, tmp_path: Path) -> N
     _check(from_zoo(name).eval(), name, tmp_path)
 
 
+MIXED_BITS = [8, 4, 1.58, 2, 6, 3, 5, 7, 1]
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_quantized_zoo_model_round_trips_and_executes(name: str, tmp_path: Path) -> None:
+    """A mixed plan (ternary and binary included), per-channel weights on every other model."""
     torch.manual_seed(0)
     model = from_zoo(name).eval()
     n = model.n_layers
-    model.set_qscheme([[4] * n, [8] * n])
+    plan = [
+        [MIXED_BITS[i % len(MIXED_BITS)] for i in range(n)],
+        [MIXED_BITS[(i + 3) % len(MIXED_BITS)] for i in range(n)],
+    ]
+    granularity = "channel" if NAMES.index(name) % 2 else "tensor"
+    model.set_qscheme(plan, weight_granularity=granularity)
     _check(model, name, tmp_path)
+    graph = extract_ir(model, (_random_input(model, seed=3),))
+    quantized = [n for n in graph.nodes if n.op.startswith("mico.bit_")]
+    assert len(quantized) == model.n_layers

@@ -329,7 +329,56 @@ def mico_reshape(draw):
     return Case([TensorType(D.UINT4, [n, *rest])], {"shape": [1, math.prod(rest)]}, {0: (0, 15)})
 
 
+BITS = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 1.58]
+
+
+@st.composite
+def quant_attrs(draw, out_channels):
+    per_channel = draw(st.booleans())
+    count = out_channels if per_channel else 1
+    return {
+        "w_bits": draw(st.sampled_from(BITS)),
+        "a_bits": draw(st.sampled_from(BITS)),
+        "weight_scale": [draw(st.floats(0.01, 1.0)) for _ in range(count)],
+        "act_scale": draw(st.floats(0.01, 1.0)),
+        "act_signed": draw(st.booleans()),
+        "dynamic": draw(st.booleans()),
+    }
+
+
+@st.composite
+def bit_linear(draw):
+    lead = draw(shape(1, 2))
+    k, out = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    types = [TensorType(D.FP32, [*lead, k]), TensorType(D.FP32, [out, k])]
+    if draw(st.booleans()):
+        types.append(TensorType(D.FP32, [out]))
+    return Case(types, draw(quant_attrs(out)))
+
+
+@st.composite
+def bit_conv(draw, n):
+    groups = draw(st.integers(1, 2))
+    cin, cout = groups * draw(st.integers(1, 2)), groups * draw(st.integers(1, 2))
+    kernel = [draw(st.integers(1, 3)) for _ in range(n)]
+    stride = [draw(st.integers(1, 2)) for _ in range(n)]
+    dilation = [draw(st.integers(1, 2)) for _ in range(n)]
+    padding = [draw(st.integers(0, 2)) for _ in range(n)]
+    spatial = [dilation[i] * (kernel[i] - 1) + 1 + draw(st.integers(0, 3)) for i in range(n)]
+    types = [
+        TensorType(D.FP32, [draw(st.integers(1, 2)), cin, *spatial]),
+        TensorType(D.FP32, [cout, cin // groups, *kernel]),
+    ]
+    if draw(st.booleans()):
+        types.append(TensorType(D.FP32, [cout]))
+    attrs = {"stride": stride, "padding": padding, "dilation": dilation, "groups": groups}
+    return Case(types, {**attrs, **draw(quant_attrs(cout))})
+
+
 CASES: dict[str, st.SearchStrategy[Case]] = {
+    "mico.bit_linear": bit_linear(),
+    "mico.bit_conv1d": bit_conv(1),
+    "mico.bit_conv2d": bit_conv(2),
     **{f"tensor.{op}": binary() for op in ("add", "sub", "mul", "div")},
     **{f"tile.{op}": binary(TileType) for op in ("add", "sub", "mul", "div")},
     "tensor.matmul": matmul(),
