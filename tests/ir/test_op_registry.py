@@ -254,6 +254,9 @@ def test_get_op_list_search_describe():
     assert ir.list_ops("TileOp") == ["tile.add", "tile.div", "tile.mul", "tile.sub"]
     assert ir.list_ops(category="tensorop")[:2] == ["tensor.adaptive_avg_pool2d", "tensor.add"]
     assert set(ir.list_ops("MicoOp")) == {
+        "mico.bit_conv1d",
+        "mico.bit_conv2d",
+        "mico.bit_linear",
         "mico.maxpool2d",
         "mico.qconv2d",
         "mico.qlinear",
