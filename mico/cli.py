@@ -59,6 +59,12 @@ def demo(
     qat_epochs: Annotated[
         int, typer.Option(min=0, help="Quantization-aware training epochs after calibration.")
     ] = 5,
+    target: Annotated[
+        str,
+        typer.Option(
+            help="host, rv32 (also run under qemu-system-riscv32), or auto (rv32 when installed)."
+        ),
+    ] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Run the whole pipeline on the bundled 8x8 digits and verify C against Python.
@@ -70,7 +76,9 @@ def demo(
     from mico.pipeline import DemoOptions, run_demo
 
     result = run_demo(
-        DemoOptions(out_dir=out, seed=seed, plan=plan, epochs=epochs, qat_epochs=qat_epochs),
+        DemoOptions(
+            out_dir=out, seed=seed, plan=plan, epochs=epochs, qat_epochs=qat_epochs, target=target
+        ),
         log=(lambda _msg: None) if quiet else typer.echo,
     )
     assert result.report is not None

@@ -13,6 +13,7 @@ from torch import nn
 from mico.atomic import atomic_directory
 from mico.codegen.project import CProject, emit_c_project
 from mico.data import load_dataset
+from mico.errors import BuildError
 from mico.execute import Agreement, compare_outputs, run_graph
 from mico.frontend import export_graph
 from mico.ir.graph import Graph
@@ -28,7 +29,7 @@ from mico.quant import (
     quantizable_layers,
 )
 from mico.report import Report, layer_rows
-from mico.targets import host
+from mico.targets import host, rv32
 from mico.train import accuracy, fit, train
 
 Log = Callable[[str], None]
@@ -71,6 +72,7 @@ class DemoOptions:
     name: str = "digits_cnn"
     quant: QuantConfig = field(default_factory=QuantConfig)
     qat_epochs: int = 5
+    target: str = "auto"  # host always; rv32 too ("auto": when its toolchain is installed)
     qat_lr: float = 1e-3
 
 
@@ -89,6 +91,8 @@ class DemoResult:
 
 def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
     """Train, quantize, compile to C, build, run and verify on the bundled digits."""
+    if options.target not in ("host", "rv32", "auto"):
+        raise BuildError(f"unknown target '{options.target}'; use host, rv32 or auto")
     torch.manual_seed(options.seed)
     model = SmallCNN(channels=options.channels)
     plan = QuantPlan.load(options.plan).validate_for(quantizable_layers(model))  # before work
@@ -122,6 +126,25 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
         host.build(project)
         c_out = host.run(project, split.x_test)
         agreement = compare_outputs(c_out, reference)
+        device: dict[str, float | int] = {}
+        if options.target == "rv32" or (options.target == "auto" and rv32.available()):
+            log("      building for rv32 and running every sample under qemu-system-riscv32")
+            rv32.build(project)
+            on_device = rv32.run(project, split.x_test)
+            device_agreement = compare_outputs(on_device.outputs, reference)
+            sizes = rv32.model_sizes(project)
+            device = {
+                "rv32_exact_agreement": device_agreement.exact,
+                "rv32_accuracy": top1(on_device.outputs, split.y_test),
+                "rv32_instructions_per_inference": on_device.instructions_per_inference,
+                "rv32_instructions_mean": float(on_device.instructions.mean()),
+                "rv32_model_flash_bytes": sizes["flash"],
+                "rv32_model_ram_bytes": sizes["ram"],
+            }
+            if not device_agreement.all_exact:
+                agreement = device_agreement  # the demo fails on any disagreement
+        elif options.target == "auto":
+            log("      rv32 skipped: " + rv32.missing_tools_hint())
         log("[5/5] report")
         (tmp / "plan.yaml").write_text(plan.to_yaml())
         (tmp / "graph.txt").write_text(str(graph) + "\n")
@@ -146,6 +169,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
                 for k, v in host.section_sizes(project).items()
                 if k in (".text", ".rodata", ".bss")
             },
+            **device,
         }
         report = _demo_report(options, plan, project, graph, agreement, metrics)
         report.write(tmp)
@@ -178,6 +202,21 @@ def _demo_report(
         (
             "RAM: arena lower bound (peak live bytes)",
             f"{m['arena_lower_bound']} B (ratio {project.arena.ratio:.2f})",
+        ),
+        *(
+            [
+                (
+                    "rv32 (qemu): C/Python agreement, exact",
+                    f"{m['rv32_exact_agreement']}/{n}",
+                ),
+                ("rv32: instructions per inference", f"{m['rv32_instructions_per_inference']}"),
+                (
+                    "rv32: model flash / RAM (code + weights / arena)",
+                    f"{m['rv32_model_flash_bytes']} B / {m['rv32_model_ram_bytes']} B",
+                ),
+            ]
+            if "rv32_exact_agreement" in m
+            else []
         ),
     ]
     data = {

@@ -88,3 +88,30 @@ def test_compare_outputs_counts_disagreements():
     assert not agreement.all_exact
     with pytest.raises(ValueError, match="shape"):
         compare_outputs(c[:2], ref)
+
+
+def test_demo_on_rv32_reports_device_figures(tmp_path):
+    from mico.targets import rv32
+
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing")
+    result = run_demo(
+        DemoOptions(out_dir=tmp_path / "rv", epochs=2, qat_epochs=0, channels=(2, 4),
+                    target="rv32", name="tiny"),
+        log=lambda m: None,
+    )  # fmt: skip
+    assert result.ok
+    m = result.metrics
+    assert m["rv32_exact_agreement"] == 360
+    assert m["rv32_instructions_per_inference"] > 0
+    assert m["rv32_model_ram_bytes"] >= m["arena_bytes"]
+    assert "rv32: instructions per inference" in (tmp_path / "rv" / "report.md").read_text()
+    assert (tmp_path / "rv" / "tiny.elf").is_file()
+
+
+def test_demo_rejects_an_unknown_target_before_training(tmp_path):
+    from mico.errors import BuildError
+
+    with pytest.raises(BuildError, match="unknown target 'arm'; use host, rv32 or auto"):
+        run_demo(DemoOptions(out_dir=tmp_path / "x", target="arm"), log=lambda m: None)
+    assert not (tmp_path / "x").exists()

@@ -1,0 +1,178 @@
+"""The rv32 target: rv32imac bare metal (picolibc, semihosting) under qemu-system-riscv32.
+
+``build`` runs ``make TARGET=rv32`` in a generated project; ``run`` copies the samples next to
+the ELF in a scratch directory, runs qemu with ``-icount shift=0`` (one instruction per
+virtual clock tick, so counts repeat exactly), reads ``outputs.bin`` back through
+semihosting and returns the outputs with each inference's retired-instruction count (the
+``instret`` CSR, read by ``main.c`` around every call). ``model_sizes`` compiles the model
+and its kernels alone (no libc, no ``main``) and reports their sections: the flash and RAM
+the model itself needs on the device.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mico.codegen.project import QEMU_RV32, RV32_ARCH, RV32_CC, CProject
+from mico.errors import BuildError
+
+_TAIL = 4000
+_INSTRET = re.compile(r"^instret (\d+)\s*$", re.M)
+TOOLS = {
+    RV32_CC: "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
+    "qemu-system-riscv32": "qemu-system-misc",
+}
+
+
+def _require_tools(*tools: str) -> None:
+    missing = [t for t in tools if shutil.which(t) is None]
+    if missing:
+        packages = " ".join(sorted({TOOLS.get(t, t) for t in missing}))
+        raise BuildError(
+            f"the rv32 target needs {', '.join(missing)} on PATH; install them "
+            f"(Debian: apt-get install {packages})"
+        )
+
+
+def available() -> bool:
+    """Whether the rv32 cross compiler and qemu are installed."""
+    return all(shutil.which(t) for t in (*TOOLS, "riscv64-unknown-elf-size", "make"))
+
+
+def missing_tools_hint() -> str:
+    """What to install for the rv32 target."""
+    return "install gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf qemu-system-misc"
+
+
+@dataclass(frozen=True)
+class Rv32Run:
+    """Outputs of every sample and the instructions each inference retired."""
+
+    outputs: np.ndarray
+    instructions: np.ndarray  # int64, one count per sample
+
+    @property
+    def instructions_per_inference(self) -> int:
+        """The largest count (counts differ only where kernels branch on data)."""
+        return int(self.instructions.max()) if self.instructions.size else 0
+
+
+def build(project: CProject, timeout: float = 300) -> Path:
+    """``make TARGET=rv32``; return the ELF. Compiler or linker errors raise BuildError."""
+    _require_tools("make", RV32_CC)
+    result = subprocess.run(
+        ["make", "-C", str(project.directory), "TARGET=rv32"],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise BuildError(
+            f"building {project.directory} for rv32 failed (make exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-_TAIL:]}"
+        )
+    return project.directory / f"{project.name}.elf"
+
+
+def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run:
+    """Run the ELF under qemu on ``samples``; a crash, bad exit or time-out raises BuildError."""
+    _require_tools("qemu-system-riscv32")
+    elf = project.directory / f"{project.name}.elf"
+    if not elf.exists():
+        raise BuildError(f"{elf} does not exist; build the project for rv32 first")
+    data = np.ascontiguousarray(samples, dtype=np.float32)
+    per_sample = int(np.prod(project.input_shape[1:]))
+    if data.size != len(data) * per_sample:
+        raise BuildError(
+            f"samples of shape {data.shape[1:]} do not match the model input "
+            f"{project.input_shape[1:]}"
+        )
+    n_out = int(np.prod(project.output_shape[1:]))
+    with tempfile.TemporaryDirectory(prefix="mico-rv32-") as tmp:
+        work = Path(tmp)
+        data.astype("<f4").tofile(work / "inputs.bin")
+        command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
+        try:
+            result = subprocess.run(
+                command, cwd=work, capture_output=True, text=True, timeout=timeout, check=False
+            )
+        except subprocess.TimeoutExpired as exc:
+            output = (exc.stdout or b"")[-_TAIL:]
+            raise BuildError(
+                f"qemu-system-riscv32 ran {elf.name} for more than {timeout:g} s and was "
+                f"stopped; its last output:\n{output!r}"
+            ) from None
+        if result.returncode != 0:
+            raise BuildError(
+                f"{elf.name} under qemu exited with {result.returncode}:\n"
+                f"{(result.stdout + result.stderr)[-_TAIL:]}"
+            )
+        out_path = work / "outputs.bin"
+        if not out_path.exists():
+            raise BuildError(
+                f"{elf.name} under qemu wrote no outputs.bin:\n{result.stdout[-_TAIL:]}"
+            )
+        out = np.fromfile(out_path, dtype="<i4")
+    if out.size != len(data) * n_out:
+        raise BuildError(f"{elf.name} wrote {out.size} integers, expected {len(data) * n_out}")
+    console = result.stdout + result.stderr  # qemu prints the semihosting console on stderr
+    counts = np.array([int(c) for c in _INSTRET.findall(console)], dtype=np.int64)
+    if counts.size != len(data):
+        raise BuildError(
+            f"{elf.name} reported {counts.size} instruction counts for {len(data)} samples"
+        )
+    return Rv32Run(out.reshape(len(data), *project.output_shape[1:]), counts)
+
+
+def model_sizes(project: CProject) -> dict[str, int]:
+    """Sections of the model and its kernels compiled alone for rv32 (bytes).
+
+    ``flash`` = text + rodata + data (code, packed weights, initial values), ``ram`` = data +
+    bss (the arena and other state). libc and ``main.c`` are not counted.
+    """
+    _require_tools(RV32_CC)
+    size_tool = "riscv64-unknown-elf-size"
+    _require_tools(size_tool)
+    sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
+    totals = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
+    with tempfile.TemporaryDirectory(prefix="mico-rv32-size-") as tmp:
+        for source in sources:
+            obj = Path(tmp) / (Path(source).stem + ".o")
+            compile_ = subprocess.run(
+                [RV32_CC, *shlex.split(RV32_ARCH), "--specs=picolibc.specs", "-O2", "-std=c99",
+                 "-c", str(project.directory / source), "-o", str(obj)],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if compile_.returncode != 0:
+                raise BuildError(f"compiling {source} for rv32 failed:\n{compile_.stderr[-_TAIL:]}")
+            listing = subprocess.run(
+                [size_tool, "-A", "-d", str(obj)], capture_output=True, text=True, check=False
+            ).stdout
+            for line in listing.splitlines():
+                parts = line.split()
+                if len(parts) < 2 or not parts[1].isdigit() or not parts[0].startswith("."):
+                    continue
+                section = parts[0]
+                for key in ("text", "rodata", "data", "bss"):
+                    if section == f".{key}" or section.startswith(f".{key}."):
+                        totals[key] += int(parts[1])
+                        break
+                else:
+                    if section.startswith((".srodata", ".sdata2")):
+                        totals["rodata"] += int(parts[1])
+                    elif section.startswith(".sdata"):
+                        totals["data"] += int(parts[1])
+                    elif section.startswith(".sbss"):
+                        totals["bss"] += int(parts[1])
+    totals["flash"] = totals["text"] + totals["rodata"] + totals["data"]
+    totals["ram"] = totals["data"] + totals["bss"]
+    return totals

@@ -1,0 +1,94 @@
+"""The rv32 target: the generated C, built for rv32imac bare metal and run under
+qemu-system-riscv32, equals the Python reference bit for bit; instruction counts repeat."""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+import torch
+
+from mico.codegen import emit_c_project
+from mico.errors import BuildError
+from mico.execute import run_graph
+from mico.pipeline import lower_model, quantize_ptq
+from mico.quant import QuantPlan
+from mico.targets import rv32
+
+pytestmark = pytest.mark.skipif(
+    not rv32.available(), reason="rv32 toolchain missing: " + rv32.missing_tools_hint()
+)
+
+PLANS = [
+    "conv1=8/8,conv2=4/4,fc=2/8",
+    "conv1=1/1,conv2=7/2,fc=1.58/3",
+    "conv1=2/6,conv2=5/7,fc=8/1",
+]
+
+
+def _project(model, batches, plan, directory):
+    graph = lower_model(
+        quantize_ptq(model, QuantPlan.parse(plan), batches), torch.zeros(1, 1, 8, 8), "cnn"
+    )
+    return graph, emit_c_project(graph, directory, "cnn")
+
+
+@pytest.mark.parametrize("plan", PLANS)
+def test_rv32_output_equals_python_reference(
+    plan, trained_cnn, calibration_batches, digits_split, tmp_path
+):
+    graph, project = _project(trained_cnn, calibration_batches, plan, tmp_path / "c")
+    elf = rv32.build(project)
+    assert elf.name == "cnn.elf" and elf.read_bytes()[:4] == b"\x7fELF"
+    assert elf.read_bytes()[4] == 1  # ELFCLASS32
+    samples = digits_split.x_test[:60]
+    result = rv32.run(project, samples)
+    reference = run_graph(graph, samples)[0].numpy()
+    assert result.outputs.dtype == np.int32 and result.outputs.shape == (60, 10)
+    np.testing.assert_array_equal(result.outputs, reference)
+    assert result.instructions.shape == (60,)
+    assert result.instructions.min() > 1000
+    again = rv32.run(project, samples[:5])
+    np.testing.assert_array_equal(again.instructions, result.instructions[:5])  # -icount: exact
+
+
+def test_model_sizes_count_the_model_not_libc(trained_cnn, calibration_batches, tmp_path):
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    sizes = rv32.model_sizes(project)
+    assert sizes["ram"] >= project.arena.size  # the arena is in .bss
+    assert sizes["rodata"] >= project.weight_bytes  # packed weights are const data
+    assert sizes["flash"] == sizes["text"] + sizes["rodata"] + sizes["data"]
+    assert sizes["flash"] < 16_000  # no libc in it
+
+
+def test_running_before_building_and_bad_samples_raise(trained_cnn, calibration_batches, tmp_path):
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    with pytest.raises(BuildError, match=r"cnn\.elf does not exist; build the project for rv32"):
+        rv32.run(project, np.zeros((1, 1, 8, 8), np.float32))
+    rv32.build(project)
+    with pytest.raises(BuildError, match="do not match the model input"):
+        rv32.run(project, np.zeros((2, 1, 4, 4), np.float32))
+
+
+def test_emulator_time_out_is_reported(trained_cnn, calibration_batches, tmp_path):
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    rv32.build(project)
+    with pytest.raises(BuildError, match=r"ran cnn\.elf for more than .* and was stopped"):
+        rv32.run(project, np.zeros((200, 1, 8, 8), np.float32), timeout=0.05)
+
+
+def test_compiler_errors_surface_with_the_tool_output(trained_cnn, calibration_batches, tmp_path):
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    (project.directory / "cnn.c").write_text("int broken = ;\n")
+    with pytest.raises(BuildError, match=r"(?s)building .* for rv32 failed.*cnn\.c"):
+        rv32.build(project)
+
+
+def test_unknown_make_target_is_refused(trained_cnn, calibration_batches, tmp_path):
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    result = subprocess.run(
+        ["make", "-C", str(project.directory), "TARGET=avr"], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "TARGET=avr is not supported; use TARGET=host or TARGET=rv32" in result.stderr
