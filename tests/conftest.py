@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from mico.data import DatasetSplit, load_dataset
 from mico.models import SmallCNN
 from mico.train import train
+
+
+@pytest.fixture(autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Tests use tiny tensors, and pytest -n 2 already keeps both cores busy: one intra-op
+    thread per worker avoids contention that made small kernels up to 100x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

@@ -13,21 +13,12 @@ import gzip
 import struct
 
 import numpy as np
-import pytest
 import torch
 
 # --- the seed's imports, mapped (ARCHITECTURE.md) -------------------------------------------
 from mico.data import digits_loaders, mnist, tinystories
 from mico.models import LeNet, LLaMa, ResNet8
 from mico.quant import fuse_model, get_model_macs, list_quantize_layers, replace_quantize_layers
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def test_example_1_train_lenet_then_workflow_4_reload_fuse(tmp_path) -> None:

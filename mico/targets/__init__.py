@@ -1,5 +1,5 @@
-"""Build and run targets: the host (more arrive with later issues)."""
+"""Build and run targets: the host compiler and rv32 bare metal under qemu."""
 
-from mico.targets import host
+from mico.targets import host, rv32
 
-__all__ = ["host"]
+__all__ = ["host", "rv32"]

@@ -11,22 +11,14 @@ import numpy as np
 
 from mico.codegen.project import CProject
 from mico.errors import BuildError
+from mico.targets.io import TAIL, read_outputs, require_tools, write_samples
 
-_TAIL = 4000
-
-
-def _require_tools() -> None:
-    missing = [tool for tool in ("make", "cc") if shutil.which(tool) is None]
-    if missing:
-        raise BuildError(
-            f"the host build needs {' and '.join(missing)} on PATH; install them "
-            "(Debian: apt-get install gcc make)"
-        )
+TOOLS = {"make": "make", "cc": "gcc"}
 
 
 def build(project: CProject, timeout: float = 300) -> Path:
     """``make TARGET=host`` in the project; return the executable. Compiler errors raise."""
-    _require_tools()
+    require_tools("host", TOOLS)
     result = subprocess.run(
         ["make", "-C", str(project.directory), "TARGET=host"],
         capture_output=True,
@@ -37,7 +29,7 @@ def build(project: CProject, timeout: float = 300) -> Path:
     if result.returncode != 0:
         raise BuildError(
             f"building {project.directory} failed (make exit {result.returncode}):\n"
-            f"{(result.stdout + result.stderr)[-_TAIL:]}"
+            f"{(result.stdout + result.stderr)[-TAIL:]}"
         )
     return project.directory / project.name
 
@@ -47,17 +39,9 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
     exe = project.directory / project.name
     if not exe.exists():
         raise BuildError(f"{exe} does not exist; build the project first")
-    data = np.ascontiguousarray(samples, dtype=np.float32)
-    per_sample = int(np.prod(project.input_shape[1:]))
-    if data.size != len(data) * per_sample:
-        raise BuildError(
-            f"samples of shape {data.shape[1:]} do not match the model input "
-            f"{project.input_shape[1:]}"
-        )
-    n_out = int(np.prod(project.output_shape[1:]))
     with tempfile.TemporaryDirectory(prefix="mico-run-") as tmp:
         inputs, outputs = Path(tmp) / "inputs.bin", Path(tmp) / "outputs.bin"
-        data.astype("<f4").tofile(inputs)
+        count = write_samples(project, samples, inputs)
         result = subprocess.run(
             [str(exe), str(inputs), str(outputs)],
             capture_output=True,
@@ -66,11 +50,8 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
             check=False,
         )
         if result.returncode != 0:
-            raise BuildError(f"{exe} exited with {result.returncode}: {result.stderr[-_TAIL:]}")
-        out = np.fromfile(outputs, dtype="<i4")
-    if out.size != len(data) * n_out:
-        raise BuildError(f"{exe} wrote {out.size} integers, expected {len(data) * n_out}")
-    return out.reshape(len(data), *project.output_shape[1:])
+            raise BuildError(f"{exe} exited with {result.returncode}: {result.stderr[-TAIL:]}")
+        return read_outputs(project, outputs, count, str(exe))
 
 
 def section_sizes(project: CProject) -> dict[str, int]:

@@ -23,33 +23,26 @@ import numpy as np
 
 from mico.codegen.project import QEMU_RV32, RV32_ARCH, RV32_CC, CProject
 from mico.errors import BuildError
+from mico.targets.io import TAIL, read_outputs, require_tools, write_samples
 
-_TAIL = 4000
 _INSTRET = re.compile(r"^instret (\d+)\s*$", re.M)
+SIZE_TOOL = "riscv64-unknown-elf-size"
 TOOLS = {
+    "make": "make",
     RV32_CC: "gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf",
+    SIZE_TOOL: "binutils-riscv64-unknown-elf",
     "qemu-system-riscv32": "qemu-system-misc",
 }
 
 
-def _require_tools(*tools: str) -> None:
-    missing = [t for t in tools if shutil.which(t) is None]
-    if missing:
-        packages = " ".join(sorted({TOOLS.get(t, t) for t in missing}))
-        raise BuildError(
-            f"the rv32 target needs {', '.join(missing)} on PATH; install them "
-            f"(Debian: apt-get install {packages})"
-        )
-
-
 def available() -> bool:
-    """Whether the rv32 cross compiler and qemu are installed."""
-    return all(shutil.which(t) for t in (*TOOLS, "riscv64-unknown-elf-size", "make"))
+    """Whether the rv32 cross compiler, binutils and qemu are installed."""
+    return all(shutil.which(tool) for tool in TOOLS)
 
 
 def missing_tools_hint() -> str:
     """What to install for the rv32 target."""
-    return "install gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf qemu-system-misc"
+    return "install " + " ".join(sorted(set(" ".join(TOOLS.values()).split()) - {"make"}))
 
 
 @dataclass(frozen=True)
@@ -67,7 +60,7 @@ class Rv32Run:
 
 def build(project: CProject, timeout: float = 300) -> Path:
     """``make TARGET=rv32``; return the ELF. Compiler or linker errors raise BuildError."""
-    _require_tools("make", RV32_CC)
+    require_tools("rv32", {t: TOOLS[t] for t in ("make", RV32_CC)})
     result = subprocess.run(
         ["make", "-C", str(project.directory), "TARGET=rv32"],
         capture_output=True,
@@ -78,35 +71,27 @@ def build(project: CProject, timeout: float = 300) -> Path:
     if result.returncode != 0:
         raise BuildError(
             f"building {project.directory} for rv32 failed (make exit {result.returncode}):\n"
-            f"{(result.stdout + result.stderr)[-_TAIL:]}"
+            f"{(result.stdout + result.stderr)[-TAIL:]}"
         )
     return project.directory / f"{project.name}.elf"
 
 
 def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run:
     """Run the ELF under qemu on ``samples``; a crash, bad exit or time-out raises BuildError."""
-    _require_tools("qemu-system-riscv32")
+    require_tools("rv32", {"qemu-system-riscv32": TOOLS["qemu-system-riscv32"]})
     elf = project.directory / f"{project.name}.elf"
     if not elf.exists():
         raise BuildError(f"{elf} does not exist; build the project for rv32 first")
-    data = np.ascontiguousarray(samples, dtype=np.float32)
-    per_sample = int(np.prod(project.input_shape[1:]))
-    if data.size != len(data) * per_sample:
-        raise BuildError(
-            f"samples of shape {data.shape[1:]} do not match the model input "
-            f"{project.input_shape[1:]}"
-        )
-    n_out = int(np.prod(project.output_shape[1:]))
     with tempfile.TemporaryDirectory(prefix="mico-rv32-") as tmp:
         work = Path(tmp)
-        data.astype("<f4").tofile(work / "inputs.bin")
+        count = write_samples(project, samples, work / "inputs.bin")
         command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
         try:
             result = subprocess.run(
                 command, cwd=work, capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            output = (exc.stdout or b"")[-_TAIL:]
+            output = ((exc.stdout or b"") + (exc.stderr or b""))[-TAIL:]  # console: stderr
             raise BuildError(
                 f"qemu-system-riscv32 ran {elf.name} for more than {timeout:g} s and was "
                 f"stopped; its last output:\n{output!r}"
@@ -114,23 +99,16 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run
         if result.returncode != 0:
             raise BuildError(
                 f"{elf.name} under qemu exited with {result.returncode}:\n"
-                f"{(result.stdout + result.stderr)[-_TAIL:]}"
+                f"{(result.stdout + result.stderr)[-TAIL:]}"
             )
-        out_path = work / "outputs.bin"
-        if not out_path.exists():
-            raise BuildError(
-                f"{elf.name} under qemu wrote no outputs.bin:\n{result.stdout[-_TAIL:]}"
-            )
-        out = np.fromfile(out_path, dtype="<i4")
-    if out.size != len(data) * n_out:
-        raise BuildError(f"{elf.name} wrote {out.size} integers, expected {len(data) * n_out}")
+        outputs = read_outputs(project, work / "outputs.bin", count, f"{elf.name} under qemu")
     console = result.stdout + result.stderr  # qemu prints the semihosting console on stderr
     counts = np.array([int(c) for c in _INSTRET.findall(console)], dtype=np.int64)
-    if counts.size != len(data):
+    if counts.size != count:
         raise BuildError(
-            f"{elf.name} reported {counts.size} instruction counts for {len(data)} samples"
+            f"{elf.name} reported {counts.size} instruction counts for {count} samples"
         )
-    return Rv32Run(out.reshape(len(data), *project.output_shape[1:]), counts)
+    return Rv32Run(outputs, counts)
 
 
 def model_sizes(project: CProject) -> dict[str, int]:
@@ -139,9 +117,7 @@ def model_sizes(project: CProject) -> dict[str, int]:
     ``flash`` = text + rodata + data (code, packed weights, initial values), ``ram`` = data +
     bss (the arena and other state). libc and ``main.c`` are not counted.
     """
-    _require_tools(RV32_CC)
-    size_tool = "riscv64-unknown-elf-size"
-    _require_tools(size_tool)
+    require_tools("rv32", {t: TOOLS[t] for t in (RV32_CC, SIZE_TOOL)})
     sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
     totals = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
     with tempfile.TemporaryDirectory(prefix="mico-rv32-size-") as tmp:
@@ -153,9 +129,9 @@ def model_sizes(project: CProject) -> dict[str, int]:
                 capture_output=True, text=True, check=False,
             )  # fmt: skip
             if compile_.returncode != 0:
-                raise BuildError(f"compiling {source} for rv32 failed:\n{compile_.stderr[-_TAIL:]}")
+                raise BuildError(f"compiling {source} for rv32 failed:\n{compile_.stderr[-TAIL:]}")
             listing = subprocess.run(
-                [size_tool, "-A", "-d", str(obj)], capture_output=True, text=True, check=False
+                [SIZE_TOOL, "-A", "-d", str(obj)], capture_output=True, text=True, check=False
             ).stdout
             for line in listing.splitlines():
                 parts = line.split()

@@ -17,14 +17,6 @@ from mico.models import from_zoo, model_names
 NAMES = model_names()
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _random_input(model: nn.Module, seed: int) -> torch.Tensor:
     """Random data shaped like ``model.example_input()`` (token ids for language models)."""
     example = model.example_input()

@@ -51,15 +51,6 @@ EXPECTED_ZOO = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny models run fastest single-threaded (and pytest -n 2 already uses both cores)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def build(name: str, seed: int = 0) -> MiCoModel:
     torch.manual_seed(seed)
     return from_zoo(name)

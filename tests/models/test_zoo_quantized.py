@@ -24,14 +24,6 @@ NAMES = model_names()
 BITS = [1, 2, 3, 4, 5, 6, 7, 8, TERNARY]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _random_input(model: nn.Module, batch: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     shape = (batch, *model.default_input_shape)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -12,16 +11,6 @@ from hypothesis import strategies as st
 from torch import nn
 
 from mico.quant import TERNARY, QuantConfig, get_model_macs, model_costs, quantize_model
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 DYNAMIC = QuantConfig(act_mode="dynamic")
 

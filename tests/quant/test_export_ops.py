@@ -11,14 +11,6 @@ from mico.models import from_zoo
 from mico.quant import QuantConfig, calibrate, prepare_export
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def _input(model, batch=2, seed=0):
     x = model.example_input(batch)
     if x.is_floating_point():

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Iterator
 from fractions import Fraction
 
 import numpy as np
@@ -33,16 +32,6 @@ from mico.quant.arithmetic import (
 from mico.quant.config import QuantConfig
 from mico.quant.layers import BitConv1d, BitConv2d, BitLinear
 from mico.quant.model import calibrate
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 TERNARY_FORMATS = [QFormat.for_bits(TERNARY, True), QFormat.for_bits(TERNARY, False)]
 ALL_FORMATS = [QFormat(b, s) for b in range(1, 9) for s in (True, False)]

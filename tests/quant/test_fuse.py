@@ -4,7 +4,6 @@ the original model is left alone, quantized layers and untraceable models."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -20,16 +19,6 @@ from mico.quant import (
     fuse_model_seq,
     quantize_model,
 )
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 BNS = (nn.BatchNorm1d, nn.BatchNorm2d)
 

@@ -4,7 +4,6 @@ calibration methods, cached weights and learned step sizes."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,16 +34,6 @@ from mico.quant import (
     replace_quantize_layers,
 )
 from mico.quant.arithmetic import QFormat
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
 
 DYNAMIC = QuantConfig(act_mode="dynamic")
 

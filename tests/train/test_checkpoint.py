@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,15 +14,6 @@ from mico.errors import CheckpointError, MicoError
 from mico.models.base import MiCoModel
 from mico.quant import TERNARY, QuantConfig, QuantPlan, bit_layers, calibrate, quantize_model
 from mico.train import load_checkpoint, read_checkpoint, save_checkpoint
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class TinyNet(MiCoModel):

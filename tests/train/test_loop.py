@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import pytest
 import torch
@@ -15,15 +14,6 @@ from torch.utils.data import DataLoader, TensorDataset
 from mico.models.base import MiCoModel
 from mico.quant import BitConv1d, BitLinear, bit_layers, float_mode
 from mico.train import accuracy, default_loss, fit, predict, seed_everything, train
-
-
-@pytest.fixture(autouse=True)
-def _single_thread() -> Iterator[None]:
-    """Tiny tensors: one intra-op thread is ~100x faster than two contending ones."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 class TinyNet(MiCoModel):
