@@ -19,7 +19,7 @@ import numpy as np
 
 from mico.data.paths import corrupt, data_root, find_dir
 from mico.data.split import DatasetSplit
-from mico.data.transforms import normalize_channels, resize_images
+from mico.data.transforms import image_split
 from mico.errors import DatasetError
 
 CIFAR10_DIR = "cifar-10-batches-py"
@@ -182,18 +182,4 @@ def _finish(
                 f"{part} labels span {labels.min()}..{labels.max()}, "
                 f"expected 0..{len(classes) - 1}",
             )
-    if resize is not None:
-        x_train, x_test = resize_images(x_train, resize), resize_images(x_test, resize)
-    if stats is not None:
-        x_train = normalize_channels(x_train, *stats)
-        x_test = normalize_channels(x_test, *stats)
-    return DatasetSplit(
-        name,
-        x_train,
-        y_train,
-        x_test,
-        y_test,
-        num_classes=len(classes),
-        classes=classes,
-        metadata={"folder": str(folder), "normalization": stats},
-    )
+    return image_split(name, (x_train, y_train), (x_test, y_test), classes, resize, stats, folder)

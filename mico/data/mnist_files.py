@@ -10,7 +10,7 @@ import numpy as np
 from mico.data.idx import read_idx
 from mico.data.paths import corrupt, data_root, find_dir, pick
 from mico.data.split import DatasetSplit
-from mico.data.transforms import normalize_channels, resize_images
+from mico.data.transforms import image_split
 
 IDX_FILES = (
     "train-images-idx3-ubyte",
@@ -84,20 +84,8 @@ def _read_idx_set(
     paths = [pick(folder, name) for name in required]
     x_train, y_train = _images_and_labels(paths[0], paths[1])
     x_test, y_test = _images_and_labels(paths[2], paths[3])
-    if resize is not None:
-        x_train, x_test = resize_images(x_train, resize), resize_images(x_test, resize)
-    if stats is not None:
-        x_train = normalize_channels(x_train, *stats)
-        x_test = normalize_channels(x_test, *stats)
-    return DatasetSplit(
-        name,
-        x_train,
-        y_train,
-        x_test,
-        y_test,
-        num_classes=10,
-        classes=classes,
-        metadata={"folder": str(folder), "normalization": stats},
+    return image_split(
+        name, (x_train, y_train), (x_test, y_test), classes, resize, stats, folder, num_classes=10
     )
 
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mico.data.split import DatasetSplit
 from mico.errors import DatasetError
 
 _RESIZE_CHUNK = 4096  # images resized at once, to bound the memory of large sets
@@ -62,3 +64,35 @@ def normalize_channels(x: np.ndarray, mean: Sequence[float], std: Sequence[float
         raise DatasetError(f"normalization std must be positive, got {list(std)}")
     shape = (1, -1) + (1,) * (x.ndim - 2)
     return ((x - mean_arr.reshape(shape)) / std_arr.reshape(shape)).astype(np.float32)
+
+
+def image_split(
+    name: str,
+    train: tuple[np.ndarray, np.ndarray],
+    test: tuple[np.ndarray, np.ndarray],
+    classes: tuple[str, ...],
+    resize: int | tuple[int, int] | None,
+    stats: tuple[tuple[float, ...], tuple[float, ...]] | None,
+    folder: Path,
+    num_classes: int | None = None,
+) -> DatasetSplit:
+    """An image :class:`DatasetSplit` read from ``folder``, resized and normalized on request.
+
+    ``num_classes`` defaults to the number of class names.
+    """
+    (x_train, y_train), (x_test, y_test) = train, test
+    if resize is not None:
+        x_train, x_test = resize_images(x_train, resize), resize_images(x_test, resize)
+    if stats is not None:
+        x_train = normalize_channels(x_train, *stats)
+        x_test = normalize_channels(x_test, *stats)
+    return DatasetSplit(
+        name,
+        x_train,
+        y_train,
+        x_test,
+        y_test,
+        num_classes=len(classes) if num_classes is None else num_classes,
+        classes=classes,
+        metadata={"folder": str(folder), "normalization": stats},
+    )
