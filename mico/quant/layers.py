@@ -140,6 +140,16 @@ class BitLayer(nn.Module):
         step = getattr(self, "weight_step", None)
         return snapshot.matches(self.weight, step, (self.w_bits, self.qconfig))
 
+    def _rule_scales(self) -> np.ndarray:
+        """The scales the config's rule gives the current weights (absmean for ternary)."""
+        return weight_scales(
+            self.weight.detach().numpy(),
+            self.w_fmt,
+            self.qconfig.weight_method,  # type: ignore[arg-type]
+            per_channel=self.qconfig.per_channel,
+            absmean=is_ternary(self.w_bits),
+        )
+
     def _weight_scales(self) -> np.ndarray:
         """Scales as float64, shape () or (out,); cached while the weights are unchanged."""
         if self._scale_cache is not None and self._is_current(self._scale_cache[0]):
@@ -150,13 +160,7 @@ class BitLayer(nn.Module):
             learned = step.detach().abs().to(torch.float64).numpy()
             scales = learned.reshape(()) if not self.qconfig.per_channel else learned
         else:
-            scales = weight_scales(
-                self.weight.detach().numpy(),
-                self.w_fmt,
-                self.qconfig.weight_method,  # type: ignore[arg-type]
-                per_channel=self.qconfig.per_channel,
-                absmean=is_ternary(self.w_bits),
-            )
+            scales = self._rule_scales()
         self._scale_cache = (key, scales)
         return scales
 
@@ -166,13 +170,7 @@ class BitLayer(nn.Module):
     def _init_learned_steps(self) -> None:
         """LSQ steps start from the rule-based scales."""
         if hasattr(self, "weight_step") and not bool(torch.all(self.weight_step != 0)):
-            scales = weight_scales(
-                self.weight.detach().numpy(),
-                self.w_fmt,
-                self.qconfig.weight_method,  # type: ignore[arg-type]
-                per_channel=self.qconfig.per_channel,
-                absmean=is_ternary(self.w_bits),
-            )
+            scales = self._rule_scales()
             with torch.no_grad():
                 self.weight_step.copy_(torch.from_numpy(np.atleast_1d(scales)).float())
 
