@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen.project import QEMU_RV32, RV32_ARCH, RV32_CC, CProject
+from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC
+from mico.codegen.project import CProject
 from mico.errors import BuildError
 from mico.targets.io import TAIL, read_outputs, require_tools, write_samples
 
