@@ -40,6 +40,7 @@ class CProject:
     output_shape: tuple[int, ...]
     output_scale: float
     schedule: list[dict] = field(default_factory=list)
+    output_dtype: str = "int32"  # numpy name of the output element type: int32 or float32
 
     @property
     def weight_bytes(self) -> int:

@@ -39,11 +39,12 @@ def write_samples(project: CProject, samples: np.ndarray, path: Path) -> int:
 
 
 def read_outputs(project: CProject, path: Path, samples: int, program: str) -> np.ndarray:
-    """The int32 rows main.c wrote to ``outputs.bin``, shaped (samples, *output_shape[1:])."""
+    """The rows main.c wrote to ``outputs.bin`` (int32 or float32, as the project's output),
+    shaped (samples, *output_shape[1:])."""
     if not path.exists():
         raise BuildError(f"{program} wrote no {path.name}")
-    out = np.fromfile(path, dtype="<i4")
+    out = np.fromfile(path, dtype=np.dtype(project.output_dtype).newbyteorder("<"))
     expected = samples * int(np.prod(project.output_shape[1:]))
     if out.size != expected:
-        raise BuildError(f"{program} wrote {out.size} integers, expected {expected}")
+        raise BuildError(f"{program} wrote {out.size} values, expected {expected}")
     return out.reshape(samples, *project.output_shape[1:])

@@ -41,5 +41,5 @@ def test_outputs_are_checked_and_shaped(tmp_path):
         read_outputs(PROJECT, path, 2, "prog")
     np.arange(6, dtype="<i4").tofile(path)
     assert read_outputs(PROJECT, path, 2, "prog").tolist() == [[0, 1, 2], [3, 4, 5]]
-    with pytest.raises(BuildError, match="prog wrote 6 integers, expected 9"):
+    with pytest.raises(BuildError, match="prog wrote 6 values, expected 9"):
         read_outputs(PROJECT, path, 3, "prog")
