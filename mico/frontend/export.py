@@ -118,6 +118,7 @@ def _export_specialized(model: nn.Module, args: tuple[Any, ...], strict: bool) -
         if isinstance(layer, BitLayer) and layer.mode == "quant":
             # the cached fake-quantized weights the trace reads become "<layer>.quant_weight"
             state_names.setdefault(id(layer.quant_weight()), f"{fqn}.quant_weight")
+            state_names.setdefault(id(layer.weight_codes_f32()[0]), f"{fqn}.weight_codes")
     traced = make_fx(
         lambda *xs: model(*xs),
         tracing_mode="real",

@@ -237,8 +237,8 @@ def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch
     binary and ternary codes. An all-zero sample gets scale 1.
     """
     flat = x.detach().to(torch.float32).reshape(x.shape[0], -1)
-    if absmean:
-        s = flat.abs().mean(dim=1)
+    if absmean:  # float64 sum, one rounding: C sums in any order and gets the same float32
+        s = (flat.abs().to(torch.float64).sum(dim=1) / flat.shape[1]).to(torch.float32)
     else:
         amax = flat.abs().amax(dim=1) if fmt.signed else flat.clamp_min(0).amax(dim=1)
         s = amax / torch.tensor(float(fmt.qmax), dtype=torch.float32)

@@ -15,18 +15,30 @@ import torch
 import torch.nn.functional as F
 
 from mico.ir.ops.registry import OpRegistry
-from mico.quant.arithmetic import QFormat, dynamic_scale, fake_quantize, is_ternary
+from mico.quant.arithmetic import QFormat, dynamic_scale, fake_quantize, is_ternary, quantize
+from mico.quant.integer import Accumulate, accumulate, rescale
 
 
-def quant_activation(
+def input_codes(
     x: torch.Tensor, a_bits: float, signed: bool, scale: float, dynamic: bool
-) -> torch.Tensor:
-    """Fake-quantized input codes: static ``scale``, or per-sample scales when ``dynamic``."""
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Input codes (float32, integral) and their float32 scale (per sample when dynamic)."""
     fmt = QFormat.for_bits(a_bits, signed)
     if dynamic:
-        absmean = fmt.binary or is_ternary(a_bits)
-        return fake_quantize(x, dynamic_scale(x, fmt, absmean=absmean), fmt)
-    return fake_quantize(x, scale, fmt)
+        s = dynamic_scale(x, fmt, absmean=fmt.binary or is_ternary(a_bits))
+    else:
+        s = torch.tensor(scale, dtype=torch.float32)
+    return quantize(x.detach(), s, fmt), s
+
+
+def weight_codes(
+    weight: torch.Tensor, w_bits: float, scales: list[float]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Weight codes (float32, integral) and their float32 scales (one, or one per channel)."""
+    fmt = QFormat.for_bits(w_bits, True)
+    s = np.asarray(scales, dtype=np.float64)
+    s = s.reshape(()) if s.size == 1 else s.reshape(-1, *([1] * (weight.dim() - 1)))
+    return quantize(weight.detach(), s, fmt), torch.from_numpy(s.astype(np.float32).reshape(-1))
 
 
 def quant_weight(weight: torch.Tensor, w_bits: float, scales: list[float]) -> torch.Tensor:
@@ -35,6 +47,41 @@ def quant_weight(weight: torch.Tensor, w_bits: float, scales: list[float]) -> to
     s = np.asarray(scales, dtype=np.float64)
     s = s.reshape(()) if s.size == 1 else s.reshape(-1, *([1] * (weight.dim() - 1)))
     return fake_quantize(weight, s, fmt)
+
+
+def integer_call(
+    op: Accumulate,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    w_bits: float,
+    a_bits: float,
+    weight_scale: list[float],
+    act_scale: float,
+    act_signed: bool,
+    dynamic: bool,
+    channel_dim: int,
+) -> torch.Tensor:
+    """A quantized layer's output as the C computes it (see :mod:`mico.quant.integer`)."""
+    wc, sw = weight_codes(weight, w_bits, weight_scale)
+    return integer_output(op, x, wc, sw, bias, a_bits, act_signed, act_scale, dynamic, channel_dim)
+
+
+def integer_output(
+    op: Accumulate,
+    x: torch.Tensor,
+    w_codes: torch.Tensor,
+    w_scale: torch.Tensor,
+    bias: torch.Tensor | None,
+    a_bits: float,
+    act_signed: bool,
+    act_scale: float,
+    dynamic: bool,
+    channel_dim: int,
+) -> torch.Tensor:
+    """:func:`integer_call` with the weight codes and scales already computed."""
+    xc, sa = input_codes(x, a_bits, act_signed, act_scale, dynamic)
+    return rescale(accumulate(op, xc, w_codes), sa, w_scale, bias, channel_dim)
 
 
 @torch.library.custom_op("mico::bit_linear", mutates_args=())
@@ -50,8 +97,8 @@ def bit_linear(
     dynamic: bool,
 ) -> torch.Tensor:
     """``linear`` of quantized inputs and weights (see :class:`mico.quant.BitLinear`)."""
-    xq = quant_activation(x, a_bits, act_signed, act_scale, dynamic)
-    return F.linear(xq, quant_weight(weight, w_bits, weight_scale), bias)
+    return integer_call(F.linear, x, weight, bias, w_bits, a_bits, weight_scale, act_scale,
+                        act_signed, dynamic, channel_dim=-1)  # fmt: skip
 
 
 @bit_linear.register_fake
@@ -75,11 +122,13 @@ def _conv(
     act_signed: bool,
     dynamic: bool,
 ) -> torch.Tensor:
-    xq = quant_activation(x, a_bits, act_signed, act_scale, dynamic)
     conv = F.conv1d if dims == 1 else F.conv2d
-    return conv(
-        xq, quant_weight(weight, w_bits, weight_scale), bias, stride, padding, dilation, groups
-    )
+
+    def op(xc: torch.Tensor, wc: torch.Tensor) -> torch.Tensor:
+        return conv(xc, wc, None, stride, padding, dilation, groups)
+
+    return integer_call(op, x, weight, bias, w_bits, a_bits, weight_scale, act_scale,
+                        act_signed, dynamic, channel_dim=1)  # fmt: skip
 
 
 @torch.library.custom_op("mico::bit_conv1d", mutates_args=())

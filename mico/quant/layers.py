@@ -81,7 +81,7 @@ class BitLayer(nn.Module):
                 self.activation_scale.zero_()
                 if hasattr(self, "weight_step"):
                     self.weight_step.zero_()
-            self._scale_cache = self._weight_cache = None
+            self._scale_cache = self._weight_cache = self._codes_cache = None
 
     @property
     def w_fmt(self) -> QFormat:
@@ -273,14 +273,51 @@ class BitLayer(nn.Module):
             raise CalibrationError(
                 f"layer '{self.layer_name}' cannot be exported quantized before calibration"
             )
-        self._export_args = (
+        self._export_args = self._quant_args()
+
+    def _quant_args(self) -> tuple[Any, ...]:
+        """Bit-widths and scales now, in the order the ``mico::bit_*`` operators take them."""
+        return (
             float(self.w_bits),
             float(self.a_bits),
             np.atleast_1d(self._weight_scales()).astype(float).tolist(),
             float(self.act_scale or 1.0),
             bool(self.a_fmt.signed),
-            dynamic,
+            self.qconfig.act_mode == "dynamic",
         )
+
+    def _uses_integer_path(self) -> bool:
+        """Eval-mode inference computes as the C does (integer accumulation, then rescale)."""
+        return self.mode == "quant" and not self.training and self.calibrated
+
+    def _integer_forward(
+        self, x: torch.Tensor, op: Any, float_op: Any, channel_dim: int
+    ) -> torch.Tensor:
+        """The exact inference output; gradients, when asked for, flow straight through."""
+        from mico.quant.export_ops import integer_output
+
+        w_bits, a_bits, _, act_scale, act_signed, dynamic = self._quant_args()
+        codes, scales = self.weight_codes_f32()
+        out = integer_output(
+            op, x, codes, scales, self.bias, a_bits, act_signed, act_scale, dynamic, channel_dim
+        )
+        if torch.is_grad_enabled() and (
+            x.requires_grad or any(p.requires_grad for p in self.parameters())
+        ):
+            fake = float_op(self.quant_input(x), self.quant_weight())
+            out = out + (fake - fake.detach())
+        return out
+
+    def weight_codes_f32(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weight codes (float32, integral) and float32 scales; cached like quant_weight()."""
+        from mico.quant.export_ops import weight_codes
+
+        cache = getattr(self, "_codes_cache", None)
+        if cache is None or not self._is_current(cache[0]):
+            scales = np.atleast_1d(self._weight_scales()).astype(float).tolist()
+            cache = (self._weight_key(), *weight_codes(self.weight, self.w_bits, scales))
+            self._codes_cache = cache
+        return cache[1], cache[2]
 
     def _export_quant_args(self) -> tuple[Any, ...]:
         """Bit-widths and scales as the ``mico::bit_*`` operators take them."""
@@ -314,7 +351,7 @@ class BitLayer(nn.Module):
                 with torch.no_grad():
                     tensor = getattr(self, name)
                     tensor.fill_(_UNKNOWN_SIGN if name == "activation_signed" else 0)
-        self._scale_cache = self._weight_cache = None
+        self._scale_cache = self._weight_cache = self._codes_cache = None
 
     def extra_repr(self) -> str:
         return (
@@ -394,6 +431,13 @@ class _BitConv(BitLayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mode == "quant" and torch.compiler.is_exporting():
             return self._exported_call(x)
+        if self._uses_integer_path() and self.padding_mode == "zeros":
+            return self._integer_forward(
+                x,
+                lambda xc, wc: self._conv_forward(xc, wc, None),
+                lambda xq, wq: self._conv_forward(xq, wq, self.bias),
+                channel_dim=1,
+            )
         return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
 
     def _exported_call(self, x: torch.Tensor) -> torch.Tensor:
@@ -490,6 +534,13 @@ class BitLinear(BitLayer, nn.Linear):
             from mico.quant import export_ops
 
             return export_ops.bit_linear(x, self.weight, self.bias, *self._export_quant_args())
+        if self._uses_integer_path():
+            return self._integer_forward(
+                x,
+                lambda xc, wc: F.linear(xc, wc),
+                lambda xq, wq: F.linear(xq, wq, self.bias),
+                channel_dim=-1,
+            )
         return F.linear(self.quant_input(x), self.quant_weight(), self.bias)
 
 

@@ -92,7 +92,8 @@ def quantize_model(
                 _set_submodule(model, name, layer)
             layer.set_bits(bits.w, bits.a)
         else:
-            layer = bit_layer_for(layer).from_float(layer, bits.w, bits.a, config, bias=use_bias)
+            new = bit_layer_for(layer).from_float(layer, bits.w, bits.a, config, bias=use_bias)
+            layer = new.train(layer.training)  # a model in eval mode stays in eval mode
             _set_submodule(model, name, layer)
         layer.layer_name = name
         layer.mode = "quant"
@@ -103,7 +104,7 @@ def _rebuild(layer: BitLayer, w: Any, a: Any, config: QuantConfig, use_bias: boo
     """A fresh Bit* layer with another config, same weights (and signedness)."""
     new = type(layer).from_float(layer, w, a, config, bias=use_bias)  # type: ignore[attr-defined]
     new.act_signed = layer.act_signed
-    return new
+    return new.train(layer.training)
 
 
 def _set_submodule(model: nn.Module, name: str, module: nn.Module) -> None:

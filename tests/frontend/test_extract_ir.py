@@ -376,8 +376,8 @@ def test_quantized_models_export_by_specialization() -> None:
     with torch.no_grad():
         assert torch.equal(execute_ir(graph, x)[0], model(x))
     conv_weights = [n.inputs[1].name for n in graph.nodes if n.op == "aten.conv2d.default"]
-    assert conv_weights == ["conv1.quant_weight", "conv2.quant_weight"]
-    for name in conv_weights:  # the fake-quantized weights the layers compute with
+    assert conv_weights == ["conv1.weight_codes", "conv2.weight_codes"]
+    for name in conv_weights:  # eval mode convolves the integer codes, as the C does
         layer = dict(model.named_modules())[name.rsplit(".", 1)[0]]
-        assert torch.equal(graph.weights[name], layer.quant_weight())
+        assert torch.equal(graph.weights[name], layer.weight_codes_f32()[0])
     assert torch.equal(graph.weights["conv1.bias"], model.conv1.bias)
