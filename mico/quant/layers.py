@@ -296,7 +296,7 @@ class BitLayer(nn.Module):
         """The exact inference output; gradients, when asked for, flow straight through."""
         from mico.quant.export_ops import integer_output
 
-        w_bits, a_bits, _, act_scale, act_signed, dynamic = self._quant_args()
+        _, a_bits, _, act_scale, act_signed, dynamic = self._quant_args()
         codes, scales = self.weight_codes_f32()
         out = integer_output(
             op, x, codes, scales, self.bias, a_bits, act_signed, act_scale, dynamic, channel_dim

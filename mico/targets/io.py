@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +25,80 @@ def require_tools(target: str, tools: Mapping[str, str]) -> None:
             f"the {target} target needs {', '.join(missing)} on PATH; install them "
             f"(Debian: apt-get install {packages})"
         )
+
+
+def text(data: str | bytes | None) -> str:
+    """Captured tool output as text (a time-out hands back bytes, or nothing)."""
+    if data is None:
+        return ""
+    return data.decode(errors="replace") if isinstance(data, bytes) else data
+
+
+def exit_status(returncode: int) -> str:
+    """``exit 3`` or ``killed by SIGABRT`` (a negative return code is the signal)."""
+    if returncode >= 0:
+        return f"exit {returncode}"
+    try:
+        return f"killed by {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"killed by signal {-returncode}"
+
+
+def run_make(
+    project: CProject, variables: Sequence[str], timeout: float, what: str
+) -> subprocess.CompletedProcess[str]:
+    """``make -C <project> *variables``; a failure or time-out raises BuildError that starts
+    with ``what`` (``building <dir> with gcc``) and ends with make's output."""
+    command = ["make", "-C", str(project.directory), *variables]
+    try:
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = text(exc.stdout) + text(exc.stderr)
+        raise BuildError(
+            f"{what} took more than {timeout:g} s and was stopped; its last output:\n"
+            f"{output[-TAIL:]}"
+        ) from None
+    if result.returncode != 0:
+        raise BuildError(
+            f"{what} failed (make exit {result.returncode}):\n"
+            f"{(result.stdout + result.stderr)[-TAIL:]}"
+        )
+    return result
+
+
+def run_program(
+    command: Sequence[str],
+    program: str,
+    timeout: float,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a built program (or its emulator); a time-out, a crash or a non-zero exit raises
+    BuildError naming ``program`` with the end of its output."""
+    try:
+        result = subprocess.run(
+            list(command),
+            cwd=cwd,
+            env=None if env is None else dict(env),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = text(exc.stdout) + text(exc.stderr)
+        raise BuildError(
+            f"{program} ran for more than {timeout:g} s and was stopped; its last output:\n"
+            f"{output[-TAIL:]}"
+        ) from None
+    if result.returncode != 0:
+        raise BuildError(
+            f"{program} failed ({exit_status(result.returncode)}):\n"
+            f"{(result.stdout + result.stderr)[-TAIL:]}"
+        )
+    return result
 
 
 def write_samples(project: CProject, samples: np.ndarray, path: Path) -> int:

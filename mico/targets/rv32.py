@@ -21,10 +21,18 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC
+from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, executable
 from mico.codegen.project import CProject
 from mico.errors import BuildError
-from mico.targets.io import TAIL, read_outputs, require_tools, write_samples
+from mico.targets.io import (
+    TAIL,
+    exit_status,
+    read_outputs,
+    require_tools,
+    run_make,
+    text,
+    write_samples,
+)
 
 _INSTRET = re.compile(r"^instret (\d+)\s*$", re.M)
 SIZE_TOOL = "riscv64-unknown-elf-size"
@@ -62,25 +70,14 @@ class Rv32Run:
 def build(project: CProject, timeout: float = 300) -> Path:
     """``make TARGET=rv32``; return the ELF. Compiler or linker errors raise BuildError."""
     require_tools("rv32", {t: TOOLS[t] for t in ("make", RV32_CC)})
-    result = subprocess.run(
-        ["make", "-C", str(project.directory), "TARGET=rv32"],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    if result.returncode != 0:
-        raise BuildError(
-            f"building {project.directory} for rv32 failed (make exit {result.returncode}):\n"
-            f"{(result.stdout + result.stderr)[-TAIL:]}"
-        )
-    return project.directory / f"{project.name}.elf"
+    run_make(project, ["TARGET=rv32"], timeout, f"building {project.directory} for rv32")
+    return project.directory / executable(project.name, "rv32")
 
 
 def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run:
     """Run the ELF under qemu on ``samples``; a crash, bad exit or time-out raises BuildError."""
     require_tools("rv32", {"qemu-system-riscv32": TOOLS["qemu-system-riscv32"]})
-    elf = project.directory / f"{project.name}.elf"
+    elf = project.directory / executable(project.name, "rv32")
     if not elf.exists():
         raise BuildError(f"{elf} does not exist; build the project for rv32 first")
     with tempfile.TemporaryDirectory(prefix="mico-rv32-") as tmp:
@@ -92,14 +89,14 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run
                 command, cwd=work, capture_output=True, text=True, timeout=timeout, check=False
             )
         except subprocess.TimeoutExpired as exc:
-            output = ((exc.stdout or b"") + (exc.stderr or b""))[-TAIL:]  # console: stderr
+            output = (text(exc.stdout) + text(exc.stderr))[-TAIL:]  # console: stderr
             raise BuildError(
                 f"qemu-system-riscv32 ran {elf.name} for more than {timeout:g} s and was "
-                f"stopped; its last output:\n{output!r}"
+                f"stopped; its last output:\n{output}"
             ) from None
         if result.returncode != 0:
             raise BuildError(
-                f"{elf.name} under qemu exited with {result.returncode}:\n"
+                f"{elf.name} under qemu failed ({exit_status(result.returncode)}):\n"
                 f"{(result.stdout + result.stderr)[-TAIL:]}"
             )
         outputs = read_outputs(project, work / "outputs.bin", count, f"{elf.name} under qemu")

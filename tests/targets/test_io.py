@@ -8,7 +8,14 @@ import pytest
 from mico.codegen.project import CProject
 from mico.errors import BuildError
 from mico.targets import host, rv32
-from mico.targets.io import read_outputs, require_tools, write_samples
+from mico.targets.io import (
+    exit_status,
+    read_outputs,
+    require_tools,
+    run_program,
+    text,
+    write_samples,
+)
 
 PROJECT = CProject(None, "m", [], None, None, (1, 1, 2, 2), (1, 3), 1.0, [])  # type: ignore[arg-type]
 
@@ -43,3 +50,21 @@ def test_outputs_are_checked_and_shaped(tmp_path):
     assert read_outputs(PROJECT, path, 2, "prog").tolist() == [[0, 1, 2], [3, 4, 5]]
     with pytest.raises(BuildError, match="prog wrote 6 values, expected 9"):
         read_outputs(PROJECT, path, 3, "prog")
+
+
+def test_exit_status_names_signals_and_output_is_text():
+    assert exit_status(3) == "exit 3"
+    assert exit_status(-6) == "killed by SIGABRT"
+    assert exit_status(-11) == "killed by SIGSEGV"
+    assert exit_status(-200) == "killed by signal 200"
+    assert text(None) == "" and text(b"ok\xff") == "ok\ufffd" and text("ok") == "ok"
+
+
+def test_run_program_reports_failures_and_time_outs():
+    assert run_program(["true"], "true", 10).returncode == 0
+    with pytest.raises(BuildError, match=r"(?s)sh failed \(exit 4\):.*said no"):
+        run_program(["sh", "-c", "echo said no >&2; exit 4"], "sh", 10)
+    with pytest.raises(BuildError, match=r"(?s)sh failed \(killed by SIGKILL\)"):
+        run_program(["sh", "-c", "kill -9 $$"], "sh", 10)
+    with pytest.raises(BuildError, match=r"(?s)sleep ran for more than 0\.2 s and was stopped"):
+        run_program(["sleep", "5"], "sleep", 0.2)
