@@ -6,8 +6,8 @@ import re
 
 import numpy as np
 
-from mico.codegen.planner import ArenaPlan
-from mico.ir.graph import Value
+from mico.codegen.planner import ArenaPlan, scratch_name
+from mico.ir.graph import Node, Value
 
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
 
@@ -23,6 +23,21 @@ def _rows(items: list[str], per_line: int) -> str:
     )
 
 
+def _c_float(value: np.float32) -> str:
+    """A float32 constant as exact C source (hex for finite values)."""
+    v = float(value)
+    if np.isnan(v):
+        return "NAN"
+    if np.isinf(v):
+        return "INFINITY" if v > 0 else "(-INFINITY)"
+    return f"{v.hex()}f"
+
+
+def c_float(value: float) -> str:
+    """``value`` rounded to float32, as exact C source."""
+    return _c_float(np.float32(value))
+
+
 class EmitContext:
     """Collects the generated C: constants (flash), kernels needed, buffer expressions."""
 
@@ -33,7 +48,8 @@ class EmitContext:
         }
         self.definitions: list[str] = []
         self.kernels: set[str] = set()
-        self.flash: dict[str, int] = {"weights": 0, "bias": 0}
+        self.flash: dict[str, int] = {"weights": 0, "bias": 0, "scales": 0, "params": 0}
+        self.weights: dict[str, np.ndarray] = {}
         self._symbols: set[str] = set()
 
     def _symbol(self, name: str) -> str:
@@ -49,6 +65,14 @@ class EmitContext:
         if id(base) in self.inputs:
             return self.inputs[id(base)]
         return f"MICO_ARENA({self.plan.offsets[base.name]})"
+
+    def data(self, value: Value) -> np.ndarray:
+        """The constant data of ``value``: its own, or the graph weight of that name."""
+        if value.data is not None:
+            return np.asarray(value.data)
+        if value.name in self.weights:
+            return self.weights[value.name]
+        raise KeyError(f"'{value.name}' is not a constant of the graph")
 
     def need(self, kernel_source: str) -> None:
         self.kernels.add(kernel_source)
@@ -73,6 +97,31 @@ class EmitContext:
         )
         self.flash[kind] += 4 * len(items)
         return symbol
+
+    def const_f32(self, name: str, data: np.ndarray, kind: str = "scales") -> str:
+        """A float32 array in flash; values are written exactly (C99 hex floats)."""
+        symbol = self._symbol(name)
+        values = np.asarray(data, dtype=np.float32).ravel()
+        items = [_c_float(v) for v in values] or ["0.0f"]
+        self.definitions.append(
+            f"static const float {symbol}[{len(items)}] = {{\n{_rows(items, 6)}\n}};"
+        )
+        self.flash[kind] = self.flash.get(kind, 0) + 4 * len(items)
+        return symbol
+
+    def const_i32_array(self, name: str, data: np.ndarray) -> str:
+        """An int32 array in flash that is not counted as bias (shapes, strides)."""
+        symbol = self._symbol(name)
+        items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
+        self.definitions.append(
+            f"static const int32_t {symbol}[{len(items)}] = {{ {', '.join(items)} }};"
+        )
+        self.flash["params"] = self.flash.get("params", 0) + 4 * len(items)
+        return symbol
+
+    def scratch(self, node: Node) -> str:
+        """The arena memory planned as ``node``'s scratch (see planner.SCRATCH_ATTR)."""
+        return f"MICO_ARENA({self.plan.offsets[scratch_name(node)]})"
 
     def const_struct(self, ctype: str, name: str, fields: str) -> str:
         symbol = self._symbol(name)

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mico.ir.graph import Graph, Value
+from mico.ir.graph import Graph, Node, Value
+
+SCRATCH_ATTR = "scratch_bytes"
+"""A node attribute: bytes of arena the node's kernel needs while it runs (and only then)."""
+
+
+def scratch_name(node: Node) -> str:
+    """The buffer name of ``node``'s scratch memory."""
+    return f"{node.name}.scratch"
 
 
 @dataclass(frozen=True)
@@ -99,7 +107,12 @@ def graph_buffers(graph: Graph) -> list[Buffer]:
         base = v.storage()
         if id(base) in start:
             end[id(base)] = last
-    return [Buffer(values[k].name, values[k].type.nbytes, start[k], end[k]) for k in start]
+    buffers = [Buffer(values[k].name, values[k].type.nbytes, start[k], end[k]) for k in start]
+    for step, node in enumerate(graph.nodes):
+        size = int(node.attrs.get(SCRATCH_ATTR, 0) or 0)
+        if size > 0:
+            buffers.append(Buffer(scratch_name(node), size, step, step))
+    return buffers
 
 
 def plan_graph(graph: Graph, align: int = 8) -> ArenaPlan:

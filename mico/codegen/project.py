@@ -10,19 +10,24 @@ from __future__ import annotations
 import json
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
+
+from mico.codegen import emit_f32 as _emit_f32  # noqa: F401  (attaches the float emit rules)
 from mico.codegen import emitters as _emitters  # noqa: F401  (attaches the emit rules)
 from mico.codegen.context import EmitContext
 from mico.codegen.makefile import makefile
 from mico.codegen.planner import ArenaPlan, plan_graph
-from mico.errors import CompileError
+from mico.errors import CompileError, UnsupportedOpError
+from mico.ir.analyzer import find_rule
 from mico.ir.dtypes import DataType
-from mico.ir.graph import Graph
-from mico.ir.ops.registry import OpRegistry
+from mico.ir.graph import Graph, Node, Value
 
+HEADERS = ["mico_nn.h", "mico_f32.h"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_ALIGN = 8  # the arena is a union with uint64_t: 8-byte aligned in plain C99
 
@@ -51,6 +56,32 @@ class CProject:
         return sum(self.flash.values())
 
 
+def emit_rule(node: Node) -> Callable[[Node, EmitContext], list[str]]:
+    """The ``emit`` rule of ``node``'s op (overloads matched explicitly), or a clear error."""
+    rule = find_rule(node.op, "emit")
+    if rule is None:
+        raise UnsupportedOpError(
+            f"op '{node.op}' at '{node.name}' has no C implementation (no emit rule). Register "
+            "one with @MiCoOpRegistry.register_function(<torch function>) or "
+            "register_module(<module class>) from mico.codegen, or attach it with "
+            f"OpRegistry.attach('{node.op}', 'emit', fn)"
+        )
+    return rule
+
+
+def _numpy(tensor: object) -> np.ndarray:
+    detach = getattr(tensor, "detach", None)
+    return detach().cpu().numpy() if detach is not None else np.asarray(tensor)
+
+
+def value_bytes(value: Value) -> int:
+    """Bytes ``value`` occupies in the arena (packed when the planner packs it)."""
+    from mico.codegen import planner
+
+    sizer = getattr(planner, "storage_bytes", None)
+    return int(sizer(value)) if sizer is not None else value.type.nbytes
+
+
 def _check(graph: Graph, name: str, align: int) -> None:
     if not _NAME.match(name):
         raise CompileError(f"model name '{name}' is not a C identifier; use letters, digits and _")
@@ -58,11 +89,18 @@ def _check(graph: Graph, name: str, align: int) -> None:
         raise CompileError(f"align must be a power of two from 1 to {MAX_ALIGN}, got {align}")
     if len(graph.inputs) != 1 or graph.inputs[0].type.dtype != DataType.FP32:
         raise CompileError("the C backend needs exactly one float32 graph input")
-    if len(graph.outputs) != 1 or graph.outputs[0].type.dtype != DataType.INT32:
+    if len(graph.outputs) != 1 or graph.outputs[0].type.dtype not in OUTPUT_TYPES:
         raise CompileError(
-            "the C backend needs exactly one int32 graph output (a quantized layer's "
-            "accumulator); lower the graph with mico.passes.lower_quantized first"
+            "the C backend needs exactly one graph output, float32 (dynamic mode) or int32 "
+            "(static mode: a quantized layer's accumulator)"
         )
+
+
+OUTPUT_TYPES = {DataType.INT32: ("int32_t", "int32"), DataType.FP32: ("float", "float32")}
+
+
+def _out_ctype(graph: Graph) -> str:
+    return OUTPUT_TYPES[graph.outputs[0].type.dtype][0]
 
 
 def _header(name: str, graph: Graph, arena: ArenaPlan) -> str:
@@ -75,14 +113,15 @@ def _header(name: str, graph: Graph, arena: ArenaPlan) -> str:
 #include <stdint.h>
 
 #define {up}_INPUT_SIZE {x.type.numel} /* float32 {list(x.type.shape)} */
-#define {up}_OUTPUT_SIZE {y.type.numel} /* int32 {list(y.type.shape)} */
+#define {up}_OUTPUT_SIZE {y.type.numel} /* {_out_ctype(graph)} {list(y.type.shape)} */
 #define {up}_ARENA_BYTES {arena.size}
 
-/* Real value of an output = output integer * {up}_OUTPUT_SCALE. */
+/* Real value of an output = output * {up}_OUTPUT_SCALE (1 for float outputs). */
 extern const float {up}_OUTPUT_SCALE;
+typedef {_out_ctype(graph)} {name}_output_t;
 
 /* Run the model on one sample. Reentrant only with itself: it uses one static arena. */
-void {name}_run(const float *input, int32_t *output);
+void {name}_run(const float *input, {name}_output_t *output);
 
 #endif /* {up}_H */
 """
@@ -96,8 +135,17 @@ def _source(name: str, graph: Graph, ctx: EmitContext, body: list[str]) -> str:
 #include <string.h>
 
 #include "mico_nn.h"
+#include "mico_f32.h"
 #include "{name}.h"
 #include "{name}_weights.h"
+
+#ifdef MICO_DEBUG
+/* the debug build (make DEBUG=1) records every intermediate tensor: see main.c */
+void mico_debug_dump(const char *name, const void *data, size_t bytes);
+#define MICO_DUMP(name, data, bytes) mico_debug_dump(name, data, bytes)
+#else
+#define MICO_DUMP(name, data, bytes) ((void)0)
+#endif
 
 static union {{
     uint64_t align;
@@ -108,10 +156,10 @@ static union {{
 
 const float {up}_OUTPUT_SCALE = {float(out.scale or 1.0)!r}f;
 
-void {name}_run(const float *input, int32_t *output)
+void {name}_run(const float *input, {name}_output_t *output)
 {{
 {lines}
-    memcpy(output, {ctx.buffer(out)}, sizeof(int32_t) * {up}_OUTPUT_SIZE);
+    memcpy(output, {ctx.buffer(out)}, sizeof({name}_output_t) * {up}_OUTPUT_SIZE);
 }}
 """
 
@@ -123,7 +171,10 @@ def _weights_header(name: str, ctx: EmitContext) -> str:
 #ifndef {up}_WEIGHTS_H
 #define {up}_WEIGHTS_H
 
+#include <math.h>
+
 #include "mico_nn.h"
+#include "mico_f32.h"
 
 {body}
 
@@ -136,11 +187,32 @@ def _main(name: str) -> str:
     return f"""/* main.c - generated by mico: run {name} on a file of float32 samples.
  * usage: {name} [inputs.bin outputs.bin]   (default: those two names in the working directory)
  * inputs.bin holds N samples of {up}_INPUT_SIZE float32; outputs.bin receives N rows of
- * {up}_OUTPUT_SIZE int32 (native byte order). On RISC-V (bare metal, semihosting) each
+ * {up}_OUTPUT_SIZE {name}_output_t (native byte order). On RISC-V (bare metal, semihosting) each
  * inference's retired-instruction count (the instret CSR) is printed as "instret N". */
 #include <stdio.h>
+#include <string.h>
 
 #include "{name}.h"
+
+#ifdef MICO_DEBUG
+/* Debug build: every intermediate tensor of every sample is appended to intermediates.bin
+ * as records [uint32 name length][name][uint32 byte count][bytes]. */
+static FILE *mico_debug_file;
+
+void mico_debug_dump(const char *name, const void *data, size_t bytes);
+void mico_debug_dump(const char *name, const void *data, size_t bytes)
+{{
+    unsigned int n = (unsigned int)strlen(name);
+    unsigned int b = (unsigned int)bytes;
+    if (!mico_debug_file) {{
+        return;
+    }}
+    fwrite(&n, sizeof n, 1, mico_debug_file);
+    fwrite(name, 1, n, mico_debug_file);
+    fwrite(&b, sizeof b, 1, mico_debug_file);
+    fwrite(data, 1, bytes, mico_debug_file);
+}}
+#endif
 
 #if defined(__riscv)
 static unsigned long mico_instret(void)
@@ -155,7 +227,7 @@ static unsigned long mico_instret(void)
 int main(int argc, char **argv)
 {{
     static float input[{up}_INPUT_SIZE];
-    static int32_t output[{up}_OUTPUT_SIZE];
+    static {name}_output_t output[{up}_OUTPUT_SIZE];
     /* semihosting gives no useful arguments: fall back to the default names */
     const char *in_path = argc >= 3 ? argv[1] : "inputs.bin";
     const char *out_path = argc >= 3 ? argv[2] : "outputs.bin";
@@ -164,6 +236,13 @@ int main(int argc, char **argv)
     size_t got;
     long samples = 0;
 
+#ifdef MICO_DEBUG
+    mico_debug_file = fopen("intermediates.bin", "wb");
+    if (!mico_debug_file) {{
+        perror("intermediates.bin");
+        return 1;
+    }}
+#endif
     in = fopen(in_path, "rb");
     if (!in) {{
         perror(in_path);
@@ -183,7 +262,7 @@ int main(int argc, char **argv)
 #else
         {name}_run(input, output);
 #endif
-        if (fwrite(output, sizeof(int32_t), {up}_OUTPUT_SIZE, out) != {up}_OUTPUT_SIZE) {{
+        if (fwrite(output, sizeof({name}_output_t), {up}_OUTPUT_SIZE, out) != {up}_OUTPUT_SIZE) {{
             perror(out_path);
             return 1;
         }}
@@ -198,6 +277,9 @@ int main(int argc, char **argv)
         perror(out_path);
         return 1;
     }}
+#ifdef MICO_DEBUG
+    fclose(mico_debug_file);
+#endif
     fprintf(stderr, "%ld samples\\n", samples);
     return 0;
 }}
@@ -211,14 +293,18 @@ def emit_c_project(
     _check(graph, name, align)
     arena = plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
+    ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
     body: list[str] = []
     schedule: list[dict] = []
     for node in graph.nodes:
-        emit = OpRegistry.require(node.op, "emit", "register one to compile this op to C")
-        statements = emit(node, ctx)
+        statements = emit_rule(node)(node, ctx)
         if statements:
             body.append(f"/* {node.name}: {node.op} -> {node.output.type} */")
             body.extend(statements)
+            out_value = node.output
+            body.append(
+                f'MICO_DUMP("{node.name}", {ctx.buffer(out_value)}, {value_bytes(out_value)});'
+            )
         base = node.output.storage()
         schedule.append(
             {
@@ -232,7 +318,7 @@ def emit_c_project(
     out.mkdir(parents=True, exist_ok=True)
     kernel_dir = resources.files("mico.csrc")
     kernels = sorted(ctx.kernels)
-    for file in ["mico_nn.h", *kernels]:
+    for file in HEADERS + kernels:
         with resources.as_file(kernel_dir / file) as src:
             shutil.copyfile(src, out / file)
     files = {
@@ -250,6 +336,7 @@ def emit_c_project(
         "input_shape": list(x.type.shape),
         "output_shape": list(y.type.shape),
         "output_scale": y.scale,
+        "output_dtype": OUTPUT_TYPES[y.type.dtype][1],
         "arena_bytes": arena.size,
         "arena_lower_bound": arena.lower_bound,
         "flash": ctx.flash,
@@ -258,11 +345,12 @@ def emit_c_project(
     return CProject(
         out,
         name,
-        sorted([*files, "mico_nn.h", *kernels, "mico.json"]),
+        sorted([*files, *HEADERS, *kernels, "mico.json"]),
         arena,
         dict(ctx.flash),
         tuple(x.type.shape),
         tuple(y.type.shape),
         float(y.scale or 1.0),
         schedule,
+        OUTPUT_TYPES[y.type.dtype][1],
     )
