@@ -189,6 +189,130 @@ def train(
     )
 
 
+def _deploy_options(
+    model: str | None,
+    checkpoint: Path | None,
+    plan: str | None,
+    mode: str,
+    out: Path,
+    name: str,
+    dataset: str | None,
+    samples: int,
+    seed: int,
+    per_channel: bool,
+    **extra: Any,
+) -> Any:
+    from mico.deploy import DeployOptions
+
+    return DeployOptions(
+        model=model,
+        checkpoint=checkpoint,
+        plan=plan,
+        mode=mode,
+        out_dir=out,
+        name=name,
+        dataset=dataset,
+        samples=samples,
+        seed=seed,
+        per_channel=per_channel,
+        **extra,
+    )
+
+
+ModelArg = Annotated[
+    str | None, typer.Argument(help="Zoo model name (see `mico models`); or use --checkpoint.")
+]
+CheckpointOpt = Annotated[
+    Path | None, typer.Option(help="A checkpoint written by `mico train` (quantized.pt).")
+]
+PlanOpt = Annotated[
+    str | None,
+    typer.Option(help="layer=W/A,..., a YAML plan file, or W/A for every layer (default 8/8)."),
+]
+ModeOpt = Annotated[
+    str, typer.Option(help="dynamic (float between layers) or static (integer-only, packed).")
+]
+NameOpt = Annotated[str, typer.Option(help="C name of the model (files, symbols).")]
+DatasetOpt = Annotated[
+    str | None, typer.Option(help="Calibration/verification data (default: the model's).")
+]
+SamplesOpt = Annotated[int, typer.Option(min=1, help="Samples to calibrate and verify on.")]
+PerChannelOpt = Annotated[bool, typer.Option(help="Per-channel weight scales.")]
+
+
+@app.command("compile")
+@_friendly_errors
+def compile_cmd(
+    model: ModelArg = None,
+    checkpoint: CheckpointOpt = None,
+    plan: PlanOpt = None,
+    mode: ModeOpt = "dynamic",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Project directory.")] = Path(
+        "out/compile"
+    ),
+    name: NameOpt = "model",
+    dataset: DatasetOpt = None,
+    samples: SamplesOpt = 32,
+    seed: Annotated[int, typer.Option()] = 0,
+    per_channel: PerChannelOpt = False,
+) -> None:
+    """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
+
+    The project holds the model's C source and header, packed weights, the kernels it uses,
+    main.c and a Makefile (TARGET=host|rv32|rv64, DEBUG=1, SANITIZE=1), plus memory.json and
+    memory_map.png (the arena against its lower bound).
+    """
+    from mico.deploy import compile_from_options
+
+    options = _deploy_options(
+        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel
+    )
+    compiled, _ = compile_from_options(options, log=typer.echo)
+    project = compiled.project
+    typer.echo(
+        f"wrote {len(project.files)} files to {out}: flash {sum(project.flash.values())} B "
+        f"(weights {project.flash['weights']} B), arena {project.arena.size} B (lower bound "
+        f"{project.arena.lower_bound} B)"
+    )
+
+
+@app.command("verify")
+@_friendly_errors
+def verify_cmd(
+    model: ModelArg = None,
+    checkpoint: CheckpointOpt = None,
+    plan: PlanOpt = None,
+    mode: ModeOpt = "dynamic",
+    out: Annotated[Path, typer.Option("--out", "-o", help="Project directory.")] = Path(
+        "out/verify"
+    ),
+    name: NameOpt = "model",
+    dataset: DatasetOpt = None,
+    samples: SamplesOpt = 32,
+    seed: Annotated[int, typer.Option()] = 0,
+    per_channel: PerChannelOpt = False,
+    target: Annotated[
+        list[str] | None, typer.Option(help="host, rv32 or rv64 (repeat for several).")
+    ] = None,
+    cc: Annotated[str, typer.Option(help="Host C compiler (gcc or clang).")] = "gcc",
+    sanitize: Annotated[bool, typer.Option(help="Host build with ASan and UBSan.")] = False,
+) -> None:
+    """Compile, build, run the samples on each target and compare with the Python reference.
+
+    Static projects must match bit for bit, dynamic ones to 1e-5 relative. On a mismatch a
+    debug build names the first layer whose output differs. Exits 1 if any target disagrees.
+    """
+    from mico.deploy import run_verify
+
+    options = _deploy_options(
+        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
+        targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize,
+    )  # fmt: skip
+    result = run_verify(options, log=typer.echo)
+    if not result.ok:
+        raise typer.Exit(1)
+
+
 ops_app = typer.Typer(help="The operator registry: list ops, show one op's signature and rules.")
 app.add_typer(ops_app, name="ops")
 

@@ -48,8 +48,11 @@ class EmitContext:
         }
         self.definitions: list[str] = []
         self.kernels: set[str] = set()
+        self.extra_kernels: set[str] = set()
+        self.declarations: dict[str, str] = {}  # prototypes of handler kernels, by name
         self.flash: dict[str, int] = {"weights": 0, "bias": 0, "scales": 0, "params": 0}
         self.weights: dict[str, np.ndarray] = {}
+        self.blobs: list[tuple[str, bytes]] = []  # every constant's bytes, for <name>.bin
         self._symbols: set[str] = set()
 
     def _symbol(self, name: str) -> str:
@@ -74,6 +77,10 @@ class EmitContext:
             return self.weights[value.name]
         raise KeyError(f"'{value.name}' is not a constant of the graph")
 
+    def need_extra(self, file_name: str) -> None:
+        """A kernel source the caller writes into the project itself (a handler's kernel)."""
+        self.extra_kernels.add(file_name)
+
     def need(self, kernel_source: str) -> None:
         self.kernels.add(kernel_source)
 
@@ -82,6 +89,7 @@ class EmitContext:
     ) -> str:
         symbol = self._symbol(name)
         items = [f"0x{b:02x}" for b in np.asarray(data, dtype=np.uint8).ravel()] or ["0"]
+        self.blobs.append((symbol, np.asarray(data, dtype=np.uint8).tobytes()))
         note = f"/* {comment} */\n" if comment else ""
         self.definitions.append(
             f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};"
@@ -92,6 +100,7 @@ class EmitContext:
     def const_int32(self, name: str, data: np.ndarray, kind: str = "bias") -> str:
         symbol = self._symbol(name)
         items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
+        self.blobs.append((symbol, np.asarray(data).astype("<i4").tobytes()))
         self.definitions.append(
             f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};"
         )
@@ -103,6 +112,7 @@ class EmitContext:
         symbol = self._symbol(name)
         values = np.asarray(data, dtype=np.float32).ravel()
         items = [_c_float(v) for v in values] or ["0.0f"]
+        self.blobs.append((symbol, values.astype("<f4").tobytes()))
         self.definitions.append(
             f"static const float {symbol}[{len(items)}] = {{\n{_rows(items, 6)}\n}};"
         )

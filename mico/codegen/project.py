@@ -29,7 +29,7 @@ from mico.ir.graph import Graph, Node, Value
 
 HEADERS = ["mico_nn.h", "mico_f32.h"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_ALIGN = 8  # the arena is a union with uint64_t: 8-byte aligned in plain C99
+MAX_ALIGN = 64  # beyond 8 bytes (a union with uint64_t) the arena base is aligned at run time
 
 
 @dataclass
@@ -147,21 +147,67 @@ void mico_debug_dump(const char *name, const void *data, size_t bytes);
 #define MICO_DUMP(name, data, bytes) ((void)0)
 #endif
 
-static union {{
-    uint64_t align;
-    uint8_t bytes[{max(ctx.plan.size, 1)}];
-}} mico_arena;
-
-#define MICO_ARENA(offset) ((void *)(mico_arena.bytes + (offset)))
-
+{_declarations(ctx)}{_arena(ctx.plan)}
 const float {up}_OUTPUT_SCALE = {float(out.scale or 1.0)!r}f;
 
 void {name}_run(const float *input, {name}_output_t *output)
 {{
+{_arena_base(ctx.plan)}
 {lines}
     memcpy(output, {ctx.buffer(out)}, sizeof({name}_output_t) * {up}_OUTPUT_SIZE);
 }}
 """
+
+
+def _write_blob(path: Path, blobs: list[tuple[str, bytes]], align: int) -> list[dict]:
+    """Every constant's bytes in one file (seed 000's ``<name>.bin``), each at an aligned
+    offset; the index says where. The C project itself keeps the constants in flash."""
+    index, chunks, offset = [], [], 0
+    for symbol, data in blobs:
+        pad = -offset % align
+        chunks.append(b"\0" * pad + data)
+        offset += pad
+        index.append({"symbol": symbol, "offset": offset, "bytes": len(data)})
+        offset += len(data)
+    path.write_bytes(b"".join(chunks))
+    return index
+
+
+def _declarations(ctx: EmitContext) -> str:
+    if not ctx.declarations:
+        return ""
+    return (
+        "/* kernels supplied by registered handlers */\n"
+        + "\n".join(ctx.declarations[k] for k in sorted(ctx.declarations))
+        + "\n\n"
+    )
+
+
+def _arena(plan: ArenaPlan) -> str:
+    size = max(plan.size, 1)
+    if plan.align <= 8:
+        return f"""static union {{
+    uint64_t align;
+    uint8_t bytes[{size}];
+}} mico_arena;
+
+#define MICO_ARENA(offset) ((void *)(mico_arena_base + (offset)))
+"""
+    raw = size + plan.align - 1
+    return f"""static uint8_t mico_arena_raw[{raw}]; /* aligned to {plan.align} bytes in run() */
+
+#define MICO_ARENA(offset) ((void *)(mico_arena_base + (offset)))
+"""
+
+
+def _arena_base(plan: ArenaPlan) -> str:
+    if plan.align <= 8:
+        return "    uint8_t *mico_arena_base = mico_arena.bytes;\n    (void)mico_arena_base;"
+    mask = plan.align - 1
+    return (
+        "    uint8_t *mico_arena_base = (uint8_t *)(((uintptr_t)mico_arena_raw + "
+        f"{mask}u) & ~(uintptr_t){mask}u);\n    (void)mico_arena_base;"
+    )
 
 
 def _weights_header(name: str, ctx: EmitContext) -> str:
@@ -326,11 +372,12 @@ def emit_c_project(
         f"{name}.c": _source(name, graph, ctx, body),
         f"{name}_weights.h": _weights_header(name, ctx),
         "main.c": _main(name),
-        "Makefile": makefile(name, ["main.c", f"{name}.c", *kernels]),
+        "Makefile": makefile(name, ["main.c", f"{name}.c", *kernels, *sorted(ctx.extra_kernels)]),
     }
     for file, text in files.items():
         (out / file).write_text(text)
     x, y = graph.inputs[0], graph.outputs[0]
+    index = _write_blob(out / f"{name}.bin", ctx.blobs, max(align, 4))
     manifest = {
         "name": name,
         "input_shape": list(x.type.shape),
@@ -340,12 +387,13 @@ def emit_c_project(
         "arena_bytes": arena.size,
         "arena_lower_bound": arena.lower_bound,
         "flash": ctx.flash,
+        "weights_file": {"file": f"{name}.bin", "constants": index},
     }
     (out / "mico.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return CProject(
         out,
         name,
-        sorted([*files, *HEADERS, *kernels, "mico.json"]),
+        sorted([*files, *HEADERS, *kernels, *ctx.extra_kernels, "mico.json", f"{name}.bin"]),
         arena,
         dict(ctx.flash),
         tuple(x.type.shape),

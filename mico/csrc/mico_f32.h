@@ -20,6 +20,15 @@
 
 #define MICO_MAX_DIMS 6
 
+/* A float32 tensor as kernels registered through mico.codegen.MiCoOpRegistry receive it
+ * (seed 000's handlers call them as fn(&out, &in0, ..., params...)). */
+typedef struct {
+    float *data;
+    int32_t ndim;
+    int32_t shape[MICO_MAX_DIMS];
+    int32_t numel;
+} MicoTensor;
+
 /* ---------------------------------------------------------------- elementwise */
 enum {
     MICO_UNARY_RELU = 0,

@@ -7,6 +7,7 @@ stops the program, and ``run`` raises with it). ``run`` executes the program ``b
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -86,3 +87,22 @@ def section_sizes(project: CProject) -> dict[str, int]:
         if len(parts) >= 2 and parts[0].startswith(".") and parts[1].isdigit():
             sizes[parts[0]] = int(parts[1])
     return sizes
+
+
+def run_debug(
+    project: CProject, sample: np.ndarray, timeout: float = 300
+) -> list[tuple[str, bytes]]:
+    """Build a copy of the project with ``DEBUG=1``, run it on one sample and return every
+    intermediate tensor it recorded, ``(node name, bytes)`` in schedule order. The project's
+    own build is left untouched."""
+    from mico.execute.layerwise import read_intermediates
+
+    require_tools("host", TOOLS)
+    with tempfile.TemporaryDirectory(prefix="mico-debug-") as tmp:
+        copy = dataclasses.replace(project, directory=Path(tmp) / "project")
+        shutil.copytree(project.directory, copy.directory)
+        run_make(copy, ["TARGET=host", "DEBUG=1"], timeout, f"building {copy.directory} (DEBUG=1)")
+        exe = copy.directory / executable(project.name, "host")
+        write_samples(project, np.asarray(sample)[None], copy.directory / "inputs.bin")
+        run_program([str(exe)], exe.name, timeout, cwd=copy.directory, env=dict(os.environ))
+        return read_intermediates(copy.directory / "intermediates.bin")

@@ -1,0 +1,109 @@
+"""Compile a PyTorch model to a C project, in either execution mode.
+
+* ``dynamic`` (the seed framework's behaviour): float32 between layers, each quantized layer
+  quantizes its input at run time. The Python reference is the PyTorch model itself (BN
+  folded, eval mode): the C output must equal it to float rounding.
+* ``static``: calibrated scales, integer-only requantization, activations packed at their
+  bit-width. The Python reference is the lowered integer graph run op by op
+  (:func:`mico.execute.run_graph`): the C output must equal it bit for bit.
+
+The project directory is written atomically: a failure leaves nothing half-written and an
+existing project untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from mico.atomic import atomic_directory
+from mico.codegen.dynamic import prepare_dynamic
+from mico.codegen.project import CProject, emit_c_project
+from mico.errors import CompileError
+from mico.ir.graph import Graph
+
+MODES = ("dynamic", "static")
+
+
+@dataclass
+class CompiledModel:
+    """A generated project, the graph it was emitted from and its Python reference."""
+
+    project: CProject
+    graph: Graph
+    mode: str
+    model: nn.Module  # the model the C computes (BN folded, eval mode)
+
+    def reference(self, samples: np.ndarray | torch.Tensor, batch_size: int = 256) -> np.ndarray:
+        """What the C program must output for ``samples`` (N, *input_shape[1:])."""
+        x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+        outs = []
+        with torch.no_grad():
+            for start in range(0, len(x), batch_size):
+                chunk = x[start : start + batch_size]
+                if self.mode == "static":
+                    from mico.execute import run_graph
+
+                    outs.append(run_graph(self.graph, chunk)[0])
+                else:
+                    outs.append(self.model(chunk))
+        if not outs:
+            return np.zeros((0, *self.project.output_shape[1:]), dtype=self.project.output_dtype)
+        return torch.cat(outs).numpy().astype(self.project.output_dtype)
+
+
+def _check_mode(mode: str) -> None:
+    if mode not in MODES:
+        raise CompileError(f"unknown mode '{mode}'; use one of {', '.join(MODES)}")
+
+
+def lower(
+    model: nn.Module,
+    example: torch.Tensor,
+    mode: str = "dynamic",
+    calibration: Sequence[torch.Tensor] | None = None,
+    fuse: bool = True,
+) -> tuple[Graph, nn.Module]:
+    """The graph to emit for ``model`` and the (BN-folded, eval) model it computes."""
+    from mico.ir import extract_ir
+    from mico.quant import fuse_model
+
+    _check_mode(mode)
+    if example.dim() == 0 or example.shape[0] != 1:
+        example = example[:1] if example.dim() else example
+    folded = copy.deepcopy(model).eval()  # the caller's model keeps its mode and layers
+    if fuse:
+        folded = fuse_model(folded, example, inplace=True)
+    ir = extract_ir(folded, example)
+    if mode == "dynamic":
+        return prepare_dynamic(ir), folded
+    from mico.passes import lower_static
+
+    batches = list(calibration) if calibration is not None else [example]
+    return lower_static(ir, batches), folded
+
+
+def compile_model(
+    model: nn.Module,
+    example: torch.Tensor,
+    out_dir: str | Path,
+    name: str = "model",
+    mode: str = "dynamic",
+    calibration: Sequence[torch.Tensor] | None = None,
+    align: int = 8,
+    fuse: bool = True,
+) -> CompiledModel:
+    """Lower ``model`` (quantized or float) and write its C project into ``out_dir``."""
+    graph, folded = lower(model, example, mode, calibration, fuse)
+    final = Path(out_dir).resolve()
+    with atomic_directory(final) as tmp:
+        project = emit_c_project(graph, tmp, name, align=align)
+    project = dataclasses.replace(project, directory=final)
+    return CompiledModel(project, graph, mode, folded)

@@ -1,0 +1,233 @@
+"""``mico compile`` and ``mico verify``: a quantized model to a C project, then proof.
+
+Compositions only: the model comes from the zoo or a checkpoint (:mod:`mico.train`), the plan
+from :mod:`mico.quant`, the project from :mod:`mico.codegen.compile`, the runs from
+:mod:`mico.targets` and the comparisons from :mod:`mico.execute`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from mico.codegen.compile import MODES, CompiledModel, compile_model
+from mico.errors import BuildError, CompileError, DatasetError
+from mico.execute.layerwise import LayerDifference, first_difference
+from mico.execute.verify import Agreement, compare_outputs
+
+Log = Callable[[str], None]
+TARGETS = ("host", "rv32", "rv64")
+
+
+@dataclass
+class DeployOptions:
+    """Which model, how to quantize and compile it, and where to run it."""
+
+    model: str | None = None  # a zoo model name ...
+    checkpoint: Path | None = None  # ... or a checkpoint written by `mico train`
+    plan: str | None = None  # for a zoo model: layer=W/A,... or uniform "W/A" (default 8/8)
+    mode: str = "dynamic"
+    out_dir: Path = Path("out/compile")
+    name: str = "model"
+    dataset: str | None = None  # calibration and verification samples (default: the model's)
+    samples: int = 32
+    calibration_batches: int = 4
+    seed: int = 0
+    per_channel: bool = False
+    targets: tuple[str, ...] = ("host",)
+    cc: str = "gcc"
+    sanitize: bool = False
+    rtol: float = 1e-5
+
+
+@dataclass
+class TargetResult:
+    target: str
+    agreement: Agreement
+    instructions_per_inference: int | None = None
+    difference: LayerDifference | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.agreement.all_exact or (
+            self.agreement.rtol > 0 and self.agreement.all_within_tolerance
+        )
+
+
+@dataclass
+class DeployResult:
+    compiled: CompiledModel
+    results: list[TargetResult] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+
+def _uniform(text: str, names: list[str]) -> str:
+    """``"4/8"`` means every layer at W4/A8."""
+    if "=" in text or text.endswith((".yaml", ".yml")):
+        return text
+    return ",".join(f"{name}={text}" for name in names)
+
+
+def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
+    """The quantized model to compile and the name of its zoo entry (when known)."""
+    from mico.models import from_zoo
+    from mico.quant import QuantConfig, quantize_model
+    from mico.train.checkpoint import load_checkpoint, read_checkpoint
+
+    if options.mode not in MODES:
+        raise CompileError(f"unknown mode '{options.mode}'; use one of {', '.join(MODES)}")
+    if (options.model is None) == (options.checkpoint is None):
+        raise CompileError("give a zoo model name or --checkpoint (one of them)")
+    if options.checkpoint is not None:
+        model = load_checkpoint(options.checkpoint)
+        return model, read_checkpoint(options.checkpoint).zoo_name
+    torch.manual_seed(options.seed)
+    model = from_zoo(options.model)
+    names = model.quantize_layer_names()
+    config = QuantConfig(
+        act_mode="static" if options.mode == "static" else "dynamic",
+        weight_granularity="channel" if options.per_channel else "tensor",
+    )
+    quantize_model(model, _uniform(options.plan or "8/8", names), config)
+    return model, options.model
+
+
+def samples_for(model: nn.Module, zoo_name: str | None, options: DeployOptions) -> np.ndarray:
+    """Verification (and calibration) inputs: the model's dataset when it is available,
+    otherwise seeded random inputs of the model's shape (named in the log)."""
+    from mico.data import load_dataset
+    from mico.models import zoo_entry
+
+    shape = tuple(getattr(model, "default_input_shape", ()))
+    dataset = options.dataset or (zoo_entry(zoo_name).dataset if zoo_name else None)
+    if dataset is not None:
+        try:
+            split = load_dataset(dataset, seed=options.seed)
+            if not shape or tuple(split.input_shape) == shape:
+                return np.asarray(split.x_test[: options.samples], dtype=np.float32)
+        except DatasetError:
+            if options.dataset is not None:
+                raise
+    if not shape:
+        raise DatasetError("the model has no default input shape; pass --dataset")
+    rng = np.random.default_rng(options.seed)
+    return rng.standard_normal((options.samples, *shape)).astype(np.float32)
+
+
+def compile_from_options(
+    options: DeployOptions, log: Log = print
+) -> tuple[CompiledModel, np.ndarray]:
+    """Load, calibrate (static mode) and compile; return the project and the samples."""
+    from mico.quant import calibrate
+
+    model, zoo_name = load_model(options)
+    samples = samples_for(model, zoo_name, options)
+    batches = [torch.from_numpy(b) for b in np.array_split(samples, options.calibration_batches)]
+    batches = [b for b in batches if len(b)]
+    if options.mode == "static" and options.checkpoint is None:
+        model.eval()
+        calibrate(model, batches)
+    example = torch.from_numpy(samples[:1])
+    log(f"compiling {type(model).__name__} ({options.mode} mode) into {options.out_dir}")
+    compiled = compile_model(
+        model, example, options.out_dir, options.name, options.mode, calibration=batches
+    )
+    _write_compile_report(compiled)
+    return compiled, samples
+
+
+def _write_compile_report(compiled: CompiledModel) -> None:
+    """``memory.json`` (arena, bound, offsets) and ``memory_map.png`` beside the sources."""
+    project = compiled.project
+    arena = project.arena
+    data: dict[str, Any] = {
+        "mode": compiled.mode,
+        "arena_bytes": arena.size,
+        "arena_lower_bound": arena.lower_bound,
+        "arena_ratio": arena.ratio,
+        "flash": project.flash,
+        "buffers": [
+            {"name": b.name, "offset": arena.offsets[b.name], "bytes": b.size,
+             "start": b.start, "end": b.end}
+            for b in sorted(arena.buffers, key=lambda b: arena.offsets[b.name])
+        ],
+    }  # fmt: skip
+    (project.directory / "memory.json").write_text(json.dumps(data, indent=2) + "\n")
+    try:
+        from mico.codegen.memory_map import plot_memory_map
+    except ImportError:  # pragma: no cover - the picture is optional
+        return
+    plot_memory_map(arena, project.directory / "memory_map.png", title=project.name)
+
+
+def run_on_target(
+    compiled: CompiledModel, samples: np.ndarray, target: str, options: DeployOptions
+) -> tuple[np.ndarray, int | None]:
+    """Build for ``target`` and run ``samples``; return outputs and instructions/inference."""
+    from mico.targets import host, rv32, rv64
+
+    project = compiled.project
+    if target == "host":
+        host.build(project, cc=options.cc, sanitize=options.sanitize)
+        return host.run(project, samples), None
+    if target == "rv32":
+        rv32.build(project)
+        run = rv32.run(project, samples)
+        return run.outputs, run.instructions_per_inference
+    if target == "rv64":
+        rv64.build(project)
+        return rv64.run(project, samples), None
+    raise BuildError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
+
+
+def verify_compiled(
+    compiled: CompiledModel,
+    samples: np.ndarray,
+    options: DeployOptions,
+    log: Log = print,
+) -> DeployResult:
+    """Run the project on every target and hold its outputs to the Python reference.
+
+    Static projects must match bit for bit; dynamic ones to ``rtol``. On a mismatch, a debug
+    build on the host finds the first layer whose output differs.
+    """
+    from mico.targets import host
+
+    reference = compiled.reference(samples)
+    result = DeployResult(compiled)
+    for target in options.targets:
+        outputs, instructions = run_on_target(compiled, samples, target, options)
+        agreement = compare_outputs(outputs, reference, rtol=options.rtol)
+        entry = TargetResult(target, agreement, instructions)
+        if not entry.ok:
+            c = np.asarray(outputs).reshape(len(outputs), -1)
+            r = np.asarray(reference).reshape(len(reference), -1)
+            gap = np.abs(c.astype(np.float64) - r.astype(np.float64))
+            bad = int(np.argmax(np.nan_to_num(gap, nan=np.inf).max(axis=1)))
+            records = host.run_debug(compiled.project, samples[bad])
+            entry.difference = first_difference(compiled.graph, records, samples[bad], options.rtol)
+        result.results.append(entry)
+        extra = f", {instructions} instructions/inference" if instructions else ""
+        log(f"{target}: {agreement.summary()}{extra}")
+        if entry.difference is not None:
+            log(f"{target}: {entry.difference}")
+    return result
+
+
+def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:
+    """Compile, then verify on every target in ``options.targets``."""
+    unknown = [t for t in options.targets if t not in TARGETS]
+    if unknown:
+        raise BuildError(f"unknown target '{unknown[0]}'; use one of {', '.join(TARGETS)}")
+    compiled, samples = compile_from_options(options, log)
+    return verify_compiled(compiled, samples, options, log)
