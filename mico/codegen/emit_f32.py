@@ -102,6 +102,7 @@ UNARY = {
     "aten.sqrt.default": ("MICO_UNARY_SQRT", None),
     "aten.rsqrt.default": ("MICO_UNARY_RSQRT", None),
     "aten.hardtanh.default": ("MICO_UNARY_CLAMP", ("min_val", "max_val")),
+    "aten.relu6.default": ("MICO_UNARY_CLAMP", (0.0, 6.0)),
     "aten.elu.default": ("MICO_UNARY_ELU", ("alpha",)),
     "aten.leaky_relu.default": ("MICO_UNARY_LEAKY_RELU", ("negative_slope",)),
 }
@@ -110,7 +111,7 @@ UNARY = {
 def emit_unary(node: Node, ctx: EmitContext) -> list[str]:
     code, params = UNARY[node.op]
     args = named_args(node)
-    p = [float(args[name]) for name in params or ()]
+    p = [float(args[k]) if isinstance(k, str) else k for k in params or ()]
     if node.op == "aten.elu.default" and (args["scale"] != 1 or args["input_scale"] != 1):
         raise UnsupportedOpError(f"elu at '{node.name}' with scale/input_scale is not supported")
     p = [*p, 0.0, 0.0][:2]

@@ -48,7 +48,7 @@ KNOWN_FUNCTIONS: dict[Any, str] = {
     torch.div: "aten.div.Tensor",
     F.relu: "aten.relu.default",
     torch.relu: "aten.relu.default",
-    F.relu6: "aten.hardtanh.default",
+    F.relu6: "aten.relu6.default",
     F.hardtanh: "aten.hardtanh.default",
     F.tanh: "aten.tanh.default",
     torch.tanh: "aten.tanh.default",
