@@ -40,7 +40,8 @@ def _quantized(name: str, index: int):
     torch.manual_seed(index)
     model = from_zoo(name).eval()
     n = model.n_layers
-    config = QuantConfig(act_mode="dynamic", weight_granularity="channel" if index % 2 else "tensor")
+    granularity = "channel" if index % 2 else "tensor"
+    config = QuantConfig(act_mode="dynamic", weight_granularity=granularity)
     model.set_qscheme(_plan(name, index, n), config=config)
     return model
 
@@ -105,7 +106,7 @@ def test_static_scales_are_refused_in_dynamic_mode(tmp_path, calibration_batches
     model = SmallCNN(channels=(4, 8)).eval()
     model.set_qscheme([[8] * 3, [8] * 3], act_mode="static")
     calibrate(model, calibration_batches[:1])
-    with pytest.raises(CompileError, match="static activation scales.*mode='static'"):
+    with pytest.raises(CompileError, match=r"static activation scales.*mode='static'"):
         compile_model(model, torch.zeros(1, 1, 8, 8), tmp_path / "p", "m", mode="dynamic")
     assert not (tmp_path / "p").exists()  # nothing half-written
 

@@ -142,7 +142,7 @@ def test_unregistered_function_gets_the_seeds_message(tmp_path):
 
 def test_a_second_user_handler_needs_override(scoped_registry):
     _register_seed_handlers()
-    with pytest.raises(RegistryError, match="already has a C handler.*override=True"):
+    with pytest.raises(RegistryError, match=r"already has a C handler.*override=True"):
 
         @MiCoOpRegistry.register_function(torch.sigmoid)
         def again(codegen, n, out, input_names, input_args):
@@ -204,5 +204,5 @@ def test_helpers_outside_a_handler_are_refused():
 
 
 def test_register_module_needs_a_module_class():
-    with pytest.raises(RegistryError, match="nn.Module subclass"):
+    with pytest.raises(RegistryError, match=r"nn\.Module subclass"):
         MiCoOpRegistry.register_module(int)
