@@ -204,6 +204,12 @@ def verify_compiled(
     from mico.targets import host
 
     reference = compiled.reference(samples)
+    eager = compiled.pytorch(samples).reshape(len(samples), -1)
+    same = (reference.reshape(len(samples), -1).argmax(axis=1) == eager.argmax(axis=1)).sum()
+    log(
+        f"Python reference vs PyTorch eager: top-1 {int(same)}/{len(samples)} (the reference is "
+        f"the {compiled.mode} graph the C was emitted from)"
+    )
     result = DeployResult(compiled)
     for target in options.targets:
         outputs, instructions = run_on_target(compiled, samples, target, options)

@@ -1,8 +1,9 @@
 """Compile a PyTorch model to a C project, in either execution mode.
 
 * ``dynamic`` (the seed framework's behaviour): float32 between layers, each quantized layer
-  quantizes its input at run time. The Python reference is the PyTorch model itself (BN
-  folded, eval mode): the C output must equal it to float rounding.
+  quantizes its input at run time. The Python reference is the extracted graph run op by op
+  (the PyTorch model's ops, with reductions summed in a fixed order): the C output must equal
+  it to float rounding (1e-5 relative); ``pytorch()`` gives the eager model's outputs.
 * ``static``: calibrated scales, integer-only requantization, activations packed at their
   bit-width. The Python reference is the lowered integer graph run op by op
   (:func:`mico.execute.run_graph`): the C output must equal it bit for bit.
@@ -42,21 +43,29 @@ class CompiledModel:
     model: nn.Module  # the model the C computes (BN folded, eval mode)
 
     def reference(self, samples: np.ndarray | torch.Tensor, batch_size: int = 256) -> np.ndarray:
-        """What the C program must output for ``samples`` (N, *input_shape[1:])."""
+        """What the C program must output for ``samples`` (N, *input_shape[1:]): the graph it
+        was emitted from, run op by op by the reference executor (one sample at a time in the
+        dynamic mode, whose graph has batch 1)."""
+        from mico.execute import run_graph
+        from mico.execute.executor import run_ir
+
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
         outs = []
         with torch.no_grad():
-            for start in range(0, len(x), batch_size):
-                chunk = x[start : start + batch_size]
-                if self.mode == "static":
-                    from mico.execute import run_graph
-
-                    outs.append(run_graph(self.graph, chunk)[0])
-                else:
-                    outs.append(self.model(chunk))
+            if self.mode == "static":
+                for start in range(0, len(x), batch_size):
+                    outs.append(run_graph(self.graph, x[start : start + batch_size])[0])
+            else:
+                outs = [run_ir(self.graph, [x[i : i + 1]])[0] for i in range(len(x))]
         if not outs:
             return np.zeros((0, *self.project.output_shape[1:]), dtype=self.project.output_dtype)
         return torch.cat(outs).numpy().astype(self.project.output_dtype)
+
+    def pytorch(self, samples: np.ndarray | torch.Tensor) -> np.ndarray:
+        """The PyTorch model's own outputs (eval mode, BN folded), for comparison."""
+        x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+        with torch.no_grad():
+            return self.model(x).numpy()
 
 
 def _check_mode(mode: str) -> None:

@@ -8,7 +8,9 @@ only decides memory:
 * views (flatten, view, unflatten, dropout in eval...) share their input's storage;
 * elementwise ops run in place when their input dies there (it is not a graph input, nor
   used by any later node), so the arena can go below the bound of separate buffers;
-* quantized layers get scratch arena for their input codes.
+* quantized layers get scratch arena for their input codes;
+* means and sums become ``mico.reduce_f64``: float64 in index order, one rounding. torch leaves
+  the order open, and one ulp of difference before a run-time quantizer can flip a code.
 """
 
 from __future__ import annotations
@@ -73,6 +75,14 @@ INPLACE_OPS = frozenset(
     }
 )
 
+#: float reductions whose summation order torch leaves open: mico fixes it (float64, index order)
+ORDERED_REDUCTIONS = {
+    "aten.mean.dim": "mean",
+    "aten.mean.default": "mean",
+    "aten.sum.dim_IntList": "sum",
+    "aten.sum.default": "sum",
+}
+
 QUANTIZED_OPS = ("mico.bit_conv1d.default", "mico.bit_conv2d.default", "mico.bit_linear.default")
 
 
@@ -87,6 +97,9 @@ def prepare_dynamic(ir: IRGraph, inplace: bool = True) -> Graph:
             if node.op.startswith("aten.dropout") and node.attrs.get("train"):
                 raise CompileError(f"dropout at '{node.name}' runs in training mode; call .eval()")
             node.output.alias_of = node.inputs[0]
+        if node.op in ORDERED_REDUCTIONS and node.attrs.get("dtype") is None:
+            node.attrs["reduce"] = ORDERED_REDUCTIONS[node.op]
+            node.op = "mico.reduce_f64"
         if node.op in QUANTIZED_OPS:
             if not node.attrs.get("dynamic", False):
                 raise CompileError(

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 from mico.codegen.context import EmitContext, c_float
 from mico.errors import CompileError, UnsupportedOpError
@@ -353,6 +354,26 @@ def emit_reduce(node: Node, ctx: EmitContext) -> list[str]:
                  ctx.buffer(node.output), outer, reduce, inner)  # fmt: skip
 
 
+REDUCE_F64 = "mico.reduce_f64"
+"""Sum/mean in float64 in index order, rounded once: the C and the reference agree exactly."""
+
+
+def execute_reduce_f64(inputs: list, attrs: dict) -> list:
+    x = inputs[0]
+    dims = list(attrs.get("dim") or range(x.dim()))
+    total = x.to(dtype=torch.float64).sum(dim=dims, keepdim=bool(attrs.get("keepdim")))
+    if attrs["reduce"] == "mean":
+        total = total / math.prod(x.shape[d] for d in dims)
+    return [total.to(torch.float32)]
+
+
+def emit_reduce_f64(node: Node, ctx: EmitContext) -> list[str]:
+    outer, reduce, inner = _reduce_layout(node, node.attrs.get("dim") or [])
+    kind = {"mean": "MICO_REDUCE_MEAN", "sum": "MICO_REDUCE_SUM"}[node.attrs["reduce"]]
+    return _call(ctx, "mico_f32_reduce", kind, ctx.buffer(node.inputs[0]),
+                 ctx.buffer(node.output), outer, reduce, inner)  # fmt: skip
+
+
 def emit_softmax(node: Node, ctx: EmitContext) -> list[str]:
     args = named_args(node)
     shape = _shape(node.inputs[0])
@@ -614,3 +635,6 @@ def _rules() -> dict[str, EmitRule]:
 
 for _op, _fn in _rules().items():
     OpRegistry.attach(_op, "emit", _fn)
+OpRegistry.define(REDUCE_F64, "sum or mean over dims, in float64 in index order (mico's C)")
+OpRegistry.attach(REDUCE_F64, "emit", emit_reduce_f64)
+OpRegistry.attach(REDUCE_F64, "execute", execute_reduce_f64)
