@@ -351,14 +351,19 @@ def ops_info(name: Annotated[str, typer.Argument(help="Op name, e.g. tensor.add.
     from mico.ir import OpRegistry
     from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)
 
-    if OpRegistry.is_registered(name):
+    import mico.codegen  # noqa: F401  (attaches the C emit rules)
+
+    schema = _aten_schema(name)
+    if OpRegistry.is_registered(name) and schema is None:
         typer.echo(OpRegistry.get(name).describe())
         return
-    schema = _aten_schema(name)
     if schema is None:
         OpRegistry.get(name)  # raises RegistryError with close matches
+    rules = sorted(OpRegistry.get(name).rules) if OpRegistry.is_registered(name) else []
     typer.echo(f"{name} (ATen, default rules: schema-driven conversion and execution)")
     typer.echo(f"schema: {schema}")
+    if rules:
+        typer.echo(f"registered rules: {', '.join(rules)}")
 
 
 def _aten_schema(name: str) -> str | None:

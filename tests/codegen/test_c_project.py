@@ -72,14 +72,18 @@ def test_project_files_flash_and_arena(trained_cnn, calibration_batches, tmp_pat
     assert f"#define CNN_ARENA_BYTES {project.arena.size}" in header
 
 
-def test_bad_name_and_unlowered_graph_are_rejected(trained_cnn, tmp_path):
+def test_bad_name_and_unsupported_graph_outputs_are_rejected(trained_cnn, tmp_path):
     from mico.frontend import export_graph
+    from mico.ir.dtypes import DataType
+    from mico.ir.types import TensorType
 
     float_graph = export_graph(trained_cnn, torch.zeros(1, 1, 8, 8))
-    with pytest.raises(CompileError, match=r"lower the graph with mico\.passes\.lower_quantized"):
-        emit_c_project(float_graph, tmp_path, "cnn")
     with pytest.raises(CompileError, match=r"'my-model' is not a C identifier"):
         emit_c_project(float_graph, tmp_path, "my-model")
+    out = float_graph.outputs[0]
+    out.type = TensorType(out.type.shape, DataType.INT64)
+    with pytest.raises(CompileError, match=r"one graph output, float32 \(dynamic mode\) or int32"):
+        emit_c_project(float_graph, tmp_path, "cnn")
 
 
 def test_compiler_errors_surface_as_build_error(trained_cnn, calibration_batches, tmp_path):
