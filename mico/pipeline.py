@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,19 +13,18 @@ from torch import nn
 from mico.atomic import atomic_directory
 from mico.codegen.project import CProject, emit_c_project
 from mico.data import load_dataset
-from mico.errors import BuildError
+from mico.errors import BuildError, CompileError
 from mico.execute import Agreement, compare_outputs, run_graph
-from mico.frontend import export_graph
+from mico.frontend import extract_ir
 from mico.ir.graph import Graph
 from mico.models import SmallCNN
-from mico.passes import LayerQuant, lower_quantized
+from mico.passes import lower_static
 from mico.quant import (
     QuantConfig,
     QuantPlan,
     apply_plan,
     bit_layers,
     calibrate,
-    float_mode,
     quantizable_layers,
 )
 from mico.report import Report, layer_rows
@@ -46,12 +45,30 @@ def quantize_ptq(
     return calibrate(apply_plan(model, plan, config), batches)
 
 
-def lower_model(qmodel: nn.Module, example: torch.Tensor, name: str = "model") -> Graph:
-    """Export a calibrated model and lower it to the integer-only ``mico.*`` graph."""
-    with float_mode(qmodel):
-        graph = export_graph(qmodel, example, name)
-    layers = {n: LayerQuant.from_layer(n, layer) for n, layer in bit_layers(qmodel).items()}
-    return lower_quantized(graph, layers)
+def lower_model(
+    qmodel: nn.Module,
+    example: torch.Tensor,
+    name: str = "model",
+    calibration: Sequence[torch.Tensor] | None = None,
+) -> Graph:
+    """Extract a calibrated static-mode model's IR and lower it to the integer-only graph.
+
+    ``calibration`` (input batches) sets the scales of tensors no quantized layer dictates
+    (residual adds, pooled tensors); it defaults to ``example``.
+    """
+    for layer_name, layer in bit_layers(qmodel).items():
+        if layer.qconfig.act_mode != "static":
+            raise CompileError(
+                f"layer '{layer_name}' quantizes its inputs dynamically; the integer-only C "
+                "backend needs static scales: quantize with QuantConfig(act_mode='static') and "
+                "calibrate"
+            )
+        if not layer.calibrated or layer.mode != "quant":
+            raise CompileError(
+                f"layer '{layer_name}' is not calibrated; run mico.quant.calibrate first"
+            )
+    ir = extract_ir(qmodel, example, name)
+    return lower_static(ir, list(calibration) if calibration is not None else [example])
 
 
 def top1(outputs: np.ndarray, labels: np.ndarray) -> float:

@@ -1,41 +1,90 @@
-"""``emit`` rules of the ``mico.*`` ops: one C statement (and its constant data) per node."""
+"""``emit`` rules of the ``mico.*`` ops: one C statement (and its constant data) per node.
+
+Every tensor is addressed through the kernels' format descriptor ``MicoFmt`` (packed codes of
+1..8 bits, or int32), and every result through ``MicoOut`` (ReLU, multipliers, clamp, format),
+so the same kernels serve every bit-width. Multipliers and shifts are int32 arrays in flash.
+"""
 
 from __future__ import annotations
+
+import math
+from typing import Any
 
 import numpy as np
 
 from mico.codegen.context import EmitContext
+from mico.errors import CompileError
+from mico.ir.dtypes import DataType
 from mico.ir.graph import Node, Value
 from mico.ir.ops import mico_ops
+from mico.ir.ops.mico_ops import code_range
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, inv_scale_f32
 from mico.quant.packing import pack
+
+
+def c_int(value: int) -> str:
+    """An int32 literal (INT32_MIN has no literal of type int in C)."""
+    value = int(value)
+    return f"({value + 1} - 1)" if value == -(2**31) else str(value)
 
 
 def _fields(values: dict[str, object]) -> str:
     return ", ".join(f".{k} = {v}" for k, v in values.items())
 
 
-def _requant(node: Node) -> str:
-    requant = node.attrs.get("requant")
-    if requant is None:
-        return "{ .to_codes = 0 }"
-    fmt: QFormat = requant["qformat"]
-    return (
-        "{ "
-        + _fields(
-            {
-                "to_codes": 1,
-                "is_signed": int(fmt.signed),
-                "binary": int(fmt.binary),
-                "qmin": fmt.qmin,
-                "qmax": fmt.qmax,
-                "m": requant["m"],
-                "shift": requant["shift"],
-            }
+def fmt_of(value: Value) -> tuple[int, int]:
+    """``(bits, signed)`` of a tensor's storage: its code format, or int32."""
+    if value.qformat is not None:
+        return value.qformat.bits, int(value.qformat.signed)
+    dtype = value.type.dtype
+    if dtype == DataType.INT32:
+        return 32, 1
+    if dtype.is_int and dtype.bits <= 8:
+        return dtype.bits, int(dtype.signed)
+    raise CompileError(f"tensor '{value.name}' is {dtype}; the integer kernels need codes or int32")
+
+
+def c_fmt(bits: int, signed: int) -> str:
+    return f"{{ .bits = {bits}, .is_signed = {signed} }}"
+
+
+def _fmt(value: Value) -> str:
+    return c_fmt(*fmt_of(value))
+
+
+def c_out(
+    ctx: EmitContext,
+    name: str,
+    out: Value,
+    spec: dict[str, Any] | None,
+    relu: bool = False,
+) -> str:
+    """The ``MicoOut`` initializer storing into ``out`` as ``spec`` (see mico_ops) says."""
+    bits, signed = fmt_of(out)
+    if spec is None:
+        lo, hi = code_range(None) if bits == 32 else code_range(out.qformat)
+        m = shift = None
+    else:
+        fmt: QFormat | None = spec.get("qformat")
+        if (fmt is None) != (bits == 32) or (fmt is not None and (fmt.bits, fmt.signed) != (
+            bits, bool(signed))):  # fmt: skip
+            raise CompileError(f"'{name}' stores {spec.get('qformat')} into {out.type}")
+        lo, hi = spec.get("clamp") or code_range(fmt)
+        m, shift = spec.get("m"), spec.get("shift")
+    fields: dict[str, object] = {"fmt": c_fmt(bits, signed), "relu": int(bool(relu))}
+    if m is None:
+        fields.update(n_mult=0, m="NULL", shift="NULL")
+    else:
+        ms, ss = np.atleast_1d(m).astype(np.int64), np.atleast_1d(shift).astype(np.int64)
+        ctx.flash.setdefault("scales", 0)  # requantization multipliers, apart from the bias
+        fields.update(
+            n_mult=ms.size,
+            m=ctx.const_int32(f"{name}_m", ms, kind="scales"),
+            shift=ctx.const_int32(f"{name}_shift", ss, kind="scales"),
         )
-        + " }"
-    )
+    fields.update(lo=c_int(lo), hi=c_int(hi))
+    return "{ " + _fields(fields) + " }"
 
 
 def _weights(ctx: EmitContext, node: Node) -> tuple[str, str, int]:
@@ -65,20 +114,22 @@ def _window(attrs: dict) -> dict[str, int]:
     }
 
 
-def _signed(value: Value) -> int:
-    return int(value.qformat.signed) if value.qformat else 1
+def _call(ctx: EmitContext, kernel: str, params: str, *values: Value) -> list[str]:
+    args = ", ".join(ctx.buffer(v) for v in values)
+    return [f"{kernel}(&{params}, {args});"]
 
 
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
     fmt: QFormat = node.attrs["qformat"]
     inv = float(inv_scale_f32(node.attrs["scale"])).hex() + "f"
+    fmt_sym = ctx.const_struct("MicoFmt", f"{node.name}_fmt", _fields(
+        {"bits": fmt.bits, "is_signed": int(fmt.signed)}))  # fmt: skip
     args = [
         ctx.buffer(node.inputs[0]),
         ctx.buffer(node.output),
         str(node.output.type.numel),
         inv,
-        str(int(fmt.signed)),
-        str(int(fmt.binary)),
+        fmt_sym,
         str(fmt.qmin),
         str(fmt.qmax),
     ]
@@ -108,41 +159,41 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
                 "k_w": k_w,
                 **_window(a),
                 "groups": a["groups"],
-                "in_signed": _signed(x),
+                "in_fmt": _fmt(x),
                 "w_bits": w_bits,
                 "weight": w_sym,
                 "bias": b_sym,
-                "relu": int(a["relu"]),
-                "out": _requant(node),
+                "out": c_out(ctx, node.name, out, a.get("requant"), a.get("relu", False)),
             }
         ),
     )
     ctx.need("mico_conv2d.c")
-    return [f"mico_qconv2d(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
+    return _call(ctx, "mico_qconv2d", params, x, out)
 
 
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
     w_sym, b_sym, w_bits = _weights(ctx, node)
     out_features, in_features = node.inputs[1].type.shape
+    a = node.attrs
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",
         _fields(
             {
+                "rows": x.type.numel // (in_features * x.type.shape[0]),
                 "in_features": in_features,
                 "out_features": out_features,
-                "in_signed": _signed(x),
+                "in_fmt": _fmt(x),
                 "w_bits": w_bits,
                 "weight": w_sym,
                 "bias": b_sym,
-                "relu": int(node.attrs["relu"]),
-                "out": _requant(node),
+                "out": c_out(ctx, node.name, out, a.get("requant"), a.get("relu", False)),
             }
         ),
     )
     ctx.need("mico_linear.c")
-    return [f"mico_qlinear(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
+    return _call(ctx, "mico_qlinear", params, x, out)
 
 
 def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
@@ -150,9 +201,6 @@ def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
     _, channels, in_h, in_w = x.type.shape
     _, _, out_h, out_w = out.type.shape
     a = node.attrs
-    elem = {None: "MICO_I32", True: "MICO_I8", False: "MICO_U8"}[
-        x.qformat.signed if x.qformat else None
-    ]
     params = ctx.const_struct(
         "MicoMaxPool2d",
         f"{node.name}_params",
@@ -166,16 +214,175 @@ def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
                 "k_h": a["kernel_size"][0],
                 "k_w": a["kernel_size"][1],
                 **_window(a),
-                "elem": elem,
+                "fmt": _fmt(x),
             }
         ),
     )
     ctx.need("mico_pool.c")
-    return [f"mico_maxpool2d(&{params}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
+    return _call(ctx, "mico_maxpool2d", params, x, out)
+
+
+def emit_avgpool2d(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    _, channels, in_h, in_w = x.type.shape
+    _, _, out_h, out_w = out.type.shape
+    a = node.attrs
+    params = ctx.const_struct(
+        "MicoAvgPool2d",
+        f"{node.name}_params",
+        _fields(
+            {
+                "channels": channels,
+                "in_h": in_h,
+                "in_w": in_w,
+                "out_h": out_h,
+                "out_w": out_w,
+                "k_h": a["kernel_size"][0],
+                "k_w": a["kernel_size"][1],
+                "stride_h": a["stride"][0],
+                "stride_w": a["stride"][1],
+                "pad_h": a["padding"][0],
+                "pad_w": a["padding"][1],
+                "count_include_pad": int(bool(a.get("count_include_pad", True))),
+                "in_fmt": _fmt(x),
+                "out": c_out(ctx, node.name, out, a["out"]),
+            }
+        ),
+    )
+    ctx.need("mico_pool.c")
+    return _call(ctx, "mico_avgpool2d", params, x, out)
 
 
 def emit_reshape(node: Node, ctx: EmitContext) -> list[str]:
     return []  # a view: the output shares its input's arena bytes
+
+
+def emit_mean(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    count = int(node.attrs["count"])
+    params = ctx.const_struct(
+        "MicoMean",
+        f"{node.name}_params",
+        _fields(
+            {
+                "outer": x.type.numel // (count * x.type.shape[0]),
+                "count": count,
+                "in_fmt": _fmt(x),
+                "out": c_out(ctx, node.name, out, node.attrs["out"]),
+            }
+        ),
+    )
+    ctx.need("mico_pool.c")
+    return _call(ctx, "mico_mean", params, x, out)
+
+
+def emit_requant(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    spec = node.attrs["out"]
+    m = spec.get("m")
+    channels = len(m) if m is not None and len(m) > 1 else 1
+    shape = x.type.shape
+    axis = int(node.attrs.get("axis", 1)) % len(shape)
+    if channels > 1 and shape[axis] != channels:
+        raise CompileError(f"'{node.name}': {channels} multipliers for axis {axis} of {x.type}")
+    inner = math.prod(shape[axis + 1 :]) if channels > 1 else 1
+    batch = shape[0]
+    params = ctx.const_struct(
+        "MicoRequant",
+        f"{node.name}_params",
+        _fields(
+            {
+                "n": x.type.numel // batch,
+                "channels": channels,
+                "inner": inner,
+                "in_fmt": _fmt(x),
+                "out": c_out(ctx, node.name, out, spec),
+            }
+        ),
+    )
+    ctx.need("mico_eltwise.c")
+    return _call(ctx, "mico_requant", params, x, out)
+
+
+def emit_add(node: Node, ctx: EmitContext) -> list[str]:
+    a, b = node.inputs
+    out = node.output
+    m_a, m_b = node.attrs["m"]
+    lo, hi = node.attrs["clamp"]
+    params = ctx.const_struct(
+        "MicoAdd",
+        f"{node.name}_params",
+        _fields(
+            {
+                "n": out.type.numel // out.type.shape[0],
+                "a_fmt": _fmt(a),
+                "b_fmt": _fmt(b),
+                "fmt": _fmt(out),
+                "m_a": m_a,
+                "m_b": m_b,
+                "shift": node.attrs["shift"],
+                "lo": c_int(lo),
+                "hi": c_int(hi),
+            }
+        ),
+    )
+    ctx.need("mico_eltwise.c")
+    return [f"mico_add(&{params}, {ctx.buffer(a)}, {ctx.buffer(b)}, {ctx.buffer(out)});"]
+
+
+def emit_concat(node: Node, ctx: EmitContext) -> list[str]:
+    out = node.output
+    dim = int(node.attrs["dim"])
+    shape = out.type.shape
+    outer = math.prod(shape[1:dim])
+    out_inner = math.prod(shape[dim:])
+    fmt, scale = node.attrs["qformat"], node.attrs["scale"]
+    statements, offset = [], 0
+    for i, (x, part) in enumerate(zip(node.inputs, node.attrs["parts"], strict=True)):
+        in_inner = math.prod(x.type.shape[dim:])
+        spec = None if part is None else mico_ops.out_spec(fmt, scale, [part["m"]], [part["shift"]])
+        params = ctx.const_struct(
+            "MicoConcatPart",
+            f"{node.name}_part{i}_params",
+            _fields(
+                {
+                    "outer": outer,
+                    "in_inner": in_inner,
+                    "out_inner": out_inner,
+                    "offset": offset,
+                    "in_fmt": _fmt(x),
+                    "out": c_out(ctx, f"{node.name}_part{i}", out, spec),
+                }
+            ),
+        )
+        statements += _call(ctx, "mico_concat_part", params, x, out)
+        offset += in_inner
+    ctx.need("mico_eltwise.c")
+    return statements
+
+
+def emit_copy(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    shape, strides = list(node.attrs["shape"]), list(node.attrs["strides"])
+    if len(shape) > 6:
+        raise CompileError(f"'{node.name}' copies a rank-{len(shape)} tensor; at most 6 dims")
+    pad = 6 - len(shape)
+    params = ctx.const_struct(
+        "MicoCopy",
+        f"{node.name}_params",
+        _fields(
+            {
+                "rank": len(shape),
+                "shape": "{ " + ", ".join(map(str, shape + [1] * pad)) + " }",
+                "stride": "{ " + ", ".join(map(str, strides + [0] * pad)) + " }",
+                "offset": int(node.attrs["offset"]),
+                "in_fmt": _fmt(x),
+                "out": c_out(ctx, node.name, out, node.attrs.get("out")),
+            }
+        ),
+    )
+    ctx.need("mico_eltwise.c")
+    return _call(ctx, "mico_copy", params, x, out)
 
 
 for _op, _fn in (
@@ -184,5 +391,11 @@ for _op, _fn in (
     (mico_ops.QLINEAR, emit_qlinear),
     (mico_ops.MAXPOOL2D, emit_maxpool2d),
     (mico_ops.RESHAPE, emit_reshape),
+    (mico_ops.MEAN, emit_mean),
+    (mico_ops.AVGPOOL2D, emit_avgpool2d),
+    (mico_ops.REQUANT, emit_requant),
+    (mico_ops.ADD, emit_add),
+    (mico_ops.CONCAT, emit_concat),
+    (mico_ops.COPY, emit_copy),
 ):
     OpRegistry.attach(_op, "emit", _fn)

@@ -78,6 +78,16 @@ def plan_buffers(buffers: list[Buffer], align: int = 8) -> ArenaPlan:
     return ArenaPlan(offsets, tuple(buffers), _align(size, align) if size else 0, lower, align)
 
 
+def storage_bytes(value: Value) -> int:
+    """Arena bytes of ``value``: sub-byte integer codes are packed at their bit-width
+    (``ceil(numel * bits / 8)``, as the kernels' ``mico_load`` / ``mico_store`` read them);
+    every other value takes ``type.nbytes``."""
+    dtype = value.type.dtype
+    if dtype.is_int and dtype.bits < 8:
+        return (value.type.numel * dtype.bits + 7) // 8
+    return value.type.nbytes
+
+
 def graph_buffers(graph: Graph) -> list[Buffer]:
     """The buffers of a graph's intermediate values, with lifetimes in node-schedule steps.
 
@@ -107,7 +117,7 @@ def graph_buffers(graph: Graph) -> list[Buffer]:
         base = v.storage()
         if id(base) in start:
             end[id(base)] = last
-    buffers = [Buffer(values[k].name, values[k].type.nbytes, start[k], end[k]) for k in start]
+    buffers = [Buffer(values[k].name, storage_bytes(values[k]), start[k], end[k]) for k in start]
     for step, node in enumerate(graph.nodes):
         size = int(node.attrs.get(SCRATCH_ATTR, 0) or 0)
         if size > 0:

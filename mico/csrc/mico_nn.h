@@ -6,8 +6,15 @@
  *    signed 1-bit codes are binary {-1, +1};
  *  - input quantization: float32 x * inv_scale, rounded half away from zero (an exact test on
  *    the fractional part, never floor(|v| + 0.5)), clamped;
- *  - requantization: acc * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
- *  - packed weights: one little-endian bit stream, code i at bits [i*b, (i+1)*b), LSB first.
+ *  - requantization: v * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
+ *  - storage: activations and weights alike are one little-endian bit stream per tensor, code i
+ *    at bits [i*b, (i+1)*b), LSB first, b-bit two's complement (signed) or plain binary
+ *    (unsigned; binary {-1, +1} as 0 / 1). A 4-bit tensor of n codes takes ceil(n*4/8) bytes.
+ *    int32 tensors (accumulators) are plain int32_t arrays.
+ *
+ * Every kernel reads and writes elements through mico_load / mico_store and a format
+ * descriptor MicoFmt, so every width 1..8, signed or not, works everywhere; 8 bits and int32
+ * take a fast path.
  */
 #ifndef MICO_NN_H
 #define MICO_NN_H
@@ -15,112 +22,217 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How a layer stores its result. */
+/* Storage of a tensor's elements. */
 typedef struct {
-    int32_t to_codes; /* 0: keep the int32 accumulator; 1: requantize to codes */
-    int32_t is_signed;
-    int32_t binary;   /* signed 1-bit codes {-1, +1} */
-    int32_t qmin, qmax;
-    int32_t m, shift; /* real multiplier = m * 2^-shift */
-} MicoRequant;
+    int32_t bits;      /* 1..8: packed codes; 32: int32_t */
+    int32_t is_signed; /* signed codes (with bits == 1: binary {-1, +1}) */
+} MicoFmt;
 
+/* How a kernel stores a result: optional ReLU on the accumulator, optional rescaling by
+ * m * 2^-shift (one multiplier, or one per channel), a final clamp, the storage format. */
 typedef struct {
-    int32_t in_c, in_h, in_w;
-    int32_t out_c, out_h, out_w;
-    int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
-    int32_t in_signed; /* input codes are int8_t (1) or uint8_t (0) */
-    int32_t w_bits;    /* weights: signed codes, packed */
-    const uint8_t *weight;
-    const int32_t *bias;
-    int32_t relu;
-    MicoRequant out;
-} MicoConv2d;
+    MicoFmt fmt;
+    int32_t relu;         /* clamp the accumulator at 0 first */
+    int32_t n_mult;       /* 0: no rescaling; 1: one multiplier; C: one per channel */
+    const int32_t *m;     /* in [0, 2^31) */
+    const int32_t *shift; /* in [1, 62] */
+    int32_t lo, hi;       /* clamp of the stored value (code range, or tighter) */
+} MicoOut;
 
-typedef struct {
-    int32_t in_features, out_features;
-    int32_t in_signed;
-    int32_t w_bits;
-    const uint8_t *weight;
-    const int32_t *bias;
-    int32_t relu;
-    MicoRequant out;
-} MicoLinear;
-
-/* Element storage of activations: one code per byte, or int32 accumulators. */
-enum { MICO_U8 = 0, MICO_I8 = 1, MICO_I32 = 2 };
-
-typedef struct {
-    int32_t channels, in_h, in_w, out_h, out_w;
-    int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
-    int32_t elem; /* MICO_U8, MICO_I8 or MICO_I32 */
-} MicoMaxPool2d;
-
-/* Code i of a packed stream of signed b-bit codes (b = 1: binary {-1, +1}). */
-static inline int32_t mico_unpack_signed(const uint8_t *packed, uint32_t i, uint32_t bits)
+/* Element i of a tensor stored in format f. */
+static inline int32_t mico_load(const void *buf, size_t i, MicoFmt f)
 {
-    uint32_t bit = i * bits;
-    uint32_t byte = bit >> 3;
-    uint32_t off = bit & 7u;
-    uint32_t word = packed[byte];
-    uint32_t field;
+    const uint8_t *p = (const uint8_t *)buf;
+    uint32_t bits, off, word, field;
+    size_t bit, byte;
+    if (f.bits == 8) {
+        return f.is_signed ? (int32_t)((const int8_t *)buf)[i] : (int32_t)p[i];
+    }
+    if (f.bits == 32) {
+        return ((const int32_t *)buf)[i];
+    }
+    bits = (uint32_t)f.bits;
+    bit = i * (size_t)bits;
+    byte = bit >> 3;
+    off = (uint32_t)(bit & 7u);
+    word = p[byte];
     if (off + bits > 8u) {
-        word |= (uint32_t)packed[byte + 1] << 8;
+        word |= (uint32_t)p[byte + 1] << 8;
     }
     field = (word >> off) & ((1u << bits) - 1u);
+    if (!f.is_signed) {
+        return (int32_t)field;
+    }
     if (bits == 1u) {
         return field ? 1 : -1;
     }
     return (field & (1u << (bits - 1u))) ? (int32_t)field - (int32_t)(1u << bits) : (int32_t)field;
 }
 
-/* Rescale an accumulator to output codes (mico.quant.arithmetic.requantize). */
-static inline int32_t mico_requant(int32_t acc, const MicoRequant *q)
+/* Store element i of a tensor in format f (other elements' bits are kept). */
+static inline void mico_store(void *buf, size_t i, int32_t v, MicoFmt f)
 {
-    int64_t v = (int64_t)acc * (int64_t)q->m;
+    uint8_t *p = (uint8_t *)buf;
+    uint32_t bits, off, word, mask, field;
+    size_t bit, byte;
+    int two;
+    if (f.bits == 8) {
+        p[i] = (uint8_t)((uint32_t)v & 0xffu);
+        return;
+    }
+    if (f.bits == 32) {
+        ((int32_t *)buf)[i] = v;
+        return;
+    }
+    bits = (uint32_t)f.bits;
+    mask = (1u << bits) - 1u;
+    field = (f.is_signed && bits == 1u) ? (v > 0 ? 1u : 0u) : ((uint32_t)v & mask);
+    bit = i * (size_t)bits;
+    byte = bit >> 3;
+    off = (uint32_t)(bit & 7u);
+    two = off + bits > 8u;
+    word = p[byte];
+    if (two) {
+        word |= (uint32_t)p[byte + 1] << 8;
+    }
+    word = (word & ~(mask << off)) | (field << off);
+    p[byte] = (uint8_t)(word & 0xffu);
+    if (two) {
+        p[byte + 1] = (uint8_t)((word >> 8) & 0xffu);
+    }
+}
+
+/* Code i of a packed stream of signed b-bit codes (weights). */
+static inline int32_t mico_unpack_signed(const uint8_t *packed, uint32_t i, uint32_t bits)
+{
+    MicoFmt f;
+    f.bits = (int32_t)bits;
+    f.is_signed = 1;
+    return mico_load(packed, (size_t)i, f);
+}
+
+/* v / 2^shift rounded half away from zero (shift in [1, 62]). */
+static inline int64_t mico_round_shift(int64_t v, int32_t shift)
+{
     int64_t mag = v < 0 ? -v : v;
-    int64_t r = (mag + ((int64_t)1 << (q->shift - 1))) >> q->shift;
-    if (v < 0) {
-        r = -r;
+    int64_t r = (mag + ((int64_t)1 << (shift - 1))) >> shift;
+    return v < 0 ? -r : r;
+}
+
+/* The value an accumulator (or a code) of channel ch is stored as. */
+static inline int32_t mico_finish(int32_t acc, int32_t ch, const MicoOut *o)
+{
+    int64_t r = acc;
+    if (o->relu && r < 0) {
+        r = 0;
     }
-    if (q->binary) {
-        return r >= 0 ? 1 : -1;
+    if (o->n_mult) {
+        const int32_t k = o->n_mult > 1 ? ch : 0;
+        r = mico_round_shift(r * (int64_t)o->m[k], o->shift[k]);
+        if (o->fmt.bits == 1 && o->fmt.is_signed) {
+            r = r >= 0 ? 1 : -1;
+        }
     }
-    if (r < q->qmin) {
-        r = q->qmin;
+    if (r < o->lo) {
+        r = o->lo;
     }
-    if (r > q->qmax) {
-        r = q->qmax;
+    if (r > o->hi) {
+        r = o->hi;
     }
     return (int32_t)r;
 }
 
-static inline int32_t mico_load_code(const void *codes, size_t i, int32_t is_signed)
-{
-    return is_signed ? (int32_t)((const int8_t *)codes)[i] : (int32_t)((const uint8_t *)codes)[i];
-}
+typedef struct {
+    int32_t in_c, in_h, in_w;
+    int32_t out_c, out_h, out_w;
+    int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w, groups;
+    MicoFmt in_fmt;
+    int32_t w_bits; /* weights: signed codes, packed (OIHW) */
+    const uint8_t *weight;
+    const int32_t *bias;
+    MicoOut out; /* per-channel multipliers index the output channel */
+} MicoConv2d;
 
-/* Apply fused ReLU and store result i as codes or as int32. */
-static inline void mico_store_result(void *out, size_t i, int32_t acc, int32_t relu,
-                                     const MicoRequant *q)
-{
-    if (relu && acc < 0) {
-        acc = 0;
-    }
-    if (!q->to_codes) {
-        ((int32_t *)out)[i] = acc;
-    } else if (q->is_signed) {
-        ((int8_t *)out)[i] = (int8_t)mico_requant(acc, q);
-    } else {
-        ((uint8_t *)out)[i] = (uint8_t)mico_requant(acc, q);
-    }
-}
+typedef struct {
+    int32_t rows, in_features, out_features;
+    MicoFmt in_fmt;
+    int32_t w_bits; /* weights: signed codes, packed (out x in, row-major) */
+    const uint8_t *weight;
+    const int32_t *bias;
+    MicoOut out; /* per-channel multipliers index the output feature */
+} MicoLinear;
+
+typedef struct {
+    int32_t channels, in_h, in_w, out_h, out_w;
+    int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
+    MicoFmt fmt; /* input and output */
+} MicoMaxPool2d;
+
+/* 2-D average pooling (NCHW, batch 1): window sums; a window covering `count` inputs is
+ * stored with multiplier count - 1 (out.n_mult = k_h * k_w). count_include_pad counts the
+ * padding too (every window then uses the last multiplier). */
+typedef struct {
+    int32_t channels, in_h, in_w, out_h, out_w;
+    int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w;
+    int32_t count_include_pad;
+    MicoFmt in_fmt;
+    MicoOut out;
+} MicoAvgPool2d;
+
+/* Sum of `count` consecutive elements, `outer` times, stored as out says. */
+typedef struct {
+    int32_t outer, count;
+    MicoFmt in_fmt;
+    MicoOut out;
+} MicoMean;
+
+/* Elementwise: out[i] = finish(in[i], channel (i / inner) % channels). */
+typedef struct {
+    int32_t n, channels, inner;
+    MicoFmt in_fmt;
+    MicoOut out;
+} MicoRequant;
+
+/* out[i] = clamp(round((a[i] * m_a + b[i] * m_b) / 2^shift)) in 64-bit integers. */
+typedef struct {
+    int32_t n;
+    MicoFmt a_fmt, b_fmt, fmt;
+    int32_t m_a, m_b, shift;
+    int32_t lo, hi;
+} MicoAdd;
+
+/* One input of a concat: outer blocks of in_inner elements, placed at offset within the
+ * out_inner elements of each output block. */
+typedef struct {
+    int32_t outer, in_inner, out_inner, offset;
+    MicoFmt in_fmt;
+    MicoOut out;
+} MicoConcatPart;
+
+#define MICO_MAX_RANK 6
+
+/* out[i] = finish(in[offset + sum_k idx_k * stride_k]) for the row-major index idx of i. */
+typedef struct {
+    int32_t rank;
+    int32_t shape[MICO_MAX_RANK];
+    int32_t stride[MICO_MAX_RANK];
+    int32_t offset;
+    MicoFmt in_fmt;
+    MicoOut out;
+} MicoCopy;
 
 /* float32 inputs to codes: round half away from zero of x * inv_scale, clamped. */
-void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale,
-                       int32_t is_signed, int32_t binary, int32_t qmin, int32_t qmax);
+void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
+                       int32_t qmin, int32_t qmax);
 
 void mico_qconv2d(const MicoConv2d *p, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 void mico_maxpool2d(const MicoMaxPool2d *p, const void *in, void *out);
+void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out);
+void mico_mean(const MicoMean *p, const void *in, void *out);
+void mico_requant(const MicoRequant *p, const void *in, void *out);
+void mico_add(const MicoAdd *p, const void *a, const void *b, void *out);
+void mico_concat_part(const MicoConcatPart *p, const void *in, void *out);
+void mico_copy(const MicoCopy *p, const void *in, void *out);
 
 #endif /* MICO_NN_H */

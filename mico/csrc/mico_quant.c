@@ -1,11 +1,12 @@
-/* Input quantization: mico.quant.arithmetic.quantize, in float32. */
+/* Input quantization: mico.quant.arithmetic.quantize, in float32, to packed codes. */
 #include <math.h>
 
 #include "mico_nn.h"
 
-void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale,
-                       int32_t is_signed, int32_t binary, int32_t qmin, int32_t qmax)
+void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
+                       int32_t qmin, int32_t qmax)
 {
+    const int binary = fmt.is_signed && fmt.bits == 1;
     size_t i;
     for (i = 0; i < n; i++) {
         float v = x[i] * inv_scale;
@@ -32,10 +33,6 @@ void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale,
             }
             q = (int32_t)r;
         }
-        if (is_signed) {
-            ((int8_t *)codes)[i] = (int8_t)q;
-        } else {
-            ((uint8_t *)codes)[i] = (uint8_t)q;
-        }
+        mico_store(codes, i, q, fmt);
     }
 }

@@ -1,5 +1,9 @@
 """Lower an exported FP32 graph to quantized ``mico.*`` ops (static, integer-only).
 
+The first, per-tensor version of the static lowering, kept for its API (``LayerQuant``,
+``lower_quantized``); :func:`mico.passes.lower_static` supersedes it (the whole zoo, per-channel
+weights, residual adds, concat, pooling) and is what :func:`mico.pipeline.lower_model` uses.
+
 * The graph input is quantized once (``mico.quantize``) to the first layer's input codes.
 * Each Conv2d / Linear becomes ``mico.qconv2d`` / ``mico.qlinear`` on integer codes with packed
   integer weights and an int32 bias; a ReLU that follows it is fused.
@@ -282,6 +286,6 @@ def macs(node: Node) -> int:
     if node.op in (mico_ops.QCONV2D, mico_ops.QLINEAR):
         weight = node.inputs[1].type.shape
         per_output = math.prod(weight[1:])
-        spatial = math.prod(node.output.type.shape[2:]) if node.op == mico_ops.QCONV2D else 1
-        return int(weight[0] * spatial * per_output)
+        batch = node.output.type.shape[0]
+        return int(node.output.type.numel // batch * per_output)
     return 0

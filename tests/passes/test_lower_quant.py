@@ -78,3 +78,21 @@ def test_uncalibrated_layers_cannot_be_lowered(trained_cnn):
     model = apply_plan(trained_cnn, QuantPlan.parse("conv1=8/8,conv2=8/8,fc=8/8"))
     with pytest.raises(CompileError, match="layer 'conv1' is not calibrated"):
         lower_model(model, torch.zeros(1, 1, 8, 8))
+
+
+def test_legacy_lower_quantized_still_compiles_bit_exact(quantized, digits_split, tmp_path):
+    """The first, per-tensor lowering (LayerQuant / lower_quantized) runs on the same kernels."""
+    from mico.codegen import emit_c_project
+    from mico.frontend import export_graph
+    from mico.passes import LayerQuant, lower_quantized
+    from mico.quant import bit_layers, float_mode
+    from mico.targets import host
+
+    with float_mode(quantized):
+        graph = export_graph(quantized, torch.zeros(1, 1, 8, 8))
+    layers = {n: LayerQuant.from_layer(n, layer) for n, layer in bit_layers(quantized).items()}
+    lowered = lower_quantized(graph, layers)
+    project = emit_c_project(lowered, tmp_path, "legacy")
+    host.build(project)
+    x = digits_split.x_test[:50]
+    assert np.array_equal(host.run(project, x), run_graph(lowered, x)[0].numpy())
