@@ -348,10 +348,9 @@ def ops_list(
 @_friendly_errors
 def ops_info(name: Annotated[str, typer.Argument(help="Op name, e.g. tensor.add.")]) -> None:
     """One op: description, arguments, attributes and rules; ATen ops show their schema."""
+    import mico.codegen  # noqa: F401  (attaches the C emit rules)
     from mico.ir import OpRegistry
     from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)
-
-    import mico.codegen  # noqa: F401  (attaches the C emit rules)
 
     schema = _aten_schema(name)
     if OpRegistry.is_registered(name) and schema is None:

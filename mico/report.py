@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mico.codegen.planner import storage_bytes
 from mico.codegen.project import CProject
 from mico.ir.graph import Graph
 from mico.ir.ops import mico_ops
@@ -35,7 +36,7 @@ def layer_rows(graph: Graph, project: CProject) -> list[dict[str, Any]]:
                 "macs": n_macs,
                 "bops": n_macs * w_bits * a_bits if w_bits and a_bits else 0,
                 "weight_bytes": packed_size(weight.type.numel, w_bits) if weight and w_bits else 0,
-                "activation_bytes": 0 if node.output.alias_of else node.output.type.nbytes,
+                "activation_bytes": 0 if node.output.alias_of else storage_bytes(node.output),
                 "arena_offset": offsets.get(node.name),
             }
         )

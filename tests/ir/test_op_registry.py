@@ -263,9 +263,17 @@ def test_get_op_list_search_describe():
         "mico.quantize",
         "mico.reshape",
     }
-    assert ir.search("add")[:2] == ["tensor.add", "tile.add"]
+
+    # once mico.codegen is imported, ATen ops carry C emit rules and show up in searches too
+    def own(names: list[str]) -> list[str]:
+        return [n for n in names if not n.startswith("aten.")]
+
+    assert own(ir.search("add"))[:2] == [
+        "tensor.add",
+        "tile.add",
+    ]
     assert ir.search("tensor.add")[0] == "tensor.add"
-    assert set(ir.search("pool")[:4]) == {
+    assert set(own(ir.search("pool"))[:4]) == {
         "tensor.max_pool2d",
         "tensor.avg_pool2d",
         "tensor.adaptive_avg_pool2d",
@@ -273,7 +281,7 @@ def test_get_op_list_search_describe():
     }
     assert ir.search("tile division") == ["tile.div"]
     assert {"mico.qconv2d", "mico.qlinear"} <= set(ir.search("requantization"))
-    assert ir.search("soft")[0] == "tensor.softmax"  # name before description matches
+    assert own(ir.search("soft"))[0] == "tensor.softmax"  # name before description matches
     assert ir.search("no such thing") == [] and ir.search("  ") == []
     text = ir.describe("tensor.conv2d")
     lines = text.splitlines()
