@@ -53,7 +53,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mico.codegen.compile import MODES, CompiledModel, compile_model
+from mico.codegen.compile import DEPLOYABLE_MODELS, MODES, CompiledModel, compile_model
 from mico.codegen.makefile import executable
 from mico.codegen.memory_map import plot_memory_map
 from mico.execute import compare_outputs
@@ -62,23 +62,7 @@ from mico.quant import calibrate, model_costs
 from mico.quant.arithmetic import TERNARY, format_bits
 from mico.targets import host, rv32
 
-DEPLOYABLE = [
-    "mlp",
-    "harmlp",
-    "lenet",
-    "cnn",
-    "small_cnn",
-    "vgg",
-    "resnet8",
-    "resnet20",
-    "mobilenetv2",
-    "squeezenet",
-    "shufflenetv2",
-    "dscnn",
-    "m5",
-    "kws_conv1d",
-    "mnist1d_cnn",
-]
+DEPLOYABLE = list(DEPLOYABLE_MODELS)
 RV32_DEFAULT = ["small_cnn", "mlp", "mnist1d_cnn", "kws_conv1d", "dscnn", "lenet"]
 RV32_SAMPLES = 4
 GRID_SAMPLES = 8

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from mico.codegen.compile import MODES, CompiledModel, compile_model
+from mico.codegen.memory_map import memory_map_rows, plot_memory_map
 from mico.errors import BuildError, CompileError, DatasetError
 from mico.execute.layerwise import LayerDifference, first_difference
 from mico.execute.verify import Agreement, compare_outputs
@@ -156,17 +157,9 @@ def _write_compile_report(compiled: CompiledModel) -> None:
         "arena_lower_bound": arena.lower_bound,
         "arena_ratio": arena.ratio,
         "flash": project.flash,
-        "buffers": [
-            {"name": b.name, "offset": arena.offsets[b.name], "bytes": b.size,
-             "start": b.start, "end": b.end}
-            for b in sorted(arena.buffers, key=lambda b: arena.offsets[b.name])
-        ],
-    }  # fmt: skip
+        "buffers": memory_map_rows(arena),
+    }
     (project.directory / "memory.json").write_text(json.dumps(data, indent=2) + "\n")
-    try:
-        from mico.codegen.memory_map import plot_memory_map
-    except ImportError:  # pragma: no cover - the picture is optional
-        return
     plot_memory_map(arena, project.directory / "memory_map.png", title=project.name)
 
 

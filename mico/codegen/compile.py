@@ -32,6 +32,13 @@ from mico.ir.graph import Graph
 
 MODES = ("dynamic", "static")
 
+#: the zoo models the C backend compiles in both modes (every CNN, MLP and 1-D model; the
+#: transformers need embedding, attention and normalisation kernels it does not have yet)
+DEPLOYABLE_MODELS = (
+    "mlp", "harmlp", "lenet", "cnn", "small_cnn", "vgg", "resnet8", "resnet20", "mobilenetv2",
+    "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn",
+)  # fmt: skip
+
 
 @dataclass
 class CompiledModel:

@@ -22,7 +22,7 @@ from mico.codegen.planner import SCRATCH_ATTR
 from mico.errors import CompileError
 from mico.ir.analyzer import IRGraph
 from mico.ir.dtypes import DataType
-from mico.ir.graph import Graph, Node
+from mico.ir.graph import Graph
 
 #: ops whose output is their input's bytes under another shape (all tensors are contiguous)
 VIEW_OPS = frozenset(
@@ -162,7 +162,3 @@ def _mark_inplace(graph: Graph) -> None:
             continue
         node.output.alias_of = x
         node.attrs["inplace"] = True
-
-
-def is_view(node: Node) -> bool:
-    return node.op in VIEW_OPS

@@ -102,6 +102,7 @@ UNARY = {
     "aten.abs.default": ("MICO_UNARY_ABS", None),
     "aten.sqrt.default": ("MICO_UNARY_SQRT", None),
     "aten.rsqrt.default": ("MICO_UNARY_RSQRT", None),
+    "aten.gelu.default": ("MICO_UNARY_GELU", None),  # approximate="tanh": MICO_UNARY_GELU_TANH
     "aten.hardtanh.default": ("MICO_UNARY_CLAMP", ("min_val", "max_val")),
     "aten.relu6.default": ("MICO_UNARY_CLAMP", (0.0, 6.0)),
     "aten.elu.default": ("MICO_UNARY_ELU", ("alpha",)),
@@ -115,6 +116,8 @@ def emit_unary(node: Node, ctx: EmitContext) -> list[str]:
     p = [float(args[k]) if isinstance(k, str) else k for k in params or ()]
     if node.op == "aten.elu.default" and (args["scale"] != 1 or args["input_scale"] != 1):
         raise UnsupportedOpError(f"elu at '{node.name}' with scale/input_scale is not supported")
+    if args.get("approximate") == "tanh":
+        code = "MICO_UNARY_GELU_TANH"
     p = [*p, 0.0, 0.0][:2]
     x = node.inputs[0]
     return _call(
@@ -127,16 +130,6 @@ def emit_unary(node: Node, ctx: EmitContext) -> list[str]:
         c_float(p[0]),
         c_float(p[1]),
     )
-
-
-def emit_gelu(node: Node, ctx: EmitContext) -> list[str]:
-    approximate = named_args(node)["approximate"]
-    code = "MICO_UNARY_GELU_TANH" if approximate == "tanh" else "MICO_UNARY_GELU"
-    x = node.inputs[0]
-    return _call(
-        ctx, "mico_f32_unary", code, ctx.buffer(x), ctx.buffer(node.output), x.type.numel,
-        "0.0f", "0.0f",
-    )  # fmt: skip
 
 
 BINARY = {
@@ -595,7 +588,6 @@ def _rules() -> dict[str, EmitRule]:
     from mico.codegen.dynamic import VIEW_OPS
 
     rules: dict[str, EmitRule] = {op: emit_unary for op in UNARY}
-    rules["aten.gelu.default"] = emit_gelu
     rules.update({op: emit_binary for op in BINARY})
     rules.update({op: emit_view for op in VIEW_OPS})
     rules.update({op: emit_reduce for op in REDUCE})

@@ -196,59 +196,48 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     return _call(ctx, "mico_qlinear", params, x, out)
 
 
-def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
-    x, out = node.inputs[0], node.output
+def _pool_geometry(node: Node) -> dict[str, int]:
+    """Sizes, window, stride and padding fields shared by the pooling kernels."""
+    x, out, a = node.inputs[0], node.output, node.attrs
     _, channels, in_h, in_w = x.type.shape
     _, _, out_h, out_w = out.type.shape
-    a = node.attrs
-    params = ctx.const_struct(
-        "MicoMaxPool2d",
-        f"{node.name}_params",
-        _fields(
-            {
-                "channels": channels,
-                "in_h": in_h,
-                "in_w": in_w,
-                "out_h": out_h,
-                "out_w": out_w,
-                "k_h": a["kernel_size"][0],
-                "k_w": a["kernel_size"][1],
-                **_window(a),
-                "fmt": _fmt(x),
-            }
-        ),
-    )
+    return {
+        "channels": channels,
+        "in_h": in_h,
+        "in_w": in_w,
+        "out_h": out_h,
+        "out_w": out_w,
+        "k_h": a["kernel_size"][0],
+        "k_w": a["kernel_size"][1],
+        "stride_h": a["stride"][0],
+        "stride_w": a["stride"][1],
+        "pad_h": a["padding"][0],
+        "pad_w": a["padding"][1],
+    }
+
+
+def emit_maxpool2d(node: Node, ctx: EmitContext) -> list[str]:
+    x, out, a = node.inputs[0], node.output, node.attrs
+    fields = {
+        **_pool_geometry(node),
+        "dil_h": a["dilation"][0],
+        "dil_w": a["dilation"][1],
+        "fmt": _fmt(x),
+    }
+    params = ctx.const_struct("MicoMaxPool2d", f"{node.name}_params", _fields(fields))
     ctx.need("mico_pool.c")
     return _call(ctx, "mico_maxpool2d", params, x, out)
 
 
 def emit_avgpool2d(node: Node, ctx: EmitContext) -> list[str]:
-    x, out = node.inputs[0], node.output
-    _, channels, in_h, in_w = x.type.shape
-    _, _, out_h, out_w = out.type.shape
-    a = node.attrs
-    params = ctx.const_struct(
-        "MicoAvgPool2d",
-        f"{node.name}_params",
-        _fields(
-            {
-                "channels": channels,
-                "in_h": in_h,
-                "in_w": in_w,
-                "out_h": out_h,
-                "out_w": out_w,
-                "k_h": a["kernel_size"][0],
-                "k_w": a["kernel_size"][1],
-                "stride_h": a["stride"][0],
-                "stride_w": a["stride"][1],
-                "pad_h": a["padding"][0],
-                "pad_w": a["padding"][1],
-                "count_include_pad": int(bool(a.get("count_include_pad", True))),
-                "in_fmt": _fmt(x),
-                "out": c_out(ctx, node.name, out, a["out"]),
-            }
-        ),
-    )
+    x, out, a = node.inputs[0], node.output, node.attrs
+    fields = {
+        **_pool_geometry(node),
+        "count_include_pad": int(bool(a.get("count_include_pad", True))),
+        "in_fmt": _fmt(x),
+        "out": c_out(ctx, node.name, out, a["out"]),
+    }
+    params = ctx.const_struct("MicoAvgPool2d", f"{node.name}_params", _fields(fields))
     ctx.need("mico_pool.c")
     return _call(ctx, "mico_avgpool2d", params, x, out)
 

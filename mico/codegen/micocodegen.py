@@ -113,6 +113,7 @@ class MiCoCodeGen:
         self._statements: list[str] = []
         self._ctx: EmitContext | None = None
         self._node: Node | None = None
+        self._kernel_sources: dict[str, str] = {}  # file -> C source shipped by handlers
 
     # ------------------------------------------------------------------ the two steps
     def forward(
@@ -156,10 +157,6 @@ class MiCoCodeGen:
             _ACTIVE.reset(token)
         self.project = dataclasses.replace(project, directory=final)
         return self.project
-
-    @property
-    def _kernel_sources(self) -> dict[str, str]:
-        return self.__dict__.setdefault("_kernels", {})
 
     # ------------------------------------------------------------------ handlers
     def _wrap_modules(self, model: nn.Module) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mico.ir.graph import Graph, Node, Value
+from mico.quant.packing import packed_size
 
 SCRATCH_ATTR = "scratch_bytes"
 """A node attribute: bytes of arena the node's kernel needs while it runs (and only then)."""
@@ -84,7 +85,7 @@ def storage_bytes(value: Value) -> int:
     every other value takes ``type.nbytes``."""
     dtype = value.type.dtype
     if dtype.is_int and dtype.bits < 8:
-        return (value.type.numel * dtype.bits + 7) // 8
+        return packed_size(value.type.numel, dtype.bits)
     return value.type.nbytes
 
 

@@ -21,11 +21,11 @@ from mico.codegen import emit_f32 as _emit_f32  # noqa: F401  (attaches the floa
 from mico.codegen import emitters as _emitters  # noqa: F401  (attaches the emit rules)
 from mico.codegen.context import EmitContext
 from mico.codegen.makefile import makefile
-from mico.codegen.planner import ArenaPlan, plan_graph
+from mico.codegen.planner import ArenaPlan, plan_graph, storage_bytes
 from mico.errors import CompileError, UnsupportedOpError
 from mico.ir.analyzer import find_rule
 from mico.ir.dtypes import DataType
-from mico.ir.graph import Graph, Node, Value
+from mico.ir.graph import Graph, Node
 
 HEADERS = ["mico_nn.h", "mico_f32.h"]
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,14 +72,6 @@ def emit_rule(node: Node) -> Callable[[Node, EmitContext], list[str]]:
 def _numpy(tensor: object) -> np.ndarray:
     detach = getattr(tensor, "detach", None)
     return detach().cpu().numpy() if detach is not None else np.asarray(tensor)
-
-
-def value_bytes(value: Value) -> int:
-    """Bytes ``value`` occupies in the arena (packed when the planner packs it)."""
-    from mico.codegen import planner
-
-    sizer = getattr(planner, "storage_bytes", None)
-    return int(sizer(value)) if sizer is not None else value.type.nbytes
 
 
 def _check(graph: Graph, name: str, align: int) -> None:
@@ -349,7 +341,7 @@ def emit_c_project(
             body.extend(statements)
             out_value = node.output
             body.append(
-                f'MICO_DUMP("{node.name}", {ctx.buffer(out_value)}, {value_bytes(out_value)});'
+                f'MICO_DUMP("{node.name}", {ctx.buffer(out_value)}, {storage_bytes(out_value)});'
             )
         base = node.output.storage()
         schedule.append(

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from mico.codegen.planner import storage_bytes
 from mico.errors import MicoError
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Value
@@ -61,15 +62,11 @@ def decode(value: Value, raw: bytes) -> np.ndarray:
             return np.frombuffer(
                 raw, dtype=np.int8 if fmt.signed else np.uint8, count=count
             ).astype(np.int64)
-        if len(raw) >= packed_bytes(count, dtype.bits) and len(raw) < count:
+        if storage_bytes(value) < value.type.nbytes:  # packed below 8 bits, as the arena holds it
             return unpack(np.frombuffer(raw, dtype=np.uint8), count, fmt)
         codes = np.frombuffer(raw, dtype=np.int8 if fmt.signed else np.uint8, count=count)
         return codes.astype(np.int64)
     raise DumpError(f"cannot decode '{value.name}' of type {value.type}")
-
-
-def packed_bytes(count: int, bits: int) -> int:
-    return (count * bits + 7) // 8
 
 
 @dataclass(frozen=True)

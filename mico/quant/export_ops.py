@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from mico.ir.ops.registry import OpRegistry
-from mico.quant.arithmetic import QFormat, dynamic_scale, fake_quantize, is_ternary, quantize
+from mico.quant.arithmetic import QFormat, dynamic_scale, is_ternary, quantize
 from mico.quant.integer import Accumulate, accumulate, rescale
 
 
@@ -39,14 +39,6 @@ def weight_codes(
     s = np.asarray(scales, dtype=np.float64)
     s = s.reshape(()) if s.size == 1 else s.reshape(-1, *([1] * (weight.dim() - 1)))
     return quantize(weight.detach(), s, fmt), torch.from_numpy(s.astype(np.float32).reshape(-1))
-
-
-def quant_weight(weight: torch.Tensor, w_bits: float, scales: list[float]) -> torch.Tensor:
-    """Fake-quantized weights with one scale, or one per output channel."""
-    fmt = QFormat.for_bits(w_bits, True)
-    s = np.asarray(scales, dtype=np.float64)
-    s = s.reshape(()) if s.size == 1 else s.reshape(-1, *([1] * (weight.dim() - 1)))
-    return fake_quantize(weight, s, fmt)
 
 
 def integer_call(

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from mico.codegen import compile_model
+from mico.codegen.compile import DEPLOYABLE_MODELS
 from mico.codegen.dynamic import prepare_dynamic
 from mico.codegen.planner import plan_graph
 from mico.deploy import DeployOptions, verify_compiled
@@ -20,10 +21,7 @@ from mico.models import from_zoo
 from mico.quant import QuantConfig, fuse_model
 from mico.targets import host
 
-DEPLOYABLE = [
-    "mlp", "harmlp", "lenet", "cnn", "small_cnn", "vgg", "resnet8", "resnet20", "mobilenetv2",
-    "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn",
-]  # fmt: skip
+DEPLOYABLE = list(DEPLOYABLE_MODELS)
 WIDTHS = [1, 2, 3, 4, 5, 6, 7, 8, 1.58]
 
 

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from mico.codegen import emit_c_project
+from mico.codegen.compile import DEPLOYABLE_MODELS
 from mico.codegen.planner import plan_graph
 from mico.execute import run_graph
 from mico.ir import extract_ir
@@ -20,23 +21,7 @@ from mico.passes import lower_static
 from mico.quant import calibrate, fuse_model
 from mico.targets import host
 
-ZOO = [
-    "mlp",
-    "harmlp",
-    "lenet",
-    "cnn",
-    "small_cnn",
-    "vgg",
-    "resnet8",
-    "resnet20",
-    "mobilenetv2",
-    "squeezenet",
-    "shufflenetv2",
-    "dscnn",
-    "m5",
-    "kws_conv1d",
-    "mnist1d_cnn",
-]
+ZOO = list(DEPLOYABLE_MODELS)
 BITS = [8, 4, 1.58, 2, 6, 3, 5, 7, 1]  # ternary and binary included
 
 
