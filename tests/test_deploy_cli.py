@@ -26,8 +26,7 @@ def test_compile_writes_a_project_with_its_memory_report(tmp_path):
     assert memory["mode"] == "dynamic"
     assert memory["arena_bytes"] >= memory["arena_lower_bound"] > 0
     assert {b["name"] for b in memory["buffers"]} >= {"bit_conv2d"}
-    if (out / "memory_map.png").exists():
-        assert (out / "memory_map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (out / "memory_map.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_verify_reports_agreement_on_host_and_riscv(tmp_path):
@@ -44,6 +43,18 @@ def test_verify_reports_agreement_on_host_and_riscv(tmp_path):
     assert "host: " in result.output and "within rtol 1e-05" in result.output
     if rv32.available():
         assert "rv32: " in result.output and "instructions/inference" in result.output
+
+
+def test_verify_static_mode_is_bit_exact(tmp_path):
+    result = runner.invoke(
+        app,
+        ["verify", "small_cnn", "--mode", "static", "--plan", "4/4", "--samples", "8",
+         "-o", str(tmp_path / "s")],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "host: 8/8 bit-exact" in result.output
+    memory = json.loads((tmp_path / "s" / "memory.json").read_text())
+    assert memory["mode"] == "static"
 
 
 @pytest.mark.parametrize(

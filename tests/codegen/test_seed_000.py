@@ -206,3 +206,85 @@ def test_helpers_outside_a_handler_are_refused():
 def test_register_module_needs_a_module_class():
     with pytest.raises(RegistryError, match=r"nn\.Module subclass"):
         MiCoOpRegistry.register_module(int)
+
+
+SCALE_C = r"""
+#include "mico_f32.h"
+void MiCo_scale2d_f32(MicoTensor *out, const MicoTensor *in, const MicoTensor *w, int32_t n);
+void MiCo_scale2d_f32(MicoTensor *out, const MicoTensor *in, const MicoTensor *w, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < out->numel; i++) {
+        out->data[i] = in->data[i] * w->data[i % n];
+    }
+}
+"""
+
+
+class Scale(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.weight = nn.Parameter(torch.linspace(0.5, 2.0, n))
+
+    def forward(self, x):
+        return x * self.weight
+
+
+class Passthrough(nn.Module):
+    def forward(self, x):
+        return x + 0.0
+
+
+def test_initialized_and_connected_tensors_and_shipped_kernels(scoped_registry, tmp_path):
+    @MiCoOpRegistry.register_module(Scale)
+    def handle_scale(codegen, n, out, module, input_names):
+        codegen.add_initialized_tensor(f"{n.name}_w", module.weight)
+        codegen.add_uninitialized_tensor(n.name, out)
+        codegen.add_kernel_source("scale.c", SCALE_C)
+        codegen.add_forward_call(
+            "MiCo_scale{dim}d_{dtype}", out, n.name, [*input_names, f"{n.name}_w"],
+            [module.weight.numel()],
+        )  # fmt: skip
+
+    @MiCoOpRegistry.register_module(Passthrough)
+    def handle_passthrough(codegen, n, out, module, input_names):
+        codegen.add_connect_tensor(n.name, out)
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(6, 5), Scale(5), Passthrough(), nn.ReLU())
+    codegen = MiCoCodeGen(model)
+    codegen.forward(torch.randn(1, 6))
+    project = codegen.convert(tmp_path / "out", "m")
+    assert "scale.c" in project.files and (tmp_path / "out" / "scale.c").exists()
+    source = (tmp_path / "out" / "m.c").read_text()
+    assert (
+        "void MiCo_scale2d_f32(MicoTensor *, const MicoTensor *, const MicoTensor *, int32_t);"
+        in source
+    )
+    assert "memcpy(" in source  # the connected tensor copies its input
+    host.build(project)
+    x = torch.randn(4, 6)
+    with torch.no_grad():
+        expected = model(x).numpy()
+    np.testing.assert_allclose(host.run(project, x.numpy()), expected, rtol=1e-6, atol=1e-7)
+
+
+def test_quantized_initialized_tensor_is_packed(scoped_registry, tmp_path):
+    @MiCoOpRegistry.register_module(Scale)
+    def handle_scale(codegen, n, out, module, input_names):
+        codegen.add_initialized_tensor(f"{n.name}_w", module.weight, quant=4, scale=0.25)
+        codegen.add_connect_tensor(n.name, out)
+
+    codegen = MiCoCodeGen(nn.Sequential(Scale(6)))
+    codegen.forward(torch.randn(1, 6))
+    codegen.convert(tmp_path / "out", "m")
+    weights = (tmp_path / "out" / "m_weights.h").read_text()
+    assert "_w_q4[3]" in weights  # six 4-bit codes in three bytes
+    with pytest.raises(CompileError, match="needs scale > 0"):
+
+        @MiCoOpRegistry.register_module(Scale, override=True)
+        def bad(codegen, n, out, module, input_names):
+            codegen.add_initialized_tensor("w", module.weight, quant=4)
+
+        codegen.convert(tmp_path / "again", "m")
+    assert not (tmp_path / "again").exists()
