@@ -63,6 +63,7 @@ from mico.ir.graph import Graph, Node, Value
 from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import code_range, out_spec
 from mico.ir.types import TensorType
+from mico.passes.inplace import mark_inplace
 from mico.passes.observe import observe_ranges
 from mico.quant.arithmetic import (
     INT32_MAX,
@@ -545,7 +546,7 @@ class _StaticLowering:
             )
         else:
             bias = quantize_bias(bias_real, s_acc[0])
-        self.check_accumulator(where, w_codes, in_fmt[0], w_fmt, bias)
+        bias = self.check_accumulator(where, w_codes, in_fmt[0], w_fmt, bias)
         x = self.layer_input(node.inputs[0], in_fmt, where)
 
         conv1d = node.op == "mico.bit_conv1d.default"
@@ -623,19 +624,37 @@ class _StaticLowering:
     @staticmethod
     def check_accumulator(
         where: str, w_codes: np.ndarray, a_fmt: QFormat, w_fmt: QFormat, bias: np.ndarray
-    ) -> None:
+    ) -> np.ndarray:
+        """The bias the int32 accumulator can hold next to its worst-case sum of products.
+
+        Products that alone could overflow are a CompileError. A bias too large for the
+        headroom they leave (an input scale so small that ``bias / (s_in * s_w)`` leaves int32:
+        the calibration saw the signal vanish) is saturated, with a warning: the C and its
+        Python reference then agree, but the layer loses part of its bias.
+        """
         per_output = int(np.prod(w_codes.shape[1:]))
         a_max = max(abs(a_fmt.qmin), a_fmt.qmax)
         w_max = max(abs(w_fmt.qmin), w_fmt.qmax)
-        b_max = int(np.max(np.abs(bias), initial=0))
-        bound = per_output * a_max * w_max + b_max
-        if bound > INT32_MAX:
+        products = per_output * a_max * w_max
+        if products > INT32_MAX:
             raise CompileError(
-                f"{where} could overflow its int32 accumulator: |acc| can reach {bound} > 2**31-1 "
-                f"({per_output} products of {a_fmt} inputs and {w_fmt} weights, plus a bias of "
-                f"up to {b_max}); lower its bit-widths or its fan-in, or check that the bias is "
-                "not huge against the scales s_in * s_w"
+                f"{where} could overflow its int32 accumulator: |acc| can reach {products} > "
+                f"2**31-1 ({per_output} products of {a_fmt} inputs and {w_fmt} weights); lower "
+                "its bit-widths or its fan-in"
             )
+        limit = INT32_MAX - products
+        b_max = int(np.max(np.abs(bias), initial=0))
+        if b_max > limit:
+            warnings.warn(
+                f"{where}: its bias needs up to {b_max} units of the accumulator scale, more than "
+                f"the {limit} the int32 accumulator has left beside {per_output} products of "
+                f"{a_fmt} inputs and {w_fmt} weights; the bias is saturated to +-{limit}. The "
+                "input scale is tiny (the calibration saw nearly no signal reach this layer): "
+                "calibrate on representative data or widen the layers before it",
+                stacklevel=2,
+            )
+            return np.clip(bias, -limit, limit)
+        return bias
 
     # ----------------------------------------------------------------- elementwise, views
     def lower_act(self, node: Node) -> None:
@@ -898,13 +917,23 @@ class _StaticLowering:
         self.env[id(node.output)] = self.emit(node.name, mico_ops.CONCAT, parts, out, attrs)
 
 
-def lower_static(ir: Graph, calibration: Sequence[Any], *, free_bits: int | None = None) -> Graph:
+def lower_static(
+    ir: Graph,
+    calibration: Sequence[Any],
+    *,
+    free_bits: int | None = None,
+    inplace: bool = True,
+) -> Graph:
     """The integer-only ``mico.*`` graph of a calibrated static-mode model's IR.
 
     ``ir`` comes from :func:`mico.ir.extract_ir` on a model whose Bit* layers use static,
     calibrated activation scales (BN folded). ``calibration`` are input batches (or samples)
     on which the float graph is run to choose the scales of tensors no layer dictates;
     ``free_bits`` is their bit-width (default: the widest activation width of the plan). See
-    the module docstring for the formats and ops.
+    the module docstring for the formats and ops. With ``inplace``, kernels that can write
+    their output over an input that dies there are marked to (:mod:`mico.passes.inplace`).
     """
-    return _StaticLowering(ir, calibration, free_bits).run()
+    graph = _StaticLowering(ir, calibration, free_bits).run()
+    if inplace:
+        mark_inplace(graph)
+    return graph

@@ -130,3 +130,136 @@ def test_invalid_alignment(align: int) -> None:
 def test_duplicate_names() -> None:
     with pytest.raises(ValueError, match="unique"):
         plan_buffers([Buffer("a", 8, 0, 1), Buffer("b", 8, 0, 1), Buffer("a", 4, 2, 3)])
+
+
+# --------------------------------------------------------------------------- search and ties
+def test_search_reaches_the_bound_where_largest_first_does_not() -> None:
+    """The static mlp's buffers: largest-first puts the last accumulator at 0 and strands the
+    32-byte activation above both 64-byte ones (160 B); another order fits 128 B."""
+    buffers = [
+        Buffer("flatten_q", 64, 1, 2),
+        Buffer("relu", 64, 2, 3),
+        Buffer("relu_1", 32, 3, 4),
+        Buffer("acc", 40, 4, 4),
+    ]
+    plan = plan_buffers(buffers, align=8)
+    _check_plan(buffers, plan, 8)
+    assert plan.size == plan.lower_bound == 128
+
+
+def test_search_reaches_the_bound_on_an_alternating_chain() -> None:
+    """dscnn's mixed plan: 8000 B activations alternate with a 4000 B one; 16,000 B suffice."""
+    sizes = [490, 4000, 8000, 4000, 8000, 8000, 8000, 8000, 4000, 8000]
+    buffers = [Buffer(f"t{i}", size, i, i + 1) for i, size in enumerate(sizes)]
+    plan = plan_buffers(buffers, align=8)
+    _check_plan(buffers, plan, 8)
+    assert plan.size == plan.lower_bound == 16000
+
+
+def test_plans_are_deterministic() -> None:
+    buffers = [Buffer(f"b{i}", (i * 37) % 200 + 8, i % 5, i % 5 + i % 3) for i in range(30)]
+    first = plan_buffers(buffers)
+    assert all(plan_buffers(buffers).offsets == first.offsets for _ in range(3))
+
+
+def test_tie_lets_an_output_overwrite_its_input() -> None:
+    """x (100 B) dies where y (100 B) is written over it: 100 B instead of the 200 B bound."""
+    buffers = [Buffer("x", 100, 0, 1), Buffer("y", 100, 1, 2)]
+    plan = plan_buffers(buffers, align=4, ties={"y": ("x", 0)})
+    assert plan.ties == {"y": ("x", 0)}
+    assert plan.offsets["x"] == plan.offsets["y"]
+    assert plan.size == 100
+    assert plan.lower_bound == 200
+    assert plan.ratio == 0.5
+
+
+def test_tie_with_a_displacement_keeps_it() -> None:
+    buffers = [Buffer("a", 40, 0, 0), Buffer("x", 100, 0, 1), Buffer("y", 100, 1, 2)]
+    plan = plan_buffers(buffers, align=8, ties={"y": ("x", -16)})
+    assert plan.offsets["y"] == plan.offsets["x"] - 16
+    assert plan.offsets == {"a": 0, "x": 40, "y": 24}  # y reuses a's bytes once a is dead
+    assert plan.size == 144
+    assert plan.lower_bound == 200
+
+
+def test_ties_that_do_not_help_are_dropped() -> None:
+    """A chain of 8000 B tensors where every other op runs in place 16 B early (dscnn's
+    depthwise layers): the peak is at the other ops, and the ties would only push the
+    alternating buffers apart."""
+    buffers = [Buffer(f"t{i}", 8000, i, i + 1) for i in range(6)]
+    ties = {"t1": ("t0", -16), "t3": ("t2", -16), "t5": ("t4", -16)}
+    forced = plan_buffers(buffers, align=8, ties=ties, choose_ties=False)
+    assert forced.ties == ties
+    assert forced.size > 16000
+    plan = plan_buffers(buffers, align=8, ties=ties)
+    assert plan.size == plan.lower_bound == 16000
+
+
+def test_tie_chains_place_three_buffers_together() -> None:
+    buffers = [Buffer("x", 32, 0, 1), Buffer("y", 32, 1, 2), Buffer("z", 48, 2, 3)]
+    plan = plan_buffers(buffers, align=8, ties={"y": ("x", -8), "z": ("y", 0)})
+    assert plan.offsets["y"] == plan.offsets["x"] - 8
+    assert plan.offsets["z"] == plan.offsets["y"]
+    assert plan.size == 48
+
+
+@pytest.mark.parametrize(
+    "ties, message",
+    [
+        ({"y": ("nope", 0)}, "unknown buffer 'nope'"),
+        ({"y": ("x", 4)}, "not a multiple of the alignment 8"),
+        ({"y": ("x", 0), "x": ("y", 0)}, "cycle"),
+    ],
+)
+def test_invalid_ties(ties, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        plan_buffers([Buffer("x", 8, 0, 1), Buffer("y", 8, 1, 2)], align=8, ties=ties)
+
+
+@st.composite
+def tied_buffer_lists(draw: st.DrawFn) -> tuple[list[Buffer], dict[str, tuple[str, int]]]:
+    """Buffers with random in-place ties: a buffer may overwrite one that dies where it starts."""
+    buffers = draw(buffer_lists())
+    ties: dict[str, tuple[str, int]] = {}
+    anchored = set()
+    for b in buffers:
+        dying = [a for a in buffers if a.start < a.end == b.start and a.name not in anchored]
+        if dying and b.name not in ties and draw(st.booleans()):
+            anchor = draw(st.sampled_from(dying))
+            if _tie_root(ties, anchor.name) != b.name:
+                ties[b.name] = (anchor.name, -8 * draw(st.integers(0, 4)))
+                anchored.add(anchor.name)
+    return buffers, ties
+
+
+def _tie_root(ties: dict[str, tuple[str, int]], name: str) -> str:
+    while name in ties:
+        name = ties[name][0]
+    return name
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=tied_buffer_lists(), choose=st.booleans())
+def test_tied_plans_properties(case, choose: bool) -> None:
+    """Tied buffers sit at their displacement; every other pair of buffers live together is
+    disjoint; the arena holds every buffer."""
+    buffers, ties = case
+    plan = plan_buffers(buffers, align=8, ties=ties, choose_ties=choose)
+    if not choose:
+        assert plan.ties == ties
+    assert set(plan.ties) <= set(ties)
+    for name, (anchor, offset) in plan.ties.items():
+        assert plan.offsets[name] == plan.offsets[anchor] + offset
+    tied = {frozenset((k, v[0])) for k, v in plan.ties.items()}
+    for i, a in enumerate(buffers):
+        assert 0 <= plan.offsets[a.name] and plan.offsets[a.name] + a.size <= plan.size
+        for b in buffers[i + 1 :]:
+            if frozenset((a.name, b.name)) in tied or not (a.size and b.size):
+                continue
+            if a.overlaps_in_time(b):
+                oa, ob = plan.offsets[a.name], plan.offsets[b.name]
+                assert oa + a.size <= ob or ob + b.size <= oa, (a, oa, b, ob)
+    assert plan.lower_bound == _brute_force_peak(buffers)
+    untied = plan_buffers(buffers, align=8)
+    if choose:
+        assert plan.size <= untied.size  # ties are only kept where they help

@@ -4,6 +4,10 @@ Every case is a small graph ``float input -> mico.quantize -> op(s) -> int32 out
 built (with AddressSanitizer and UBSan) and run on the host, and compared bit for bit with
 ``run_graph``. Formats cover 1..8
 bits, signed and unsigned, binary and ternary, with sizes that leave partial bytes.
+
+The ops that can run in place (elementwise, depthwise and pooling) are checked twice: with
+separate buffers, and writing over their input at the displacement mico.passes.inplace computes
+(4-byte alignment, the tightest the int32 outputs allow), which must give the same bits.
 """
 
 from __future__ import annotations
@@ -14,13 +18,21 @@ import numpy as np
 import pytest
 
 from mico.codegen import emit_c_project
-from mico.codegen.planner import storage_bytes
+from mico.codegen import project as project_module
+from mico.codegen.planner import (
+    ArenaPlan,
+    graph_buffers,
+    graph_ties,
+    plan_buffers,
+    storage_bytes,
+)
 from mico.execute import run_graph
 from mico.ir import DataType
 from mico.ir.graph import Graph, Node, Value
 from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import out_spec
 from mico.ir.types import TensorType
+from mico.passes.inplace import INPLACE_ATTR, displacement_bits, mark_inplace
 from mico.passes.lower_static import codes_dtype
 from mico.quant import QFormat, quantize_multiplier
 from mico.targets import host
@@ -63,10 +75,27 @@ class Builder:
         out = self.value(v.type.shape, None, v.scale or 1.0)
         return self.add(mico_ops.REQUANT, [v], out, {"out": out_spec(None, 1.0)})
 
-    def check(self, tmp_path, result: Value, samples: int = 3) -> None:
+    def check(
+        self, tmp_path, result: Value, samples: int = 3, inplace: bool = False, monkeypatch=None
+    ) -> None:
         self.graph.outputs = [self.widen(result)]
         self.graph.validate()
-        project = emit_c_project(self.graph, tmp_path / "c", "case")
+        align = 8
+        if inplace:
+            producer = next(n for n in self.graph.nodes if n.output is result)
+            can = any(
+                displacement_bits(producer, i) is not None for i in range(len(producer.inputs))
+            )
+            mark_inplace(self.graph)
+            assert (INPLACE_ATTR in producer.attrs) == can
+            for node in self.graph.nodes:  # only the op under test, and always in place
+                if node is not producer:
+                    node.attrs.pop(INPLACE_ATTR, None)
+            monkeypatch.setattr(project_module, "plan_graph", _plan_every_tie)
+            align = 4
+        project = emit_c_project(self.graph, tmp_path / "c", "case", align=align)
+        if inplace and can:  # the planner overlaps the op's output with the input it overwrites
+            assert result.name in project.arena.ties
         host.build(project, sanitize=True)  # AddressSanitizer + UndefinedBehaviorSanitizer
         shape = self.x.type.shape[1:]
         x = (self.rng.normal(0, 1.5, (samples, *shape))).astype(np.float32)
@@ -74,6 +103,15 @@ class Builder:
         ref = run_graph(self.graph, x)[0].numpy()
         assert len(np.unique(ref)) > 1  # not a degenerate (all clamped) case
         assert np.array_equal(c.reshape(ref.shape), ref)
+
+
+def _plan_every_tie(graph: Graph, align: int) -> ArenaPlan:
+    """The arena plan with every in-place tie, helpful or not."""
+    ties = graph_ties(graph, align)
+    return plan_buffers(graph_buffers(graph), align, ties, choose_ties=False)
+
+
+INPLACE = pytest.mark.parametrize("inplace", [False, True], ids=["separate", "inplace"])
 
 
 def requant_to(fmt: QFormat | None, real: float | list[float], clamp=None) -> dict:
@@ -96,7 +134,8 @@ CONV_CASES = [
 
 
 @pytest.mark.parametrize("case", CONV_CASES, ids=lambda c: f"{c[0]}-w{c[1]}-{c[2]}-g{c[3]}")
-def test_qconv2d(case, tmp_path):
+@INPLACE
+def test_qconv2d(case, tmp_path, inplace, monkeypatch):
     in_fmt, w_bits, out_fmt, groups, k, stride, pad, dil, per_channel, relu = case
     c_in, c_out, h, w = 6, 6, 7, 9
     b = Builder((c_in, h, w))
@@ -114,7 +153,7 @@ def test_qconv2d(case, tmp_path):
              "groups": groups, "relu": relu, "requant": requant, "layer": "conv"}  # fmt: skip
     out = b.add(mico_ops.QCONV2D, [x, weight, bias], b.value((1, c_out, out_h, out_w), out_fmt),
                 attrs)  # fmt: skip
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize("per_channel", [False, True])
@@ -141,7 +180,8 @@ def test_qlinear_rows_and_clamp(per_channel, tmp_path):
         (F(5, False), [3, 3], [1, 1], [1, 1], [1, 1]),
     ],
 )
-def test_maxpool2d(fmt, kernel, stride, padding, dilation, tmp_path):
+@INPLACE
+def test_maxpool2d(fmt, kernel, stride, padding, dilation, tmp_path, inplace, monkeypatch):
     b = Builder((3, 7, 9))
     x = b.quantize(fmt, 0.25)
     h, w = 7, 9
@@ -149,18 +189,19 @@ def test_maxpool2d(fmt, kernel, stride, padding, dilation, tmp_path):
     out_w = (w + 2 * padding[1] - dilation[1] * (kernel[1] - 1) - 1) // stride[1] + 1
     attrs = {"kernel_size": kernel, "stride": stride, "padding": padding, "dilation": dilation}
     out = b.add(mico_ops.MAXPOOL2D, [x], b.value((1, 3, out_h, out_w), fmt, 0.25), attrs)
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize("in_fmt, out_fmt", [(F(4, False), F(6, False)), (F(7, True), None),
                                              (F(2, True), F(3, True))])  # fmt: skip
-def test_mean(in_fmt, out_fmt, tmp_path):
+@INPLACE
+def test_mean(in_fmt, out_fmt, tmp_path, inplace, monkeypatch):
     b = Builder((5, 3, 7))
     x = b.quantize(in_fmt, 0.2)
     spec = requant_to(out_fmt, 0.2 / 21 / 0.05) if out_fmt else out_spec(None, 0.2 / 21)
     attrs = {"dims": [2, 3], "count": 21, "keepdim": False, "out": spec}
     out = b.add(mico_ops.MEAN, [x], b.value((1, 5), out_fmt), attrs)
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -173,7 +214,8 @@ def test_mean(in_fmt, out_fmt, tmp_path):
         (F(4, True), None, True, [-1000, 2000]),  # per-channel int32 rescale with clamp
     ],
 )
-def test_requant(in_fmt, out_fmt, per_channel, clamp, tmp_path):
+@INPLACE
+def test_requant(in_fmt, out_fmt, per_channel, clamp, tmp_path, inplace, monkeypatch):
     b = Builder((4, 3, 5))
     x = b.quantize(in_fmt, 0.1)
     if out_fmt == in_fmt and not per_channel:
@@ -182,7 +224,7 @@ def test_requant(in_fmt, out_fmt, per_channel, clamp, tmp_path):
         reals = list(b.rng.uniform(0.3, 3.0, 4)) if per_channel else 0.7
         spec = requant_to(out_fmt, reals, clamp)
     out = b.add(mico_ops.REQUANT, [x], b.value((1, 4, 3, 5), out_fmt), {"out": spec})
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize(
@@ -194,7 +236,8 @@ def test_requant(in_fmt, out_fmt, per_channel, clamp, tmp_path):
         (F(5, False), F(7, True), F(1, True), [-1, 1]),
     ],
 )
-def test_add(a_fmt, b_fmt, out_fmt, clamp, tmp_path):
+@INPLACE
+def test_add(a_fmt, b_fmt, out_fmt, clamp, tmp_path, inplace, monkeypatch):
     from mico.passes.lower_static import shared_multipliers
 
     b = Builder((3, 5, 5))
@@ -202,7 +245,7 @@ def test_add(a_fmt, b_fmt, out_fmt, clamp, tmp_path):
     ms, shift = shared_multipliers([0.2 / 0.1, 0.05 / 0.1], "add")
     attrs = {"m": ms, "shift": shift, "qformat": out_fmt, "scale": 0.1, "clamp": clamp}
     out = b.add(mico_ops.ADD, [qa, qb], b.value((1, 3, 5, 5), out_fmt, 0.1), attrs)
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize("dim", [1, 2, 3])
@@ -257,7 +300,10 @@ def test_storage_bytes_packs_sub_byte_codes(bits):
         (F(5, False), None, [3, 2], [1, 2], [1, 0], True),  # int32 out
     ],
 )
-def test_avgpool2d(fmt, out_fmt, kernel, stride, padding, include_pad, tmp_path):
+@INPLACE
+def test_avgpool2d(
+    fmt, out_fmt, kernel, stride, padding, include_pad, tmp_path, inplace, monkeypatch
+):
     b = Builder((3, 7, 9))
     x = b.quantize(fmt, 0.25)
     h, w = 7, 9
@@ -270,4 +316,4 @@ def test_avgpool2d(fmt, out_fmt, kernel, stride, padding, include_pad, tmp_path)
     attrs = {"kernel_size": kernel, "stride": stride, "padding": padding,
              "count_include_pad": include_pad, "out": spec}  # fmt: skip
     out = b.add(mico_ops.AVGPOOL2D, [x], b.value((1, 3, out_h, out_w), out_fmt, s_out), attrs)
-    b.check(tmp_path, out)
+    b.check(tmp_path, out, inplace=inplace, monkeypatch=monkeypatch)

@@ -228,8 +228,25 @@ def test_layer_left_out_of_the_plan_is_named():
 
 def test_accumulator_overflow_is_a_compile_error():
     model = nn.Sequential(nn.Linear(140_000, 1))  # 140000 * 127 * 127 > 2**31
-    with pytest.raises(CompileError, match=r"layer '0' .* overflow its int32 accumulator"):
+    with pytest.raises(CompileError, match=r"layer '0' .* overflow its int32 accumulator.*fan-in"):
         lowered(model, "0=8/8", (140_000,))
+
+
+def test_bias_too_large_for_the_accumulator_is_saturated_with_a_warning():
+    """A bias of 1e6 at an accumulator scale near 1e-4 needs 1e10 units: int32 cannot hold it.
+    It is saturated, leaving room for the products, and the reference computes that bias."""
+    model = nn.Sequential(nn.Linear(4, 2))
+    with torch.no_grad():
+        model[0].bias.copy_(torch.tensor([1e6, -3.0]))
+    with pytest.warns(UserWarning, match=r"layer '0'.*bias is saturated to \+-(\d+)") as record:
+        graph, _, batches = lowered(model, "0=8/8", (4,))
+    limit = 2**31 - 1 - 4 * 127 * 127
+    assert f"+-{limit}" in str(record[0].message)
+    layer = node(graph, mico_ops.QLINEAR)
+    bias = np.asarray(layer.inputs[2].data)
+    assert bias[0] == limit and abs(bias[1]) < limit
+    out = run_graph(graph, batches[0])[0]
+    assert out.dtype == torch.int64 and int(out[:, 0].min()) > limit - 4 * 127 * 127 - 1
 
 
 @pytest.mark.parametrize("include_pad", [True, False])
