@@ -106,7 +106,7 @@ def prepare_dynamic(ir: IRGraph, inplace: bool = True) -> Graph:
                     f"layer '{node.name}' has static activation scales; compile it with "
                     "mode='static' (integer-only), or quantize with act_mode='dynamic'"
                 )
-            node.attrs[SCRATCH_ATTR] = node.inputs[0].type.numel
+            node.plan[SCRATCH_ATTR] = node.inputs[0].type.numel
     if inplace:
         _mark_inplace(ir)
     return ir

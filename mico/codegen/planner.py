@@ -23,7 +23,8 @@ from mico.passes.inplace import INPLACE_ATTR
 from mico.quant.packing import packed_size
 
 SCRATCH_ATTR = "scratch_bytes"
-"""A node attribute: bytes of arena the node's kernel needs while it runs (and only then)."""
+"""A planning annotation (``Node.plan``): bytes of arena the node's kernel needs while it
+runs (and only then)."""
 
 RANDOM_ORDERS = 200
 """Seeded random orders the planner tries after its fixed ones (fewer on large graphs)."""
@@ -308,7 +309,7 @@ def graph_buffers(graph: Graph) -> list[Buffer]:
             end[id(base)] = last
     buffers = [Buffer(values[k].name, storage_bytes(values[k]), start[k], end[k]) for k in start]
     for step, node in enumerate(graph.nodes):
-        size = int(node.attrs.get(SCRATCH_ATTR, 0) or 0)
+        size = int(node.plan.get(SCRATCH_ATTR, 0) or 0)
         if size > 0:
             buffers.append(Buffer(scratch_name(node), size, step, step))
     return buffers
@@ -320,7 +321,7 @@ def graph_ties(graph: Graph, align: int = 8) -> dict[str, tuple[str, int]]:
     buffer of the input it overwrites."""
     ties = {}
     for node in graph.nodes:
-        spec = node.attrs.get(INPLACE_ATTR)
+        spec = node.plan.get(INPLACE_ATTR)
         if not spec:
             continue
         source = node.inputs[spec["input"]].storage()

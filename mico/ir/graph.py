@@ -52,6 +52,9 @@ class Node:
     inputs: list[Value]
     outputs: list[Value]
     attrs: dict[str, Any] = field(default_factory=dict)
+    #: memory-planning annotations set by the C backend's passes (scratch bytes, in-place
+    #: execution): read by the arena planner, never part of the op's semantics or attributes
+    plan: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for out in self.outputs:

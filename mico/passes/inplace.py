@@ -15,7 +15,7 @@ that a later step still reads (a row-by-row simulation of the kernel's order). A
 add then needs no second buffer, and a 3x3 depthwise convolution needs its input plus two
 rows, instead of input plus output: the arena goes below the bound of separate buffers.
 
-The pass sets :data:`INPLACE_ATTR` on the node; the planner ties the two buffers together.
+The pass sets :data:`INPLACE_ATTR` in ``Node.plan``; the planner ties the two buffers together.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from mico.ir.graph import Graph, Node, Value
 from mico.ir.ops import mico_ops
 
 INPLACE_ATTR = "inplace_of"
-"""Node attribute ``{"input": i, "displacement_bits": d}``: the node's output is stored ``d``
-bits before the storage of its input ``i``, which it overwrites."""
+"""Planning annotation (``Node.plan``) ``{"input": i, "displacement_bits": d}``: the node's
+output is stored ``d`` bits before the storage of its input ``i``, which it overwrites."""
 
 ELEMENTWISE = (mico_ops.REQUANT, mico_ops.ADD, mico_ops.MEAN)
 WINDOWED = (mico_ops.QCONV2D, mico_ops.MAXPOOL2D, mico_ops.AVGPOOL2D)
@@ -121,6 +121,6 @@ def mark_inplace(graph: Graph) -> int:
             if bits is not None and (best is None or bits < best[1]):
                 best = (index, bits)
         if best is not None:
-            node.attrs[INPLACE_ATTR] = {"input": best[0], "displacement_bits": best[1]}
+            node.plan[INPLACE_ATTR] = {"input": best[0], "displacement_bits": best[1]}
             marked += 1
     return marked

@@ -252,7 +252,7 @@ def test_tied_plans_properties(case, choose: bool) -> None:
         assert plan.offsets[name] == plan.offsets[anchor] + offset
     tied = {frozenset((k, v[0])) for k, v in plan.ties.items()}
     for i, a in enumerate(buffers):
-        assert 0 <= plan.offsets[a.name] and plan.offsets[a.name] + a.size <= plan.size
+        assert plan.offsets[a.name] >= 0 and plan.offsets[a.name] + a.size <= plan.size
         for b in buffers[i + 1 :]:
             if frozenset((a.name, b.name)) in tied or not (a.size and b.size):
                 continue

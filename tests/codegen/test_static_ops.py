@@ -87,10 +87,10 @@ class Builder:
                 displacement_bits(producer, i) is not None for i in range(len(producer.inputs))
             )
             mark_inplace(self.graph)
-            assert (INPLACE_ATTR in producer.attrs) == can
+            assert (INPLACE_ATTR in producer.plan) == can
             for node in self.graph.nodes:  # only the op under test, and always in place
                 if node is not producer:
-                    node.attrs.pop(INPLACE_ATTR, None)
+                    node.plan.pop(INPLACE_ATTR, None)
             monkeypatch.setattr(project_module, "plan_graph", _plan_every_tie)
             align = 4
         project = emit_c_project(self.graph, tmp_path / "c", "case", align=align)

@@ -75,7 +75,7 @@ def test_add_overwrites_the_input_with_the_smaller_displacement():
     mark_inplace(graph)
     assert displacement_bits(add, 0) == 10 * 4
     assert displacement_bits(add, 1) == 0
-    assert add.attrs[INPLACE_ATTR] == {"input": 1, "displacement_bits": 0}
+    assert add.plan[INPLACE_ATTR] == {"input": 1, "displacement_bits": 0}
 
 
 def test_depthwise_3x3_needs_two_rows():
@@ -126,12 +126,12 @@ def test_marking_rules():
         graph.add(n)
     graph.outputs = [out]
     assert mark_inplace(graph) == 3
-    assert INPLACE_ATTR in n1.attrs
-    assert INPLACE_ATTR not in n2.attrs
-    assert INPLACE_ATTR not in n3.attrs
-    assert n4.attrs[INPLACE_ATTR]["input"] in (0, 1)
-    assert INPLACE_ATTR in n5.attrs
-    assert INPLACE_ATTR not in quant.attrs  # the graph input lives in the caller's memory
+    assert INPLACE_ATTR in n1.plan
+    assert INPLACE_ATTR not in n2.plan
+    assert INPLACE_ATTR not in n3.plan
+    assert n4.plan[INPLACE_ATTR]["input"] in (0, 1)
+    assert INPLACE_ATTR in n5.plan
+    assert INPLACE_ATTR not in quant.plan  # the graph input lives in the caller's memory
 
 
 class Block(nn.Module):
@@ -163,7 +163,7 @@ def test_block_runs_in_place_below_the_unfused_bound(widths, tmp_path):
     calibrate(model, batches)
     compiled = compile_model(model, example, tmp_path / "c", mode="static", calibration=batches)
     arena = compiled.project.arena
-    marked = [n for n in compiled.graph.nodes if INPLACE_ATTR in n.attrs]
+    marked = [n for n in compiled.graph.nodes if INPLACE_ATTR in n.plan]
     assert {n.op for n in marked} >= {mico_ops.QCONV2D}  # the depthwise layer
     assert arena.ties  # some in-place tie is used ...
     assert arena.size < arena.lower_bound  # ... and takes the arena below the unfused bound
