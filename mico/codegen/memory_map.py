@@ -21,7 +21,8 @@ _CHAR_WIDTH = 0.6  # average character width, in font sizes
 
 
 def memory_map_rows(plan: ArenaPlan) -> list[dict[str, Any]]:
-    """One row per buffer (name, offset, size, start, end), sorted by offset then lifetime."""
+    """One row per buffer (name, offset, size, start, end, and ``overwrites``: the buffer it is
+    written over in place, or None), sorted by offset then lifetime."""
     rows = [
         {
             "name": b.name,
@@ -29,6 +30,7 @@ def memory_map_rows(plan: ArenaPlan) -> list[dict[str, Any]]:
             "size": int(b.size),
             "start": int(b.start),
             "end": int(b.end),
+            "overwrites": plan.ties[b.name][0] if b.name in plan.ties else None,
         }
         for b in plan.buffers
     ]

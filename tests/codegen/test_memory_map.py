@@ -35,13 +35,28 @@ def test_rows_are_the_plan_sorted_by_offset():
     rows = memory_map_rows(plan)
     assert [r["name"] for r in rows] == ["conv1.out", "fc.out", "conv2.out", "conv2.scratch"]
     assert rows == [
-        {"name": "conv1.out", "offset": 0, "size": 256, "start": 0, "end": 1},
-        {"name": "fc.out", "offset": 0, "size": 40, "start": 2, "end": 3},
-        {"name": "conv2.out", "offset": 256, "size": 128, "start": 1, "end": 2},
-        {"name": "conv2.scratch", "offset": 384, "size": 40, "start": 1, "end": 1},
+        {"name": "conv1.out", "offset": 0, "size": 256, "start": 0, "end": 1, "overwrites": None},
+        {"name": "fc.out", "offset": 0, "size": 40, "start": 2, "end": 3, "overwrites": None},
+        {"name": "conv2.out", "offset": 256, "size": 128, "start": 1, "end": 2, "overwrites": None},
+        {
+            "name": "conv2.scratch",
+            "offset": 384,
+            "size": 40,
+            "start": 1,
+            "end": 1,
+            "overwrites": None,
+        },
     ]
     assert all(r["offset"] == plan.offsets[r["name"]] for r in rows)
     assert plan.size == 424 and plan.lower_bound == 424
+
+
+def test_rows_name_the_buffer_an_in_place_op_overwrites():
+    buffers = [Buffer("x", 64, 0, 1), Buffer("y", 64, 1, 2)]
+    plan = plan_buffers(buffers, align=8, ties={"y": ("x", -8)})
+    rows = {r["name"]: r for r in memory_map_rows(plan)}
+    assert rows["y"]["overwrites"] == "x" and rows["x"]["overwrites"] is None
+    assert rows["x"]["offset"] - rows["y"]["offset"] == 8
 
 
 def test_png_is_written(tmp_path):
