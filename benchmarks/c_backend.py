@@ -28,7 +28,8 @@ the model's shape) under four plans -- uniform W8A8, W4A4, W2A2 and a seeded ran
 
 ``--grid`` runs the issue's verification grid instead: every deployable model x {uniform 1..8
 bits, ternary, 3 random mixed plans} x modes: compile, host build (``--sanitize``: with ASan and
-UBSan), run 8 samples, agreement; results go to ``c_backend_grid.{json,md}``.
+UBSan), run 8 samples, agreement; results go to ``c_backend_grid.{json,md}``. ``--cc clang``
+builds with clang instead (results get a ``_clang`` suffix).
 
 A failing (model, plan, mode) is recorded with its error message; the run goes on.
 """
@@ -318,7 +319,7 @@ def run_case(
     samples = random_inputs(shape, options.samples, options.seed + 1)
 
     def host_check() -> dict[str, Any]:
-        host.build(compiled.project, sanitize=options.sanitize)
+        host.build(compiled.project, cc=options.cc, sanitize=options.sanitize)
         return agreement_record(
             host.run(compiled.project, samples), compiled.reference(samples), mode
         )
@@ -610,6 +611,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rv32-models", default=",".join(RV32_DEFAULT), help="names or all")
     parser.add_argument("--grid", action="store_true", help="the full verification grid")
     parser.add_argument("--sanitize", action="store_true", help="host builds with ASan+UBSan")
+    parser.add_argument("--cc", default=host.DEFAULT_CC, help="host C compiler (gcc or clang)")
     parser.add_argument("--maps", action="store_true", help="memory-map PNGs of every arena")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -629,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
         "date": time.strftime("%Y-%m-%d"),
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cpus",
         "torch": torch.__version__,
-        "cc": _compiler_version(host.DEFAULT_CC),
+        "cc": _compiler_version(options.cc),
         "seed": options.seed,
         "modes": options.modes,
         "models": options.models,
@@ -640,6 +642,8 @@ def main(argv: list[str] | None = None) -> None:
         "grid": options.grid,
     }
     stem = "c_backend_grid" if options.grid else "c_backend"
+    if options.cc != host.DEFAULT_CC:  # a second compiler's results sit beside gcc's
+        stem += "_" + Path(options.cc).name
     records: list[dict[str, Any]] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mico-c-backend-") as tmp:
