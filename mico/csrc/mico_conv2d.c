@@ -1,104 +1,495 @@
 /* Integer 2-D convolution (NCHW, batch 1) on packed codes with packed weights (OIHW).
  * Any kernel, stride, padding (zeros), dilation and groups (depthwise included).
  *
- * Loop order: for each output channel and output row, a tile of up to MICO_CONV_TILE outputs
- * accumulates in int32 on the stack; each weight is decoded once per tile, and the loop over
- * the tile runs only over the outputs whose input tap is inside the image (no bounds test per
- * multiply-accumulate). 8-bit inputs are read as bytes, other widths through mico_load. */
+ * IN-PLACE CONTRACT (the planner relies on it to let a depthwise convolution, groups == in_c
+ * == out_c, write its output over its own input, displaced): outputs are produced channel by
+ * channel, and within a channel output row by output row in increasing order; once any part
+ * of output row (c, oy) has been stored, no input that only output rows before (c, oy) need
+ * is read again. (Input rows the current or later rows need may be cached on the stack before
+ * storing; outputs may be stored later than computed.) Every path below keeps that order.
+ *
+ * Three paths, all bit-identical to the element-by-element definition:
+ *  - im2col + micro-kernels (most convolutions): for a block of up to 12 output pixels (raster
+ *    order, across rows), the taps of a chunk of (ic, ky) kernel rows are unpacked once into a
+ *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
+ *    copied per kx; a pointwise patch is a run of each input plane). Every pair of output
+ *    channels of the group then runs a register-blocked 2-channel x 4-pixel loop over the
+ *    chunk, reading 8-, 4- and 2-bit weights straight from their packed bytes (decoded in
+ *    registers, e.g. ((byte ^ 0x88) & 15) - 8; rows may start and end inside a byte: the pair
+ *    is chosen so that both rows start at the same bit), or from int8 rows unpacked once per
+ *    chunk (other widths, binary weights). Long reductions are cut into chunks of at most
+ *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile.
+ *  - depthwise 3x3 (any stride, padding, row dilation): a ring of unpacked zero-padded input
+ *    rows (the whole padded plane when it fits, so each input code is unpacked once per
+ *    channel); each output is a register dot product of its window and the 9 unpacked taps.
+ *  - int32 inputs and kernel rows longer than the patch allows (72 or 96 taps): element by
+ *    element.
+ * Stack (rv32, deepest call chain): about 1.5 KB. */
 #include "mico_nn.h"
 
-#ifndef MICO_CONV_TILE
-#define MICO_CONV_TILE 64 /* outputs of one row accumulated at once (4 bytes each, on the stack) */
-#endif
+#define MICO_CONV_PATCH 384 /* int16 elements of the im2col patch (taps x pixels) */
+#define MICO_CONV_KMAX 96   /* taps of one reduction chunk */
+#define MICO_CONV_TILE 40   /* int32 sums (2 channels x 12 pixels, or 8 channels x 4 pixels)
+                               and the patch's column sums */
+#define MICO_CONV_TMP 32    /* int16 elements of one unpacked input row span */
+#define MICO_DW_BAND 448    /* int16 elements of the depthwise row ring */
+#define MICO_DW_ROWS 32     /* most rows in the ring */
+#define MICO_DW_OUT 32      /* outputs stored at once */
 
-/* First output column whose tap kx lands inside the row, and one past the last. */
-static void mico_valid_cols(const MicoConv2d *p, int32_t kx, int32_t *first, int32_t *end)
+/* ------------------------------------------------------------------------ generic path */
+
+/* Element by element (int32 inputs, very long kernel rows). */
+static MICO_NOINLINE void mico_qconv2d_generic(const MicoConv2d *p, const void *in, void *out)
 {
-    const int32_t lo = p->pad_w - kx * p->dil_w;            /* ox * stride >= lo */
-    const int32_t hi = p->in_w - 1 + p->pad_w - kx * p->dil_w; /* ox * stride <= hi */
-    *first = lo > 0 ? (lo + p->stride_w - 1) / p->stride_w : 0;
-    *end = hi >= 0 ? hi / p->stride_w + 1 : 0;
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t taps = ipg * p->k_h * p->k_w, npix = p->out_h * p->out_w;
+    int32_t o, t;
+    for (o = 0; o < p->out_c * npix; o++) {
+        const int32_t oc = o / npix, oy = o % npix / p->out_w, ox = o % p->out_w;
+        const MicoRq rq = mico_rq(&p->out, oc);
+        int32_t acc = p->bias[oc];
+        for (t = 0; t < taps; t++) { /* tap (ic, ky, kx) of the group */
+            const int32_t ic = (oc / opg) * ipg + t / (p->k_h * p->k_w);
+            const int32_t iy = oy * p->stride_h - p->pad_h + t / p->k_w % p->k_h * p->dil_h;
+            const int32_t ix = ox * p->stride_w - p->pad_w + t % p->k_w * p->dil_w;
+            if (iy >= 0 && iy < p->in_h && ix >= 0 && ix < p->in_w) {
+                const size_t xi =
+                    ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w + (size_t)ix;
+                int16_t x16 = 0;
+                int8_t w8;
+                if (p->in_fmt.bits <= 8) {
+                    mico_unpack(in, xi, 1, p->in_fmt, &x16);
+                }
+                mico_unpack_s8(p->weight, (size_t)oc * (size_t)taps + (size_t)t, 1, p->w_bits,
+                               &w8);
+                acc += (p->in_fmt.bits <= 8 ? x16 : ((const int32_t *)in)[xi]) * w8;
+            }
+        }
+        mico_rq_run_fast(&rq, &acc, 1);
+        mico_pack(out, (size_t)o, &acc, 1, p->out.fmt);
+    }
+}
+
+/* ------------------------------------------------------------------------ im2col path */
+
+/* Micro-kernels: two output channels (weight rows wa, wb) x four patch columns at a time, over
+ * kc taps, for nq groups of four columns (x: the patch, pp columns per tap); ta / tb hold the
+ * running sums of channel a / b, four per group; cs holds the patch's column sums. */
+typedef void (*MicoMk)(const void *wa, const void *wb, const int16_t *x0, int32_t kc, int32_t pp,
+                       int32_t nq, int32_t *ta, int32_t *tb, uint32_t skip, const int32_t *cs,
+                       uint32_t bits);
+
+/* Z: the loop sums from zero and adds its sums (less OFF x the column sums) at the end. */
+#define MICO_MK_BEGIN(WT, Z)                                                                \
+    int32_t q;                                                                              \
+    for (q = 0; q < nq; q++, ta += 4, tb += 4, x0 += 4, cs += 4) {                          \
+        const WT *wa = (const WT *)wa0, *wb = (const WT *)wb0;                              \
+        const int16_t *x = x0, *const x_end = x0 + kc * pp;                                 \
+        int32_t a0 = Z ? 0 : ta[0], a1 = Z ? 0 : ta[1], a2 = Z ? 0 : ta[2];                 \
+        int32_t a3 = Z ? 0 : ta[3], b0 = Z ? 0 : tb[0], b1 = Z ? 0 : tb[1];                 \
+        int32_t b2 = Z ? 0 : tb[2], b3 = Z ? 0 : tb[3];
+#define MICO_MK_TAP(u, v)                                                                   \
+    do {                                                                                    \
+        const int32_t x0_ = x[0], x1_ = x[1], x2_ = x[2], x3_ = x[3];                        \
+        a0 += (u) * x0_;                                                                    \
+        a1 += (u) * x1_;                                                                    \
+        a2 += (u) * x2_;                                                                    \
+        a3 += (u) * x3_;                                                                    \
+        b0 += (v) * x0_;                                                                    \
+        b1 += (v) * x1_;                                                                    \
+        b2 += (v) * x2_;                                                                    \
+        b3 += (v) * x3_;                                                                    \
+    } while (0)
+#define MICO_MK_END(Z, OFF)                                                                 \
+    ta[0] = (Z ? ta[0] - (OFF) * cs[0] : 0) + a0;                                           \
+    ta[1] = (Z ? ta[1] - (OFF) * cs[1] : 0) + a1;                                           \
+    ta[2] = (Z ? ta[2] - (OFF) * cs[2] : 0) + a2;                                           \
+    ta[3] = (Z ? ta[3] - (OFF) * cs[3] : 0) + a3;                                           \
+    tb[0] = (Z ? tb[0] - (OFF) * cs[0] : 0) + b0;                                           \
+    tb[1] = (Z ? tb[1] - (OFF) * cs[1] : 0) + b1;                                           \
+    tb[2] = (Z ? tb[2] - (OFF) * cs[2] : 0) + b2;                                           \
+    tb[3] = (Z ? tb[3] - (OFF) * cs[3] : 0) + b3;                                           \
+    }
+
+/* int8 weights: 8-bit weights in place, or any width unpacked. */
+static void mico_mk_w8(const void *wa0, const void *wb0, const int16_t *x0, int32_t kc,
+                       int32_t pp, int32_t nq, int32_t *ta, int32_t *tb, uint32_t skip,
+                       const int32_t *cs, uint32_t bits)
+{
+    (void)skip;
+    (void)bits;
+    MICO_MK_BEGIN(int8_t, 0)
+    for (; x < x_end; x += pp) {
+        const int32_t u = *wa++, v = *wb++;
+        MICO_MK_TAP(u, v);
+    }
+    MICO_MK_END(0, 0)
+}
+
+/* 4- or 2-bit weights straight from their bytes: field f is the weight (f ^ o) - o (two's
+ * complement, o = 2^(bits-1)); the loops sum (f ^ o) * x and take o * (column sum) off at
+ * the end. A byte of each row, then its fields tap by tap (a loop, so that one tap's values
+ * at a time live in registers; 4-bit rows that span whole bytes take both nibbles at once).
+ * Rows may start `skip` fields into their first byte and end inside their last one. */
+static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, int32_t kc,
+                           int32_t pp, int32_t nq, int32_t *ta, int32_t *tb, uint32_t skip,
+                           const int32_t *cs, uint32_t bits)
+{
+    const uint32_t mask = (1u << bits) - 1u, xor_ = bits == 4 ? 0x88u : 0xaau;
+    const int32_t off = (int32_t)(1u << (bits - 1)), step = (int32_t)(8u / bits) * pp;
+    const int whole = skip == 0 && kc % (int32_t)(8u / bits) == 0; /* whole bytes */
+    MICO_MK_BEGIN(uint8_t, 1)
+    const int16_t *x_byte = x + step - (int32_t)skip * pp;
+    uint32_t sk = skip * bits;
+    while (whole && bits == 4 && x < x_end) {
+        const uint32_t ua = *wa++ ^ 0x88u, ub = *wb++ ^ 0x88u;
+        MICO_MK_TAP((int32_t)(ua & 15u), (int32_t)(ub & 15u));
+        x += pp;
+        MICO_MK_TAP((int32_t)(ua >> 4), (int32_t)(ub >> 4));
+        x += pp;
+    }
+    while (whole && bits == 2 && x < x_end) {
+        uint32_t ua = *wa++ ^ 0xaau, ub = *wb++ ^ 0xaau;
+        for (x_byte = x + step; x < x_byte; x += pp, ua >>= 2, ub >>= 2) {
+            MICO_MK_TAP((int32_t)(ua & 3u), (int32_t)(ub & 3u));
+        }
+    }
+    while (x < x_end) {
+        uint32_t ua = (*wa++ ^ xor_) >> sk, ub = (*wb++ ^ xor_) >> sk;
+        if (!whole) { /* the first byte from field `skip`, the last one up to the end */
+            x_byte = x_byte < x_end ? x_byte : x_end;
+            sk = 0;
+        }
+        for (; x < x_byte; x += pp, ua >>= bits, ub >>= bits) {
+            const int32_t u = (int32_t)(ua & mask), v = (int32_t)(ub & mask);
+            MICO_MK_TAP(u, v);
+        }
+        x_byte += step;
+    }
+    MICO_MK_END(1, off)
+}
+
+/* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
+ * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
+ * columns per tap; padding and the columns np .. pp - 1 are zeros. */
+static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_t ic0,
+                                     int32_t r0, int32_t r1, int32_t pix0, int32_t np,
+                                     int32_t pp, int16_t *patch)
+{
+    const size_t in_plane = (size_t)p->in_h * (size_t)p->in_w;
+    const int32_t kw = p->k_w, sw = p->stride_w, dw = p->dil_w;
+    const int32_t max_seg = (MICO_CONV_TMP - 1) / sw + 1; /* pixels whose span fits tmp */
+    int16_t tmp[MICO_CONV_TMP];
+    int32_t i, j, r;
+    for (i = np < pp ? 0 : (r1 - r0) * kw * pp; i < (r1 - r0) * kw * pp; i++) {
+        patch[i] = 0;
+    }
+    if (p->k_h == 1 && kw == 1 && p->stride_h == 1 && sw == 1 && p->pad_h == 0 &&
+        p->pad_w == 0) { /* pointwise: the taps of a pixel run are a run of one input plane */
+        for (r = r0; r < r1; r++) {
+            mico_unpack(in, (size_t)(ic0 + r) * in_plane + (size_t)pix0, np, p->in_fmt,
+                        patch + (r - r0) * pp);
+        }
+        return;
+    }
+    for (j = 0; j < np;) { /* runs of pixels within one output row */
+        const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+        int32_t seg = np - j < p->out_w - ox ? np - j : p->out_w - ox;
+        seg = seg < max_seg ? seg : max_seg;
+        for (r = r0; r < r1; r++) {
+            const int32_t iy = oy * p->stride_h - p->pad_h + (r % p->k_h) * p->dil_h;
+            int16_t *dst = patch + (r - r0) * kw * pp + j;
+            int32_t kx0, kx, t;
+            if (iy < 0 || iy >= p->in_h) {
+                for (kx = 0; np == pp && kx < kw; kx++, dst += pp) {
+                    for (t = 0; t < seg; t++) {
+                        dst[t] = 0;
+                    }
+                }
+                continue;
+            }
+            for (kx0 = 0; kx0 < kw;) { /* taps whose row span fits tmp: unpacked once */
+                const int32_t nk = (MICO_CONV_TMP - (seg - 1) * sw - 1) / dw + 1;
+                const int32_t kx1 = kw - kx0 < nk ? kw : kx0 + nk;
+                mico_unpack_padded(in,
+                                   (size_t)(ic0 + r / p->k_h) * in_plane +
+                                       (size_t)iy * (size_t)p->in_w,
+                                   p->in_w, ox * sw - p->pad_w + kx0 * dw,
+                                   (seg - 1) * sw + (kx1 - 1 - kx0) * dw + 1, 0, p->in_fmt, tmp);
+                for (kx = kx0; kx < kx1; kx++, dst += pp) {
+                    const int16_t *src = tmp + (kx - kx0) * dw;
+                    for (t = 0; t < seg; t++, src += sw) {
+                        dst[t] = *src;
+                    }
+                }
+                kx0 = kx1;
+            }
+        }
+        j += seg;
+    }
+}
+
+/* What the im2col loops share. */
+typedef struct {
+    const MicoConv2d *p;
+    void *out;
+    MicoMk mk;     /* the micro-kernel */
+    int32_t k_all; /* taps of one output channel */
+    int32_t npix;  /* output pixels of one channel */
+    int32_t pp;    /* patch columns */
+    int32_t fused;  /* weights read straight from their packed bytes */
+    int32_t period; /* channels oc and oc + period start rows at the same bit of a byte */
+    int8_t *wrow;   /* two unpacked weight rows (at the end of the patch buffer) */
+    int32_t multi; /* several chunks: sums wait in the tile, four per channel */
+} MicoConvCtx;
+
+/* Channels oc0 .. oc1 - 1 over one patch (taps of kernel rows r0 .. r0 + kc / k_w - 1 of
+ * pixels pix0 .. pix0 + np - 1); the last chunk requantizes and stores. Channels go in pairs:
+ * (oc, oc + period), whose packed weight rows start at the same bit of a byte, read in place;
+ * the channels left over (period > 1), in consecutive pairs through unpacked int8 rows. An odd
+ * one out is computed twice. */
+static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *patch,
+                                          const int32_t *cs, int32_t *tile, int32_t oc0,
+                                          int32_t oc1, int32_t r0, int32_t kc, int last,
+                                          int32_t pix0, int32_t np)
+{
+    const MicoConv2d *p = c->p;
+    const int32_t wb = p->w_bits, nq = (np + 3) / 4, per = c->fused ? 8 / wb : 1;
+    const int32_t paired = !c->fused ? 0
+                           : c->period == 1 ? oc1 - oc0
+                                            : (oc1 - oc0) / (2 * c->period) * 2 * c->period;
+    int32_t i, next, j, k;
+    for (i = oc0; i < oc1; i = next) {
+        const int fused = i - oc0 < paired;
+        const int32_t j2 = fused ? i + c->period : i + 1; /* the partner, if any */
+        const int32_t ocs[2] = {i, j2 < oc1 ? j2 : i};
+        const void *wp[2];
+        int32_t *t[2];
+        size_t at = 0;
+        for (k = 0; k < 2; k++) {
+            /* a channel computed twice keeps its second copy in a slot of its own (the tile
+             * has one to spare then: the chunk holds an odd number of channels) */
+            const int32_t slot = k == 1 && ocs[1] == i ? i + 1 : ocs[k];
+            at = (size_t)ocs[k] * (size_t)c->k_all + (size_t)r0 * (size_t)p->k_w;
+            t[k] = c->multi ? tile + (slot - oc0) * 4 : tile + k * c->pp;
+            if (fused) {
+                wp[k] = p->weight + at * (size_t)wb / 8u;
+            } else {
+                mico_unpack_s8(p->weight, at, kc, wb, c->wrow + k * kc);
+                wp[k] = c->wrow + k * kc;
+            }
+            for (j = 0; r0 == 0 && j < 4 * nq; j++) {
+                t[k][j] = p->bias[ocs[k]];
+            }
+        }
+        (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
+                                     (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
+        /* next: i + 1 within the first half of a block of 2 * period paired channels */
+        next = !fused ? i + 2 : (i - oc0) % (2 * c->period) == c->period - 1 ? i + c->period + 1
+                                                                             : i + 1;
+        for (k = 0; last && k < 2 - (ocs[1] == i); k++) { /* requantize and store */
+            const MicoRq rq = mico_rq(&p->out, ocs[k]);
+            mico_rq_run_fast(&rq, t[k], np);
+            mico_pack(c->out, (size_t)ocs[k] * (size_t)c->npix + (size_t)pix0, t[k], np,
+                      p->out.fmt);
+        }
+    }
+}
+
+static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kw = p->k_w, wb = p->w_bits;
+    const int32_t rows = ipg * p->k_h; /* kernel rows (ic, ky) of one output channel */
+    int16_t patch[MICO_CONV_PATCH];
+    int32_t tile[MICO_CONV_TILE], *cs;
+    int32_t rpc, room, oct, g, oc0, pix0, r0;
+    MicoConvCtx c;
+
+    c.p = p;
+    c.out = out;
+    c.k_all = rows * kw;
+    c.npix = p->out_h * p->out_w;
+    c.fused = wb == 8 || wb == 4 || wb == 2;
+    c.mk = !c.fused || wb == 8 ? mico_mk_w8 : mico_mk_packed;
+    for (c.period = 1; c.fused && (c.period * c.k_all * wb) % 8 != 0;) {
+        c.period++;
+    }
+    /* unpacked weight rows (unfused widths, channels left unpaired) take the buffer's end */
+    room = !c.fused || c.period > 1 ? MICO_CONV_PATCH - MICO_CONV_KMAX : MICO_CONV_PATCH;
+    c.wrow = (int8_t *)(patch + room);
+    rpc = room / (4 * kw) < MICO_CONV_KMAX / kw ? room / (4 * kw) : MICO_CONV_KMAX / kw;
+    rpc = rows < rpc ? rows : rpc; /* kernel rows per chunk (at least 4 pixels of room) */
+    if (rpc == 0) { /* a kernel row longer than that */
+        mico_qconv2d_generic(p, in, out);
+        return;
+    }
+    c.pp = (rows + rpc - 1) / rpc; /* (here) the number of chunks */
+    r0 = (rows + c.pp - 1) / c.pp; /* kernel rows of each, balanced */
+    while (r0 < rpc && (r0 * kw * wb) % 8 != 0) {
+        r0++; /* chunks that end on a byte boundary, where one can */
+    }
+    rpc = (r0 * kw * wb) % 8 == 0 ? r0 : (rows + c.pp - 1) / c.pp;
+    c.multi = rpc < rows;
+    if (!c.multi) { /* one chunk: each channel pair finishes at once */
+        c.pp = (room / c.k_all) & ~3;
+        c.pp = c.pp < 12 ? c.pp : 12;
+        oct = opg;
+    } else { /* the partial sums of 8 channels wait in the tile */
+        c.pp = 4;
+        oct = 8;
+    }
+    cs = tile + (c.multi ? 4 * oct : 2 * c.pp);
+    for (g = 0; g < p->groups; g++) {
+        for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += oct) {
+            const int32_t oc1 = oc0 + oct < (g + 1) * opg ? oc0 + oct : (g + 1) * opg;
+            for (pix0 = 0; pix0 < c.npix; pix0 += c.pp) {
+                const int32_t np = c.npix - pix0 < c.pp ? c.npix - pix0 : c.pp;
+                for (r0 = 0; r0 < rows; r0 += rpc) {
+                    const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
+                    int32_t j, t;
+                    mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
+                    for (j = 0; j < c.pp; j++) { /* column sums (for 4- and 2-bit weights) */
+                        cs[j] = 0;
+                        for (t = 0; wb < 8 && t < (r1 - r0) * kw; t++) {
+                            cs[j] += patch[t * c.pp + j];
+                        }
+                    }
+                    mico_conv_chunk(&c, patch, cs, tile, oc0, oc1, r0, (r1 - r0) * kw,
+                                    r1 == rows, pix0, np);
+                }
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------ depthwise path */
+
+/* vals[i] = bias + 3x3 window sum of n consecutive outputs; x0, x1, x2 point at the first
+ * window's rows. The first `first` outputs share one output row; the run goes on over the
+ * next rows (out_w outputs each, whose windows start `pitch` elements further down). */
+static MICO_NOINLINE void mico_dw3x3(const int16_t *x0, const int16_t *x1, const int16_t *x2,
+                                     const int16_t *w, int32_t sw, int32_t bias, int32_t first,
+                                     int32_t out_w, int32_t pitch, int32_t n, int32_t *vals)
+{
+    const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4];
+    const int32_t w5 = w[5], w6 = w[6], w7 = w[7], w8 = w[8];
+    int32_t cnt = first;
+    while (n > 0) {
+        int32_t *const end = vals + (cnt < n ? cnt : n);
+        const int32_t back = pitch - (out_w - first) * sw; /* to the next row's first window */
+        n -= (int32_t)(end - vals);
+        for (; vals < end; vals++, x0 += sw, x1 += sw, x2 += sw) {
+            int32_t a = bias + w0 * x0[0];
+            a += w1 * x0[1];
+            a += w2 * x0[2];
+            a += w3 * x1[0];
+            a += w4 * x1[1];
+            a += w5 * x1[2];
+            a += w6 * x2[0];
+            a += w7 * x2[1];
+            a += w8 * x2[2];
+            *vals = a;
+        }
+        if (n > 0) {
+            x0 += back - cnt * sw;
+            x1 += back - cnt * sw;
+            x2 += back - cnt * sw;
+            first = cnt = out_w;
+        }
+    }
+}
+
+/* Padded input row: `cols` columns of input row iy from padded column 0 (zeros outside). */
+static MICO_NOINLINE void mico_dw_row(const MicoConv2d *p, const void *in, size_t plane,
+                                      int32_t iy, int32_t cols, int16_t *dst)
+{
+    if (iy >= 0 && iy < p->in_h) {
+        mico_unpack_padded(in, plane + (size_t)iy * (size_t)p->in_w, p->in_w, -p->pad_w, cols,
+                           0, p->in_fmt, dst);
+    } else {
+        mico_unpack_padded(in, 0, 0, 0, cols, 0, p->in_fmt, dst); /* all padding */
+    }
+}
+
+/* Depthwise 3x3 on a ring of unpacked zero-padded input rows: each input row is unpacked once
+ * per channel; when the channel's whole padded plane fits, it is unpacked up front and runs of
+ * outputs may cross output rows. Outputs go in runs of up to MICO_DW_OUT consecutive elements
+ * of the channel's plane: window sums, then requantize and pack. Returns 0 (and does nothing)
+ * when three padded rows do not fit the ring (the im2col path takes those). */
+static MICO_NOINLINE int mico_qconv2d_dw(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t sw = p->stride_w, dh = p->dil_h;
+    const int32_t width = (p->out_w - 1) * sw + 3;                 /* padded columns used */
+    const int32_t full_h = (p->out_h - 1) * p->stride_h + 2 * dh + 1; /* padded rows used */
+    const int32_t out_plane = p->out_h * p->out_w;
+    const int32_t nrows =
+        MICO_DW_BAND / width < MICO_DW_ROWS ? MICO_DW_BAND / width : MICO_DW_ROWS;
+    const int whole = full_h <= nrows; /* the whole padded plane, rows at a fixed pitch */
+    int16_t band[MICO_DW_BAND];
+    int16_t w[9];
+    int16_t tag[MICO_DW_ROWS];
+    int32_t vals[MICO_DW_OUT];
+    int32_t c, o0, i;
+    MicoFmt w_fmt;
+
+    if (nrows < 2 * dh + 1 || full_h > 32767) {
+        return 0;
+    }
+    for (i = 0; whole && i < full_h * width; i++) {
+        band[i] = 0; /* the padding of the whole plane stays zero */
+    }
+    w_fmt.bits = p->w_bits;
+    w_fmt.is_signed = 1;
+    for (c = 0; c < p->out_c; c++) {
+        const size_t plane = (size_t)c * (size_t)p->in_h * (size_t)p->in_w;
+        MicoRq rq;
+        mico_unpack(p->weight, (size_t)c * 9u, 9, w_fmt, w);
+        for (i = 0; i < nrows; i++) {
+            const int32_t iy = i - p->pad_h;
+            const int32_t cols = p->in_w < width - p->pad_w ? p->in_w : width - p->pad_w;
+            tag[i] = -1;
+            if (whole && iy >= 0 && iy < p->in_h && i < full_h && cols > 0) {
+                mico_unpack(in, plane + (size_t)iy * (size_t)p->in_w, cols, p->in_fmt,
+                            band + i * width + p->pad_w);
+            }
+        }
+        for (o0 = 0; o0 < out_plane; o0 += MICO_DW_OUT) {
+            const int32_t n = out_plane - o0 < MICO_DW_OUT ? out_plane - o0 : MICO_DW_OUT;
+            int32_t j = 0;
+            while (j < n) {
+                const int32_t oy = (o0 + j) / p->out_w, ox = (o0 + j) % p->out_w;
+                /* runs stay in one output row unless the whole plane is there */
+                const int32_t seg = whole || n - j < p->out_w - ox ? n - j : p->out_w - ox;
+                const int16_t *rowp[3];
+                int32_t ky;
+                for (ky = 0; ky < 3; ky++) {
+                    const int32_t pr = oy * p->stride_h + ky * dh; /* padded row */
+                    int16_t *row = band + (pr % nrows) * width;
+                    if (!whole && tag[pr % nrows] != pr) {
+                        mico_dw_row(p, in, plane, pr - p->pad_h, width, row);
+                        tag[pr % nrows] = (int16_t)pr;
+                    }
+                    rowp[ky] = row + ox * sw;
+                }
+                mico_dw3x3(rowp[0], rowp[1], rowp[2], w, sw, p->bias[c], p->out_w - ox,
+                           p->out_w, p->stride_h * width, seg, vals + j);
+                j += seg;
+            }
+            rq = mico_rq(&p->out, c);
+            mico_rq_run_fast(&rq, vals, n);
+            mico_pack(out, (size_t)c * (size_t)out_plane + (size_t)o0, vals, n, p->out.fmt);
+        }
+    }
+    return 1;
 }
 
 void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
 {
-    const int32_t in_per_group = p->in_c / p->groups;
-    const int32_t out_per_group = p->out_c / p->groups;
-    const int32_t taps = p->k_h * p->k_w;
-    const size_t in_plane = (size_t)p->in_h * (size_t)p->in_w;
-    const int in_u8 = p->in_fmt.bits == 8 && !p->in_fmt.is_signed;
-    const int in_s8 = p->in_fmt.bits == 8 && p->in_fmt.is_signed;
-    int32_t acc[MICO_CONV_TILE];
-    MicoFmt w_fmt;
-    int32_t oc, oy, ox0, ox, ic, ky, kx;
-
-    w_fmt.bits = p->w_bits;
-    w_fmt.is_signed = 1;
-    for (oc = 0; oc < p->out_c; oc++) {
-        const int32_t ic0 = (oc / out_per_group) * in_per_group;
-        const size_t w_base = (size_t)oc * (size_t)in_per_group * (size_t)taps;
-        for (oy = 0; oy < p->out_h; oy++) {
-            for (ox0 = 0; ox0 < p->out_w; ox0 += MICO_CONV_TILE) {
-                const int32_t ox1 =
-                    ox0 + MICO_CONV_TILE < p->out_w ? ox0 + MICO_CONV_TILE : p->out_w;
-                const size_t out_row = ((size_t)oc * (size_t)p->out_h + (size_t)oy) *
-                                       (size_t)p->out_w;
-                for (ox = ox0; ox < ox1; ox++) {
-                    acc[ox - ox0] = p->bias[oc];
-                }
-                for (ic = 0; ic < in_per_group; ic++) {
-                    const size_t plane = (size_t)(ic0 + ic) * in_plane;
-                    for (ky = 0; ky < p->k_h; ky++) {
-                        const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
-                        if (iy < 0 || iy >= p->in_h) {
-                            continue;
-                        }
-                        for (kx = 0; kx < p->k_w; kx++) {
-                            const int32_t w = mico_load(
-                                p->weight,
-                                w_base + (size_t)(ic * taps + ky * p->k_w + kx), w_fmt);
-                            int32_t first, end, *a;
-                            size_t xi;
-                            if (w == 0) {
-                                continue;
-                            }
-                            mico_valid_cols(p, kx, &first, &end);
-                            if (first < ox0) {
-                                first = ox0;
-                            }
-                            if (end > ox1) {
-                                end = ox1;
-                            }
-                            if (first >= end) {
-                                continue;
-                            }
-                            /* input index of output column `first` for this tap */
-                            xi = plane + (size_t)iy * (size_t)p->in_w +
-                                 (size_t)(first * p->stride_w - p->pad_w + kx * p->dil_w);
-                            a = acc + (first - ox0);
-                            if (in_u8) {
-                                const uint8_t *x = (const uint8_t *)in + xi;
-                                for (ox = first; ox < end; ox++, x += p->stride_w) {
-                                    *a++ += (int32_t)*x * w;
-                                }
-                            } else if (in_s8) {
-                                const int8_t *x = (const int8_t *)in + xi;
-                                for (ox = first; ox < end; ox++, x += p->stride_w) {
-                                    *a++ += (int32_t)*x * w;
-                                }
-                            } else {
-                                for (ox = first; ox < end; ox++, xi += (size_t)p->stride_w) {
-                                    *a++ += mico_load(in, xi, p->in_fmt) * w;
-                                }
-                            }
-                        }
-                    }
-                }
-                for (ox = ox0; ox < ox1; ox++) {
-                    mico_store(out, out_row + (size_t)ox, mico_finish(acc[ox - ox0], oc, &p->out),
-                               p->out.fmt);
-                }
-            }
-        }
+    if (p->in_fmt.bits > 8) {
+        mico_qconv2d_generic(p, in, out);
+    } else if (!(p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
+                 p->dil_w == 1 && mico_qconv2d_dw(p, in, out))) {
+        mico_qconv2d_im2col(p, in, out);
     }
 }

@@ -1,24 +1,161 @@
 /* Integer fully-connected layer on packed codes with packed weights (out x in, row-major).
- * The input is `rows` rows of in_features codes; the output rows of out_features. */
+ * The input is `rows` rows of in_features codes; the output rows of out_features.
+ *
+ * A chunk of up to MICO_LIN_K input codes is unpacked once into int16 on the stack; then each
+ * pair of output features takes a dot product of that chunk with its two weight rows, reading
+ * 8-, 4- and 2-bit weights straight from their packed bytes (decoded in registers) when every
+ * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise.
+ * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
+ * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB. */
 #include "mico_nn.h"
+
+#define MICO_LIN_K 128 /* input codes unpacked at once */
+#define MICO_LIN_O 64  /* outputs whose sums wait between chunks */
+
+/* *sa += wa . x, *sb += wb . x over n taps. */
+static MICO_NOINLINE void mico_dot2_w8(const int16_t *x, const int8_t *wa, const int8_t *wb,
+                                       int32_t n, int32_t *sa, int32_t *sb)
+{
+    int32_t a = *sa, b = *sb;
+    const int16_t *const end4 = x + (n & ~3), *const end = x + n;
+    for (; x < end4; x += 4, wa += 4, wb += 4) {
+        const int32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+        a += wa[0] * x0 + wa[1] * x1 + wa[2] * x2 + wa[3] * x3;
+        b += wb[0] * x0 + wb[1] * x1 + wb[2] * x2 + wb[3] * x3;
+    }
+    for (; x < end; x++) {
+        a += *wa++ * x[0];
+        b += *wb++ * x[0];
+    }
+    *sa = a;
+    *sb = b;
+}
+
+/* The same with 4- or 2-bit weight bytes (n a whole number of bytes), one byte of each row per
+ * step. The fields f are taken as they are: field f is the weight f' - o with f' = f ^ x
+ * (two's complement, x = o = 2^(bits-1)), so the sums miss o * (sum of x), which xsum
+ * (the sum of x over the n taps) puts back. */
+static MICO_NOINLINE void mico_dot2_w4(const int16_t *x, const uint8_t *wa, const uint8_t *wb,
+                                       int32_t n, int32_t xsum, int32_t *sa, int32_t *sb)
+{
+    int32_t a = 0, b = 0;
+    const int16_t *const end = x + n;
+    for (; x < end; x += 2) {
+        const uint32_t ua = *wa++ ^ 0x88u, ub = *wb++ ^ 0x88u;
+        const int32_t x0 = x[0], x1 = x[1];
+        a += (int32_t)(ua & 15u) * x0 + (int32_t)(ua >> 4) * x1;
+        b += (int32_t)(ub & 15u) * x0 + (int32_t)(ub >> 4) * x1;
+    }
+    *sa += a - 8 * xsum;
+    *sb += b - 8 * xsum;
+}
+
+static MICO_NOINLINE void mico_dot2_w2(const int16_t *x, const uint8_t *wa, const uint8_t *wb,
+                                       int32_t n, int32_t xsum, int32_t *sa, int32_t *sb)
+{
+    int32_t a = 0, b = 0;
+    const int16_t *const end = x + n;
+    for (; x < end; x += 4) {
+        const uint32_t ua = *wa++ ^ 0xaau, ub = *wb++ ^ 0xaau;
+        const int32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+        a += (int32_t)(ua & 3u) * x0 + (int32_t)((ua >> 2) & 3u) * x1 +
+             (int32_t)((ua >> 4) & 3u) * x2 + (int32_t)(ua >> 6) * x3;
+        b += (int32_t)(ub & 3u) * x0 + (int32_t)((ub >> 2) & 3u) * x1 +
+             (int32_t)((ub >> 4) & 3u) * x2 + (int32_t)(ub >> 6) * x3;
+    }
+    *sa += a - 2 * xsum;
+    *sb += b - 2 * xsum;
+}
+
+/* Element by element (int32 inputs). */
+static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
+{
+    size_t o = 0;
+    int32_t r, k, i;
+    for (r = 0; r < p->rows; r++) {
+        for (k = 0; k < p->out_features; k++, o++) {
+            const MicoRq rq = mico_rq(&p->out, k);
+            int32_t acc = p->bias[k];
+            for (i = 0; i < p->in_features; i++) {
+                int8_t w8;
+                mico_unpack_s8(p->weight, (size_t)k * (size_t)p->in_features + (size_t)i, 1,
+                               p->w_bits, &w8);
+                acc += ((const int32_t *)in)[(size_t)r * (size_t)p->in_features + (size_t)i] * w8;
+            }
+            mico_rq_run(&rq, &acc, 1);
+            mico_pack(out, o, &acc, 1, p->out.fmt);
+        }
+    }
+}
+
+/* Outputs o0 .. o1 - 1 of one row: acc[o - o0] += (weight row o) . x over input codes
+ * k0 .. k0 + kc - 1. */
+static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *x, int32_t k0,
+                                            int32_t kc, int32_t o0, int32_t o1, int fused,
+                                            int32_t xsum, int32_t *acc)
+{
+    const int32_t wb = p->w_bits;
+    const size_t f = (size_t)p->in_features;
+    const uint8_t *w = p->weight;
+    int8_t wrow[2 * MICO_LIN_K];
+    int32_t o;
+    for (o = o0; o < o1; o += 2) {
+        const int32_t ob = o + 1 < o1 ? o + 1 : o; /* an odd count: the last one twice */
+        const size_t ka = (size_t)o * f + (size_t)k0, kb = (size_t)ob * f + (size_t)k0;
+        int32_t sa = acc[o - o0], sb = acc[ob - o0];
+        if (!fused) {
+            mico_unpack_s8(w, ka, kc, wb, wrow);
+            mico_unpack_s8(w, kb, kc, wb, wrow + MICO_LIN_K);
+            mico_dot2_w8(x, wrow, wrow + MICO_LIN_K, kc, &sa, &sb);
+        } else if (wb == 8) {
+            mico_dot2_w8(x, (const int8_t *)w + ka, (const int8_t *)w + kb, kc, &sa, &sb);
+        } else if (wb == 4) {
+            mico_dot2_w4(x, w + ka / 2, w + kb / 2, kc, xsum, &sa, &sb);
+        } else {
+            mico_dot2_w2(x, w + ka / 4, w + kb / 4, kc, xsum, &sa, &sb);
+        }
+        acc[o - o0] = sa;
+        acc[ob - o0] = sb;
+    }
+}
 
 void mico_qlinear(const MicoLinear *p, const void *in, void *out)
 {
-    MicoFmt w_fmt;
-    int32_t r, o, i;
-    w_fmt.bits = p->w_bits;
-    w_fmt.is_signed = 1;
+    const int32_t wb = p->w_bits, nf = p->in_features;
+    /* every weight row (and chunk) starts on a byte boundary */
+    const int fused = (wb == 8 || wb == 4 || wb == 2) && ((size_t)nf * (size_t)wb) % 8 == 0;
+    int16_t x[MICO_LIN_K];
+    int32_t acc[MICO_LIN_O];
+    int32_t r, o0, k0, j;
+    if (p->in_fmt.bits > 8) {
+        mico_qlinear_generic(p, in, out);
+        return;
+    }
     for (r = 0; r < p->rows; r++) {
-        const size_t x_base = (size_t)r * (size_t)p->in_features;
-        for (o = 0; o < p->out_features; o++) {
-            const size_t w_base = (size_t)o * (size_t)p->in_features;
-            int32_t acc = p->bias[o];
-            for (i = 0; i < p->in_features; i++) {
-                acc += mico_load(in, x_base + (size_t)i, p->in_fmt) *
-                       mico_load(p->weight, w_base + (size_t)i, w_fmt);
+        const size_t x_base = (size_t)r * (size_t)nf;
+        const size_t y_base = (size_t)r * (size_t)p->out_features;
+        for (o0 = 0; o0 < p->out_features; o0 += MICO_LIN_O) {
+            const int32_t o1 =
+                o0 + MICO_LIN_O < p->out_features ? o0 + MICO_LIN_O : p->out_features;
+            for (j = 0; j < o1 - o0; j++) {
+                acc[j] = p->bias[o0 + j];
             }
-            mico_store(out, (size_t)r * (size_t)p->out_features + (size_t)o,
-                       mico_finish(acc, o, &p->out), p->out.fmt);
+            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
+                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
+                int32_t xsum = 0;
+                mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
+                for (j = 0; j < kc; j++) {
+                    xsum += x[j];
+                }
+                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
+            }
+            for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
+                const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;
+                const MicoRq rq = mico_rq(&p->out, o0 + j);
+                mico_rq_run(&rq, acc + j, len);
+                j += len;
+            }
+            mico_pack(out, y_base + (size_t)o0, acc, o1 - o0, p->out.fmt);
         }
     }
 }

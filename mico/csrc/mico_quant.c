@@ -1,38 +1,70 @@
-/* Input quantization: mico.quant.arithmetic.quantize, in float32, to packed codes. */
-#include <math.h>
+/* Input quantization: mico.quant.arithmetic.quantize, in float32, to packed codes.
+ *
+ * v = x * inv_scale is the one float32 operation; rounding it half away from zero and clamping
+ * are done exactly on v's bit pattern with integer operations (on targets without an FPU each
+ * float operation is a library call). Codes go out in runs of MICO_QUANT_RUN through
+ * mico_pack. */
+#include <string.h>
 
 #include "mico_nn.h"
+
+#define MICO_QUANT_RUN 64
+
+/* v >= 0.0f (true for -0.0, false for NaN) */
+static int mico_nonnegative(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    return (u & 0x7fffffffu) > 0x7f800000u ? 0 : !(u >> 31) || !(u & 0x7fffffffu);
+}
+
+/* v rounded half away from zero, clamped to [qmin, qmax] */
+static int32_t mico_round_clamp(float v, int32_t qmin, int32_t qmax)
+{
+    uint32_t u, e, mant, mag;
+    int32_t r;
+    memcpy(&u, &v, sizeof u);
+    e = (u >> 23) & 0xffu;
+    mant = (u & 0x7fffffu) | 0x800000u;
+    if (e == 0xffu && (u & 0x7fffffu)) { /* NaN: the clamps of the float code see r = NaN */
+        return 0 < qmin ? qmin : (0 > qmax ? qmax : 0);
+    }
+    if (e < 126u) { /* |v| < 0.5 */
+        mag = 0;
+    } else if (e < 150u) { /* |v| = mant * 2^(e - 150), a fraction below 1 ulp: round it */
+        mag = (mant + (1u << (149u - e))) >> (150u - e);
+    } else if (e < 158u) { /* an integer below 2^31 */
+        mag = mant << (e - 150u);
+    } else { /* |v| >= 2^31 or infinite: beyond every int32 clamp */
+        mag = 0x80000000u;
+    }
+    if (u >> 31) {
+        r = mag >= 0x80000000u ? INT32_MIN : -(int32_t)mag;
+    } else {
+        r = mag >= 0x80000000u ? INT32_MAX : (int32_t)mag;
+    }
+    if (r < qmin) {
+        r = qmin;
+    }
+    if (r > qmax) {
+        r = qmax;
+    }
+    return r;
+}
 
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax)
 {
     const int binary = fmt.is_signed && fmt.bits == 1;
-    size_t i;
-    for (i = 0; i < n; i++) {
-        float v = x[i] * inv_scale;
-        int32_t q;
-        if (binary) {
-            q = v >= 0.0f ? 1 : -1;
-        } else {
-            /* round half away from zero without double rounding: see round_half_away */
-            float a = fabsf(v);
-            float r = floorf(a);
-            float lo = (float)qmin;
-            float hi = (float)qmax;
-            if (a - r >= 0.5f) {
-                r += 1.0f;
-            }
-            if (v < 0.0f) {
-                r = -r;
-            }
-            if (r < lo) {
-                r = lo;
-            }
-            if (r > hi) {
-                r = hi;
-            }
-            q = (int32_t)r;
+    int32_t q[MICO_QUANT_RUN];
+    size_t i0;
+    for (i0 = 0; i0 < n; i0 += MICO_QUANT_RUN) {
+        const int32_t m = n - i0 < MICO_QUANT_RUN ? (int32_t)(n - i0) : MICO_QUANT_RUN;
+        int32_t j;
+        for (j = 0; j < m; j++) {
+            const float v = x[i0 + (size_t)j] * inv_scale;
+            q[j] = binary ? (mico_nonnegative(v) ? 1 : -1) : mico_round_clamp(v, qmin, qmax);
         }
-        mico_store(codes, i, q, fmt);
+        mico_pack(codes, i0, q, m, fmt);
     }
 }
