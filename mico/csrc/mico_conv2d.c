@@ -100,15 +100,21 @@ typedef void (*MicoMk)(const void *wa, const void *wb, const int16_t *x0, int32_
         b2 += (v) * x2_;                                                                    \
         b3 += (v) * x3_;                                                                    \
     } while (0)
+/* The tile plus this chunk's sums, less the offset correction. The correction can take an
+ * intermediate outside int32 (a bias saturated near the int32 limit) even though the final
+ * value fits, so the sum is formed modulo 2^32 in unsigned arithmetic. */
+#define MICO_MK_ADD(T, ACC, Z, OFF, CS)                                                     \
+    (T) = (int32_t)((Z ? (uint32_t)(T) - (uint32_t)(OFF) * (uint32_t)(CS) : 0u) +          \
+                    (uint32_t)(ACC))
 #define MICO_MK_END(Z, OFF)                                                                 \
-    ta[0] = (Z ? ta[0] - (OFF) * cs[0] : 0) + a0;                                           \
-    ta[1] = (Z ? ta[1] - (OFF) * cs[1] : 0) + a1;                                           \
-    ta[2] = (Z ? ta[2] - (OFF) * cs[2] : 0) + a2;                                           \
-    ta[3] = (Z ? ta[3] - (OFF) * cs[3] : 0) + a3;                                           \
-    tb[0] = (Z ? tb[0] - (OFF) * cs[0] : 0) + b0;                                           \
-    tb[1] = (Z ? tb[1] - (OFF) * cs[1] : 0) + b1;                                           \
-    tb[2] = (Z ? tb[2] - (OFF) * cs[2] : 0) + b2;                                           \
-    tb[3] = (Z ? tb[3] - (OFF) * cs[3] : 0) + b3;                                           \
+    MICO_MK_ADD(ta[0], a0, Z, OFF, cs[0]);                                                  \
+    MICO_MK_ADD(ta[1], a1, Z, OFF, cs[1]);                                                  \
+    MICO_MK_ADD(ta[2], a2, Z, OFF, cs[2]);                                                  \
+    MICO_MK_ADD(ta[3], a3, Z, OFF, cs[3]);                                                  \
+    MICO_MK_ADD(tb[0], b0, Z, OFF, cs[0]);                                                  \
+    MICO_MK_ADD(tb[1], b1, Z, OFF, cs[1]);                                                  \
+    MICO_MK_ADD(tb[2], b2, Z, OFF, cs[2]);                                                  \
+    MICO_MK_ADD(tb[3], b3, Z, OFF, cs[3]);                                                  \
     }
 
 /* int8 weights: 8-bit weights in place, or any width unpacked. */
