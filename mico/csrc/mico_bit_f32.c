@@ -218,24 +218,6 @@ static float bit_output(int32_t acc, float mul, const float *bias, int32_t c)
 
 /* ---------------------------------------------------------------- layers */
 
-/* The taps k < k_n of a window starting at `start` (step `dil`) that land in [0, size). */
-static void bit_taps(int32_t start, int32_t k_n, int32_t dil, int32_t size, int32_t *k0,
-                     int32_t *k1)
-{
-    int32_t lo = 0, hi = k_n;
-    if (start < 0) {
-        lo = (-start + dil - 1) / dil;
-    }
-    if (start + (hi - 1) * dil >= size) {
-        hi = size - start <= 0 ? 0 : (size - start + dil - 1) / dil;
-    }
-    if (hi < lo) {
-        hi = lo;
-    }
-    *k0 = lo;
-    *k1 = hi;
-}
-
 /* Weight code `idx` of a packed stream (one code, for the weight-stationary conv loop). */
 static int32_t weight_code(const uint8_t *w, uint32_t idx, int32_t bits)
 {
@@ -286,7 +268,7 @@ void mico_bit_conv2d_f32(const MicoBitConv2dF *p, const float *x, float *y, int8
         for (oh = 0; oh < p->out_h; oh++) {
             const int32_t h0 = oh * p->stride_h - p->pad_h;
             int32_t kh0, kh1;
-            bit_taps(h0, p->k_h, p->dil_h, p->in_h, &kh0, &kh1);
+            mico_conv_taps(h0, p->k_h, p->dil_h, p->in_h, &kh0, &kh1);
             for (ow0 = 0; ow0 < p->out_w; ow0 += MICO_BIT_CONV_TILE) {
                 const int32_t nt = p->out_w - ow0 < MICO_BIT_CONV_TILE ? p->out_w - ow0
                                                                         : MICO_BIT_CONV_TILE;

@@ -176,4 +176,23 @@ typedef struct {
 /* One dynamic scale over all rows*in_features inputs; `codes` is scratch of that many bytes. */
 void mico_bit_linear_f32(const MicoBitLinearF *p, const float *x, float *y, int8_t *codes);
 
+/* The taps k < k_n of a window starting at `start` (step `dil`) that land in [0, size):
+ * [*k0, *k1). Shared by the float and the dynamic quantized convolutions. */
+static inline void mico_conv_taps(int32_t start, int32_t k_n, int32_t dil, int32_t size,
+                                  int32_t *k0, int32_t *k1)
+{
+    int32_t lo = 0, hi = k_n;
+    if (start < 0) {
+        lo = (-start + dil - 1) / dil;
+    }
+    if (start + (hi - 1) * dil >= size) {
+        hi = size - start <= 0 ? 0 : (size - start + dil - 1) / dil;
+    }
+    if (hi < lo) {
+        hi = lo;
+    }
+    *k0 = lo;
+    *k1 = hi;
+}
+
 #endif /* MICO_F32_H */

@@ -8,24 +8,6 @@
 #pragma STDC FP_CONTRACT OFF
 #endif
 
-/* The taps k < k_n of a window starting at `start` (step `dil`) that land in [0, size). */
-static void conv_taps(int32_t start, int32_t k_n, int32_t dil, int32_t size, int32_t *k0,
-                      int32_t *k1)
-{
-    int32_t lo = 0, hi = k_n;
-    if (start < 0) {
-        lo = (-start + dil - 1) / dil;
-    }
-    if (start + (hi - 1) * dil >= size) {
-        hi = size - start <= 0 ? 0 : (size - start + dil - 1) / dil;
-    }
-    if (hi < lo) {
-        hi = lo;
-    }
-    *k0 = lo;
-    *k1 = hi;
-}
-
 void mico_f32_conv2d(const MicoConv2dF *p, const float *x, float *y)
 {
     const int32_t cig = p->in_c / p->groups, cog = p->out_c / p->groups;
@@ -38,12 +20,12 @@ void mico_f32_conv2d(const MicoConv2dF *p, const float *x, float *y)
         for (oh = 0; oh < p->out_h; oh++) {
             const int32_t h0 = oh * p->stride_h - p->pad_h;
             int32_t kh0, kh1;
-            conv_taps(h0, p->k_h, p->dil_h, p->in_h, &kh0, &kh1);
+            mico_conv_taps(h0, p->k_h, p->dil_h, p->in_h, &kh0, &kh1);
             for (ow = 0; ow < p->out_w; ow++) {
                 const int32_t w0 = ow * p->stride_w - p->pad_w;
                 int32_t kw0, kw1;
                 float acc = 0.0f;
-                conv_taps(w0, p->k_w, p->dil_w, p->in_w, &kw0, &kw1);
+                mico_conv_taps(w0, p->k_w, p->dil_w, p->in_w, &kw0, &kw1);
                 for (ic = 0; ic < cig; ic++) {
                     const float *xc = xg + (ptrdiff_t)ic * plane;
                     const float *wc = wo + (ptrdiff_t)ic * ksize;
