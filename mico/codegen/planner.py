@@ -263,7 +263,7 @@ def plan_buffers(
             result = plan(trial)
             if result[0] < size:
                 used, (size, offsets) = trial, result
-    separate = _live_bounds(buffers, [])[0] if buffers else 0
+    separate = _live_bounds(buffers, [])[0]
     placed = {b.name: offsets[i] for i, b in enumerate(buffers)}
     return ArenaPlan(placed, tuple(buffers), _align(size, align), separate, align, used)
 

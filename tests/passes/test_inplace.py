@@ -70,8 +70,6 @@ def test_add_overwrites_the_input_with_the_smaller_displacement():
     add = Node("add", mico_ops.ADD, [a, b], [out], {})
     final = codes("f", (1, 10), 32)
     graph = graph_of(*producers, add, requant("w", out, final), outputs=[final])
-    for p in producers:  # their inputs are free-standing values: give them producers
-        p.inputs[0].alias_of = None
     mark_inplace(graph)
     assert displacement_bits(add, 0) == 10 * 4
     assert displacement_bits(add, 1) == 0
