@@ -38,6 +38,20 @@ def c_float(value: float) -> str:
     return _c_float(np.float32(value))
 
 
+#: Sources of ``mico/csrc`` that call into others: the integer kernels share one copy of the
+#: run helpers (reading, writing and requantizing runs of packed codes).
+KERNEL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
+    source: ("mico_nn_run.c",)
+    for source in (
+        "mico_conv2d.c",
+        "mico_linear.c",
+        "mico_pool.c",
+        "mico_eltwise.c",
+        "mico_quant.c",
+    )
+}
+
+
 class EmitContext:
     """Collects the generated C: constants (flash), kernels needed, buffer expressions."""
 
@@ -82,7 +96,9 @@ class EmitContext:
         self.extra_kernels.add(file_name)
 
     def need(self, kernel_source: str) -> None:
+        """Add a kernel source of ``mico/csrc`` to the project, with the sources it calls."""
         self.kernels.add(kernel_source)
+        self.kernels.update(KERNEL_DEPENDENCIES.get(kernel_source, ()))
 
     def const_bytes(
         self, name: str, data: np.ndarray, kind: str = "weights", comment: str = ""

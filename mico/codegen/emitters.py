@@ -168,7 +168,24 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_conv2d.c")
-    return _call(ctx, "mico_qconv2d", params, x, out)
+    in_bits = fmt_of(x)[0]
+    kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1])
+    return _call(ctx, kernel, params, x, out)
+
+
+def conv2d_kernel(
+    in_bits: int, groups: int, in_c: int, out_c: int, kernel: tuple[int, int], dil_w: int
+) -> str:
+    """The path ``mico_qconv2d`` takes for a layer, as the entry point to call.
+
+    Calling the path directly (not the dispatcher) lets the linker drop the paths a model does
+    not use: a model without depthwise layers carries no depthwise kernel.
+    """
+    if in_bits > 8:
+        return "mico_qconv2d_elementwise"
+    if groups == in_c == out_c and tuple(kernel) == (3, 3) and dil_w == 1:
+        return "mico_qconv2d_depthwise3x3"
+    return "mico_qconv2d_tiled"
 
 
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:

@@ -23,6 +23,10 @@ SANITIZE_FLAGS = (
 RV32_CC = "riscv64-unknown-elf-gcc"
 RV32_ARCH = "-march=rv32imac -mabi=ilp32"
 RV32_LIBC = "--specs=picolibc.specs --oslib=semihost --crt0=semihost"
+#: one section per function and constant, so the linker drops what the model never calls
+#: (kernel paths for shapes or widths the model does not have): flash is what a device pays for
+RV32_SECTIONS = "-ffunction-sections -fdata-sections"
+RV32_GC = "-Wl,--gc-sections"
 RV32_MEMORY = (
     "-Wl,--defsym=__flash=0x80000000 -Wl,--defsym=__flash_size=0x400000 "
     "-Wl,--defsym=__ram=0x80400000 -Wl,--defsym=__ram_size=0x400000"
@@ -80,8 +84,8 @@ override LDFLAGS += -fsanitize=address,undefined
 endif
 else ifeq ($(TARGET),rv32)
 override CC := $(RV32_CC)
-override CFLAGS += {RV32_ARCH} {RV32_LIBC}
-override LDFLAGS += {RV32_MEMORY}
+override CFLAGS += {RV32_ARCH} {RV32_LIBC} {RV32_SECTIONS}
+override LDFLAGS += {RV32_MEMORY} {RV32_GC}
 EXE := {executable(name, "rv32")}
 RUN := {QEMU_RV32} -kernel $(EXE)
 else ifeq ($(TARGET),rv64)

@@ -490,12 +490,34 @@ static MICO_NOINLINE int mico_qconv2d_dw(const MicoConv2d *p, const void *in, vo
     return 1;
 }
 
+/* The paths as entry points. A generated model calls the one mico_qconv2d would take for its
+ * layer (mico.codegen.emitters.conv2d_kernel applies the same rule), so that a linker that
+ * drops unreferenced sections keeps only the paths the model uses. */
+void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
+{
+    mico_qconv2d_generic(p, in, out);
+}
+
+void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
+{
+    mico_qconv2d_im2col(p, in, out);
+}
+
+void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out)
+{
+    if (!mico_qconv2d_dw(p, in, out)) {
+        mico_qconv2d_im2col(p, in, out);
+    }
+}
+
 void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
 {
     if (p->in_fmt.bits > 8) {
-        mico_qconv2d_generic(p, in, out);
-    } else if (!(p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
-                 p->dil_w == 1 && mico_qconv2d_dw(p, in, out))) {
-        mico_qconv2d_im2col(p, in, out);
+        mico_qconv2d_elementwise(p, in, out);
+    } else if (p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
+               p->dil_w == 1) {
+        mico_qconv2d_depthwise3x3(p, in, out);
+    } else {
+        mico_qconv2d_tiled(p, in, out);
     }
 }

@@ -21,7 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, executable
+from mico.codegen.makefile import (
+    QEMU_RV32,
+    RV32_ARCH,
+    RV32_CC,
+    RV32_GC,
+    RV32_SECTIONS,
+    executable,
+)
 from mico.codegen.project import CProject
 from mico.errors import BuildError
 from mico.targets.io import (
@@ -110,43 +117,66 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run
 
 
 def model_sizes(project: CProject) -> dict[str, int]:
-    """Sections of the model and its kernels compiled alone for rv32 (bytes).
+    """Sections of the model and its kernels, linked alone for rv32 (bytes).
 
-    ``flash`` = text + rodata + data (code, packed weights, initial values), ``ram`` = data +
-    bss (the arena and other state). libc and ``main.c`` are not counted.
+    The sources are compiled as the rv32 build compiles them (one section per function) and
+    linked with ``--gc-sections`` from ``<name>_run``: what the model calls, and nothing it
+    does not. ``flash`` = text + rodata + data (code, packed weights, initial values), ``ram`` =
+    data + bss (the arena and other state). libc and ``main.c`` are not counted.
     """
     require_tools("rv32", {t: TOOLS[t] for t in (RV32_CC, SIZE_TOOL)})
     sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
-    totals = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
     with tempfile.TemporaryDirectory(prefix="mico-rv32-size-") as tmp:
+        objects = []
         for source in sources:
             obj = Path(tmp) / (Path(source).stem + ".o")
-            compile_ = subprocess.run(
+            _tool(
                 [RV32_CC, *shlex.split(RV32_ARCH), "--specs=picolibc.specs", "-O2", "-std=c99",
-                 "-c", str(project.directory / source), "-o", str(obj)],
-                capture_output=True, text=True, check=False,
+                 *shlex.split(RV32_SECTIONS), "-c", str(project.directory / source),
+                 "-o", str(obj)],
+                f"compiling {source} for rv32",
             )  # fmt: skip
-            if compile_.returncode != 0:
-                raise BuildError(f"compiling {source} for rv32 failed:\n{compile_.stderr[-TAIL:]}")
-            listing = subprocess.run(
-                [SIZE_TOOL, "-A", "-d", str(obj)], capture_output=True, text=True, check=False
-            ).stdout
-            for line in listing.splitlines():
-                parts = line.split()
-                if len(parts) < 2 or not parts[1].isdigit() or not parts[0].startswith("."):
-                    continue
-                section = parts[0]
-                for key in ("text", "rodata", "data", "bss"):
-                    if section == f".{key}" or section.startswith(f".{key}."):
-                        totals[key] += int(parts[1])
-                        break
-                else:
-                    if section.startswith((".srodata", ".sdata2")):
-                        totals["rodata"] += int(parts[1])
-                    elif section.startswith(".sdata"):
-                        totals["data"] += int(parts[1])
-                    elif section.startswith(".sbss"):
-                        totals["bss"] += int(parts[1])
+            objects.append(str(obj))
+        elf = Path(tmp) / "model.elf"
+        # the toolchain's default linker script: separate .text / .rodata, no memory regions
+        _tool(
+            [RV32_CC, *shlex.split(RV32_ARCH), "-nostdlib", "-nostartfiles", RV32_GC,
+             f"-Wl,-e,{project.name}_run", "-Wl,--unresolved-symbols=ignore-all",
+             "-o", str(elf), *objects],
+            f"linking {project.name} for rv32",
+        )  # fmt: skip
+        listing = subprocess.run(
+            [SIZE_TOOL, "-A", "-d", str(elf)], capture_output=True, text=True, check=False
+        ).stdout
+    return _section_totals(listing)
+
+
+def _tool(command: list[str], what: str) -> None:
+    """Run a toolchain command; a failure raises BuildError with its output."""
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise BuildError(f"{what} failed:\n{result.stderr[-TAIL:]}")
+
+
+def _section_totals(listing: str) -> dict[str, int]:
+    """text / rodata / data / bss totals (and flash, ram) of a ``size -A -d`` listing."""
+    totals = {"text": 0, "rodata": 0, "data": 0, "bss": 0}
+    for line in listing.splitlines():
+        parts = line.split()
+        if len(parts) < 2 or not parts[1].isdigit() or not parts[0].startswith("."):
+            continue
+        section = parts[0]
+        for key in ("text", "rodata", "data", "bss"):
+            if section == f".{key}" or section.startswith(f".{key}."):
+                totals[key] += int(parts[1])
+                break
+        else:
+            if section.startswith((".srodata", ".sdata2")):
+                totals["rodata"] += int(parts[1])
+            elif section.startswith(".sdata"):
+                totals["data"] += int(parts[1])
+            elif section.startswith(".sbss"):
+                totals["bss"] += int(parts[1])
     totals["flash"] = totals["text"] + totals["rodata"] + totals["data"]
     totals["ram"] = totals["data"] + totals["bss"]
     return totals

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from mico.codegen import emit_c_project
+from mico.codegen.emitters import conv2d_kernel
 from mico.errors import BuildError, CompileError
 from mico.execute import compare_outputs, run_graph
 from mico.pipeline import lower_model, quantize_ptq
@@ -52,6 +53,7 @@ def test_project_files_flash_and_arena(trained_cnn, calibration_batches, tmp_pat
         "main.c",
         "Makefile",
         "mico_nn.h",
+        "mico_nn_run.c",
         "mico_conv2d.c",
         "mico_linear.c",
         "mico_pool.c",
@@ -95,3 +97,22 @@ def test_compiler_errors_surface_as_build_error(trained_cnn, calibration_batches
         host.build(project)
     with pytest.raises(BuildError, match="build the project first"):
         host.run(project, np.zeros((1, 1, 8, 8), np.float32))
+
+
+@pytest.mark.parametrize(
+    ("in_bits", "groups", "channels", "kernel", "dil_w", "entry"),
+    [
+        (8, 1, (3, 16), (3, 3), 1, "mico_qconv2d_tiled"),
+        (4, 16, (16, 16), (3, 3), 1, "mico_qconv2d_depthwise3x3"),
+        (2, 16, (16, 16), (3, 3), 2, "mico_qconv2d_tiled"),  # column dilation: im2col
+        (8, 16, (16, 16), (5, 5), 1, "mico_qconv2d_tiled"),
+        (8, 16, (16, 32), (3, 3), 1, "mico_qconv2d_tiled"),  # channel multiplier 2
+        (32, 1, (3, 16), (3, 3), 1, "mico_qconv2d_elementwise"),  # int32 input
+        (32, 16, (16, 16), (3, 3), 1, "mico_qconv2d_elementwise"),
+    ],
+)
+def test_conv2d_entry_point_follows_the_dispatch_rule(
+    in_bits, groups, channels, kernel, dil_w, entry
+):
+    """The emitter calls the path mico_qconv2d would take (so unused paths can be dropped)."""
+    assert conv2d_kernel(in_bits, groups, *channels, kernel, dil_w) == entry

@@ -104,7 +104,7 @@ int main(int argc, char **argv)
 def harness(tmp_path_factory):
     work = tmp_path_factory.mktemp("kernels")
     csrc = resources.files("mico.csrc")
-    for name in ("mico_nn.h", "mico_quant.c"):
+    for name in ("mico_nn.h", "mico_nn_run.c", "mico_quant.c"):
         (work / name).write_text((csrc / name).read_text())
     (work / "harness.c").write_text(HARNESS)
     exe = work / "harness"
@@ -122,6 +122,7 @@ def harness(tmp_path_factory):
             str(exe),
             str(work / "harness.c"),
             str(work / "mico_quant.c"),
+            str(work / "mico_nn_run.c"),
             "-lm",
         ],
         check=True,

@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from mico.quant import QFormat, pack, quantize_multiplier, requantize
 
-KERNELS = ("mico_conv2d.c", "mico_linear.c", "mico_pool.c", "mico_eltwise.c")
+KERNELS = ("mico_nn_run.c", "mico_conv2d.c", "mico_linear.c", "mico_pool.c", "mico_eltwise.c")
 CFLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-ffp-contract=off", "-O1", "-g"]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
 
