@@ -14,10 +14,10 @@
  *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
  *    copied per kx; a pointwise patch is a run of each input plane). Every pair of output
  *    channels of the group then runs a register-blocked 2-channel x 4-pixel loop over the
- *    chunk, reading 8-, 4- and 2-bit weights straight from their packed bytes (decoded in
+ *    chunk, reading 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in
  *    registers, e.g. ((byte ^ 0x88) & 15) - 8; rows may start and end inside a byte: the pair
  *    is chosen so that both rows start at the same bit), or from int8 rows unpacked once per
- *    chunk (other widths, binary weights). Long reductions are cut into chunks of at most
+ *    chunk (other widths). Long reductions are cut into chunks of at most
  *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile.
  *  - depthwise 3x3 (any stride, padding, row dilation): a ring of unpacked zero-padded input
  *    rows (the whole padded plane when it fits, so each input code is unpacked once per
@@ -132,16 +132,18 @@ static void mico_mk_w8(const void *wa0, const void *wb0, const int16_t *x0, int3
     MICO_MK_END(0, 0)
 }
 
-/* 4- or 2-bit weights straight from their bytes: field f is the weight (f ^ o) - o (two's
+/* 4-, 2- or 1-bit weights straight from their bytes: field f is the weight (f ^ o) - o (two's
  * complement, o = 2^(bits-1)); the loops sum (f ^ o) * x and take o * (column sum) off at
- * the end. A byte of each row, then its fields tap by tap (a loop, so that one tap's values
+ * the end. A binary weight (1 bit) is 2f - 1: the byte is taken doubled (fields 2f, o = 1). A byte of each row, then its fields tap by tap (a loop, so that one tap's values
  * at a time live in registers; 4-bit rows that span whole bytes take both nibbles at once).
  * Rows may start `skip` fields into their first byte and end inside their last one. */
 static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, int32_t kc,
                            int32_t pp, int32_t nq, int32_t *ta, int32_t *tb, uint32_t skip,
                            const int32_t *cs, uint32_t bits)
 {
-    const uint32_t mask = (1u << bits) - 1u, xor_ = bits == 4 ? 0x88u : 0xaau;
+    const uint32_t bin = bits == 1u; /* binary: fields doubled, at bits 1.. of the word */
+    const uint32_t mask = ((1u << bits) - 1u) << bin;
+    const uint32_t xor_ = bits == 4 ? 0x88u : bits == 2 ? 0xaau : 0u;
     const int32_t off = (int32_t)(1u << (bits - 1)), step = (int32_t)(8u / bits) * pp;
     const int whole = skip == 0 && kc % (int32_t)(8u / bits) == 0; /* whole bytes */
     MICO_MK_BEGIN(uint8_t, 1)
@@ -161,7 +163,7 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
         }
     }
     while (x < x_end) {
-        uint32_t ua = (*wa++ ^ xor_) >> sk, ub = (*wb++ ^ xor_) >> sk;
+        uint32_t ua = ((*wa++ ^ xor_) << bin) >> sk, ub = ((*wb++ ^ xor_) << bin) >> sk;
         if (!whole) { /* the first byte from field `skip`, the last one up to the end */
             x_byte = x_byte < x_end ? x_byte : x_end;
             sk = 0;
@@ -316,7 +318,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     c.out = out;
     c.k_all = rows * kw;
     c.npix = p->out_h * p->out_w;
-    c.fused = wb == 8 || wb == 4 || wb == 2;
+    c.fused = wb == 8 || wb == 4 || wb == 2 || wb == 1;
     c.mk = !c.fused || wb == 8 ? mico_mk_w8 : mico_mk_packed;
     for (c.period = 1; c.fused && (c.period * c.k_all * wb) % 8 != 0;) {
         c.period++;
@@ -355,7 +357,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
                     int32_t j, t;
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
-                    for (j = 0; j < c.pp; j++) { /* column sums (for 4- and 2-bit weights) */
+                    for (j = 0; j < c.pp; j++) { /* column sums (for 4-, 2-, 1-bit weights) */
                         cs[j] = 0;
                         for (t = 0; wb < 8 && t < (r1 - r0) * kw; t++) {
                             cs[j] += patch[t * c.pp + j];

@@ -3,7 +3,7 @@
  *
  * A chunk of up to MICO_LIN_K input codes is unpacked once into int16 on the stack; then each
  * pair of output features takes a dot product of that chunk with its two weight rows, reading
- * 8-, 4- and 2-bit weights straight from their packed bytes (decoded in registers) when every
+ * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
  * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise.
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB. */
@@ -67,6 +67,25 @@ static MICO_NOINLINE void mico_dot2_w2(const int16_t *x, const uint8_t *wa, cons
     *sb += b - 2 * xsum;
 }
 
+/* Binary weights (2f - 1 for field f), one byte of each row per step: the loop sums f * x, and
+ * the sums are 2 * (sum of f * x) - xsum. */
+static MICO_NOINLINE void mico_dot2_w1(const int16_t *x, const uint8_t *wa, const uint8_t *wb,
+                                       int32_t n, int32_t xsum, int32_t *sa, int32_t *sb)
+{
+    int32_t a = 0, b = 0, j;
+    const int16_t *const end = x + n;
+    for (; x < end; x += 8) {
+        const uint32_t ua = *wa++, ub = *wb++;
+        for (j = 0; j < 8; j++) {
+            const int32_t xj = x[j];
+            a += (int32_t)((ua >> j) & 1u) * xj;
+            b += (int32_t)((ub >> j) & 1u) * xj;
+        }
+    }
+    *sa = (int32_t)((uint32_t)*sa + 2u * (uint32_t)a - (uint32_t)xsum);
+    *sb = (int32_t)((uint32_t)*sb + 2u * (uint32_t)b - (uint32_t)xsum);
+}
+
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
 {
@@ -111,6 +130,8 @@ static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *
             mico_dot2_w8(x, (const int8_t *)w + ka, (const int8_t *)w + kb, kc, &sa, &sb);
         } else if (wb == 4) {
             mico_dot2_w4(x, w + ka / 2, w + kb / 2, kc, xsum, &sa, &sb);
+        } else if (wb == 1) {
+            mico_dot2_w1(x, w + ka / 8, w + kb / 8, kc, xsum, &sa, &sb);
         } else {
             mico_dot2_w2(x, w + ka / 4, w + kb / 4, kc, xsum, &sa, &sb);
         }
@@ -123,7 +144,8 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t wb = p->w_bits, nf = p->in_features;
     /* every weight row (and chunk) starts on a byte boundary */
-    const int fused = (wb == 8 || wb == 4 || wb == 2) && ((size_t)nf * (size_t)wb) % 8 == 0;
+    const int fused =
+        (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
     int16_t x[MICO_LIN_K];
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;

@@ -822,7 +822,7 @@ def test_conv_fast_paths_match_reference(harness, case, seed):
     _kernel(harness, tokens)
 
 
-@pytest.mark.parametrize("w_bits", [2, 3, 4, 8])
+@pytest.mark.parametrize("w_bits", [1, 2, 3, 4, 8])
 @pytest.mark.parametrize("c_out", [1, 3, 9, 11])
 def test_conv_long_reductions_odd_channel_counts(harness, w_bits, c_out):
     """Reductions longer than one chunk (partial sums wait in the tile) with odd channel counts
@@ -912,6 +912,26 @@ def test_linear_fast_paths_match_reference(harness, in_fmt, w_bits, out_fmt, row
               *rng.integers(-500, 500, n_out).tolist(), *_out(out_fmt, rng, seed % 2 == 0, mults),
               *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
     _kernel(harness, tokens)
+
+
+@pytest.mark.parametrize("w_bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("n_in", [8, 24, 136, 264])
+def test_linear_weights_read_in_place_match_reference(harness, w_bits, n_in):
+    """Rows that span whole bytes take the in-place dot products (binary ones included), with
+    chunks of 128 inputs and a shorter last chunk; outputs are not all clamped."""
+    rng = np.random.default_rng(n_in + w_bits)
+    in_fmt, out_fmt, w_fmt = QFormat(4, False), QFormat(8, True), QFormat(w_bits, True)
+    x = _codes(in_fmt, rng, 2 * n_in)
+    weight = _codes(w_fmt, rng, 7 * n_in)
+    spread = math.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
+    wraw = pack(weight, w_fmt).tolist()
+    tokens = ["l", 2, n_in, 7, *_fmt(in_fmt), w_bits, len(wraw), *wraw,
+              *rng.integers(-20, 20, 7).tolist(),
+              *_out(out_fmt, rng, False, [quantize_multiplier(64 / spread)]),
+              *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+    lines = _run(harness, tokens)
+    assert lines[0] == lines[1]
+    assert len(set(lines[0])) > 2
 
 
 # ----------------------------------------------------------------------------- pooling
