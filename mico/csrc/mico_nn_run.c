@@ -5,66 +5,133 @@
  */
 #include "mico_nn.h"
 
-/* Run reader: n codes from element `start` of a tensor stored in format f into dst. 8-bit
- * codes are copied; 1-, 2- and 4-bit codes go a byte at a time (table-free: the byte is XORed
- * once, then each field masked) once the run reaches a byte boundary; other widths and the
- * head / tail of a run go through a 32-bit bit buffer that reads each byte holding a needed
- * bit exactly once (never a byte past the run). */
-#define MICO_DEFINE_UNPACK(NAME, T)                                                           \
-    void NAME(const void *buf, size_t start, int32_t n, MicoFmt f, T *dst)        \
+/* Run reader NAME: n codes from element `start` of a tensor stored in format f into dst. 8-bit
+ * codes are copied. Once the run reaches a group boundary, codes go a group at a time: a byte
+ * of 1-, 2- or 4-bit codes (table-free: the byte is XORed once, then each field masked), or
+ * the `bits` bytes of 8 codes of 3, 5, 6 or 7 bits (read into two words, the fields taken by
+ * shifts). Short runs and the head and tail of a run go through a 32-bit bit buffer. Every
+ * byte holding a needed bit is read exactly once, and never a byte past the run. The three
+ * parts are separate functions so that a short run does not pay for the group loops'
+ * registers. SCOPE: empty (external) or static. */
+#define MICO_DEFINE_UNPACK(SCOPE, NAME, T)                                                     \
+    /* NAME##_bits: codes start .. start + n - 1 through a 32-bit bit buffer that reads each byte\
+     * holding a needed bit once. */                                                          \
+    static MICO_NOINLINE void NAME##_bits(const uint8_t *q, size_t start, int32_t n, MicoFmt f,\
+                                          T *dst)                                             \
+    {                                                                                         \
+        const MicoFieldMap m = mico_field_map(f);                                             \
+        const size_t bit = start * (size_t)m.bits;                                            \
+        uint32_t acc, avail = 8u - (uint32_t)(bit & 7u);                                      \
+        int32_t i;                                                                            \
+        q += bit >> 3;                                                                        \
+        acc = (uint32_t)*q++ >> (bit & 7u);                                                   \
+        for (i = 0; i < n; i++) {                                                             \
+            if (avail < m.bits) {                                                             \
+                acc |= (uint32_t)*q++ << avail;                                               \
+                avail += 8u;                                                                  \
+            }                                                                                 \
+            dst[i] = (T)((int32_t)(((acc & m.mask) ^ m.x) << m.sh) - m.o);                    \
+            acc >>= m.bits;                                                                   \
+            avail -= m.bits;                                                                  \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    /* NAME##_groups: n codes (whole groups) from byte q: a byte at a time for 1-, 2- and 4-bit\
+     * codes (x repeated in every field of it), `bits` bytes of 8 codes otherwise. */         \
+    static MICO_NOINLINE void NAME##_groups(const uint8_t *q, int32_t n, MicoFmt f, T *dst)   \
+    {                                                                                         \
+        const MicoFieldMap m = mico_field_map(f);                                             \
+        T *const end = dst + n;                                                               \
+        if (f.bits == 4) {                                                                    \
+            const uint32_t xx = m.x * 0x11u;                                                  \
+            for (; dst < end; dst += 2) {                                                     \
+                const uint32_t u = (uint32_t)*q++ ^ xx;                                       \
+                dst[0] = (T)((int32_t)(u & 15u) - m.o);                                       \
+                dst[1] = (T)((int32_t)(u >> 4) - m.o);                                        \
+            }                                                                                 \
+        } else if (f.bits == 2) {                                                             \
+            const uint32_t xx = m.x * 0x55u;                                                  \
+            for (; dst < end; dst += 4) {                                                     \
+                const uint32_t u = (uint32_t)*q++ ^ xx;                                       \
+                dst[0] = (T)((int32_t)(u & 3u) - m.o);                                        \
+                dst[1] = (T)((int32_t)((u >> 2) & 3u) - m.o);                                 \
+                dst[2] = (T)((int32_t)((u >> 4) & 3u) - m.o);                                 \
+                dst[3] = (T)((int32_t)(u >> 6) - m.o);                                        \
+            }                                                                                 \
+        } else if (f.bits == 1) { /* unsigned {0, 1}, or binary 2f - 1 */                     \
+            const uint32_t one = 1u << m.sh;                                                  \
+            for (; dst < end; dst += 8) {                                                     \
+                const uint32_t u = (uint32_t)*q++ << m.sh;                                    \
+                dst[0] = (T)((int32_t)(u & one) - m.o);                                       \
+                dst[1] = (T)((int32_t)((u >> 1) & one) - m.o);                                \
+                dst[2] = (T)((int32_t)((u >> 2) & one) - m.o);                                \
+                dst[3] = (T)((int32_t)((u >> 3) & one) - m.o);                                \
+                dst[4] = (T)((int32_t)((u >> 4) & one) - m.o);                                \
+                dst[5] = (T)((int32_t)((u >> 5) & one) - m.o);                                \
+                dst[6] = (T)((int32_t)((u >> 6) & one) - m.o);                                \
+                dst[7] = (T)((int32_t)((u >> 7) & one) - m.o);                                \
+            }                                                                                 \
+        } else { /* 3, 5, 6, 7 bits: lo holds codes 0..3 of a group, lo and hi codes 4..7 */  \
+            for (; dst < end; dst += 8) {                                                     \
+                uint32_t lo = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16;    \
+                uint32_t hi = 0, w, j;                                                        \
+                if (m.bits > 3u) {                                                            \
+                    lo |= (uint32_t)q[3] << 24;                                               \
+                    hi = (uint32_t)q[4];                                                      \
+                    hi |= m.bits > 5u ? (uint32_t)q[5] << 8 : 0u;                             \
+                    hi |= m.bits > 6u ? (uint32_t)q[6] << 16 : 0u;                            \
+                }                                                                             \
+                q += m.bits;                                                                  \
+                for (j = 0, w = lo; j < 8u; j++, w >>= m.bits) {                              \
+                    if (j == 4u) {                                                            \
+                        w = (lo >> (4u * m.bits)) | (hi << (32u - 4u * m.bits));              \
+                    }                                                                         \
+                    dst[j] = (T)((int32_t)((w & m.mask) ^ m.x) - m.o);                        \
+                }                                                                             \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+                                                                                              \
+    SCOPE void NAME(const void *buf, size_t start, int32_t n, MicoFmt f, T *dst)              \
     {                                                                                         \
         const uint8_t *q = (const uint8_t *)buf;                                              \
-        const MicoFieldMap m = mico_field_map(f);                                             \
-        const int32_t per = 8 / f.bits;                                                       \
-        int32_t i = 0, head = n;                                                              \
-        size_t bit;                                                                           \
-        uint32_t acc = 0, avail = 0;                                                          \
-        if (f.bits == 8) {                                                                    \
+        int32_t i, grp, head, mid;                                                            \
+        if (f.bits == 8 && f.is_signed) {                                                     \
             const int8_t *s = (const int8_t *)buf + start;                                    \
-            q += start;                                                                       \
-            for (; i < n; i++) {                                                              \
-                dst[i] = f.is_signed ? (T)s[i] : (T)q[i];                                     \
+            for (i = 0; i < n; i++) {                                                         \
+                dst[i] = (T)s[i];                                                             \
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
-        if (per * f.bits == 8 && n >= 2 * per) { /* 1, 2, 4 bits: up to a byte boundary */    \
-            head = (int32_t)((size_t)(per - (int32_t)(start % (size_t)per)) % (size_t)per);   \
+        if (f.bits == 8) {                                                                    \
+            for (q += start, i = 0; i < n; i++) {                                             \
+                dst[i] = (T)q[i];                                                             \
+            }                                                                                 \
+            return;                                                                           \
         }                                                                                     \
-        bit = start * (size_t)m.bits;                                                         \
-        q += bit >> 3;                                                                        \
+        if (n <= 0) {                                                                         \
+            return;                                                                           \
+        }                                                                                     \
+        grp = (f.bits & (f.bits - 1)) == 0 ? 8 >> (f.bits >> 1) : 8; /* codes of a byte group */\
+        if (n < 2 * grp) {                                                                    \
+            NAME##_bits(q, start, n, f, dst);                                                 \
+            return;                                                                           \
+        }                                                                                     \
+        head = (grp - (int32_t)(start & (size_t)(grp - 1))) & (grp - 1);                      \
+        mid = (n - head) & ~(grp - 1);                                                        \
         if (head > 0) {                                                                       \
-            avail = 8u - (uint32_t)(bit & 7u);                                                \
-            acc = (uint32_t)*q++ >> (bit & 7u);                                               \
+            NAME##_bits(q, start, head, f, dst);                                              \
         }                                                                                     \
-        for (;;) {                                                                            \
-            for (; i < head; i++) { /* the bit buffer */                                      \
-                if (avail < m.bits) {                                                         \
-                    acc |= (uint32_t)*q++ << avail;                                           \
-                    avail += 8u;                                                              \
-                }                                                                             \
-                dst[i] = (T)((int32_t)(((acc & m.mask) ^ m.x) << m.sh) - m.o);                \
-                acc >>= m.bits;                                                               \
-                avail -= m.bits;                                                              \
-            }                                                                                 \
-            if (head == n) {                                                                  \
-                return;                                                                       \
-            }                                                                                 \
-            head = n - (n - i) % per; /* whole bytes, then the tail */                        \
-            for (; i < head;) { /* x repeated in every field of the byte */                   \
-                uint32_t u = (uint32_t)*q++ ^ (m.x * (f.bits == 4 ? 0x11u : 0x55u)), j;       \
-                for (j = 0; j < (uint32_t)per; j++, i++, u >>= m.bits) {                      \
-                    dst[i] = (T)((int32_t)((u & m.mask) << m.sh) - m.o);                      \
-                }                                                                             \
-            }                                                                                 \
-            head = n;                                                                         \
-            acc = avail = 0;                                                                  \
+        NAME##_groups(q + (start + (size_t)head) * (size_t)f.bits / 8u, mid, f, dst + head);  \
+        if (head + mid < n) {                                                                 \
+            NAME##_bits(q, start + (size_t)(head + mid), n - head - mid, f, dst + head + mid);\
         }                                                                                     \
     }
 
 /* mico_unpack: codes (bits 1..8) to int16_t. */
-MICO_DEFINE_UNPACK(mico_unpack, int16_t)
+MICO_DEFINE_UNPACK(, mico_unpack, int16_t)
 /* mico_unpack_codes_i32: codes (bits 1..8) to int32_t. */
-MICO_DEFINE_UNPACK(mico_unpack_codes_i32, int32_t)
+MICO_DEFINE_UNPACK(, mico_unpack_codes_i32, int32_t)
 
 /* mico_unpack_i32: any tensor (codes, or int32: copied) to int32_t. */
 void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
@@ -89,11 +156,10 @@ void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
 void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f)
 {
     uint8_t *q = (uint8_t *)buf;
-    const MicoFieldMap m = mico_field_map(f);
-    const int32_t per = 8 / f.bits;
-    int32_t i = 0, head = n;
+    int32_t i = 0, head = n, per;
     size_t bit;
     uint32_t acc, used;
+    MicoFieldMap m;
     if (n <= 0) {
         return;
     }
@@ -110,8 +176,10 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
         }
         return;
     }
-    if (per * f.bits == 8 && n >= 2 * per) { /* 1, 2, 4 bits: up to a byte boundary */
-        head = (int32_t)((size_t)(per - (int32_t)(start % (size_t)per)) % (size_t)per);
+    m = mico_field_map(f);
+    per = (f.bits & (f.bits - 1)) == 0 ? 8 >> (f.bits >> 1) : 1; /* codes per byte (1, 2, 4 bits) */
+    if (per > 1 && n >= 2 * per) { /* up to a byte boundary */
+        head = (per - (int32_t)(start & (size_t)(per - 1))) & (per - 1);
     }
     bit = start * (size_t)m.bits;
     q += bit >> 3;
@@ -130,13 +198,25 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
         if (head == n) {
             break;
         }
-        head = n - (n - i) % per; /* whole bytes, then the tail */
-        for (; i < head;) {
-            uint32_t b = 0, sh;
-            for (sh = 0; sh < 8u; sh += m.bits, i++) {
-                b |= mico_code_field(src[i], &m) << sh;
+        head = n - ((n - i) & (per - 1)); /* whole bytes, then the tail */
+        if (f.bits == 4) {
+            for (; i < head; i += 2) {
+                *q++ = (uint8_t)(((uint32_t)src[i] & 15u) | ((uint32_t)src[i + 1] & 15u) << 4);
             }
-            *q++ = (uint8_t)b;
+        } else if (f.bits == 2) {
+            for (; i < head; i += 4) {
+                *q++ = (uint8_t)(((uint32_t)src[i] & 3u) | ((uint32_t)src[i + 1] & 3u) << 2 |
+                                 ((uint32_t)src[i + 2] & 3u) << 4 | ((uint32_t)src[i + 3] << 6));
+            }
+        } else { /* 1 bit: the field is 1 for code 1 (unsigned) or +1 (binary) */
+            for (; i < head; i += 8) {
+                *q++ = (uint8_t)((uint32_t)(src[i] > 0) | (uint32_t)(src[i + 1] > 0) << 1 |
+                                 (uint32_t)(src[i + 2] > 0) << 2 |
+                                 (uint32_t)(src[i + 3] > 0) << 3 |
+                                 (uint32_t)(src[i + 4] > 0) << 4 |
+                                 (uint32_t)(src[i + 5] > 0) << 5 |
+                                 (uint32_t)(src[i + 6] > 0) << 6 | (uint32_t)(src[i + 7] > 0) << 7);
+            }
         }
         head = n;
     }
@@ -145,22 +225,15 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
     }
 }
 
-/* n signed codes (weights) from element start, narrowed to int8_t. */
-void mico_unpack_s8(const void *buf, size_t start, int32_t n, int32_t bits,
-                                int8_t *dst)
+/* n signed codes (weights) from element start, as int8_t. */
+MICO_DEFINE_UNPACK(static, mico_unpack_int8, int8_t)
+
+void mico_unpack_s8(const void *buf, size_t start, int32_t n, int32_t bits, int8_t *dst)
 {
-    int16_t t[16];
     MicoFmt f;
-    int32_t i, j;
     f.bits = bits;
     f.is_signed = 1;
-    for (i = 0; i < n; i += 16) {
-        const int32_t k = n - i < 16 ? n - i : 16;
-        mico_unpack(buf, start + (size_t)i, k, f, t);
-        for (j = 0; j < k; j++) {
-            dst[i + j] = (int8_t)t[j];
-        }
-    }
+    mico_unpack_int8(buf, start, n, f, dst);
 }
 
 /* n codes of row `row` (an element index) at columns ix0 .. ix0 + n - 1, any of which may lie

@@ -662,6 +662,20 @@ def test_unpack_matches_python(harness, fmt, dst, count, data):
     assert got == codes[start : start + n].tolist()
 
 
+@pytest.mark.parametrize("bits", [3, 5, 6, 7])
+@pytest.mark.parametrize("signed", [False, True])
+def test_unpack_groups_of_eight_odd_width_codes(harness, bits, signed):
+    """3-, 5-, 6- and 7-bit runs long enough for the 8-code groups, from every start within a
+    group and with every tail length, give the codes Python packed."""
+    fmt = QFormat(bits, signed)
+    codes = _codes(fmt, np.random.default_rng(bits), 64)
+    raw = _bytes(codes, fmt)
+    for start in range(9):
+        for n in (16, 17, 23, 24, 31, 40, 64 - start):
+            (got,) = _run(harness, ["u", *_fmt(fmt), 16, len(raw), *raw, start, n])
+            assert got == codes[start : start + n].tolist(), (start, n)
+
+
 @settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
