@@ -130,8 +130,20 @@
 
 /* mico_unpack: codes (bits 1..8) to int16_t. */
 MICO_DEFINE_UNPACK(, mico_unpack, int16_t)
-/* mico_unpack_codes_i32: codes (bits 1..8) to int32_t. */
-MICO_DEFINE_UNPACK(, mico_unpack_codes_i32, int32_t)
+/* mico_unpack_codes_i32: codes (bits 1..8) to int32_t, through int16 runs on the stack (one
+ * copy of the run reader in flash; widening costs a load and a store per code). */
+void mico_unpack_codes_i32(const void *buf, size_t start, int32_t n, MicoFmt f, int32_t *dst)
+{
+    int16_t t[32];
+    int32_t i, j;
+    for (i = 0; i < n; i += 32) {
+        const int32_t k = n - i < 32 ? n - i : 32;
+        mico_unpack(buf, start + (size_t)i, k, f, t);
+        for (j = 0; j < k; j++) {
+            dst[i + j] = t[j];
+        }
+    }
+}
 
 /* mico_unpack_i32: any tensor (codes, or int32: copied) to int32_t. */
 void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
@@ -225,7 +237,8 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
     }
 }
 
-/* n signed codes (weights) from element start, as int8_t. */
+/* n signed codes (weights) from element start, as int8_t: a run reader of its own, since the
+ * rows of weights of odd widths are unpacked on every chunk of a convolution or linear layer. */
 MICO_DEFINE_UNPACK(static, mico_unpack_int8, int8_t)
 
 void mico_unpack_s8(const void *buf, size_t start, int32_t n, int32_t bits, int8_t *dst)
