@@ -14,10 +14,11 @@
  *
  * Elements are read and written through a format descriptor MicoFmt, so every width 1..8,
  * signed or not, works everywhere: one at a time with mico_load / mico_store, or a run at a
- * time with mico_unpack / mico_unpack_i32 / mico_pack, which the kernels' hot loops use. The
- * run helpers take whole bytes at a time (no tables, no wider loads, so no alignment needs)
- * for 8-bit codes, and for 1-, 2- and 4-bit codes once the run reaches a byte boundary; other
- * widths and the head / tail elements of a run stream through a 32-bit bit buffer.
+ * time with mico_unpack / mico_unpack_i32 / mico_pack (mico_nn_run.c), which the kernels' hot
+ * loops use. The run helpers take whole bytes at a time (no tables, no wider loads, so no
+ * alignment needs): 8-bit codes as they are, 1-, 2- and 4-bit codes a byte at a time and 3-,
+ * 5-, 6- and 7-bit codes 8 at a time once the run reaches a group boundary; short runs and the
+ * head / tail elements of a run stream through a 32-bit bit buffer.
  */
 #ifndef MICO_NN_H
 #define MICO_NN_H
@@ -143,6 +144,12 @@ static inline MicoFieldMap mico_field_map(MicoFmt f)
     return m;
 }
 
+/* Codes per byte of a width whose codes tile a byte (1, 2, 4, 8 bits); 1 for 3, 5, 6, 7. */
+static inline int32_t mico_codes_per_byte(int32_t bits)
+{
+    return (bits & (bits - 1)) == 0 ? 8 >> ((bits >> 1) - (bits >> 3)) : 1;
+}
+
 /* The field a code is stored as (binary {-1, +1}: 1 for +1, 0 for -1). */
 static inline uint32_t mico_code_field(int32_t v, const MicoFieldMap *m)
 {
@@ -150,14 +157,13 @@ static inline uint32_t mico_code_field(int32_t v, const MicoFieldMap *m)
 }
 
 /* Run helpers (mico_nn_run.c): every integer kernel reads and writes codes through these.
- * mico_unpack / mico_unpack_codes_i32: n codes (bits 1..8) from element `start` into dst;
- * mico_unpack_i32: any tensor (codes, or int32: copied); mico_unpack_s8: n signed codes
+ * mico_unpack: n codes (bits 1..8) from element `start` into dst;
+ * mico_unpack_i32: any tensor (codes, or int32: copied) into int32_t; mico_unpack_s8: n signed codes
  * (weights) narrowed to int8_t; mico_unpack_padded: n codes of row `row` (an element index) at
  * columns ix0 .. ix0 + n - 1, any of which may lie outside [0, width) and read as `fill`;
  * mico_pack: store n codes (already in range; binary as -1 / +1) at elements start.., leaving
  * every other element's bits as they were. */
 void mico_unpack(const void *buf, size_t start, int32_t n, MicoFmt f, int16_t *dst);
-void mico_unpack_codes_i32(const void *buf, size_t start, int32_t n, MicoFmt f, int32_t *dst);
 void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f, int32_t *dst);
 void mico_unpack_s8(const void *buf, size_t start, int32_t n, int32_t bits, int8_t *dst);
 void mico_unpack_padded(const void *buf, size_t row, int32_t width, int32_t ix0, int32_t n,

@@ -13,10 +13,10 @@
  * byte holding a needed bit is read exactly once, and never a byte past the run. The three
  * parts are separate functions so that a short run does not pay for the group loops'
  * registers. SCOPE: empty (external) or static. */
-#define MICO_DEFINE_UNPACK(SCOPE, NAME, T)                                                     \
-    /* NAME##_bits: codes start .. start + n - 1 through a 32-bit bit buffer that reads each byte\
+#define MICO_DEFINE_UNPACK(SCOPE, NAME, T)                                                    \
+    /* NAME##_bits: codes start .. start + n - 1 through a 32-bit bit buffer that reads each byte \
      * holding a needed bit once. */                                                          \
-    static MICO_NOINLINE void NAME##_bits(const uint8_t *q, size_t start, int32_t n, MicoFmt f,\
+    static MICO_NOINLINE void NAME##_bits(const uint8_t *q, size_t start, int32_t n, MicoFmt f, \
                                           T *dst)                                             \
     {                                                                                         \
         const MicoFieldMap m = mico_field_map(f);                                             \
@@ -36,7 +36,7 @@
         }                                                                                     \
     }                                                                                         \
                                                                                               \
-    /* NAME##_groups: n codes (whole groups) from byte q: a byte at a time for 1-, 2- and 4-bit\
+    /* NAME##_groups: n codes (whole groups) from byte q: a byte at a time for 1-, 2- and 4-bit \
      * codes (x repeated in every field of it), `bits` bytes of 8 codes otherwise. */         \
     static MICO_NOINLINE void NAME##_groups(const uint8_t *q, int32_t n, MicoFmt f, T *dst)   \
     {                                                                                         \
@@ -112,7 +112,7 @@
         if (n <= 0) {                                                                         \
             return;                                                                           \
         }                                                                                     \
-        grp = (f.bits & (f.bits - 1)) == 0 ? 8 >> (f.bits >> 1) : 8; /* codes of a byte group */\
+        grp = mico_codes_per_byte(f.bits) > 1 ? mico_codes_per_byte(f.bits) : 8;              \
         if (n < 2 * grp) {                                                                    \
             NAME##_bits(q, start, n, f, dst);                                                 \
             return;                                                                           \
@@ -124,32 +124,18 @@
         }                                                                                     \
         NAME##_groups(q + (start + (size_t)head) * (size_t)f.bits / 8u, mid, f, dst + head);  \
         if (head + mid < n) {                                                                 \
-            NAME##_bits(q, start + (size_t)(head + mid), n - head - mid, f, dst + head + mid);\
+            NAME##_bits(q, start + (size_t)(head + mid), n - head - mid, f, dst + head + mid); \
         }                                                                                     \
     }
 
 /* mico_unpack: codes (bits 1..8) to int16_t. */
 MICO_DEFINE_UNPACK(, mico_unpack, int16_t)
-/* mico_unpack_codes_i32: codes (bits 1..8) to int32_t, through int16 runs on the stack (one
- * copy of the run reader in flash; widening costs a load and a store per code). */
-void mico_unpack_codes_i32(const void *buf, size_t start, int32_t n, MicoFmt f, int32_t *dst)
+/* mico_unpack_i32: any tensor to int32_t: int32 values copied, codes through int16 runs on the
+ * stack (one copy of the run reader in flash; widening costs a load and a store per code). */
+void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f, int32_t *dst)
 {
     int16_t t[32];
     int32_t i, j;
-    for (i = 0; i < n; i += 32) {
-        const int32_t k = n - i < 32 ? n - i : 32;
-        mico_unpack(buf, start + (size_t)i, k, f, t);
-        for (j = 0; j < k; j++) {
-            dst[i + j] = t[j];
-        }
-    }
-}
-
-/* mico_unpack_i32: any tensor (codes, or int32: copied) to int32_t. */
-void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
-                                 int32_t *dst)
-{
-    int32_t i;
     if (f.bits == 32) {
         const int32_t *s = (const int32_t *)buf + start;
         for (i = 0; i < n; i++) {
@@ -157,7 +143,13 @@ void mico_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
         }
         return;
     }
-    mico_unpack_codes_i32(buf, start, n, f, dst);
+    for (i = 0; i < n; i += 32) {
+        const int32_t k = n - i < 32 ? n - i : 32;
+        mico_unpack(buf, start + (size_t)i, k, f, t);
+        for (j = 0; j < k; j++) {
+            dst[i + j] = t[j];
+        }
+    }
 }
 
 /* Store n codes (already in the format's range; binary as -1 / +1) at elements start.. of a
@@ -189,7 +181,7 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
         return;
     }
     m = mico_field_map(f);
-    per = (f.bits & (f.bits - 1)) == 0 ? 8 >> (f.bits >> 1) : 1; /* codes per byte (1, 2, 4 bits) */
+    per = mico_codes_per_byte(f.bits);
     if (per > 1 && n >= 2 * per) { /* up to a byte boundary */
         head = (per - (int32_t)(start & (size_t)(per - 1))) & (per - 1);
     }
