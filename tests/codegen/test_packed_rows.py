@@ -916,15 +916,10 @@ def test_linear_fast_paths_match_reference(harness, in_fmt, w_bits, out_fmt, row
     """mico_qlinear (input chunks, packed-weight dot products, odd output counts, rows longer
     than a chunk) stores the bytes of an element-by-element reference."""
     rng = np.random.default_rng(seed)
-    w_fmt = QFormat(w_bits, True)
-    x = _codes(in_fmt, rng, rows * n_in)
-    weight = _codes(w_fmt, rng, n_out * n_in)
-    spread = math.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
-    mults = [_multiplier(rng, spread, out_fmt) for _ in range(n_out if per_channel else 1)]
-    wraw = pack(weight, w_fmt).tolist()
-    tokens = ["l", rows, n_in, n_out, *_fmt(in_fmt), w_bits, len(wraw), *wraw,
-              *rng.integers(-500, 500, n_out).tolist(), *_out(out_fmt, rng, seed % 2 == 0, mults),
-              *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+    n_mult = n_out if per_channel else 1
+    tokens = _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, 500, seed % 2 == 0,
+                            lambda spread: [_multiplier(rng, spread, out_fmt)
+                                            for _ in range(n_mult)])  # fmt: skip
     _kernel(harness, tokens)
 
 
@@ -933,19 +928,26 @@ def test_linear_fast_paths_match_reference(harness, in_fmt, w_bits, out_fmt, row
 def test_linear_weights_read_in_place_match_reference(harness, w_bits, n_in):
     """Rows that span whole bytes take the in-place dot products (binary ones included), with
     chunks of 128 inputs and a shorter last chunk; outputs are not all clamped."""
-    rng = np.random.default_rng(n_in + w_bits)
-    in_fmt, out_fmt, w_fmt = QFormat(4, False), QFormat(8, True), QFormat(w_bits, True)
-    x = _codes(in_fmt, rng, 2 * n_in)
-    weight = _codes(w_fmt, rng, 7 * n_in)
-    spread = math.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
-    wraw = pack(weight, w_fmt).tolist()
-    tokens = ["l", 2, n_in, 7, *_fmt(in_fmt), w_bits, len(wraw), *wraw,
-              *rng.integers(-20, 20, 7).tolist(),
-              *_out(out_fmt, rng, False, [quantize_multiplier(64 / spread)]),
-              *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+    tokens = _linear_tokens(np.random.default_rng(n_in + w_bits), QFormat(4, False), w_bits,
+                            QFormat(8, True), 2, n_in, 7, 20, False,
+                            lambda spread: [quantize_multiplier(64 / spread)])  # fmt: skip
     lines = _run(harness, tokens)
     assert lines[0] == lines[1]
     assert len(set(lines[0])) > 2
+
+
+def _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, bias, relu, multipliers):
+    """A linear case: random codes and weights, biases in [-bias, bias), and the multipliers
+    ``multipliers(spread)`` gives for accumulators of about +-spread."""
+    w_fmt = QFormat(w_bits, True)
+    x = _codes(in_fmt, rng, rows * n_in)
+    weight = _codes(w_fmt, rng, n_out * n_in)
+    spread = math.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
+    mults = multipliers(spread)
+    wraw = pack(weight, w_fmt).tolist()
+    return ["l", rows, n_in, n_out, *_fmt(in_fmt), w_bits, len(wraw), *wraw,
+            *rng.integers(-bias, bias, n_out).tolist(), *_out(out_fmt, rng, relu, mults),
+            *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- pooling
