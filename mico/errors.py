@@ -57,3 +57,7 @@ class CheckpointError(MicoError, ValueError):
 
 class TypeDeductionError(MicoError, TypeError):
     """An operator was applied to arguments of the wrong kind, count, shape or data type."""
+
+
+class OutputError(MicoError, OSError):
+    """An output path cannot be written, holds files mico did not write, or is in use."""
