@@ -23,17 +23,45 @@ app = typer.Typer(
 
 
 def _friendly_errors(fn: F) -> F:
-    """Turn a MicoError into one clear line on stderr and exit code 2 (no traceback)."""
+    """Turn a MicoError into one clear line on stderr and exit code 2 (no traceback).
+
+    An ``OSError`` about a named file (a path the user gave) is reported the same way; any
+    other exception is a bug in mico and keeps its traceback.
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except MicoError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {_one_line(str(exc))}", err=True)
+            raise typer.Exit(EXIT_USAGE) from None
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            path = _one_line(repr(str(exc.filename)))
+            typer.echo(
+                f"error: cannot use {path}: {exc.strerror or type(exc).__name__}; check the "
+                "path (it must exist, be readable, and its folders be directories)",
+                err=True,
+            )
             raise typer.Exit(EXIT_USAGE) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+def _one_line(text: str, limit: int = 900) -> str:
+    """``text`` on one line, cut to ``limit`` characters (an error line must stay readable)."""
+    flat = " ".join(text.split("\n"))
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+ForceOpt = Annotated[
+    bool,
+    typer.Option(
+        "--force", help="Replace OUT even when it holds files mico did not write (see docs)."
+    ),
+]
 
 
 @app.callback()
@@ -45,7 +73,8 @@ def _root() -> None:
 @_friendly_errors
 def demo(
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Output directory (replaced atomically).")
+        Path,
+        typer.Option("--out", "-o", help="Output directory (replaced atomically; see --force)."),
     ] = Path("out/demo"),
     seed: Annotated[int, typer.Option(help="Seed of the data split, weights and training.")] = 0,
     plan: Annotated[
@@ -66,6 +95,7 @@ def demo(
         ),
     ] = "auto",
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Run the whole pipeline on the bundled 8x8 digits and verify C against Python.
 
@@ -77,7 +107,13 @@ def demo(
 
     result = run_demo(
         DemoOptions(
-            out_dir=out, seed=seed, plan=plan, epochs=epochs, qat_epochs=qat_epochs, target=target
+            out_dir=out,
+            seed=seed,
+            plan=plan,
+            epochs=epochs,
+            qat_epochs=qat_epochs,
+            target=target,
+            force=force,
         ),
         log=(lambda _msg: None) if quiet else typer.echo,
     )
@@ -154,6 +190,7 @@ def train(
     per_channel: Annotated[bool, typer.Option(help="Per-channel weight scales.")] = False,
     lsq: Annotated[bool, typer.Option(help="Learn step sizes during QAT.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    force: ForceOpt = False,
 ) -> None:
     """Train a zoo model, quantize it (PTQ or QAT) and save checkpoints, plan and costs."""
     from mico.quant import QuantConfig
@@ -184,6 +221,7 @@ def train(
             qat_epochs=qat_epochs,
             quant=config,
             progress=progress,
+            force=force,
         ),
         log=typer.echo,
     )
@@ -255,6 +293,7 @@ def compile_cmd(
     samples: SamplesOpt = 32,
     seed: Annotated[int, typer.Option()] = 0,
     per_channel: PerChannelOpt = False,
+    force: ForceOpt = False,
 ) -> None:
     """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
 
@@ -265,7 +304,7 @@ def compile_cmd(
     from mico.deploy import compile_from_options
 
     options = _deploy_options(
-        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel
+        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel, force=force
     )
     compiled, _ = compile_from_options(options, log=typer.echo)
     project = compiled.project
@@ -296,6 +335,7 @@ def verify_cmd(
     ] = None,
     cc: Annotated[str, typer.Option(help="Host C compiler (gcc or clang).")] = "gcc",
     sanitize: Annotated[bool, typer.Option(help="Host build with ASan and UBSan.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
@@ -306,7 +346,7 @@ def verify_cmd(
 
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
-        targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize,
+        targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
     )  # fmt: skip
     result = run_verify(options, log=typer.echo)
     if not result.ok:

@@ -46,6 +46,7 @@ class DeployOptions:
     cc: str = "gcc"
     sanitize: bool = False
     rtol: float = 1e-5
+    force: bool = False  # replace an output directory mico did not write
 
 
 @dataclass
@@ -129,8 +130,12 @@ def compile_from_options(
     options: DeployOptions, log: Log = print
 ) -> tuple[CompiledModel, np.ndarray]:
     """Load, calibrate (static mode) and compile; return the project and the samples."""
+    from mico.atomic import check_output_dir
+    from mico.codegen.project import check_model_name
     from mico.quant import calibrate
 
+    check_model_name(options.name)  # before any work
+    check_output_dir(options.out_dir, force=options.force)
     model, zoo_name = load_model(options)
     samples = samples_for(model, zoo_name, options)
     batches = [torch.from_numpy(b) for b in np.array_split(samples, options.calibration_batches)]
@@ -141,14 +146,21 @@ def compile_from_options(
     example = torch.from_numpy(samples[:1])
     log(f"compiling {type(model).__name__} ({options.mode} mode) into {options.out_dir}")
     compiled = compile_model(
-        model, example, options.out_dir, options.name, options.mode, calibration=batches
+        model,
+        example,
+        options.out_dir,
+        options.name,
+        options.mode,
+        calibration=batches,
+        force=options.force,
+        extras=_write_compile_report,
     )
-    _write_compile_report(compiled)
     return compiled, samples
 
 
 def _write_compile_report(compiled: CompiledModel) -> None:
-    """``memory.json`` (arena, bound, offsets) and ``memory_map.png`` beside the sources."""
+    """``memory.json`` (arena, bound, offsets) and ``memory_map.png`` beside the sources
+    (called while the project is still in its temporary directory)."""
     project = compiled.project
     arena = project.arena
     data: dict[str, Any] = {

@@ -10,8 +10,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from mico.atomic import atomic_directory
-from mico.codegen.project import CProject, emit_c_project
+from mico.atomic import atomic_directory, check_output_dir
+from mico.codegen.project import CProject, check_model_name, emit_c_project
 from mico.data import load_dataset
 from mico.errors import BuildError, CompileError
 from mico.execute import Agreement, compare_outputs, run_graph
@@ -91,6 +91,7 @@ class DemoOptions:
     qat_epochs: int = 5
     target: str = "auto"  # host always; rv32 too ("auto": when its toolchain is installed)
     qat_lr: float = 1e-3
+    force: bool = False  # replace an output directory mico did not write
 
 
 @dataclass
@@ -110,6 +111,8 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
     """Train, quantize, compile to C, build, run and verify on the bundled digits."""
     if options.target not in ("host", "rv32", "auto"):
         raise BuildError(f"unknown target '{options.target}'; use host, rv32 or auto")
+    check_model_name(options.name)  # before any work
+    check_output_dir(options.out_dir, force=options.force)
     torch.manual_seed(options.seed)
     model = SmallCNN(channels=options.channels)
     plan = QuantPlan.load(options.plan).validate_for(quantizable_layers(model))  # before work
@@ -136,7 +139,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
     quant_acc = top1(reference, split.y_test)
     log(f"      quantized accuracy {quant_acc:.4f} (FP32 {fp32_acc:.4f})")
 
-    with atomic_directory(options.out_dir) as tmp:
+    with atomic_directory(options.out_dir, force=options.force, command="mico demo") as tmp:
         log(f"[3/5] emitting C into {options.out_dir}")
         project = emit_c_project(graph, tmp, options.name)
         log("[4/5] building with the host C compiler and running every test sample")

@@ -156,7 +156,7 @@ def test_train_quantizes_and_writes_checkpoints(tmp_path):
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "costs.md", "fp32.pt", "metrics.json", "plan.yaml", "quantized.pt"
+        ".mico-output", "costs.md", "fp32.pt", "metrics.json", "plan.yaml", "quantized.pt"
     ]  # fmt: skip
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["plan"] == "conv1=8/8,conv2=4/4,fc=1.58/8"

@@ -57,8 +57,8 @@ def test_demo_qat_recovers_low_bit_accuracy_and_stays_bit_exact(tmp_path):
 
 def test_failed_run_keeps_the_previous_output(tmp_path):
     out = tmp_path / "run"
-    out.mkdir()
-    (out / "keep.txt").write_text("earlier results")
+    with atomic_directory(out) as earlier:  # an earlier mico output
+        (earlier / "keep.txt").write_text("earlier results")
     with pytest.raises(PlanError):
         run_demo(DemoOptions(out_dir=out, plan="conv1=8/8"), log=lambda m: None)
     assert (out / "keep.txt").read_text() == "earlier results"
@@ -72,7 +72,7 @@ def test_atomic_directory_all_or_nothing(tmp_path):
     with pytest.raises(RuntimeError), atomic_directory(target) as tmp:
         (tmp / "b.txt").write_text("half")
         raise RuntimeError("stage failed")
-    assert sorted(p.name for p in target.iterdir()) == ["a.txt"]
+    assert sorted(p.name for p in target.iterdir()) == [".mico-output", "a.txt"]
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 

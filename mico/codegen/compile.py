@@ -9,14 +9,14 @@
   (:func:`mico.execute.run_graph`): the C output must equal it bit for bit.
 
 The project directory is written atomically: a failure leaves nothing half-written and an
-existing project untouched.
+existing project untouched; a directory mico did not write is never replaced without ``force``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,9 +24,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from mico.atomic import atomic_directory
+from mico.atomic import atomic_directory, check_output_dir
 from mico.codegen.dynamic import prepare_dynamic
-from mico.codegen.project import CProject, emit_c_project
+from mico.codegen.project import CProject, check_model_name, emit_c_project
 from mico.errors import CompileError
 from mico.ir.graph import Graph
 
@@ -115,11 +115,22 @@ def compile_model(
     calibration: Sequence[torch.Tensor] | None = None,
     align: int = 8,
     fuse: bool = True,
+    *,
+    force: bool = False,
+    extras: Callable[[CompiledModel], None] | None = None,
 ) -> CompiledModel:
-    """Lower ``model`` (quantized or float) and write its C project into ``out_dir``."""
+    """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
+
+    ``out_dir`` is refused before any work when it holds files mico did not write (unless
+    ``force``), see :mod:`mico.atomic`. ``extras`` writes further files (reports, plots) into
+    the project while it is still the temporary directory, so they appear with the project.
+    """
+    check_model_name(name)
+    final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
-    final = Path(out_dir).resolve()
-    with atomic_directory(final) as tmp:
+    with atomic_directory(final, force=force, command="compile_model") as tmp:
         project = emit_c_project(graph, tmp, name, align=align)
+        if extras is not None:
+            extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)
     return CompiledModel(project, graph, mode, folded)

@@ -23,9 +23,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from mico.atomic import atomic_directory
+from mico.atomic import atomic_directory, check_output_dir
 from mico.codegen.context import EmitContext, c_float
-from mico.codegen.project import CProject, emit_c_project
+from mico.codegen.project import CProject, check_model_name, emit_c_project
 from mico.codegen.registry import MiCoOpRegistry, UnregisteredOpError, unregistered_message
 from mico.errors import CompileError
 from mico.ir.analyzer import find_rule
@@ -139,17 +139,23 @@ class MiCoCodeGen:
         (out,) = run_ir(graph, [example[:1].float()], on_node=keep)
         return out
 
-    def convert(self, output_dir: str | Path, model_name: str = "model") -> CProject:
-        """Write the C project for the graph ``forward`` prepared; return it."""
+    def convert(
+        self, output_dir: str | Path, model_name: str = "model", *, force: bool = False
+    ) -> CProject:
+        """Write the C project for the graph ``forward`` prepared; return it.
+
+        ``output_dir`` holding files mico did not write is refused unless ``force``.
+        """
         if self.graph is None:
             raise CompileError("call MiCoCodeGen.forward(example) before convert()")
+        check_model_name(model_name)
+        final = check_output_dir(output_dir, force=force)
         for node in self.graph.nodes:
             if find_rule(node.op, "emit") is None:
                 raise UnregisteredOpError(unregistered_message(node.op))
         token = _ACTIVE.set(self)
-        final = Path(output_dir).resolve()
         try:
-            with atomic_directory(final) as tmp:
+            with atomic_directory(final, force=force, command="MiCoCodeGen.convert") as tmp:
                 project = emit_c_project(self.graph, tmp, model_name, align=self.align_to)
                 for file, source in self._kernel_sources.items():
                     (tmp / file).write_text(source)

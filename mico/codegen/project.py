@@ -74,9 +74,43 @@ def _numpy(tensor: object) -> np.ndarray:
     return detach().cpu().numpy() if detach is not None else np.asarray(tensor)
 
 
-def _check(graph: Graph, name: str, align: int) -> None:
+#: names whose files or executable would collide with the project's fixed files (main.c,
+#: Makefile, the make targets, the kernels' mico_* files, the run files inputs.bin, outputs.bin,
+#: intermediates.bin); compared ignoring case, as macOS and Windows file systems do
+RESERVED_NAMES = frozenset(
+    {"main", "makefile", "mico", "run", "clean", "force", "inputs", "outputs", "intermediates"}
+)
+MAX_NAME = 48  # "<NAME>_OUTPUT_SCALE" stays within C99's 63 significant characters
+
+
+def check_model_name(name: str) -> None:
+    """Refuse a model name that is not a C identifier or would overwrite a project file."""
+    if not isinstance(name, str):
+        raise CompileError(f"model name must be a string, got {type(name).__name__}")
+    shown = repr(name[:60] + ("..." if len(name) > 60 else ""))
     if not _NAME.match(name):
-        raise CompileError(f"model name '{name}' is not a C identifier; use letters, digits and _")
+        raise CompileError(
+            f"model name {shown} is not a C identifier; use letters, digits and _ (e.g. 'model')"
+        )
+    if len(name) > MAX_NAME:
+        raise CompileError(
+            f"model name {shown} is {len(name)} characters long; use at most {MAX_NAME}"
+        )
+    if name.startswith("_"):
+        raise CompileError(
+            f"model name {shown} starts with '_' (reserved in C); start it with a letter"
+        )
+    lower = name.lower()
+    if lower in RESERVED_NAMES or lower.startswith("mico_"):
+        raise CompileError(
+            f"model name {shown} is reserved: its files would overwrite the project's own "
+            f"({', '.join(sorted(RESERVED_NAMES))} and mico_* are taken); choose another "
+            f"--name, e.g. 'net_{name}'"
+        )
+
+
+def _check(graph: Graph, name: str, align: int) -> None:
+    check_model_name(name)
     if align < 1 or align > MAX_ALIGN or align & (align - 1):
         raise CompileError(f"align must be a power of two from 1 to {MAX_ALIGN}, got {align}")
     if len(graph.inputs) != 1 or graph.inputs[0].type.dtype != DataType.FP32:

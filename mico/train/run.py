@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mico.atomic import atomic_directory
+from mico.atomic import atomic_directory, check_output_dir
 from mico.data import load_dataset
 from mico.errors import DatasetError, PlanError
 from mico.models import from_zoo, zoo_entry
@@ -38,6 +38,7 @@ class TrainOptions:
     quant: QuantConfig = field(default_factory=QuantConfig)
     calibration_batches: int = 8
     progress: bool = False
+    force: bool = False  # replace an output directory mico did not write
 
 
 @dataclass
@@ -49,6 +50,7 @@ class TrainResult:
 
 def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
     """Train FP32, then (with a plan) quantize by PTQ or QAT; write checkpoints and a report."""
+    check_output_dir(options.out_dir, force=options.force)  # before any work
     seed_everything(options.seed)
     entry = zoo_entry(options.model)
     model = from_zoo(options.model, **options.model_options)
@@ -109,7 +111,7 @@ def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
         log(f"quantized ({options.method}) test accuracy {metrics['quantized_accuracy']:.4f}")
     costs = model_costs(quantized if quantized is not None else model)
     metrics["costs"] = costs.to_dict()["total"]
-    with atomic_directory(options.out_dir) as tmp:
+    with atomic_directory(options.out_dir, force=options.force, command="mico train") as tmp:
         save_checkpoint(model, tmp / "fp32.pt", dataset=dataset)
         if quantized is not None and plan is not None:
             save_checkpoint(quantized, tmp / "quantized.pt", dataset=dataset)
