@@ -258,3 +258,29 @@ def test_ctrl_c_at_any_time_leaves_the_old_or_the_new_complete_project(tmp_path)
             assert run_cli([*COMPILE, "-o", "out", "--name", "old"], work).returncode == 0
         assert proc.returncode in (0, 1, 130, -signal.SIGINT), err
     assert True in outcomes  # at least one run was interrupted before its swap
+
+
+@pytest.mark.parametrize("step", ["memory.json", "memory_map.png"])
+def test_an_interrupt_while_the_reports_are_written_keeps_the_old_project(
+    tmp_path, monkeypatch, step
+):
+    """The reports are finished inside the temporary directory, before the swap: an interrupt
+    while they are written leaves the previous project whole (issue 12: no memory_map.png)."""
+    import mico.deploy as deploy
+    from mico.deploy import DeployOptions, compile_from_options
+
+    options = DeployOptions(model="mlp", samples=2, out_dir=tmp_path / "out", name="old")
+    compile_from_options(options, log=lambda _: None)
+    old = snapshot(tmp_path)
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    if step == "memory.json":
+        monkeypatch.setattr(deploy, "memory_map_rows", interrupted)
+    else:
+        monkeypatch.setattr(deploy, "plot_memory_map", interrupted)
+    options.name = "new"
+    with pytest.raises(KeyboardInterrupt):
+        compile_from_options(options, log=lambda _: None)
+    assert_untouched(old, tmp_path)
