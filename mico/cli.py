@@ -39,7 +39,7 @@ def _friendly_errors(fn: F) -> F:
         except OSError as exc:
             if exc.filename is None:
                 raise
-            path = _one_line(repr(str(exc.filename)))
+            path = _one_line(repr(str(exc.filename)), 200)
             typer.echo(
                 f"error: cannot use {path}: {exc.strerror or type(exc).__name__}; check the "
                 "path (it must exist, be readable, and its folders be directories)",

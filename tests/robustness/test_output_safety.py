@@ -284,3 +284,69 @@ def test_an_interrupt_while_the_reports_are_written_keeps_the_old_project(
     with pytest.raises(KeyboardInterrupt):
         compile_from_options(options, log=lambda _: None)
     assert_untouched(old, tmp_path)
+
+
+# --------------------------------------------------------------------------- the CLI boundary
+
+
+def _boundary_app(exc: BaseException):  # a command that fails the way a stage might
+    import typer
+
+    from mico.cli import _friendly_errors
+
+    app = typer.Typer()
+
+    @app.command()
+    @_friendly_errors
+    def run() -> None:
+        raise exc
+
+    @app.command()
+    def other() -> None:  # a second command, so typer keeps the subcommand form
+        pass
+
+    return app
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        PermissionError(13, "Permission denied", "/data/plan.yaml"),
+        IsADirectoryError(21, "Is a directory", "plans"),
+        NotADirectoryError(20, "Not a directory", "notes.txt/x"),
+        FileExistsError(17, "File exists", "out"),
+        OSError(36, "File name too long", "p" * 5000),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_os_errors_on_user_paths_are_one_line_errors(exc):
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(_boundary_app(exc), ["run"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: cannot use "), result.output
+    assert str(exc.filename)[:20] in lines[0] and exc.strerror in lines[0]
+    assert len(lines[0]) < 400 and "check the path" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "exc", [OSError("no file named"), RuntimeError("a bug"), KeyError("k")], ids=repr
+)
+def test_other_exceptions_keep_their_traceback(exc):
+    from typer.testing import CliRunner
+
+    result = CliRunner().invoke(_boundary_app(exc), ["run"])
+    assert result.exception is exc  # not turned into a tidy line that hides a bug
+
+
+def test_a_multi_line_mico_error_is_printed_on_one_line():
+    from typer.testing import CliRunner
+
+    from mico.errors import DatasetError
+
+    result = CliRunner().invoke(
+        _boundary_app(DatasetError("missing files\n  searched: x")), ["run"]
+    )
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == ["error: missing files   searched: x"]
