@@ -333,9 +333,9 @@ def _clean_strays(final: Path) -> None:
         if path.is_symlink() or not path.is_dir():
             continue
         if ".old-" in name and not os.path.lexists(final) and is_mico_output(path):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # if it cannot go back, it stays as it is
                 path.rename(final)
-                continue
+            continue
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -380,7 +380,11 @@ def _swap_in(tmp: Path, final: Path) -> None:
         return
     old = final.parent / f".{final.name}.old-{secrets.token_hex(4)}"
     os.rename(final, old)
-    os.rename(tmp, final)
+    try:
+        os.rename(tmp, final)
+    except OSError:
+        os.rename(old, final)  # put the old output back before reporting
+        raise
     shutil.rmtree(old, ignore_errors=True)
 
 

@@ -202,6 +202,22 @@ def test_without_an_atomic_exchange_the_two_rename_swap_is_used(tmp_path, monkey
     assert listing(tmp_path / "out") == [MARKER, "b.txt"] and listing(tmp_path) == ["out"]
 
 
+def test_a_failed_two_rename_swap_puts_the_old_output_back(tmp_path, monkeypatch):
+    write(tmp_path / "out", {"a.txt": "old"})
+    monkeypatch.setattr(atomic, "_exchange", lambda a, b: False)
+    real_rename = os.rename
+
+    def rename(src: object, dst: object) -> None:
+        if ".tmp-" in str(src):
+            raise OSError(errno.EXDEV, "Invalid cross-device link", str(src))
+        real_rename(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "rename", rename)
+    with pytest.raises(OutputError, match="different file systems"):
+        write(tmp_path / "out", {"a.txt": "new"})
+    assert (tmp_path / "out" / "a.txt").read_text() == "old" and listing(tmp_path) == ["out"]
+
+
 # --------------------------------------------------------------------------- interrupts
 
 
