@@ -62,6 +62,11 @@ def _absolute(target: str | Path) -> Path:
         raise OutputError(
             f"output path {target!r:.100} is not a valid path ({exc}); give a directory path"
         ) from None
+    except OSError:  # os.getcwd() fails once the working directory is removed
+        raise OutputError(
+            f"output path {_show(os.fspath(target))} is relative but the working directory no "
+            "longer exists; cd to an existing directory or give an absolute --out path"
+        ) from None
     if "\0" in str(path):
         raise OutputError(
             f"output path {_show(path)} contains a NUL character; give a directory path without it"
@@ -99,7 +104,10 @@ def _refuse_protected(final: Path) -> None:
             f"output directory {_show(final)} is the {kind} directory; mico never replaces it, "
             "give a subdirectory such as --out out/run"
         )
-    cwd = _absolute(Path.cwd())
+    try:
+        cwd = _absolute(Path.cwd())
+    except OSError:  # the working directory was removed: nothing to protect there
+        return
     if (final == cwd or final in cwd.parents) and not is_mico_output(final):
         where = "the current directory" if final == cwd else "a parent of the current directory"
         raise OutputError(

@@ -440,3 +440,13 @@ def test_an_accepted_name_never_collides_with_a_project_file(name):
 
 def test_output_error_is_a_mico_error_and_an_os_error():
     assert issubclass(OutputError, MicoError) and issubclass(OutputError, OSError)
+
+
+def test_a_relative_path_after_the_working_directory_was_removed(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(OutputError, match="working directory no longer exists"):
+        check_output_dir("out")
+    assert check_output_dir(tmp_path / "out") == tmp_path / "out"  # absolute paths still work
