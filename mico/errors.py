@@ -61,3 +61,7 @@ class TypeDeductionError(MicoError, TypeError):
 
 class OutputError(MicoError, OSError):
     """An output path cannot be written, holds files mico did not write, or is in use."""
+
+
+class ConfigError(MicoError, ValueError):
+    """A model or run config is malformed: the message names the layer or section and field."""
