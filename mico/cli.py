@@ -417,6 +417,9 @@ def _aten_schema(name: str) -> str | None:
     return None if overload is None else str(overload._schema)
 
 
+from mico import cli_discovery  # noqa: E402, F401  (list-modules, search, info, docs)
+
+
 def main() -> None:
     app()
 

@@ -66,12 +66,32 @@ def _add(obj: Any, name: str, category: str, **kwargs: Any) -> None:
         ModuleRegistry.add(obj, name, category, **kwargs)
 
 
+#: Tags a zoo model gets from its default data set, so that searches by task find it.
+DATASET_TAGS: dict[str, tuple[str, ...]] = {
+    "digits": ("vision", "image-classification", "digits"),
+    "mnist": ("vision", "image-classification", "digits"),
+    "fashion_mnist": ("vision", "image-classification"),
+    "cifar10": ("vision", "image-classification"),
+    "cifar100": ("vision", "image-classification"),
+    "mnist1d": ("1d-signal", "classification"),
+    "speechcommands": ("audio", "keyword-spotting", "speech"),
+    "ucihar": ("sensor", "activity-recognition"),
+    "tinystories": ("language", "text-generation"),
+}
+
+
 def _declare_model_hardware() -> None:
     """Zoo models the C backend compiles run on every C target; the others only in PyTorch."""
     from mico.codegen.compile import DEPLOYABLE_MODELS
 
     for meta in ModuleRegistry._registry.values():
-        if meta.category != "model" or meta.hardware_support:
+        if meta.category != "model" or "zoo" not in meta.tags:
+            continue
+        dataset = meta.extra.get("dataset", "")
+        for tag in (dataset, *DATASET_TAGS.get(dataset, ())):
+            if tag and tag not in meta.tags:
+                meta.tags.append(tag)
+        if meta.hardware_support:
             continue
         if meta.name in DEPLOYABLE_MODELS:
             meta.hardware_support = ["host", "rv32", "rv64"]

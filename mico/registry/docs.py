@@ -38,6 +38,8 @@ def module_markdown(module: ModuleMetadata, level: int = 3) -> str:
     if module.tags:
         lines.append(f"**Tags**: {', '.join(module.tags)}  ")
     for key, value in sorted(module.extra.items()):
+        if value in ({}, [], (), None, ""):
+            continue
         lines.append(f"**{key.replace('_', ' ').capitalize()}**: {_cell(value)}  ")
     if module.performance_hints:
         hints = "; ".join(f"{k}: {v}" for k, v in module.performance_hints.items())
