@@ -65,3 +65,11 @@ class OutputError(MicoError, OSError):
 
 class ConfigError(MicoError, ValueError):
     """A model or run config is malformed: the message names the layer or section and field."""
+
+
+class InputError(MicoError, ValueError):
+    """An input sample cannot be run: NaN or Inf values, or a shape the model does not take."""
+
+
+class ParameterError(MicoError, ValueError):
+    """A model parameter or buffer cannot be deployed: it holds NaN or Inf."""
