@@ -1,0 +1,172 @@
+"""`mico run CONFIG.yaml`: config validation (every problem named by section and field) and a
+small run end to end (files written, C equal to the Python reference)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mico.cli import app
+from mico.errors import ConfigError
+from mico.runconfig import load_run_config, parse_run_config
+
+runner = CliRunner()
+
+SMALL = """
+name: tiny
+model: small_cnn
+data: {dataset: digits, batch_size: 128}
+train: {epochs: 1}
+quantize: {plan: 4/4}
+compile: {mode: static}
+verify: {samples: 8}
+"""
+
+
+def write(tmp_path, text, name="run.yaml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_defaults_are_filled_in():
+    cfg = parse_run_config({"model": "mlp"})
+    assert (cfg.model, cfg.mode, cfg.targets, cfg.epochs, cfg.method) == (
+        "mlp",
+        "static",
+        ("host",),
+        5,
+        "ptq",
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ({"train": {"epochs": -1}}, "'train.epochs': expected an integer in 0..100000, got -1"),
+        ({"train": {"lr": float("nan")}}, "'train.lr': expected a number in (0.0, 10.0], got nan"),
+        ({"train": {"epoch": 3}}, "'train.epoch': unknown field; fields: epochs, lr"),
+        ({"compile": {"mode": "fast"}}, "'compile.mode': expected one of static, dynamic"),
+        ({"target": ["host", "arm"]}, "'target': expected one of host, rv32, rv64, got 'arm'"),
+        ({"quantize": {"plan": 4}}, "'quantize.plan': expected 'W/A'"),
+        ({"quantize": {"method": "awq"}}, "'quantize.method': expected one of ptq, qat"),
+        ({"verify": {"samples": 0}}, "'verify.samples': expected an integer in 1..100000"),
+        ({"modle": "mlp"}, "'modle': unknown field"),
+        ({"data": [1]}, "'data': expected a mapping"),
+        ({"seed": True}, "'seed': expected an integer"),
+        ({"quantize": {"plan": "4/4"}, "search": {"trials": 3}}, "not both"),
+        ([1, 2], "a run config must be a mapping of sections"),
+    ],
+)
+def test_invalid_configs_name_section_and_field(raw, message):
+    with pytest.raises(ConfigError) as info:
+        parse_run_config(raw)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_every_problem_is_reported_at_once():
+    with pytest.raises(ConfigError, match=r"train.epochs.*compile.mode.*verify.samples"):
+        parse_run_config(
+            {"train": {"epochs": -1}, "compile": {"mode": "x"}, "verify": {"samples": 0}}
+        )
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "train: {epochs: 1}\ntrain: {epochs: 2}\n",
+            r"duplicate key .train. at line 2 \(first at line 1\)",
+        ),
+        ("a: &x [1, 2]\nb: *x\n", "uses YAML aliases"),
+        (b"name: \xff\xfe\n", "is not UTF-8 text"),
+        ("train: {epochs: [1\n", "at line"),
+    ],
+)
+def test_bad_files_are_clean_errors(tmp_path, content, message):
+    path = tmp_path / "run.yaml"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    with pytest.raises(ConfigError, match=message):
+        load_run_config(path)
+
+
+def test_size_cap_and_missing_file(tmp_path):
+    big = tmp_path / "big.yaml"
+    big.write_text("# " + "x" * (1 << 20) + "\n")
+    with pytest.raises(ConfigError, match="more than the 1048576 allowed"):
+        load_run_config(big)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_run_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_run_config(tmp_path)
+
+
+def test_cli_refuses_before_any_work(tmp_path):
+    path = write(tmp_path, "model: small_cnn\nquantize: {plan: 'conv1=9/9'}\n")
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "-o", str(out)])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and "Traceback" not in result.output
+    assert not out.exists()
+
+
+def test_cli_unknown_zoo_model(tmp_path):
+    path = write(tmp_path, "model: resnet9\n")
+    result = runner.invoke(app, ["run", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "unknown model 'resnet9'" in result.output
+
+
+def test_dataset_that_does_not_fit_is_named(tmp_path):
+    path = write(tmp_path, "model: small_cnn\ndata: {dataset: mnist1d}\ntrain: {epochs: 0}\n")
+    result = runner.invoke(app, ["run", str(path), "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "takes samples of shape (1, 8, 8) but dataset 'mnist1d' gives (1, 40)" in result.output
+
+
+@pytest.mark.slow
+def test_small_run_end_to_end(tmp_path):
+    path = write(tmp_path, SMALL)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    for name in (
+        "fp32.pt",
+        "quantized.pt",
+        "plan.yaml",
+        "metrics.json",
+        "report.md",
+        "run.yaml",
+        "c/main.c",
+        "c/memory.json",
+    ):
+        assert (out / name).exists(), name
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["targets"]["host"] == {
+        "ok": True,
+        "exact": 8,
+        "samples": 8,
+        "instructions_per_inference": None,
+    }
+    assert metrics["plan"] == "conv1=4/4,conv2=4/4,fc=4/4"
+    assert "| host | 8/8 |" in (out / "report.md").read_text()
+
+
+@pytest.mark.slow
+def test_layers_config_with_a_residual_runs(tmp_path):
+    from pathlib import Path
+
+    example = Path(__file__).parents[2] / "examples" / "residual.yaml"
+    cfg = load_run_config(example)
+    cfg.epochs, cfg.samples = 1, 6
+    from mico.runner import run_config
+
+    result = run_config(cfg, tmp_path / "out", log=lambda _m: None)
+    assert result.ok
+    assert result.metrics["targets"]["host"]["exact"] == 6
+    assert (tmp_path / "out" / "fp32_state_dict.pt").exists()
