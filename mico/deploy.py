@@ -17,9 +17,15 @@ import numpy as np
 import torch
 from torch import nn
 
-from mico.codegen.compile import MODES, CompiledModel, compile_model
+from mico.codegen.compile import (
+    DEPLOYABLE_MODELS,
+    MODES,
+    CompiledModel,
+    check_float_input,
+    compile_model,
+)
 from mico.codegen.memory_map import memory_map_rows, plot_memory_map
-from mico.errors import BuildError, CompileError, DatasetError
+from mico.errors import BuildError, CompileError, DatasetError, MicoError
 from mico.execute.layerwise import LayerDifference, first_difference
 from mico.execute.verify import Agreement, compare_outputs
 
@@ -104,24 +110,44 @@ def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
     return model, options.model
 
 
-def samples_for(model: nn.Module, zoo_name: str | None, options: DeployOptions) -> np.ndarray:
+def samples_for(
+    model: nn.Module, zoo_name: str | None, options: DeployOptions, log: Log | None = None
+) -> np.ndarray:
     """Verification (and calibration) inputs: the model's dataset when it is available,
-    otherwise seeded random inputs of the model's shape (named in the log)."""
+    otherwise seeded random inputs of the model's shape (named in the log).
+
+    A dataset given explicitly (``options.dataset``) whose samples do not have the model's
+    input shape is a DatasetError naming both shapes, never a silent switch to random inputs.
+    """
     from mico.data import load_dataset
     from mico.models import zoo_entry
 
     shape = tuple(getattr(model, "default_input_shape", ()))
     dataset = options.dataset or (zoo_entry(zoo_name).dataset if zoo_name else None)
+    why = "the model has no dataset"
     if dataset is not None:
         try:
             split = load_dataset(dataset, seed=options.seed)
-            if not shape or tuple(split.input_shape) == shape:
-                return np.asarray(split.x_test[: options.samples], dtype=np.float32)
-        except DatasetError:
+        except DatasetError as exc:
             if options.dataset is not None:
                 raise
+            why = f"its dataset is not available ({exc})"
+        else:
+            found = tuple(split.input_shape)
+            if not shape or found == shape:
+                return np.asarray(split.x_test[: options.samples], dtype=np.float32)
+            if options.dataset is not None:
+                raise DatasetError(
+                    f"dataset '{dataset}' has samples of shape {found}, but the model takes "
+                    f"{shape}; pick a dataset of the model's input shape (see `mico models`) or "
+                    "leave out --dataset"
+                )
+            why = f"its dataset '{dataset}' has samples of shape {found}, not {shape}"
     if not shape:
         raise DatasetError("the model has no default input shape; pass --dataset")
+    if log is not None:
+        reason = " ".join(why.split())[:300]
+        log(f"using {options.samples} seeded random inputs of shape {shape}: {reason}")
     rng = np.random.default_rng(options.seed)
     return rng.standard_normal((options.samples, *shape)).astype(np.float32)
 
@@ -137,24 +163,33 @@ def compile_from_options(
     check_model_name(options.name)  # before any work
     check_output_dir(options.out_dir, force=options.force)
     model, zoo_name = load_model(options)
-    samples = samples_for(model, zoo_name, options)
+    samples = samples_for(model, zoo_name, options, log)
     batches = [torch.from_numpy(b) for b in np.array_split(samples, options.calibration_batches)]
     batches = [b for b in batches if len(b)]
-    if options.mode == "static" and options.checkpoint is None:
-        model.eval()
-        calibrate(model, batches)
     example = torch.from_numpy(samples[:1])
-    log(f"compiling {type(model).__name__} ({options.mode} mode) into {options.out_dir}")
-    compiled = compile_model(
-        model,
-        example,
-        options.out_dir,
-        options.name,
-        options.mode,
-        calibration=batches,
-        force=options.force,
-        extras=_write_compile_report,
-    )
+    try:
+        check_float_input(model)  # before calibration runs it on float samples
+        if options.mode == "static" and options.checkpoint is None:
+            model.eval()
+            calibrate(model, batches)
+        log(f"compiling {type(model).__name__} ({options.mode} mode) into {options.out_dir}")
+        compiled = compile_model(
+            model,
+            example,
+            options.out_dir,
+            options.name,
+            options.mode,
+            calibration=batches,
+            force=options.force,
+            extras=_write_compile_report,
+        )
+    except MicoError as exc:
+        if zoo_name is None or zoo_name in DEPLOYABLE_MODELS:
+            raise
+        raise type(exc)(
+            f"zoo model '{zoo_name}' is not deployable yet ({options.mode} mode; deployable: "
+            f"{', '.join(DEPLOYABLE_MODELS)}): {exc}"
+        ) from exc
     return compiled, samples
 
 

@@ -18,6 +18,7 @@ from mico.execute import Agreement, compare_outputs, run_graph
 from mico.frontend import extract_ir
 from mico.ir.graph import Graph
 from mico.models import SmallCNN
+from mico.numerics import check_finite_parameters
 from mico.passes import lower_static
 from mico.quant import (
     QuantConfig,
@@ -67,6 +68,7 @@ def lower_model(
             raise CompileError(
                 f"layer '{layer_name}' is not calibrated; run mico.quant.calibrate first"
             )
+    check_finite_parameters(qmodel)  # QAT may have diverged
     ir = extract_ir(qmodel, example, name)
     return lower_static(ir, list(calibration) if calibration is not None else [example])
 

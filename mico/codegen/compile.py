@@ -27,8 +27,9 @@ from torch import nn
 from mico.atomic import atomic_directory, check_output_dir
 from mico.codegen.dynamic import prepare_dynamic
 from mico.codegen.project import CProject, check_model_name, emit_c_project
-from mico.errors import CompileError
+from mico.errors import CompileError, InputError
 from mico.ir.graph import Graph
+from mico.numerics import check_finite_parameters, check_finite_samples
 
 MODES = ("dynamic", "static")
 
@@ -56,6 +57,7 @@ class CompiledModel:
         from mico.execute import run_graph
         from mico.execute.executor import run_ir
 
+        check_finite_samples(samples)
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
         outs = []
         with torch.no_grad():
@@ -70,6 +72,7 @@ class CompiledModel:
 
     def pytorch(self, samples: np.ndarray | torch.Tensor) -> np.ndarray:
         """The PyTorch model's own outputs (eval mode, BN folded), for comparison."""
+        check_finite_samples(samples)
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
         with torch.no_grad():
             return self.model(x).numpy()
@@ -78,6 +81,44 @@ class CompiledModel:
 def _check_mode(mode: str) -> None:
     if mode not in MODES:
         raise CompileError(f"unknown mode '{mode}'; use one of {', '.join(MODES)}")
+
+
+def _check_example(example: torch.Tensor) -> None:
+    """An example input is one or more finite samples with at least one element each."""
+    if not isinstance(example, torch.Tensor):
+        raise InputError(f"the example input must be a torch.Tensor, got {type(example).__name__}")
+    if example.dim() == 0 or example.numel() == 0:
+        raise InputError(
+            f"the example input has shape {tuple(example.shape)}, which holds no sample "
+            "elements; give one sample of the model's input shape, e.g. torch.randn(1, 1, 8, 8)"
+        )
+    check_finite_samples(example, "example input sample")
+
+
+def check_float_input(model: nn.Module) -> None:
+    """The C backend takes one float32 input: a model that starts from token ids (an
+    ``nn.Embedding``) is refused, naming the layer, before it is run on a float example."""
+    for name, module in model.named_modules():
+        if isinstance(module, nn.Embedding):
+            raise CompileError(
+                f"layer '{name}' is an nn.Embedding: the model takes integer token ids, and the "
+                "C backend takes one float32 input and has no embedding kernel yet; this model "
+                "is not deployable yet (compile a model that starts from float features)"
+            )
+
+
+def _check_nonempty(graph: Graph) -> None:
+    """Refuse a graph with a tensor of zero elements (a ``Linear(64, 0)``): the device has
+    nothing to compute and the planner and kernels divide by such sizes."""
+    for node in graph.nodes:
+        for value in node.outputs:
+            shape = tuple(getattr(value.type, "shape", ()))
+            if shape and all(isinstance(d, int) for d in shape) and 0 in shape:
+                raise CompileError(
+                    f"'{node.name}' ({node.op}) outputs a tensor of shape {tuple(shape)}, which "
+                    "has no elements; a layer with zero outputs (e.g. Linear(64, 0)) cannot be "
+                    "deployed: give every layer at least one output feature or channel"
+                )
 
 
 def lower(
@@ -92,12 +133,17 @@ def lower(
     from mico.quant import fuse_model
 
     _check_mode(mode)
-    if example.dim() == 0 or example.shape[0] != 1:
-        example = example[:1] if example.dim() else example
+    _check_example(example)
+    check_float_input(model)
+    check_finite_parameters(model)
+    if example.shape[0] != 1:
+        example = example[:1]
     folded = copy.deepcopy(model).eval()  # the caller's model keeps its mode and layers
     if fuse:
         folded = fuse_model(folded, example, inplace=True)
+    check_finite_parameters(folded)  # folding BN divides by its running variance
     ir = extract_ir(folded, example)
+    _check_nonempty(ir)
     if mode == "dynamic":
         return prepare_dynamic(ir), folded
     from mico.passes import lower_static

@@ -7,6 +7,7 @@ import re
 import numpy as np
 
 from mico.codegen.planner import ArenaPlan, scratch_name
+from mico.errors import CompileError
 from mico.ir.graph import Node, Value
 
 _IDENT = re.compile(r"[^0-9A-Za-z_]")
@@ -36,6 +37,47 @@ def _c_float(value: np.float32) -> str:
 def c_float(value: float) -> str:
     """``value`` rounded to float32, as exact C source."""
     return _c_float(np.float32(value))
+
+
+#: the range of every integer C type a constant array is written as
+C_INT_RANGES = {"uint8_t": (0, 255), "int32_t": (-(2**31), 2**31 - 1)}
+
+
+def checked_ints(symbol: str, data: np.ndarray, ctype: str) -> np.ndarray:
+    """``data`` as int64 values, each an integer within ``ctype``'s range; anything else (NaN,
+    a fraction, a value that would wrap) raises CompileError naming the constant."""
+    values = np.asarray(data).ravel()
+    lo, hi = C_INT_RANGES[ctype]
+    if values.dtype.kind in "fc":
+        bad = ~np.isfinite(values) | (np.round(values) != values)
+        bad |= np.where(np.isfinite(values), (values < lo) | (values > hi), False)
+    elif values.dtype.kind in "iub":
+        bad = (values < lo) | (values > hi)
+    else:
+        raise CompileError(f"constant '{symbol}' holds {values.dtype} values, not integers")
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CompileError(
+            f"constant '{symbol}' element {i} is {values[i]}, not an integer within {ctype} "
+            f"[{lo}, {hi}]; mico never writes a value its C type cannot hold (a non-finite or "
+            "huge parameter or scale upstream: check the model's weights)"
+        )
+    return values.astype(np.int64)
+
+
+def checked_f32(symbol: str, data: np.ndarray) -> np.ndarray:
+    """``data`` as float32, refusing NaN, Inf and values that overflow float32."""
+    values = np.asarray(data, dtype=np.float64).ravel()
+    with np.errstate(over="ignore"):
+        as_f32 = values.astype(np.float32)
+    bad = ~np.isfinite(as_f32)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise CompileError(
+            f"constant '{symbol}' element {i} is {values[i]}, which float32 cannot hold as a "
+            "finite number; mico never writes NaN or Inf constants (check the model's weights)"
+        )
+    return as_f32
 
 
 #: Sources of ``mico/csrc`` that call into others: the integer kernels share one copy of the
@@ -68,6 +110,7 @@ class EmitContext:
         self.weights: dict[str, np.ndarray] = {}
         self.blobs: list[tuple[str, bytes]] = []  # every constant's bytes, for <name>.bin
         self._symbols: set[str] = set()
+        self.node: Node | None = None  # the node being emitted, named in errors
 
     def _symbol(self, name: str) -> str:
         symbol = c_identifier(name)
@@ -81,6 +124,15 @@ class EmitContext:
         base = value.storage()
         if id(base) in self.inputs:
             return self.inputs[id(base)]
+        if base.name not in self.plan.offsets:
+            user = f"op '{self.node.op}' at '{self.node.name}'" if self.node else "an op"
+            kind = "parameter" if base.producer is None else "tensor"
+            raise CompileError(
+                f"{user} reads the {kind} '{base.name}' as a tensor, and the C backend has no "
+                "memory for it (it supports parameters only as the weights of layers it "
+                "quantizes or emits); this model is not deployable yet: use the parameter "
+                "through a supported layer or register an emit rule that reads it as a constant"
+            )
         return f"MICO_ARENA({self.plan.offsets[base.name]})"
 
     def data(self, value: Value) -> np.ndarray:
@@ -104,8 +156,9 @@ class EmitContext:
         self, name: str, data: np.ndarray, kind: str = "weights", comment: str = ""
     ) -> str:
         symbol = self._symbol(name)
-        items = [f"0x{b:02x}" for b in np.asarray(data, dtype=np.uint8).ravel()] or ["0"]
-        self.blobs.append((symbol, np.asarray(data, dtype=np.uint8).tobytes()))
+        values = checked_ints(symbol, data, "uint8_t").astype(np.uint8)
+        items = [f"0x{b:02x}" for b in values] or ["0"]
+        self.blobs.append((symbol, values.tobytes()))
         note = f"/* {comment} */\n" if comment else ""
         self.definitions.append(
             f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};"
@@ -115,8 +168,9 @@ class EmitContext:
 
     def const_int32(self, name: str, data: np.ndarray, kind: str = "bias") -> str:
         symbol = self._symbol(name)
-        items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
-        self.blobs.append((symbol, np.asarray(data).astype("<i4").tobytes()))
+        values = checked_ints(symbol, data, "int32_t")
+        items = [str(int(v)) for v in values] or ["0"]
+        self.blobs.append((symbol, values.astype("<i4").tobytes()))
         self.definitions.append(
             f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};"
         )
@@ -126,7 +180,7 @@ class EmitContext:
     def const_f32(self, name: str, data: np.ndarray, kind: str = "scales") -> str:
         """A float32 array in flash; values are written exactly (C99 hex floats)."""
         symbol = self._symbol(name)
-        values = np.asarray(data, dtype=np.float32).ravel()
+        values = checked_f32(symbol, data)
         items = [_c_float(v) for v in values] or ["0.0f"]
         self.blobs.append((symbol, values.astype("<f4").tobytes()))
         self.definitions.append(
@@ -138,7 +192,7 @@ class EmitContext:
     def const_i32_array(self, name: str, data: np.ndarray) -> str:
         """An int32 array in flash that is not counted as bias (shapes, strides)."""
         symbol = self._symbol(name)
-        items = [str(int(v)) for v in np.asarray(data).ravel()] or ["0"]
+        items = [str(int(v)) for v in checked_ints(symbol, data, "int32_t")] or ["0"]
         self.definitions.append(
             f"static const int32_t {symbol}[{len(items)}] = {{ {', '.join(items)} }};"
         )

@@ -369,6 +369,7 @@ def emit_c_project(
     body: list[str] = []
     schedule: list[dict] = []
     for node in graph.nodes:
+        ctx.node = node
         statements = emit_rule(node)(node, ctx)
         if statements:
             body.append(f"/* {node.name}: {node.op} -> {node.output.type} */")

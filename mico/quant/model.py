@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from mico.errors import CalibrationError, PlanError
+from mico.numerics import check_finite_parameters, check_finite_samples
 from mico.quant.config import QuantConfig
 from mico.quant.layers import BitLayer, bit_layer_for
 from mico.quant.order import _as_tuple, quantizable_layers
@@ -181,6 +182,9 @@ def calibrate(
         data.append(batch[0] if isinstance(batch, list | tuple) else batch)
     if not data:
         raise CalibrationError("calibration got no batches; pass a non-empty iterable of inputs")
+    check_finite_parameters(qmodel)
+    for i, batch in enumerate(data):
+        check_finite_samples(batch, f"calibration batch {i}: sample")
     order = [n for n in quantizable_layers(qmodel, data[0][:1]) if n in layers]
     order += [n for n in layers if n not in order]
     was_training = qmodel.training

@@ -12,6 +12,7 @@ import numpy as np
 
 from mico.codegen.project import CProject
 from mico.errors import BuildError
+from mico.numerics import check_finite_samples
 
 TAIL = 4000  # characters of tool output kept in error messages
 
@@ -104,6 +105,7 @@ def run_program(
 def write_samples(project: CProject, samples: np.ndarray, path: Path) -> int:
     """Write ``samples`` as the float32 ``inputs.bin`` main.c reads; return their count."""
     data = np.ascontiguousarray(samples, dtype=np.float32)
+    check_finite_samples(data)  # the C program would stop on them: say which one, before
     per_sample = int(np.prod(project.input_shape[1:]))
     if data.size != len(data) * per_sample:
         raise BuildError(
