@@ -417,7 +417,7 @@ def _aten_schema(name: str) -> str | None:
     return None if overload is None else str(overload._schema)
 
 
-from mico import cli_discovery, cli_run  # noqa: E402, F401  (registry verbs, run CONFIG)
+from mico import cli_discovery, cli_hw, cli_run  # noqa: E402, F401  (registry, profile, run)
 
 
 def main() -> None:

@@ -1,0 +1,229 @@
+"""Latency profiles: layer shapes × bit pairs measured on a target, stored as a resumable CSV.
+
+A profile is the training set of a latency proxy. Shapes come from the zoo's real layers plus
+Latin-hypercube samples of each layer kind's geometry; each shape is measured at every bit pair
+the target runs. Rows are appended as they are measured, keyed by shape and bits, so a profile
+interrupted half-way resumes where it stopped, and a profile of another schema version or
+target configuration is never mixed in (its file name carries both).
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mico.errors import ConfigError
+from mico.hw.layers import KINDS, LayerShape
+
+SCHEMA_VERSION = 1
+FIELDS = (
+    "kind", "in_channels", "out_channels", "kh", "kw", "sh", "sw", "groups",
+    "in_h", "in_w", "out_h", "out_w", "w_bits", "a_bits", "latency",
+)  # fmt: skip
+
+#: What each op name of ``mico profile --ops`` means.
+OP_KINDS = {"conv2d": "conv2d", "dwconv": "dwconv2d", "conv1d": "conv1d", "linear": "linear"}
+
+Measure = Callable[[LayerShape], float]
+
+
+def cache_dir() -> Path:
+    """Where profiles and fitted proxies live (``$MICO_CACHE`` or ``~/.cache/mico``)."""
+    root = os.environ.get("MICO_CACHE") or Path.home() / ".cache" / "mico"
+    return Path(root) / "profiles"
+
+
+def profile_path(target: str, fingerprint: str = "", root: Path | None = None) -> Path:
+    """The CSV of ``target``'s profile, versioned by schema and target configuration."""
+    tag = f"-{fingerprint[:10]}" if fingerprint else ""
+    return (root or cache_dir()) / f"{target}{tag}-v{SCHEMA_VERSION}.csv"
+
+
+def fingerprint(config: object) -> str:
+    """A short hash of a target configuration (a dataclass or mapping)."""
+    data = asdict(config) if hasattr(config, "__dataclass_fields__") else config
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _row(layer: LayerShape, latency: float) -> dict[str, object]:
+    return {
+        "kind": layer.kind, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
+        "kh": layer.kernel[0], "kw": layer.kernel[1], "sh": layer.stride[0],
+        "sw": layer.stride[1], "groups": layer.groups, "in_h": layer.in_size[0],
+        "in_w": layer.in_size[1], "out_h": layer.out_size[0], "out_w": layer.out_size[1],
+        "w_bits": layer.w_bits, "a_bits": layer.a_bits, "latency": latency,
+    }  # fmt: skip
+
+
+def _bits(value: str) -> float | int:
+    number = float(value)
+    return int(number) if number.is_integer() else number
+
+
+def layer_from_row(row: dict[str, str]) -> LayerShape:
+    """The :class:`LayerShape` a profile row describes."""
+    return LayerShape(
+        name=row["kind"],
+        kind=row["kind"],
+        in_channels=int(row["in_channels"]),
+        out_channels=int(row["out_channels"]),
+        kernel=(int(row["kh"]), int(row["kw"])),
+        stride=(int(row["sh"]), int(row["sw"])),
+        groups=int(row["groups"]),
+        in_size=(int(row["in_h"]), int(row["in_w"])),
+        out_size=(int(row["out_h"]), int(row["out_w"])),
+        w_bits=_bits(row["w_bits"]),
+        a_bits=_bits(row["a_bits"]),
+    )
+
+
+def _key(layer: LayerShape) -> tuple:
+    row = _row(layer, 0.0)
+    row.pop("latency")
+    return tuple(str(_bits(str(v))) if k.endswith("bits") else str(v) for k, v in row.items())
+
+
+def read_profile(path: Path) -> list[tuple[LayerShape, float]]:
+    """Every measured (layer, latency) of a profile CSV; a damaged file is a clear error."""
+    if not path.is_file():
+        return []
+    rows = []
+    with path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        if tuple(reader.fieldnames or ()) != FIELDS:
+            raise ConfigError(
+                f"profile {str(path)!r} has columns {reader.fieldnames}, expected {list(FIELDS)}; "
+                "move it away and profile again"
+            )
+        for number, row in enumerate(reader, start=2):
+            try:
+                rows.append((layer_from_row(row), float(row["latency"])))
+            except (TypeError, ValueError, KeyError):
+                raise ConfigError(
+                    f"profile {str(path)!r} line {number} is damaged; move the file away and "
+                    "profile again (measurements resume from what is intact)"
+                ) from None
+    return rows
+
+
+def sample_shapes(
+    kinds: Sequence[str], samples: int, seed: int = 0, include_zoo: bool = True
+) -> list[LayerShape]:
+    """Layer geometries: the zoo's real layers of these kinds, then Latin-hypercube samples."""
+    from scipy.stats import qmc
+
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ConfigError(f"unknown layer kind(s) {unknown}; kinds: {', '.join(KINDS)}")
+    shapes: list[LayerShape] = []
+    if include_zoo:
+        shapes += [s for s in zoo_layer_shapes() if s.kind in kinds]
+    sampler = qmc.LatinHypercube(d=4, seed=seed)
+    per_kind = max(1, samples // max(1, len(kinds)))
+    for kind in kinds:
+        for u in sampler.random(per_kind):
+            shapes.append(_shape_from_unit(kind, u))
+    seen, unique = set(), []
+    for shape in shapes:
+        key = _key(shape.with_bits(8, 8))
+        if key not in seen:
+            seen.add(key)
+            unique.append(shape.with_bits(8, 8))
+    return unique
+
+
+def _log_choice(u: float, low: int, high: int) -> int:
+    return round(float(np.exp(np.log(low) + u * (np.log(high) - np.log(low)))))
+
+
+def _shape_from_unit(kind: str, u: np.ndarray) -> LayerShape:
+    """A layer of ``kind`` from a point of the unit hypercube (channels and sizes log-spaced)."""
+    channels_in = _log_choice(u[0], 1 if kind == "conv2d" else 4, 64)
+    channels_out = _log_choice(u[1], 4, 64)
+    size = _log_choice(u[2], 4, 32)
+    kernel = (1, 3, 3, 5)[min(3, int(u[3] * 4))]
+    stride = 2 if u[3] > 0.8 else 1
+    if kind == "linear":
+        return LayerShape("linear", "linear", _log_choice(u[0], 8, 512), _log_choice(u[1], 4, 256),
+                          (1, 1), (1, 1), 1, (1, 1), (1, 1))  # fmt: skip
+    if kind == "conv1d":
+        length = _log_choice(u[2], 16, 256)
+        out = (length - kernel) // stride + 1
+        return LayerShape("conv1d", "conv1d", channels_in, channels_out, (1, kernel), (1, stride),
+                          1, (1, length), (1, max(1, out)))  # fmt: skip
+    pad = kernel // 2
+    out = (size + 2 * pad - kernel) // stride + 1
+    if kind == "dwconv2d":
+        return LayerShape("dwconv2d", "dwconv2d", channels_out, channels_out, (kernel, kernel),
+                          (stride, stride), channels_out, (size, size), (out, out))  # fmt: skip
+    return LayerShape("conv2d", "conv2d", channels_in, channels_out, (kernel, kernel),
+                      (stride, stride), 1, (size, size), (out, out))  # fmt: skip
+
+
+def zoo_layer_shapes(names: Iterable[str] | None = None) -> list[LayerShape]:
+    """The layers of the deployable zoo models (8/8), in each model's execution order."""
+    from mico.codegen.compile import DEPLOYABLE_MODELS
+    from mico.hw.layers import model_layer_shapes
+    from mico.models import from_zoo
+
+    shapes = []
+    for name in names or DEPLOYABLE_MODELS:
+        model = from_zoo(name)
+        shapes += model_layer_shapes(model, model.example_input())
+    return shapes
+
+
+def bit_pairs(bits: Sequence[float | int]) -> list[tuple[float | int, float | int]]:
+    """Every (weight, activation) pair of the target's bit-widths."""
+    return [(w, a) for w in bits for a in bits]
+
+
+@dataclass
+class ProfileResult:
+    path: Path
+    measured: int
+    reused: int
+
+
+def run_profile(
+    measure: Measure,
+    shapes: Sequence[LayerShape],
+    pairs: Sequence[tuple[float | int, float | int]],
+    path: Path,
+    log: Callable[[str], None] = print,
+) -> ProfileResult:
+    """Measure every shape at every pair, appending to ``path``; rows already there are reused.
+
+    Each row is flushed as soon as it is measured, so an interrupted profile loses at most the
+    measurement in flight.
+    """
+    done = {_key(layer) for layer, _ in read_profile(path)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not path.exists()
+    measured = reused = 0
+    with path.open("a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        if new_file:
+            writer.writeheader()
+        total = len(shapes) * len(pairs)
+        step = max(1, total // 10)
+        for shape in shapes:
+            for w, a in pairs:
+                layer = shape.with_bits(w, a)
+                if _key(layer) in done:
+                    reused += 1
+                    continue
+                writer.writerow(_row(layer, float(measure(layer))))
+                handle.flush()
+                done.add(_key(layer))
+                measured += 1
+                if (measured + reused) % step == 0:
+                    log(f"  {measured + reused}/{total} layer x bit cases")
+    return ProfileResult(path, measured, reused)
