@@ -339,6 +339,9 @@ typedef struct {
     MicoOut out;
 } MicoCopy;
 
+/* The index of the first NaN or Inf of x[0..n), or n when every element is finite. */
+size_t mico_first_nonfinite(const float *x, size_t n);
+
 /* float32 inputs to codes: round half away from zero of x * inv_scale, clamped. */
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax);

@@ -24,7 +24,7 @@ def run_graph(graph: Graph, *inputs: np.ndarray | torch.Tensor) -> list[torch.Te
     env: dict[int, torch.Tensor] = {}
     for value, data in zip(graph.inputs, inputs, strict=True):
         tensor = torch.as_tensor(np.asarray(data)) if not isinstance(data, torch.Tensor) else data
-        check_finite_samples(tensor, f"sample of input '{value.name}'")
+        check_finite_samples(tensor, f"input '{value.name}' sample")
         if tuple(tensor.shape[1:]) != value.type.shape[1:]:
             raise MicoError(
                 f"input '{value.name}' expects samples of shape {value.type.shape[1:]}, got "

@@ -19,7 +19,14 @@ import numpy as np
 from mico.codegen.makefile import executable
 from mico.codegen.project import CProject
 from mico.errors import BuildError
-from mico.targets.io import read_outputs, require_tools, run_make, run_program, write_samples
+from mico.targets.io import (
+    no_outputs,
+    read_outputs,
+    require_tools,
+    run_make,
+    run_program,
+    write_samples,
+)
 
 DEFAULT_CC = "gcc"
 TOOLS = {"make": "make", "cc": "gcc"}
@@ -68,6 +75,8 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
     with tempfile.TemporaryDirectory(prefix="mico-run-") as tmp:
         inputs, outputs = Path(tmp) / "inputs.bin", Path(tmp) / "outputs.bin"
         count = write_samples(project, samples, inputs)
+        if count == 0:
+            return no_outputs(project)
         env = {**SANITIZER_ENV, **os.environ}  # the caller's settings win
         run_program([str(exe), str(inputs), str(outputs)], exe.name, timeout, env=env)
         return read_outputs(project, outputs, count, str(exe))

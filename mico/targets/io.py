@@ -116,6 +116,11 @@ def write_samples(project: CProject, samples: np.ndarray, path: Path) -> int:
     return len(data)
 
 
+def no_outputs(project: CProject) -> np.ndarray:
+    """The outputs of zero samples (main.c refuses an empty input file, so it is not run)."""
+    return np.zeros((0, *project.output_shape[1:]), dtype=project.output_dtype)
+
+
 def read_outputs(project: CProject, path: Path, samples: int, program: str) -> np.ndarray:
     """The rows main.c wrote to ``outputs.bin`` (int32 or float32, as the project's output),
     shaped (samples, *output_shape[1:])."""

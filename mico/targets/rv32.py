@@ -34,6 +34,7 @@ from mico.errors import BuildError
 from mico.targets.io import (
     TAIL,
     exit_status,
+    no_outputs,
     read_outputs,
     require_tools,
     run_make,
@@ -90,6 +91,8 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run
     with tempfile.TemporaryDirectory(prefix="mico-rv32-") as tmp:
         work = Path(tmp)
         count = write_samples(project, samples, work / "inputs.bin")
+        if count == 0:
+            return Rv32Run(no_outputs(project), np.zeros(0, dtype=np.int64))
         command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
         try:
             result = subprocess.run(

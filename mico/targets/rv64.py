@@ -22,7 +22,14 @@ import numpy as np
 from mico.codegen.makefile import QEMU_RV64, RV64_CC, executable
 from mico.codegen.project import CProject
 from mico.errors import BuildError
-from mico.targets.io import read_outputs, require_tools, run_make, run_program, write_samples
+from mico.targets.io import (
+    no_outputs,
+    read_outputs,
+    require_tools,
+    run_make,
+    run_program,
+    write_samples,
+)
 
 LIBC_PACKAGE = "libc6-dev-riscv64-cross"
 TOOLS = {
@@ -86,6 +93,8 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
     with tempfile.TemporaryDirectory(prefix="mico-rv64-") as tmp:
         work = Path(tmp)
         count = write_samples(project, samples, work / "inputs.bin")
+        if count == 0:
+            return no_outputs(project)
         run_program(
             [QEMU_RV64, str(exe), "inputs.bin", "outputs.bin"],
             f"{exe.name} under {QEMU_RV64}",
