@@ -19,6 +19,7 @@ from mico.models.shufflenet import ShuffleNetV2
 from mico.models.squeezenet import SqueezeNet
 from mico.models.vgg import VGG
 from mico.models.vit import ViT
+from mico.models.wrap import TorchModel, from_torch
 from mico.models.zoo import (
     ZooEntry,
     from_zoo,
@@ -50,9 +51,11 @@ __all__ = [
     "ShuffleNetV2",
     "SmallCNN",
     "SqueezeNet",
+    "TorchModel",
     "ViT",
     "ZooEntry",
     "create_model",
+    "from_torch",
     "from_zoo",
     "model_names",
     "model_zoo",

@@ -47,13 +47,40 @@ class MiCoModel(nn.Module):
     def example_input(self, batch_size: int = 1) -> torch.Tensor:
         """A zero input of the model's default shape (token 0 for language models)."""
         if not self.default_input_shape:
-            raise NotImplementedError(f"{type(self).__name__} does not set default_input_shape")
+            raise NotImplementedError(
+                f"{type(self).__name__} does not set default_input_shape: set it to one "
+                "sample's shape without the batch, e.g. `default_input_shape = (1, 28, 28)` in "
+                "the class or `self.default_input_shape = (1, 28, 28)` in __init__"
+            )
         return torch.zeros((batch_size, *self.default_input_shape), dtype=self.input_dtype)
 
     @property
     def n_layers(self) -> int:
-        """The number of quantizable layers (Conv1d, Conv2d, Linear)."""
-        return len(self.quantize_layer_names())
+        """The number of quantizable layers (Conv1d, Conv2d, Linear), counted on a forward pass.
+
+        Seed-style subclasses may assign it (``self.n_layers = 5``); the assigned value must
+        match the count once the model can run, so a wrong number never reaches a search.
+        """
+        declared = self.__dict__.get("_declared_n_layers")
+        if declared is not None and not self.default_input_shape:
+            return declared
+        counted = len(self.quantize_layer_names())
+        if declared is not None and declared != counted:
+            from mico.errors import PlanError
+
+            raise PlanError(
+                f"{type(self).__name__} sets n_layers = {declared} but has {counted} quantizable "
+                "layers (Conv1d, Conv2d, Linear); remove the assignment or correct it"
+            )
+        return counted
+
+    @n_layers.setter
+    def n_layers(self, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            from mico.errors import PlanError
+
+            raise PlanError(f"n_layers must be a non-negative integer, got {value!r}")
+        self.__dict__["_declared_n_layers"] = value
 
     def quantize_layer_names(self) -> list[str]:
         """Names of the quantizable layers in execution order."""
@@ -122,6 +149,27 @@ class MiCoModel(nn.Module):
         from mico.train.loop import accuracy
 
         return accuracy(self, test_loader)
+
+    def test_quantized(
+        self, test_loader: DataLoader, qscheme: Sequence[Sequence[float]] | None = None
+    ) -> float:
+        """Accuracy with quantization on; the model itself is left as it is.
+
+        A quantized model is tested as quantized. A float model is tested on a copy quantized
+        with ``qscheme`` (default: W8A8 everywhere, the seed's "INT8 accuracy") with dynamic
+        activation scales, so nothing needs calibrating.
+        """
+        import copy
+
+        from mico.quant import bit_layers
+        from mico.train.loop import accuracy
+
+        if bit_layers(self) and qscheme is None:
+            return accuracy(self, test_loader)
+        model = copy.deepcopy(self)
+        n = len(model.quantize_layer_names())
+        model.set_qscheme(qscheme if qscheme is not None else [[8] * n, [8] * n])
+        return accuracy(model, test_loader)
 
     # ----------------------------------------------------------------- checkpoints
     def save(self, path: str | Path, **extra: Any) -> Path:

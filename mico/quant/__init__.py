@@ -41,6 +41,7 @@ from mico.quant.order import list_quantize_layers, quantizable_layers
 from mico.quant.packing import pack, packed_size, unpack
 from mico.quant.plan import LayerBits, QuantPlan
 from mico.quant.scales import choose_scale, weight_scales
+from mico.quant.weights import export_layer_weights, weight_quant
 
 __all__ = [
     "MAX_BITS",
@@ -65,6 +66,7 @@ __all__ = [
     "choose_scale",
     "dequantize",
     "dynamic_scale",
+    "export_layer_weights",
     "fake_quantize",
     "float_mode",
     "fold_bn_into",
@@ -90,5 +92,6 @@ __all__ = [
     "set_to_qforward",
     "storage_bits",
     "unpack",
+    "weight_quant",
     "weight_scales",
 ]
