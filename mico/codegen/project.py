@@ -358,7 +358,8 @@ int main(int argc, char **argv)
         fclose(in);
         return MICO_EXIT_IO;
     }}
-    while ((got = fread(input, sizeof(float), {up}_INPUT_SIZE, in)) == {up}_INPUT_SIZE) {{
+    /* whole bytes, so that a file ending inside a float is caught too */
+    while ((got = fread(input, 1, sizeof input, in)) == sizeof input) {{
         int status;
 #if defined(__riscv)
         unsigned long start = mico_instret();
@@ -395,9 +396,9 @@ int main(int argc, char **argv)
         return MICO_EXIT_IO;
     }}
     if (got != 0) {{
-        fprintf(stderr, "error: %s: ends inside sample %ld (%lu of %d floats); a sample is "
-                        "{up}_INPUT_SIZE = %d float32\\n", in_path, samples, (unsigned long)got,
-                {up}_INPUT_SIZE, {up}_INPUT_SIZE);
+        fprintf(stderr, "error: %s: ends inside sample %ld (%lu of %lu bytes); a sample is "
+                        "%d float32\\n", in_path, samples, (unsigned long)got,
+                (unsigned long)sizeof input, {up}_INPUT_SIZE);
         return MICO_EXIT_IO;
     }}
     if (samples == 0) {{

@@ -77,10 +77,11 @@ def test_no_arguments_read_inputs_bin_and_two_arguments_name_the_files(compiled,
     [
         (None, ["No such file"]),
         (b"", ["holds no samples"]),
-        (b"\0" * 100, ["ends inside sample 0", "25 of 64 floats"]),
-        (b"\0" * (64 * 4 * 2 + 8), ["ends inside sample 2", "2 of 64 floats"]),
+        (b"\0" * 100, ["ends inside sample 0", "100 of 256 bytes"]),
+        (b"\0" * (64 * 4 * 2 + 8), ["ends inside sample 2", "8 of 256 bytes"]),
+        (b"\0" * (64 * 4 + 3), ["ends inside sample 1", "3 of 256 bytes"]),
     ],
-    ids=["missing", "empty", "short", "trailing-bytes"],
+    ids=["missing", "empty", "short", "trailing-floats", "trailing-bytes"],
 )
 def test_a_missing_empty_or_short_input_file_is_an_error(compiled, tmp_path, content, words):
     if content is not None:
