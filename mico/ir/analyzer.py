@@ -141,10 +141,6 @@ class OpNode(Node):
             raise ConversionError(f"OpNode '{name}' needs an op_type (a non-empty string)")
         super().__init__(name, kind, list(inputs), list(outputs), dict(attrs or {}))
 
-    @property
-    def op_type(self) -> str:
-        return self.op
-
 
 @dataclass
 class IRGraph(Graph):

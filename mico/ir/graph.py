@@ -61,6 +61,11 @@ class Node:
             out.producer = self
 
     @property
+    def op_type(self) -> str:
+        """Seed 001's name for :attr:`op` (``node.op_type`` on ``extract_ir(...).nodes``)."""
+        return self.op
+
+    @property
     def output(self) -> Value:
         if len(self.outputs) != 1:
             raise ValueError(f"node {self.name} has {len(self.outputs)} outputs, not one")

@@ -49,7 +49,7 @@ def value_range(dtype: DataType) -> tuple[int, int]:
 
 
 def make_tensor(t: Any, rng: torch.Generator, bounds: tuple[int, int] | None) -> torch.Tensor:
-    shape = list(t.shape)
+    shape = list(getattr(t, "shape", ()))  # a ScalarType is a 0-d tensor
     if t.dtype.is_float:
         return torch.randn(shape, generator=rng, dtype=torch.float64).to(t.dtype.to_torch())
     if t.dtype.is_bool:
@@ -91,6 +91,12 @@ def binary(draw, cls=TensorType):
 
 
 @st.composite
+def scalar_binary(draw):
+    da, db = draw(st.sampled_from(NUMERIC)), draw(st.sampled_from(NUMERIC))
+    return Case([ir.ScalarType(da), ir.ScalarType(db)])
+
+
+@st.composite
 def unary(draw, dtypes, attrs: Callable[[Any, list[int]], dict] | None = None):
     s = draw(shape(0, 4))
     return Case([TensorType(draw(st.sampled_from(dtypes)), s)], attrs(draw, s) if attrs else {})
@@ -121,9 +127,9 @@ def matmul(draw):
     ra, rb = draw(st.integers(1, 4)), draw(st.integers(1, 4))
     m, k, n = draw(dims), draw(dims), draw(dims)
     batch_a, batch_b = draw(broadcast_pair(2))
-    a = [k] if ra == 1 else [*batch_a[: ra - 2], m, k][-ra:]
-    b = [k] if rb == 1 else [*batch_b[: rb - 2], k, n][-rb:]
-    # keep only batch dims that broadcast (both come from one broadcast pair)
+    # trailing batch dims of one broadcast pair still broadcast (leading ones need not)
+    a = [k] if ra == 1 else [*batch_a[max(0, len(batch_a) - (ra - 2)) :][: ra - 2], m, k]
+    b = [k] if rb == 1 else [*batch_b[max(0, len(batch_b) - (rb - 2)) :][: rb - 2], k, n]
     da, db = draw(st.sampled_from(NUMERIC)), draw(st.sampled_from(NUMERIC))
     return Case([TensorType(da, a), TensorType(db, b)])
 
@@ -381,6 +387,7 @@ CASES: dict[str, st.SearchStrategy[Case]] = {
     "mico.bit_conv2d": bit_conv(2),
     **{f"tensor.{op}": binary() for op in ("add", "sub", "mul", "div")},
     **{f"tile.{op}": binary(TileType) for op in ("add", "sub", "mul", "div")},
+    **{f"scalar.{op}": scalar_binary() for op in ("add", "sub", "mul", "div")},
     "tensor.matmul": matmul(),
     "tensor.conv1d": conv(1),
     "tensor.conv2d": conv(2),
@@ -443,7 +450,7 @@ def test_opcheck(name):
         rng = torch.Generator().manual_seed(seed)
         inputs = [make_tensor(t, rng, case.ranges.get(i)) for i, t in enumerate(case.types)]
         (out,) = execute(inputs, call.attrs)
-        assert tuple(out.shape) == call.type.shape, (case, call.type)
+        assert tuple(out.shape) == getattr(call.type, "shape", ()), (case, call.type)
         dtype = call.type.dtype
         if mico_op and dtype.is_int:
             assert out.dtype in (torch.int64, dtype.to_torch())
