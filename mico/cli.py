@@ -13,6 +13,8 @@ from mico.errors import MicoError
 
 F = TypeVar("F", bound=Callable[..., Any])
 EXIT_USAGE = 2
+#: set by ``mico --verbose``: errors also print their traceback (for bug reports)
+_VERBOSE = {"on": False}
 
 app = typer.Typer(
     name="mico",
@@ -34,6 +36,10 @@ def _friendly_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except MicoError as exc:
+            if _VERBOSE["on"]:
+                import traceback
+
+                traceback.print_exc()
             typer.echo(f"error: {_one_line(str(exc))}", err=True)
             raise typer.Exit(EXIT_USAGE) from None
         except OSError as exc:
@@ -64,9 +70,28 @@ ForceOpt = Annotated[
 ]
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from mico import __version__
+
+        typer.echo(f"mico {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="On an error, also print the traceback.")
+    ] = False,
+) -> None:
     """mico: train, quantize per layer, compile to C, build, run and verify."""
+    _VERBOSE["on"] = verbose
 
 
 @app.command()

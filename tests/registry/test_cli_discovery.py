@@ -73,3 +73,18 @@ def test_docs_leaves_other_files_alone(tmp_path):
     (out / "notes.md").write_text("mine")
     assert runner.invoke(app, ["docs", "--out", str(out)]).exit_code == 0
     assert (out / "notes.md").read_text() == "mine"
+
+
+def test_version_and_verbose_tracebacks():
+    from mico import __version__
+
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0 and version.output.strip() == f"mico {__version__}"
+    quiet = runner.invoke(app, ["info", "nope"])
+    assert quiet.exit_code == 2 and "Traceback" not in quiet.output
+    loud = runner.invoke(app, ["--verbose", "info", "nope"])
+    assert loud.exit_code == 2
+    assert "Traceback" in loud.output and "error: no module named 'nope'" in loud.output
+    runner.invoke(app, ["info", "small_cnn"])  # the flag does not stick to later commands
+    again = runner.invoke(app, ["info", "nope"])
+    assert "Traceback" not in again.output
