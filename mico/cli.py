@@ -182,11 +182,22 @@ def models(
 @app.command("datasets")
 @_friendly_errors
 def datasets() -> None:
-    """List the datasets ``mico train --dataset`` accepts."""
-    from mico.data import dataset_names
+    """List the datasets ``--dataset`` accepts: which are offline, which read files.
 
+    Example: mico datasets
+    """
+    from mico.data import dataset_names
+    from mico.registry import ModuleRegistry
+
+    typer.echo(f"{'dataset':<17} {'source':<44} description")
     for name in dataset_names():
-        typer.echo(name)
+        meta = ModuleRegistry.get_metadata(name)
+        source = (
+            "offline (generated or bundled)"
+            if meta.extra.get("offline")
+            else "files under --root / $MICO_DATA (no download)"
+        )
+        typer.echo(f"{name:<17} {source:<44} {meta.summary}")
 
 
 @app.command()

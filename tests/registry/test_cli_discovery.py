@@ -88,3 +88,13 @@ def test_version_and_verbose_tracebacks():
     runner.invoke(app, ["info", "small_cnn"])  # the flag does not stick to later commands
     again = runner.invoke(app, ["info", "nope"])
     assert "Traceback" not in again.output
+
+
+def test_datasets_says_which_are_offline():
+    result = runner.invoke(app, ["datasets"])
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.output.splitlines()[1:]}
+    for name in ("digits", "mnist1d", "synthetic", "synthetic_tokens"):
+        assert "offline" in rows[name]
+    for name in ("mnist", "cifar10", "speechcommands", "tinystories"):
+        assert "--root / $MICO_DATA" in rows[name]
