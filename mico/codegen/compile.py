@@ -55,7 +55,6 @@ class CompiledModel:
         was emitted from, run op by op by the reference executor (one sample at a time in the
         dynamic mode, whose graph has batch 1)."""
         from mico.execute import run_graph
-        from mico.execute.executor import run_ir
 
         check_finite_samples(samples)
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
@@ -65,10 +64,19 @@ class CompiledModel:
                 for start in range(0, len(x), batch_size):
                     outs.append(run_graph(self.graph, x[start : start + batch_size])[0])
             else:
-                outs = [run_ir(self.graph, [x[i : i + 1]])[0] for i in range(len(x))]
+                outs = [self._dynamic_reference(x, i) for i in range(len(x))]
         if not outs:
             return np.zeros((0, *self.project.output_shape[1:]), dtype=self.project.output_dtype)
         return torch.cat(outs).numpy().astype(self.project.output_dtype)
+
+    def _dynamic_reference(self, x: torch.Tensor, i: int) -> torch.Tensor:
+        """Sample ``i`` through the dynamic graph; an overflow names the sample."""
+        from mico.execute.executor import run_ir
+
+        try:
+            return run_ir(self.graph, [x[i : i + 1]])[0]
+        except InputError as exc:
+            raise InputError(f"input sample {i}: {exc}") from None
 
     def pytorch(self, samples: np.ndarray | torch.Tensor) -> np.ndarray:
         """The PyTorch model's own outputs (eval mode, BN folded), for comparison."""

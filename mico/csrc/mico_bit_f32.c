@@ -18,7 +18,10 @@
  */
 #include "mico_f32.h"
 
+#include <float.h>
 #include <math.h>
+
+int mico_dyn_overflow = 0;
 
 /* The output formula is bit-exact only without fused multiply-add: keep contraction off even
  * when the build enables it (-ffp-contract=fast is GCC's default outside ISO C modes). */
@@ -88,8 +91,12 @@ float mico_dyn_quantize(const MicoDynQuant *q, const float *x, int8_t *codes, in
         }
         scale = amax / (float)q->qmax;
     }
-    if (!(scale > 0.0f)) {
+    /* zero, NaN, or so tiny (denormal) that 1/scale overflows: scale 1, as dynamic_scale */
+    if (!(scale > 0.0f) || 1.0f / scale > FLT_MAX) {
         scale = 1.0f;
+    }
+    if (scale > FLT_MAX) {
+        mico_dyn_overflow = 1;
     }
     inv = 1.0f / scale;
     if (q->is_signed && q->bits == 1) {

@@ -136,7 +136,7 @@ void mico_f32_matmul(const float *a, int32_t a_batch_stride, const float *b,
 /* How a quantized layer quantizes its float input at run time (mico.quant.dynamic_scale):
  * scale = max|x| / qmax (signed) or max(x, 0) / qmax (unsigned), or mean|x| (absmean, for
  * binary and ternary activations; summed in float64 in index order, divided by n, rounded to
- * float32); a zero scale becomes 1. Codes: v = x * (1.0f / scale) in float32, rounded half
+ * float32); a zero scale, or one whose reciprocal overflows float32, becomes 1. Codes: v = x * (1.0f / scale) in float32, rounded half
  * away from zero, clamped to [qmin, qmax]; binary codes are +1 when v >= 0, else -1. */
 typedef struct {
     int32_t bits;      /* code width 1..8 (ternary: 2, signed) */
@@ -146,8 +146,14 @@ typedef struct {
 } MicoDynQuant;
 
 /* Quantize n floats to one code per byte; return the scale used. Signed codes are int8_t;
- * unsigned codes (up to 255) are stored as uint8_t: read `codes` through a uint8_t pointer. */
+ * unsigned codes (up to 255) are stored as uint8_t: read `codes` through a uint8_t pointer.
+ * A scale beyond float32 (an activation reached Inf) sets mico_dyn_overflow. */
 float mico_dyn_quantize(const MicoDynQuant *q, const float *x, int8_t *codes, int32_t n);
+
+/* Set when a run-time scale overflowed float32: the sample is too large for the model. The
+ * generated run function clears it first and, when set, returns <NAME>_ERR_OVERFLOW (the
+ * Python reference raises InputError on the same sample). */
+extern int mico_dyn_overflow;
 
 /* A quantized convolution in the dynamic mode. Weights are signed codes packed LSB-first at
  * w_bits (mico_nn.h's layout); w_scale has out_c entries when w_per_channel, else one. */

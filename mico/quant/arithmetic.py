@@ -234,7 +234,9 @@ def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch
     """Per-sample scales computed at run time (dynamic activations), float32, shape (N, 1, …).
 
     ``max |x| / qmax`` over each sample (``max x`` for unsigned codes), or ``mean |x|`` for
-    binary and ternary codes. An all-zero sample gets scale 1.
+    binary and ternary codes. An all-zero sample gets scale 1, and so does a sample of values so
+    tiny (denormal) that the scale's float32 reciprocal would overflow: its codes are all 0
+    instead of ``0 * inf = NaN`` (the C kernel applies the same rule).
     """
     flat = x.detach().to(torch.float32).reshape(x.shape[0], -1)
     if absmean:  # float64 sum, one rounding: C sums in any order and gets the same float32
@@ -242,7 +244,8 @@ def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch
     else:
         amax = flat.abs().amax(dim=1) if fmt.signed else flat.clamp_min(0).amax(dim=1)
         s = amax / torch.tensor(float(fmt.qmax), dtype=torch.float32)
-    s = torch.where(s > 0, s, torch.ones_like(s))
+    inv = (1.0 / s.to(torch.float64)).to(torch.float32)  # as quantize computes it
+    s = torch.where((s > 0) & torch.isfinite(inv), s, torch.ones_like(s))
     return s.reshape(x.shape[0], *([1] * (x.dim() - 1)))
 
 

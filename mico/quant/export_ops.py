@@ -14,6 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mico.errors import InputError
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, dynamic_scale, is_ternary, quantize
 from mico.quant.integer import Accumulate, accumulate, rescale
@@ -26,6 +27,12 @@ def input_codes(
     fmt = QFormat.for_bits(a_bits, signed)
     if dynamic:
         s = dynamic_scale(x, fmt, absmean=fmt.binary or is_ternary(a_bits))
+        if bool(torch.isinf(s).any()):
+            raise InputError(
+                "an activation overflowed float32 before a dynamic-mode quantized layer (its "
+                "run-time scale is inf): the sample is too large for this model, and the C "
+                "program stops on it too (<NAME>_ERR_OVERFLOW); scale the inputs down"
+            )
     else:
         s = torch.tensor(scale, dtype=torch.float32)
     return quantize(x.detach(), s, fmt), s

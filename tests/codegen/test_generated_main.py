@@ -107,6 +107,24 @@ def test_a_non_finite_sample_stops_the_program_naming_sample_and_element(compile
     np.testing.assert_allclose(rows, reference, rtol=1e-5, atol=0)
 
 
+def test_an_overflow_inside_the_dynamic_model_stops_c_and_python_alike(compiled, tmp_path):
+    samples = _samples()
+    samples[2] = 3e38  # finite, but the first layer's outputs overflow float32
+    samples.tofile(tmp_path / "in.bin")
+    result = _run(compiled, "in.bin", "out.bin", cwd=tmp_path)
+    if compiled.mode == "static":  # integer-only: huge inputs clamp to the code range
+        assert result.returncode == 0, result.stderr
+        rows = np.fromfile(tmp_path / "out.bin", dtype=np.int32).reshape(5, -1)
+        np.testing.assert_array_equal(rows, compiled.reference(samples).reshape(5, -1))
+        return
+    from mico.errors import InputError
+
+    assert result.returncode == 4, result.stderr
+    assert "sample 2 overflows float32 inside the model" in result.stderr
+    with pytest.raises(InputError, match=r"input sample 2: an activation overflowed float32"):
+        compiled.reference(samples)
+
+
 HARNESS = r"""
 #include <math.h>
 #include <stdio.h>

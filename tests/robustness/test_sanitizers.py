@@ -2,9 +2,10 @@
 samples included (issue 12, part D).
 
 The demo-sized model (SmallCNN 8/16 channels, the demo's mixed plan) is compiled in both
-modes and run on finite extremes (±3e38, denormals, ±0), on NaN/Inf samples (the program
-stops with status 3) and on input files of the wrong size (status 1): no tool may report a
-memory or undefined-behaviour error, and the finite outputs equal the Python reference.
+modes and run on finite extremes (denormals, ±0; ±3e38, which the static mode clamps and which
+overflow float32 inside the dynamic model: status 4 there, as the Python reference refuses
+them), on NaN/Inf samples (status 3) and on input files of the wrong size (status 1): no tool
+may report a memory or undefined-behaviour error, and the outputs equal the Python reference.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 import torch
 
 from mico.codegen.compile import CompiledModel, compile_model
-from mico.errors import BuildError
+from mico.errors import BuildError, InputError
 from mico.models import SmallCNN
 from mico.pipeline import DEFAULT_PLAN
 from mico.quant import QuantConfig, calibrate, quantize_model
@@ -33,8 +34,10 @@ ENV = {
 }
 REPORTS = ("AddressSanitizer", "LeakSanitizer", "runtime error", "ERROR SUMMARY: 1")
 
-#: finite samples no program may misbehave on
-EXTREMES = [3e38, -3e38, 1e30, 1.4e-45, -1.4e-45, 1.1754944e-38, 0.0, -0.0]
+#: finite samples no program may misbehave on: tiny ones every mode computes, and huge ones
+#: that the static mode clamps and that may overflow float32 inside a dynamic-mode model
+TINY = [1.4e-45, -1.4e-45, 1.1754944e-38, -1e-40, 0.0, -0.0]
+HUGE = [3e38, -3e38, 1e30, -1e20]
 
 
 def _compiled(mode: str, out: Path) -> CompiledModel:
@@ -53,20 +56,43 @@ def compiled(request, tmp_path_factory) -> CompiledModel:
     return _compiled(request.param, tmp_path_factory.mktemp(request.param) / "p")
 
 
+def _extreme_samples(values: list[float], seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    rows = [np.full((1, 8, 8), v, np.float32) for v in values]
+    mixed = rng.choice(np.array(values, np.float32), size=(3, 1, 8, 8))
+    mixed[0] *= rng.standard_normal((1, 8, 8)).astype(np.float32) > 0  # some zeros in between
+    randn = rng.standard_normal((2, 1, 8, 8))
+    return np.concatenate([np.stack(rows), mixed, randn]).astype(np.float32)
+
+
 def _finite_samples() -> np.ndarray:
-    rng = np.random.default_rng(0)
-    rows = [np.full((1, 8, 8), v, np.float32) for v in EXTREMES]
-    mixed = rng.choice(np.array(EXTREMES, np.float32), size=(4, 1, 8, 8))
-    return np.concatenate([np.stack(rows), mixed, rng.standard_normal((2, 1, 8, 8))]).astype(
-        np.float32
-    )
+    return _extreme_samples(TINY, 0)
 
 
-def _write_cases(work: Path) -> list[tuple[list[str], int]]:
+def _huge_samples() -> np.ndarray:
+    return _extreme_samples(HUGE, 1)
+
+
+def _huge_status(compiled: CompiledModel) -> int:
+    """What main.c must return on huge.bin: the Python reference decides (an overflow in the
+    dynamic mode is InputError there and status 4 in C; the static mode clamps)."""
+    try:
+        compiled.reference(_huge_samples())
+    except InputError as exc:
+        assert compiled.mode == "dynamic" and "overflowed float32" in str(exc), exc
+        return 4
+    return 0
+
+
+def _write_cases(work: Path, compiled: CompiledModel) -> list[tuple[list[str], int]]:
     """Input files and the exit status main.c must give on each."""
     finite = _finite_samples()
     finite.tofile(work / "finite.bin")
-    cases: list[tuple[list[str], int]] = [(["finite.bin", "out.bin"], 0)]
+    _huge_samples().tofile(work / "huge.bin")
+    cases: list[tuple[list[str], int]] = [
+        (["finite.bin", "out.bin"], 0),
+        (["huge.bin", "huge_out.bin"], _huge_status(compiled)),
+    ]
     for i, value in enumerate([np.nan, np.inf, -np.inf, np.float32("-nan")]):
         bad = finite.copy()
         bad[1 + i, 0, i, 7 - i] = value
@@ -81,8 +107,8 @@ def _write_cases(work: Path) -> list[tuple[list[str], int]]:
     return cases
 
 
-def _run_all(command: list[str], work: Path, env: dict[str, str]) -> None:
-    for args, expected in _write_cases(work):
+def _run_all(command: list[str], work: Path, env: dict[str, str], compiled: CompiledModel) -> None:
+    for args, expected in _write_cases(work, compiled):
         result = subprocess.run(
             [*command, *args], cwd=work, capture_output=True, text=True, timeout=300, env=env
         )
@@ -93,15 +119,17 @@ def _run_all(command: list[str], work: Path, env: dict[str, str]) -> None:
 
 
 def _check_outputs(compiled: CompiledModel, work: Path) -> None:
-    samples = _finite_samples()
-    c_out = np.fromfile(work / "out.bin", dtype=compiled.project.output_dtype)
-    c_out = c_out.reshape(len(samples), -1)
+    files = [("out.bin", _finite_samples())]
     if compiled.mode == "static":
-        np.testing.assert_array_equal(c_out, compiled.reference(samples).reshape(len(samples), -1))
-    else:  # huge samples overflow float32 inside the dynamic network: compare the others
-        moderate = [i for i, s in enumerate(samples) if np.abs(s).max() < 1e3]
-        reference = compiled.reference(samples[moderate]).reshape(len(moderate), -1)
-        np.testing.assert_allclose(c_out[moderate], reference, rtol=1e-5, atol=1e-30)
+        files.append(("huge_out.bin", _huge_samples()))
+    for name, samples in files:
+        c_out = np.fromfile(work / name, dtype=compiled.project.output_dtype)
+        c_out = c_out.reshape(len(samples), -1)
+        reference = compiled.reference(samples).reshape(len(samples), -1)
+        if compiled.mode == "static":
+            np.testing.assert_array_equal(c_out, reference)
+        else:
+            np.testing.assert_allclose(c_out, reference, rtol=1e-5, atol=1e-30)
 
 
 @pytest.mark.parametrize("cc", ["gcc", "clang"])
@@ -114,7 +142,7 @@ def test_sanitizers_stay_clean_on_hostile_samples(compiled, cc, tmp_path):
         if "sanitizer runtime" in str(exc):
             pytest.skip(f"{cc} has no sanitizer runtime (apt-get install libclang-rt-dev)")
         raise
-    _run_all([str(exe)], tmp_path, {**os.environ, **ENV})
+    _run_all([str(exe)], tmp_path, {**os.environ, **ENV}, compiled)
     _check_outputs(compiled, tmp_path)
 
 
@@ -126,5 +154,5 @@ def test_valgrind_memcheck_stays_clean_on_hostile_samples(compiled, tmp_path):
         "valgrind", "--tool=memcheck", "--quiet", f"--error-exitcode={VALGRIND_EXIT}",
         "--leak-check=full", "--errors-for-leak-kinds=definite,indirect", str(exe),
     ]  # fmt: skip
-    _run_all(command, tmp_path, dict(os.environ))
+    _run_all(command, tmp_path, dict(os.environ), compiled)
     _check_outputs(compiled, tmp_path)
