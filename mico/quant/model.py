@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -26,13 +27,24 @@ def bit_layers(model: nn.Module) -> dict[str, BitLayer]:
     return {name: m for name, m in model.named_modules() if isinstance(m, BitLayer)}
 
 
+#: ``W/A`` with no layer name: the same widths for every layer
+_UNIFORM = re.compile(r"^[^=,/\s]+/[^=,/\s]+$")
+
+
 def as_plan(plan: PlanLike, layer_names: Sequence[str]) -> QuantPlan:
     """Any accepted plan form, checked against the model's layers and put in their order.
 
-    Forms: a :class:`QuantPlan`; ``name=W/A,…`` text or a YAML file path; a mapping
-    ``{name: {w, a}}`` / ``{name: (w, a)}``; MiCo's ``[[w…], [a…]]``; or a flat ``[w…, a…]``
-    of twice the layer count (a searcher's point).
+    Forms: a :class:`QuantPlan`; ``name=W/A,…`` text or a YAML file path; ``W/A`` alone for
+    every layer (``"4/4"``, ``"1.58/8"``); a mapping ``{name: {w, a}}`` / ``{name: (w, a)}``;
+    MiCo's ``[[w…], [a…]]``; or a flat ``[w…, a…]`` of twice the layer count (a searcher's point).
     """
+    if (
+        isinstance(plan, str)
+        and _UNIFORM.match(plan.strip())
+        and not plan.strip().endswith((".yaml", ".yml"))
+        and not Path(plan.strip()).exists()
+    ):
+        plan = ",".join(f"{name}={plan.strip()}" for name in layer_names)
     if isinstance(plan, QuantPlan):
         parsed = plan
     elif isinstance(plan, str | Path):

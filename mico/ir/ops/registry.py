@@ -747,7 +747,15 @@ class OpRegistry:
     @classmethod
     @contextmanager
     def scoped(cls) -> Iterator[type[OpRegistry]]:
-        """Registrations made inside the block are undone when it exits (for tests)."""
+        """Registrations made inside the block are undone when it exits (for tests).
+
+        mico's own op libraries (IR ops, quantized ops, C emit rules) are loaded first, so a
+        library first imported inside the block does not lose its registrations at the exit.
+        """
+        import importlib
+
+        for library in ("mico.ir.ops.library", "mico.quant.export_ops", "mico.codegen"):
+            importlib.import_module(library)
         saved = copy.deepcopy(cls._ops)
         try:
             yield cls
