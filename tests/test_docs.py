@@ -7,7 +7,8 @@ A block is skipped only when a comment on the line before it says why (``<!-- do
 REASON -->``), or when it needs the RISC-V toolchain and the machine lacks it (the skip names the
 packages). ``<!-- doctest: file NAME -->`` before a block writes it to NAME in the working
 directory, so a page can show a config file and then the command that reads it. Pages whose
-Python examples a dedicated test checks in more detail are noted in ``COVERED``. Generated pages (docs/reference/) are checked by ``mico docs --check`` instead.
+Python examples a dedicated test checks in more detail are noted in ``COVERED``. Generated
+pages (docs/reference/) are checked by ``mico docs --check`` instead.
 """
 
 from __future__ import annotations
