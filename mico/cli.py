@@ -267,7 +267,7 @@ def _deploy_options(
     model: str | None,
     checkpoint: Path | None,
     plan: str | None,
-    mode: str,
+    mode: str | None,
     out: Path,
     name: str,
     dataset: str | None,
@@ -304,7 +304,11 @@ PlanOpt = Annotated[
     typer.Option(help="layer=W/A,..., a YAML plan file, or W/A for every layer (default 8/8)."),
 ]
 ModeOpt = Annotated[
-    str, typer.Option(help="dynamic (float between layers) or static (integer-only, packed).")
+    str | None,
+    typer.Option(
+        help="dynamic (float between layers) or static (integer-only, packed); default: the "
+        "checkpoint's own mode, else dynamic."
+    ),
 ]
 NameOpt = Annotated[str, typer.Option(help="C name of the model (files, symbols).")]
 DatasetOpt = Annotated[
@@ -320,7 +324,7 @@ def compile_cmd(
     model: ModelArg = None,
     checkpoint: CheckpointOpt = None,
     plan: PlanOpt = None,
-    mode: ModeOpt = "dynamic",
+    mode: ModeOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Project directory.")] = Path(
         "out/compile"
     ),
@@ -357,7 +361,7 @@ def verify_cmd(
     model: ModelArg = None,
     checkpoint: CheckpointOpt = None,
     plan: PlanOpt = None,
-    mode: ModeOpt = "dynamic",
+    mode: ModeOpt = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="Project directory.")] = Path(
         "out/verify"
     ),

@@ -40,7 +40,7 @@ class DeployOptions:
     model: str | None = None  # a zoo model name ...
     checkpoint: Path | None = None  # ... or a checkpoint written by `mico train`
     plan: str | None = None  # for a zoo model: layer=W/A,... or uniform "W/A" (default 8/8)
-    mode: str = "dynamic"
+    mode: str | None = None  # None: the checkpoint's mode (static if it holds static scales)
     out_dir: Path = Path("out/compile")
     name: str = "model"
     dataset: str | None = None  # calibration and verification samples (default: the model's)
@@ -86,19 +86,33 @@ def _uniform(text: str, names: list[str]) -> str:
     return ",".join(f"{name}={text}" for name in names)
 
 
+def checkpoint_mode(model: nn.Module) -> str:
+    """The mode a loaded model compiles in by default: static when its layers hold calibrated
+    static activation scales (as `mico train` writes them), else dynamic."""
+    from mico.quant import bit_layers
+
+    layers = bit_layers(model).values()
+    if layers and all(layer.qconfig.act_mode == "static" for layer in layers):
+        return "static"
+    return "dynamic"
+
+
 def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
     """The quantized model to compile and the name of its zoo entry (when known)."""
     from mico.models import from_zoo
     from mico.quant import QuantConfig, quantize_model
     from mico.train.checkpoint import load_checkpoint, read_checkpoint
 
-    if options.mode not in MODES:
-        raise CompileError(f"unknown mode '{options.mode}'; use one of {', '.join(MODES)}")
+    if options.mode is not None and options.mode not in MODES:
+        raise CompileError(f"unknown mode '{options.mode}'; use --mode {' or --mode '.join(MODES)}")
     if (options.model is None) == (options.checkpoint is None):
         raise CompileError("give a zoo model name or --checkpoint (one of them)")
     if options.checkpoint is not None:
         model = load_checkpoint(options.checkpoint)
+        if options.mode is None:
+            options.mode = checkpoint_mode(model)
         return model, read_checkpoint(options.checkpoint).zoo_name
+    options.mode = options.mode or "dynamic"
     torch.manual_seed(options.seed)
     model = from_zoo(options.model)
     names = model.quantize_layer_names()
