@@ -44,3 +44,38 @@ def test_checkpoint_mode_follows_the_layers():
     assert checkpoint_mode(static) == "static"
     dynamic = quantize_model(SmallCNN(), "4/4", QuantConfig(act_mode="dynamic"))
     assert checkpoint_mode(dynamic) == "dynamic"
+
+
+def test_a_checkpoint_saved_from_python_reloads_and_compiles(tmp_path):
+    import torch
+
+    from mico.models import LeNet
+    from mico.train.checkpoint import load_checkpoint
+
+    model = LeNet(1)  # built in Python, not by zoo name; positional argument
+    model.set_qscheme([[8, 4, 4, 2, 2], [8] * 5])
+    model.save(tmp_path / "lenet.pt")
+    loaded = load_checkpoint(tmp_path / "lenet.pt")
+    assert type(loaded) is LeNet
+    assert [layer.w_bits for layer in loaded.get_qlayers()] == [8, 4, 4, 2, 2]
+    x = torch.rand(2, 1, 28, 28)
+    assert torch.equal(model.eval()(x), loaded.eval()(x))
+    result = runner.invoke(app, ["compile", "--checkpoint", str(tmp_path / "lenet.pt"),
+                                 "-o", str(tmp_path / "c")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+
+
+def test_a_checkpoint_of_an_unknown_class_is_refused_without_importing_it(tmp_path):
+    from torch import nn
+
+    from mico.errors import CheckpointError
+    from mico.train.checkpoint import load_checkpoint, save_checkpoint
+
+    class Mystery(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(2, 2)
+
+    save_checkpoint(Mystery(), tmp_path / "m.pt")
+    with pytest.raises(CheckpointError, match="holds a Mystery, which is not a mico model"):
+        load_checkpoint(tmp_path / "m.pt")

@@ -57,10 +57,22 @@ class Checkpoint:
         from mico.models import from_zoo
 
         if self.zoo_name is None:
-            raise CheckpointError(
-                f"the checkpoint holds a {self.model_class}, which is not a zoo model; build "
-                "the model yourself and pass it to load_checkpoint(path, model)"
-            )
+            cls = _mico_model_class(self.model_class)
+            if cls is None:
+                raise CheckpointError(
+                    f"the checkpoint holds a {self.model_class}, which is not a mico model; "
+                    "build the model yourself and pass it to load_checkpoint(path, model)"
+                )
+            try:
+                model = cls(*self.args, **self.kwargs)  # a mico model built in Python
+            except (TypeError, ValueError) as exc:
+                raise CheckpointError(
+                    f"the checkpoint's {self.model_class} cannot be rebuilt from its recorded "
+                    f"arguments ({exc}); build it yourself and pass it to "
+                    "load_checkpoint(path, model)"
+                ) from None
+            _load_into(self, model, strict=True, source="checkpoint")
+            return model
         model = from_zoo(self.zoo_name, **self.kwargs) if not self.args else None
         if model is None:
             raise CheckpointError(
@@ -69,6 +81,18 @@ class Checkpoint:
             )
         _load_into(self, model, strict=True, source="checkpoint")
         return model
+
+
+def _mico_model_class(name: str) -> type | None:
+    """The zoo class called ``name`` (a model saved from Python, not built by name); only mico's
+    own registered model classes are considered, so a checkpoint never imports other code."""
+    from mico.registry import ModuleRegistry
+
+    for meta in ModuleRegistry.list_modules(category="model"):
+        cls = meta.module_class
+        if isinstance(cls, type) and cls.__name__ == name and cls.__module__.startswith("mico."):
+            return cls
+    return None
 
 
 def _plan_of(model: nn.Module) -> QuantPlan | None:

@@ -176,7 +176,7 @@ def test_checkpoint_with_other_constructor_arguments_is_refused(tmp_path: Path) 
 
 def test_non_zoo_checkpoint_needs_a_model(tmp_path: Path) -> None:
     path = save_checkpoint(_tiny(), tmp_path / "tiny.pt")
-    with pytest.raises(CheckpointError, match=r"TinyNet.*not a zoo model"):
+    with pytest.raises(CheckpointError, match=r"TinyNet.*not a mico model"):
         load_checkpoint(path)
 
 
