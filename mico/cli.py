@@ -242,25 +242,32 @@ def train(
         weight_granularity="channel" if per_channel else "tensor",
         learned_step=lsq,
     )
-    run_train(
-        TrainOptions(
-            model=model,
-            out_dir=out,
-            dataset=dataset,
-            dataset_options=dataset_options,
-            epochs=epochs,
-            lr=lr,
-            batch_size=batch_size,
-            seed=seed,
-            plan=plan,
-            method=method,  # type: ignore[arg-type]
-            qat_epochs=qat_epochs,
-            quant=config,
-            progress=progress,
-            force=force,
-        ),
-        log=typer.echo,
+    from mico.errors import DatasetError
+
+    options = TrainOptions(
+        model=model,
+        out_dir=out,
+        dataset=dataset,
+        dataset_options=dataset_options,
+        epochs=epochs,
+        lr=lr,
+        batch_size=batch_size,
+        seed=seed,
+        plan=plan,
+        method=method,  # type: ignore[arg-type]
+        qat_epochs=qat_epochs,
+        quant=config,
+        progress=progress,
+        force=force,
     )
+    try:
+        run_train(options, log=typer.echo)
+    except DatasetError as exc:  # name the CLI's flags, and the offline way out
+        message = str(exc).replace("pass root=...", "pass --root DIR").replace("root=", "--root ")
+        if dataset is None and "synthetic" not in message:
+            message = message.rstrip(". ") + "; or train offline on data shaped to the model: "
+            message += "--dataset synthetic"
+        raise DatasetError(message) from None
 
 
 def _deploy_options(

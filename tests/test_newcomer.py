@@ -79,3 +79,23 @@ def test_a_checkpoint_of_an_unknown_class_is_refused_without_importing_it(tmp_pa
     save_checkpoint(Mystery(), tmp_path / "m.pt")
     with pytest.raises(CheckpointError, match="holds a Mystery, which is not a mico model"):
         load_checkpoint(tmp_path / "m.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["resnet8", "m5", "tinyllama", "harmlp"])
+def test_every_kind_of_zoo_model_trains_offline(tmp_path, model):
+    result = runner.invoke(app, ["train", model, "--dataset", "synthetic", "--epochs", "1",
+                                 "--batch-size", "32", "--no-progress",
+                                 "-o", str(tmp_path / "t")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and "fp32.pt, costs.md, metrics.json" in result.output
+    assert "no quantized.pt: pass --plan" in result.output
+
+
+def test_missing_data_names_the_cli_flags(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MICO_DATA", raising=False)
+    result = runner.invoke(app, ["train", "resnet8", "--epochs", "1", "-o", "out"])
+    assert result.exit_code == 2
+    assert "--root DIR" in result.output and "root=" not in result.output
+    assert result.output.rstrip().endswith("--dataset synthetic")

@@ -60,7 +60,9 @@ def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
     if options.plan is not None:  # check the plan before any training
         plan = as_plan(options.plan, model.quantize_layer_names())
     dataset = options.dataset or entry.dataset
-    split = load_dataset(dataset, seed=options.seed, **options.dataset_options)
+    if dataset == "synthetic" and getattr(model, "task", "") == "language":
+        dataset = "synthetic_tokens"  # a language model learns token sequences
+    split = load_dataset(dataset, seed=options.seed, **_shaped(dataset, model, options))
     expected = tuple(model.default_input_shape)
     if split.input_shape != expected:
         raise DatasetError(
@@ -118,5 +120,33 @@ def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
             (tmp / "plan.yaml").write_text(plan.to_yaml())
         (tmp / "costs.md").write_text(costs.to_markdown())
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    log(f"wrote {options.out_dir}")
+    written = ["fp32.pt", "costs.md", "metrics.json"]
+    if quantized is not None:
+        written[1:1] = ["quantized.pt", "plan.yaml"]
+    log(f"wrote {options.out_dir}: {', '.join(written)}")
+    if quantized is None:
+        log("no quantized.pt: pass --plan (e.g. --plan 4/4) to quantize after training")
     return TrainResult(options.out_dir, metrics, plan)
+
+
+def _shaped(dataset: str, model: Any, options: TrainOptions) -> dict[str, Any]:
+    """Reader options; the synthetic sets are shaped to the model (any zoo model trains
+    offline): samples of its input shape and as many classes as it has outputs."""
+    kwargs = dict(options.dataset_options)
+    if dataset not in ("synthetic", "synthetic_tokens"):
+        return kwargs
+    for ignored in ("resize", "root"):
+        kwargs.pop(ignored, None)
+    shape = tuple(model.default_input_shape)
+    if dataset == "synthetic_tokens":
+        kwargs.setdefault("seq_len", shape[-1])
+        kwargs.setdefault("vocab_size", getattr(model, "vocab_size", 64))
+        return kwargs
+    import torch
+
+    with torch.no_grad():
+        out = model.eval()(torch.zeros((1, *shape), dtype=model.input_dtype))
+    model.train()
+    kwargs.setdefault("shape", shape)
+    kwargs.setdefault("num_classes", int(out.reshape(1, -1).shape[1]))
+    return kwargs
