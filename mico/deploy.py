@@ -290,4 +290,62 @@ def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:
     if unknown:
         raise BuildError(f"unknown target '{unknown[0]}'; use one of {', '.join(TARGETS)}")
     compiled, samples = compile_from_options(options, log)
-    return verify_compiled(compiled, samples, options, log)
+    result = verify_compiled(compiled, samples, options, log)
+    paths = write_verify_report(result, options)
+    log(f"report: {paths[0]} and {paths[1].name}")
+    return result
+
+
+def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[Path, Path]:
+    """``verify.md`` and ``verify.json`` in the project folder: per target, agreement with the
+    Python reference, instructions per inference and the first differing layer, if any."""
+    project = result.compiled.project
+    rows = []
+    for r in result.results:
+        a = r.agreement
+        rows.append({
+            "target": r.target,
+            "ok": r.ok,
+            "samples": a.samples,
+            "exact": a.exact,
+            "top1": a.top1,
+            "max_abs_diff": float(a.max_abs_diff),
+            "rtol": a.rtol,
+            "instructions_per_inference": r.instructions_per_inference,
+            "first_difference": None if r.difference is None else str(r.difference),
+        })  # fmt: skip
+    data = {
+        "model": options.model or str(options.checkpoint),
+        "mode": result.compiled.mode,
+        "plan": options.plan,
+        "ok": result.ok,
+        "flash": project.flash,
+        "arena_bytes": project.arena.size,
+        "arena_lower_bound": project.arena.lower_bound,
+        "targets": rows,
+    }
+    lines = [
+        f"# mico verify: {data['model']} ({data['mode']} mode)",
+        "",
+        f"Result: **{'the C program agrees with Python' if result.ok else 'DISAGREEMENT'}**; "
+        f"flash {sum(project.flash.values())} B, arena {project.arena.size} B "
+        f"(lower bound {project.arena.lower_bound} B).",
+        "",
+        "| target | bit-exact | top-1 | max abs diff | instructions / inference |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        lines.append(
+            f"| {row['target']} | {row['exact']}/{row['samples']} | {row['top1']}/"
+            f"{row['samples']} | {row['max_abs_diff']:.3g} | "
+            f"{row['instructions_per_inference'] or '-'} |"
+        )
+    for row in rows:
+        if row["first_difference"]:
+            lines += ["", f"{row['target']}: {row['first_difference']}"]
+    md, js = project.directory / "verify.md", project.directory / "verify.json"
+    for path, text in ((md, "\n".join(lines) + "\n"), (js, json.dumps(data, indent=2) + "\n")):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return md, js

@@ -99,3 +99,18 @@ def test_missing_data_names_the_cli_flags(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "--root DIR" in result.output and "root=" not in result.output
     assert result.output.rstrip().endswith("--dataset synthetic")
+
+
+def test_verify_writes_its_report(tmp_path):
+    import json
+
+    out = tmp_path / "v"
+    result = runner.invoke(app, ["verify", "mlp", "--plan", "4/4", "--samples", "8", "-o",
+                                 str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "verify.json").read_text())
+    assert data["ok"] is True and data["mode"] == "dynamic" and data["plan"] == "4/4"
+    assert data["targets"][0]["target"] == "host" and data["targets"][0]["samples"] == 8
+    report = (out / "verify.md").read_text()
+    assert "| host | 8/8 | 8/8 |" in report
+    assert not list(out.glob(".*.tmp"))
