@@ -411,20 +411,37 @@ def ops_list(
         str | None, typer.Option(help="Only this category (e.g. TensorOp).")
     ] = None,
     search: Annotated[str | None, typer.Option(help="Only ops matching these words.")] = None,
+    mode: Annotated[
+        str | None, typer.Option(help="Only ops this C mode compiles: dynamic or static.")
+    ] = None,
 ) -> None:
-    """Every registered op with its category and rules (infer, convert, execute, emit, cost)."""
+    """Every registered op with its category, rules and the C modes that compile it.
+
+    Example: mico ops list --mode static
+    """
+    import mico.codegen  # noqa: F401  (attaches the C emit rules)
+    from mico.codegen.support import MODES, c_modes, ops_by_mode
+    from mico.errors import RegistryError
     from mico.ir import OpRegistry
     from mico.ir.ops.registry import RULES
     from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)
 
+    if mode is not None and mode not in MODES:
+        raise RegistryError(f"unknown --mode '{mode}'; use --mode dynamic or --mode static")
     names = OpRegistry.search(search) if search else OpRegistry.list_ops(category)
     if search and category:
         names = [n for n in names if n in set(OpRegistry.list_ops(category))]
-    typer.echo(f"{'op':<28} {'category':<12} rules")
+    if mode is not None:  # the mode's own list: ATen ops it lowers need no registration
+        wanted = ops_by_mode()[mode]
+        names = [n for n in wanted if n in set(names)] if (search or category) else wanted
+    typer.echo(f"{'op':<36} {'category':<10} {'C modes':<16} rules")
     for name in names:
-        op = OpRegistry.get(name)
-        rules = ",".join(r for r in RULES if r in op.rules) or "-"
-        typer.echo(f"{name:<28} {op.category or '-':<12} {rules}")
+        registered = OpRegistry.is_registered(name)
+        op = OpRegistry.get(name) if registered else None
+        rules = ",".join(r for r in RULES if op and r in op.rules) or "schema"
+        modes = ",".join(c_modes(name)) or "-"
+        category_name = (op.category if op else "") or "-"
+        typer.echo(f"{name:<36} {category_name:<10} {modes:<16} {rules}")
     typer.echo(
         f"{len(names)} registered op(s). Every other ATen op (aten.*) converts and executes "
         "through its schema (default rules): `mico ops info aten.NAME.OVERLOAD` shows it."

@@ -198,7 +198,7 @@ def test_ops_list_shows_categories_and_rules():
     result = runner.invoke(app, ["ops", "list"])
     assert result.exit_code == 0
     rows = {line.split()[0]: line.split()[1:] for line in result.output.splitlines()[1:-1]}
-    assert rows["tensor.add"] == ["TensorOp", "execute,infer"]
+    assert rows["tensor.add"] == ["TensorOp", "-", "execute,infer"]  # no C mode: IR-level op
     assert rows["tile.mul"][0] == "TileOp"
     assert "mico.bit_conv2d" in rows
     assert "schema" in result.output.splitlines()[-1]
@@ -222,3 +222,17 @@ def test_ops_info_registered_aten_and_unknown():
     unknown = runner.invoke(app, ["ops", "info", "tensor.ad"])
     assert unknown.exit_code == 2
     assert "op 'tensor.ad' is not registered; did you mean 'tensor.add'" in unknown.output
+
+
+def test_ops_list_shows_the_c_modes_of_each_op():
+    result = runner.invoke(app, ["ops", "list", "--mode", "static"])
+    assert result.exit_code == 0
+    rows = {line.split()[0]: line for line in result.output.splitlines()[1:-1]}
+    assert "dynamic,static" in rows["aten.relu.default"]
+    assert "static" in rows["aten.clamp.default"]  # lowered without a registry entry
+    assert "aten.sigmoid.default" not in rows  # float-only so far
+    every = runner.invoke(app, ["ops", "list"])
+    sigmoid = next(line for line in every.output.splitlines() if line.startswith("aten.sigmoid."))
+    assert sigmoid.split()[2] == "dynamic"
+    bad = runner.invoke(app, ["ops", "list", "--mode", "fast"])
+    assert bad.exit_code == 2 and "use --mode dynamic or --mode static" in bad.output
