@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from mico.codegen import MiCoCodeGen, MiCoOpRegistry, UnregisteredOpError
@@ -288,3 +289,34 @@ def test_quantized_initialized_tensor_is_packed(scoped_registry, tmp_path):
 
         codegen.convert(tmp_path / "again", "m")
     assert not (tmp_path / "again").exists()
+
+
+@pytest.mark.parametrize(
+    ("call", "expected"),
+    [
+        (lambda x: F.leaky_relu(x, 0.2), (0.2,)),
+        (lambda x: F.leaky_relu(x, negative_slope=0.1), (0.1,)),
+        (lambda x: F.leaky_relu(x), (0.01,)),
+    ],
+)
+def test_handler_input_args_are_the_calls_own(scoped_registry, tmp_path, call, expected):
+    """input_args hold the tensor, then the call's own arguments: no stray in-place flag."""
+    seen = []
+
+    @MiCoOpRegistry.register_function(F.leaky_relu, override=True)
+    def handle(codegen, n, out, input_names, input_args):
+        seen.append(input_args)
+        codegen.add_uninitialized_tensor(n.name, out)
+        codegen.add_forward_call("MiCo_leaky{dim}d_{dtype}", out, n.name, input_names)
+
+    class Net(nn.Module):
+        def forward(self, x):
+            return call(x)
+
+    x = torch.randn(1, 4)
+    codegen = MiCoCodeGen(Net())
+    codegen.forward(x)
+    codegen.convert(tmp_path / "out", "net")  # handlers run while the C is written
+    (args,) = seen
+    assert torch.equal(args[0], x)
+    assert tuple(args[1:]) == pytest.approx(expected)
