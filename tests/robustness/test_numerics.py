@@ -65,6 +65,25 @@ def test_non_finite_parameters_are_refused_naming_the_tensor(
     assert_untouched(before, tmp_path)  # no project with -9223372036854775808 in it
 
 
+@pytest.mark.parametrize(
+    ("kwargs", "node"),
+    [({"num_classes": 0}, "linear_2"), ({"hidden": (64, 0)}, "linear_1")],
+    ids=["classes-0", "hidden-0"],
+)
+@pytest.mark.parametrize("mode", ["dynamic", "static"])
+def test_a_layer_with_zero_outputs_is_refused_naming_it(tmp_path, kwargs, node, mode):
+    from mico.models import MLP
+
+    ckpt = save_checkpoint(MLP(**kwargs), tmp_path / "zero.pt")
+    before = snapshot(tmp_path)
+    result = run_cli(
+        ["compile", "--checkpoint", str(ckpt), "--mode", mode, "--samples", "2", "-o", "out"],
+        tmp_path,
+    )
+    assert_clean_error(result, f"'{node}'", "(1, 0)", "no elements", "at least one output")
+    assert_untouched(before, tmp_path)
+
+
 #: (id, CLI arguments, words the error line must contain)
 CLI_CASES = [
     (
