@@ -13,6 +13,7 @@ import gzip
 import struct
 
 import numpy as np
+import pytest
 import torch
 
 # --- the seed's imports, mapped (ARCHITECTURE.md) -------------------------------------------
@@ -95,3 +96,41 @@ def test_example_3_llama_on_tinystories(tmp_path) -> None:
     before = model.test(test_loader)
     model.train_loop(2, train_loader, test_loader, lr=3e-3, verbose=False)
     assert model.test(test_loader) > before
+
+
+def test_workflow_4_generates_code_beside_the_checkpoint(tmp_path, monkeypatch) -> None:
+    """`convert("output", ...)` writes into the folder holding output/ckpt/lenet_mnist.pth."""
+    from mico.atomic import MARKER
+    from mico.codegen import MiCoCodeGen
+    from mico.errors import OutputError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "output" / "ckpt").mkdir(parents=True)
+    trained = LeNet(1)
+    trained.set_qscheme([[8, 6, 6, 4, 4], [8, 8, 8, 8, 8]])
+    torch.save(trained.state_dict(), "output/ckpt/lenet_mnist.pth")
+    checkpoint = (tmp_path / "output/ckpt/lenet_mnist.pth").read_bytes()
+
+    model = LeNet(1)
+    model.set_qscheme([[8, 6, 6, 4, 4], [8, 8, 8, 8, 8]])  # Optimal MPQ config
+    model.load_state_dict(torch.load("output/ckpt/lenet_mnist.pth"))
+    model = fuse_model(model)
+    model.eval()
+    codegen = MiCoCodeGen(model, align_to=32)
+    codegen.forward(torch.randn(1, 1, 28, 28))
+    codegen.convert("output", "lenet_mnist")
+
+    assert (tmp_path / "output/lenet_mnist.h").is_file()
+    assert (tmp_path / "output/lenet_mnist.bin").is_file()
+    assert (tmp_path / "output/ckpt/lenet_mnist.pth").read_bytes() == checkpoint
+    assert not (tmp_path / "output" / MARKER).exists()  # never mistaken for mico's own folder
+    assert not [p for p in (tmp_path / "output").iterdir() if ".stage-" in p.name]
+
+    codegen.convert("output", "lenet_mnist")  # again: mico may replace its own files
+    (tmp_path / "output/notes.h").write_text("mine")
+    clash = MiCoCodeGen(model, align_to=32)
+    clash.forward(torch.randn(1, 1, 28, 28))
+    with pytest.raises(OutputError, match=r"would replace 'notes\.h'.*mico did not write"):
+        clash.convert("output", "notes")
+    assert (tmp_path / "output/notes.h").read_text() == "mine"
+    assert (tmp_path / "output/ckpt/lenet_mnist.pth").read_bytes() == checkpoint

@@ -94,6 +94,21 @@ class _Tensor:
     shape: tuple[int, ...]
 
 
+def _holds_user_files(output_dir: str | Path) -> bool:
+    """Whether ``output_dir`` is an existing, non-empty folder that mico did not write."""
+    import os
+
+    from mico.atomic import is_mico_output
+
+    path = Path(output_dir)
+    if path.is_symlink() or not path.is_dir() or is_mico_output(path):
+        return False
+    try:
+        return bool(os.listdir(path))
+    except OSError:
+        return False
+
+
 class MiCoCodeGen:
     """Generate a C project for ``model`` (seed 000's code generator)."""
 
@@ -144,16 +159,32 @@ class MiCoCodeGen:
     ) -> CProject:
         """Write the C project for the graph ``forward`` prepared; return it.
 
-        ``output_dir`` holding files mico did not write is refused unless ``force``.
+        A new or mico-written ``output_dir`` is written whole (atomically). A folder of the
+        user's (the seed writes ``output/`` beside ``output/ckpt/``) receives the project's
+        files beside its own, and a file mico did not write is never replaced; ``force``
+        replaces the folder wholesale instead.
         """
         if self.graph is None:
             raise CompileError("call MiCoCodeGen.forward(example) before convert()")
         check_model_name(model_name)
-        final = check_output_dir(output_dir, force=force)
+        beside_user_files = not force and _holds_user_files(output_dir)
+        final = None if beside_user_files else check_output_dir(output_dir, force=force)
         for node in self.graph.nodes:
             if find_rule(node.op, "emit") is None:
                 raise UnregisteredOpError(unregistered_message(node.op))
         token = _ACTIVE.set(self)
+        if beside_user_files:
+            from mico.atomic_files import files_into_directory
+
+            try:
+                with files_into_directory(output_dir, "MiCoCodeGen.convert") as stage:
+                    project = emit_c_project(self.graph, stage, model_name, align=self.align_to)
+                    for file, source in self._kernel_sources.items():
+                        (stage / file).write_text(source)
+            finally:
+                _ACTIVE.reset(token)
+            self.project = dataclasses.replace(project, directory=Path(output_dir).absolute())
+            return self.project
         try:
             with atomic_directory(final, force=force, command="MiCoCodeGen.convert") as tmp:
                 project = emit_c_project(self.graph, tmp, model_name, align=self.align_to)
