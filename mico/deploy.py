@@ -196,6 +196,7 @@ def compile_from_options(
             calibration=batches,
             force=options.force,
             extras=_write_compile_report,
+            sample_inputs=samples,
         )
     except MicoError as exc:
         if zoo_name is None or zoo_name in DEPLOYABLE_MODELS:

@@ -143,7 +143,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
 
     with atomic_directory(options.out_dir, force=options.force, command="mico demo") as tmp:
         log(f"[3/5] emitting C into {options.out_dir}")
-        project = emit_c_project(graph, tmp, options.name)
+        project = emit_c_project(graph, tmp, options.name, sample_inputs=split.x_test)
         log("[4/5] building with the host C compiler and running every test sample")
         host.build(project)
         c_out = host.run(project, split.x_test)

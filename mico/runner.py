@@ -157,6 +157,7 @@ def run_config(
             config.mode,
             calibration=batches,
             extras=_write_compile_report,
+            sample_inputs=samples,
         )
         log(f"[4/5] building and running on {', '.join(config.targets)}")
         options = DeployOptions(

@@ -114,3 +114,24 @@ def test_verify_writes_its_report(tmp_path):
     report = (out / "verify.md").read_text()
     assert "| host | 8/8 | 8/8 |" in report
     assert not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_make_run_works_out_of_the_box(tmp_path):
+    import json
+    import subprocess
+
+    out = tmp_path / "c"
+    result = runner.invoke(app, ["compile", "small_cnn", "--plan", "4/4", "--mode", "static",
+                                 "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert (out / "inputs.bin").stat().st_size == 4 * 64 * 4  # 4 samples of 1x8x8 float32
+    assert (
+        "samples the project was built with"
+        in json.loads((out / "mico.json").read_text())["inputs_bin"]
+    )
+    run = subprocess.run(["make", "run"], cwd=out, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [line for line in run.stdout.splitlines() if line.startswith("sample ")]
+    assert len(lines) == 4 and all("top-1 index" in line for line in lines)
+    assert (out / "outputs.bin").stat().st_size == 4 * 10 * 4  # int32 outputs, 10 classes

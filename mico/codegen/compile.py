@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -172,18 +173,21 @@ def compile_model(
     *,
     force: bool = False,
     extras: Callable[[CompiledModel], None] | None = None,
+    sample_inputs: Any = None,
 ) -> CompiledModel:
     """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
 
     ``out_dir`` is refused before any work when it holds files mico did not write (unless
-    ``force``), see :mod:`mico.atomic`. ``extras`` writes further files (reports, plots) into
-    the project while it is still the temporary directory, so they appear with the project.
+    ``force``), see :mod:`mico.atomic`. ``sample_inputs`` (default: ``example``) are bundled as
+    the project's ``inputs.bin`` for ``make run``. ``extras`` writes further files (reports,
+    plots) into the project while it is still the temporary directory, so they appear with it.
     """
     check_model_name(name)
     final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
     with atomic_directory(final, force=force, command="compile_model") as tmp:
-        project = emit_c_project(graph, tmp, name, align=align)
+        bundled = sample_inputs if sample_inputs is not None else example
+        project = emit_c_project(graph, tmp, name, align=align, sample_inputs=bundled)
         if extras is not None:
             extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)

@@ -178,7 +178,13 @@ class MiCoCodeGen:
 
             try:
                 with files_into_directory(output_dir, "MiCoCodeGen.convert") as stage:
-                    project = emit_c_project(self.graph, stage, model_name, align=self.align_to)
+                    project = emit_c_project(
+                        self.graph,
+                        stage,
+                        model_name,
+                        align=self.align_to,
+                        sample_inputs=self._example,
+                    )
                     for file, source in self._kernel_sources.items():
                         (stage / file).write_text(source)
             finally:
@@ -187,7 +193,9 @@ class MiCoCodeGen:
             return self.project
         try:
             with atomic_directory(final, force=force, command="MiCoCodeGen.convert") as tmp:
-                project = emit_c_project(self.graph, tmp, model_name, align=self.align_to)
+                project = emit_c_project(
+                    self.graph, tmp, model_name, align=self.align_to, sample_inputs=self._example
+                )
                 for file, source in self._kernel_sources.items():
                     (tmp / file).write_text(source)
         finally:

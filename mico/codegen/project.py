@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -303,6 +304,7 @@ def _main(name: str) -> str:
 #define MICO_EXIT_USAGE 2
 #define MICO_EXIT_NONFINITE 3
 #define MICO_EXIT_OVERFLOW 4
+#define MICO_SHOWN_SAMPLES 8 /* samples whose top-1 index is printed */
 
 #ifdef MICO_DEBUG
 /* Debug build: every intermediate tensor of every sample is appended to intermediates.bin
@@ -402,6 +404,16 @@ int main(int argc, char **argv)
             fclose(out);
             return MICO_EXIT_OVERFLOW;
         }}
+        if (samples < MICO_SHOWN_SAMPLES) {{ /* readable: the top-1 index of the first samples */
+            unsigned long best = 0, k;
+            for (k = 1; k < {up}_OUTPUT_SIZE; k++) {{
+                if (output[k] > output[best]) {{
+                    best = k;
+                }}
+            }}
+            printf("sample %ld: top-1 index %lu of %d outputs\\n", samples, best,
+                   {up}_OUTPUT_SIZE);
+        }}
         if (fwrite(output, sizeof({name}_output_t), {up}_OUTPUT_SIZE, out) != {up}_OUTPUT_SIZE) {{
             perror(out_path);
             fclose(in);
@@ -441,10 +453,39 @@ int main(int argc, char **argv)
 """
 
 
+def _data_files(name: str) -> tuple[str, ...]:
+    """The non-source files of a project: manifest, weights blob, bundled samples."""
+    return ("mico.json", f"{name}.bin", "inputs.bin")
+
+
+#: how many samples a project bundles in inputs.bin for `make run`
+BUNDLED_SAMPLES = 4
+
+
+def _bundled_inputs(graph: Graph, samples: Any) -> tuple[np.ndarray, str]:
+    """The float32 samples `make run` reads, and where they came from (for mico.json)."""
+    shape = tuple(int(d) for d in graph.inputs[0].type.shape[1:])
+    if samples is not None:
+        x = np.asarray(samples, dtype=np.float32).reshape(-1, *shape)[:BUNDLED_SAMPLES]
+        if len(x) and np.isfinite(x).all():
+            return x, f"{len(x)} of the samples the project was built with"
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((BUNDLED_SAMPLES, *shape)).astype(np.float32)
+    return x, f"{BUNDLED_SAMPLES} seeded random samples (no data was given)"
+
+
 def emit_c_project(
-    graph: Graph, directory: str | Path, name: str = "model", align: int = 8
+    graph: Graph,
+    directory: str | Path,
+    name: str = "model",
+    align: int = 8,
+    sample_inputs: Any = None,
 ) -> CProject:
-    """Write ``graph`` (lowered, integer-only) as a C project into ``directory``."""
+    """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
+
+    ``sample_inputs`` (float32, a batch of the model's input) become the bundled
+    ``inputs.bin`` that ``make run`` reads; without them a few seeded random samples are used.
+    """
     _check(graph, name, align)
     arena = plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
@@ -500,11 +541,14 @@ def emit_c_project(
         "flash": ctx.flash,
         "weights_file": {"file": f"{name}.bin", "constants": index},
     }
+    bundled, origin = _bundled_inputs(graph, sample_inputs)
+    bundled.tofile(out / "inputs.bin")
+    manifest["inputs_bin"] = origin
     (out / "mico.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return CProject(
         out,
         name,
-        sorted([*files, *HEADERS, *kernels, *ctx.extra_kernels, "mico.json", f"{name}.bin"]),
+        sorted([*files, *HEADERS, *kernels, *ctx.extra_kernels, *_data_files(name)]),
         arena,
         dict(ctx.flash),
         tuple(x.type.shape),
