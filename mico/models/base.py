@@ -128,8 +128,12 @@ class MiCoModel(nn.Module):
         *,
         weight_decay: float = 0.0,
         log: Callable[[str], None] | None = None,
+        device: str | torch.device = "cpu",
     ) -> list[dict[str, float]]:
-        """Train with Adam and a cosine schedule; return per-epoch loss (and test accuracy)."""
+        """Train with Adam and a cosine schedule; return per-epoch loss (and test accuracy).
+
+        ``device="auto"`` trains on a GPU when one is present (the model returns to the CPU).
+        """
         from mico.train.loop import fit  # late import: mico.train imports the models
 
         return fit(
@@ -142,6 +146,7 @@ class MiCoModel(nn.Module):
             progress=verbose,
             log=log if log is not None else (print if verbose else None),
             weight_decay=weight_decay,
+            device=device,
         )
 
     def test(self, test_loader: DataLoader) -> float:

@@ -41,16 +41,50 @@ def fit(
     progress: bool = False,
     log: Log | None = None,
     weight_decay: float = 0.0,
+    device: str | torch.device = "cpu",
 ) -> list[dict[str, float]]:
     """Train with Adam and a cosine schedule; return one record per epoch.
 
     Each record has ``epoch``, ``loss`` (mean training loss), ``seconds`` and, with a
-    ``test_loader``, ``test_accuracy``. ``progress`` shows a tqdm bar per epoch.
+    ``test_loader``, ``test_accuracy``. ``progress`` shows a tqdm bar per epoch. ``device``:
+    ``"cpu"`` (default), ``"cuda"``, or ``"auto"`` (a GPU when one is present); the model is
+    back on the CPU afterwards, where quantization and code generation run.
     """
     if epochs < 0:
         raise ValueError(f"epochs must be >= 0, got {epochs}")
-    if lr <= 0:
+    if not lr > 0:  # also refuses NaN
         raise ValueError(f"the learning rate must be positive, got {lr}")
+    target = pick_device(device)
+    model.to(target)
+    try:
+        return _fit_on(model, loader, epochs, lr, test_loader, loss_fn, progress, log,
+                       weight_decay, target)  # fmt: skip
+    finally:
+        model.to("cpu")
+
+
+def pick_device(device: str | torch.device = "auto") -> torch.device:
+    """``"auto"``: the first CUDA GPU when one is present, else the CPU; others as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    chosen = torch.device(device)
+    if chosen.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device 'cuda' was asked for but no CUDA GPU is present; use 'auto'")
+    return chosen
+
+
+def _fit_on(
+    model: nn.Module,
+    loader: DataLoader,
+    epochs: int,
+    lr: float,
+    test_loader: DataLoader | None,
+    loss_fn: LossFn,
+    progress: bool,
+    log: Log | None,
+    weight_decay: float,
+    device: torch.device,
+) -> list[dict[str, float]]:
     optimizer = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
     scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=max(epochs, 1))
     history: list[dict[str, float]] = []
@@ -61,6 +95,7 @@ def fit(
             loader, desc=f"epoch {epoch + 1}/{epochs}", leave=False, disable=not progress
         )
         for x, y in batches:
+            x, y = x.to(device), y.to(device)
             optimizer.zero_grad()
             loss = loss_fn(model(x), y)
             if not torch.isfinite(loss):
@@ -80,7 +115,7 @@ def fit(
             "seconds": time.perf_counter() - start,
         }
         if test_loader is not None:
-            record["test_accuracy"] = accuracy(model, test_loader)
+            record["test_accuracy"] = accuracy(model, test_loader, device=device)
         history.append(record)
         if log:
             msg = f"epoch {epoch + 1}/{epochs}  loss {record['loss']:.4f}"
@@ -112,11 +147,19 @@ def predict(model: nn.Module, loader: DataLoader) -> torch.Tensor:
 
 
 @torch.no_grad()
-def accuracy(model: nn.Module, loader: DataLoader) -> float:
-    """Top-1 accuracy over ``loader`` (over every position for sequence outputs)."""
+def accuracy(
+    model: nn.Module, loader: DataLoader, device: str | torch.device | None = None
+) -> float:
+    """Top-1 accuracy over ``loader`` (over every position for sequence outputs).
+
+    Batches go to ``device`` (default: where the model's parameters are)."""
     model.eval()
+    if device is None:
+        first = next(model.parameters(), None)
+        device = first.device if first is not None else torch.device("cpu")
     correct = seen = 0
     for x, y in loader:
+        x, y = x.to(device), y.to(device)
         predicted = model(x).argmax(dim=-1)
         correct += int((predicted == y).sum())
         seen += y.numel()
