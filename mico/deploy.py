@@ -19,6 +19,7 @@ from torch import nn
 
 from mico.codegen.compile import (
     DEPLOYABLE_MODELS,
+    DYNAMIC_ONLY_MODELS,
     MODES,
     CompiledModel,
     check_float_input,
@@ -199,11 +200,19 @@ def compile_from_options(
             sample_inputs=samples,
         )
     except MicoError as exc:
-        if zoo_name is None or zoo_name in DEPLOYABLE_MODELS:
+        deployable = list(DEPLOYABLE_MODELS)
+        if options.mode == "dynamic":
+            deployable += DYNAMIC_ONLY_MODELS
+        if zoo_name is None or zoo_name in deployable:
             raise
+        also = (
+            f"; {', '.join(DYNAMIC_ONLY_MODELS)} in --mode dynamic"
+            if options.mode == "static"
+            else ""
+        )
         raise type(exc)(
             f"zoo model '{zoo_name}' is not deployable yet ({options.mode} mode; deployable: "
-            f"{', '.join(DEPLOYABLE_MODELS)}): {exc}"
+            f"{', '.join(deployable)}{also}): {exc}"
         ) from exc
     return compiled, samples
 

@@ -124,6 +124,10 @@ class EmitContext:
         base = value.storage()
         if id(base) in self.inputs:
             return self.inputs[id(base)]
+        if base.name not in self.plan.offsets and base.producer is None:
+            constant = self._float_constant(base)
+            if constant is not None:
+                return constant
         if base.name not in self.plan.offsets:
             user = f"op '{self.node.op}' at '{self.node.name}'" if self.node else "an op"
             kind = "parameter" if base.producer is None else "tensor"
@@ -134,6 +138,22 @@ class EmitContext:
                 "through a supported layer or register an emit rule that reads it as a constant"
             )
         return f"MICO_ARENA({self.plan.offsets[base.name]})"
+
+    def _float_constant(self, value: Value) -> str | None:
+        """A float parameter read as a tensor (a class token, a position embedding) as a
+        ``const float`` array in flash, written once however many ops read it."""
+        cache = self.__dict__.setdefault("_float_constants", {})
+        if value.name in cache:
+            return cache[value.name]
+        try:
+            data = self.data(value)
+        except KeyError:
+            return None
+        if data.dtype.kind != "f":
+            return None
+        symbol = self.const_f32(f"param_{value.name}", data.astype(np.float32), kind="params")
+        cache[value.name] = f"((float *){symbol})"
+        return cache[value.name]
 
     def data(self, value: Value) -> np.ndarray:
         """The constant data of ``value``: its own, or the graph weight of that name."""

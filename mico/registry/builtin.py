@@ -82,7 +82,7 @@ DATASET_TAGS: dict[str, tuple[str, ...]] = {
 
 def _declare_model_hardware() -> None:
     """Zoo models the C backend compiles run on every C target; the others only in PyTorch."""
-    from mico.codegen.compile import DEPLOYABLE_MODELS
+    from mico.codegen.compile import DEPLOYABLE_MODELS, DYNAMIC_ONLY_MODELS
 
     for meta in ModuleRegistry._registry.values():
         if meta.category != "model" or "zoo" not in meta.tags:
@@ -95,6 +95,9 @@ def _declare_model_hardware() -> None:
             continue
         if meta.name in DEPLOYABLE_MODELS:
             meta.hardware_support = ["host", "rv32", "rv64"]
+        elif meta.name in DYNAMIC_ONLY_MODELS:
+            meta.hardware_support = ["host", "rv32", "rv64"]
+            meta.tags.append("dynamic-mode-only")
         elif "zoo" in meta.tags and "pytorch-only" not in meta.tags:
             meta.tags.append("pytorch-only")
 
