@@ -24,6 +24,7 @@ from mico.codegen.compile import (
     CompiledModel,
     check_float_input,
     compile_model,
+    token_vocabulary,
 )
 from mico.codegen.memory_map import memory_map_rows, plot_memory_map
 from mico.errors import BuildError, CompileError, DatasetError, MicoError
@@ -164,6 +165,9 @@ def samples_for(
         reason = " ".join(why.split())[:300]
         log(f"using {options.samples} seeded random inputs of shape {shape}: {reason}")
     rng = np.random.default_rng(options.seed)
+    vocab = token_vocabulary(model)
+    if vocab is not None:  # token ids, as the exact float32 integers the C program reads
+        return rng.integers(0, vocab, (options.samples, *shape)).astype(np.float32)
     return rng.standard_normal((options.samples, *shape)).astype(np.float32)
 
 
@@ -183,7 +187,7 @@ def compile_from_options(
     batches = [b for b in batches if len(b)]
     example = torch.from_numpy(samples[:1])
     try:
-        check_float_input(model)  # before calibration runs it on float samples
+        check_float_input(model, options.mode)  # before calibration runs on float samples
         if options.mode == "static" and options.checkpoint is None:
             model.eval()
             calibrate(model, batches)

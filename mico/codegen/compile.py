@@ -39,10 +39,11 @@ DEPLOYABLE_MODELS = (
     "mlp", "harmlp", "lenet", "cnn", "small_cnn", "vgg", "resnet8", "resnet20", "mobilenetv2",
     "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn",
 )  # fmt: skip
-#: zoo models the dynamic (float between layers) mode compiles, the static one not yet: the
-#: ViT needs integer softmax, LayerNorm and GELU; its class token and position embedding are
-#: float constants in flash
-DYNAMIC_ONLY_MODELS = ("vit_tiny",)
+#: zoo models the dynamic (float between layers) mode compiles, the static one not yet (they
+#: need integer softmax, normalisation, GELU/SiLU and an embedding kernel): float parameters
+#: read as tensors (class token, position embedding, causal mask, embedding table) are float
+#: constants in flash, and token ids arrive as exact float32 integers
+DYNAMIC_ONLY_MODELS = ("vit_tiny", "tinyllama")
 
 
 @dataclass
@@ -62,6 +63,7 @@ class CompiledModel:
 
         check_finite_samples(samples)
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+        x = token_example(self.model, x)  # token ids: checked, then int64
         outs = []
         with torch.no_grad():
             if self.mode == "static":
@@ -86,6 +88,7 @@ class CompiledModel:
         """The PyTorch model's own outputs (eval mode, BN folded), for comparison."""
         check_finite_samples(samples)
         x = torch.as_tensor(np.asarray(samples, dtype=np.float32))
+        x = token_example(self.model, x)  # token ids: int64
         with torch.no_grad():
             return self.model(x).numpy()
 
@@ -107,16 +110,46 @@ def _check_example(example: torch.Tensor) -> None:
     check_finite_samples(example, "example input sample")
 
 
-def check_float_input(model: nn.Module) -> None:
-    """The C backend takes one float32 input: a model that starts from token ids (an
-    ``nn.Embedding``) is refused, naming the layer, before it is run on a float example."""
-    for name, module in model.named_modules():
+def embedding_layers(model: nn.Module) -> list[str]:
+    """Names of the model's ``nn.Embedding`` layers (models that start from token ids)."""
+    return [name for name, m in model.named_modules() if isinstance(m, nn.Embedding)]
+
+
+def check_float_input(model: nn.Module, mode: str = "static") -> None:
+    """The static (integer-only) backend has no embedding kernel yet: a model that starts
+    from token ids is refused there, naming the layer (the dynamic mode compiles it)."""
+    names = embedding_layers(model)
+    if names and mode == "static":
+        raise CompileError(
+            f"layer '{names[0]}' is an nn.Embedding: the static (integer-only) C backend has no "
+            "embedding kernel yet; this model is not deployable yet in static mode (use "
+            "--mode dynamic)"
+        )
+
+
+def token_vocabulary(model: nn.Module) -> int | None:
+    """The rows of the first embedding table of a model that starts from token ids."""
+    for module in model.modules():
         if isinstance(module, nn.Embedding):
-            raise CompileError(
-                f"layer '{name}' is an nn.Embedding: the model takes integer token ids, and the "
-                "C backend takes one float32 input and has no embedding kernel yet; this model "
-                "is not deployable yet (compile a model that starts from float features)"
-            )
+            return int(module.num_embeddings)
+    return None
+
+
+def token_example(model: nn.Module, example: torch.Tensor) -> torch.Tensor:
+    """A token model's samples as int64 ids (they may arrive as float32 integers), each
+    checked to be an integer in [0, vocabulary) as the C program checks it."""
+    vocab = token_vocabulary(model)
+    if vocab is None:
+        return example
+    flat = example.reshape(len(example), -1) if example.dim() else example.reshape(1, 1)
+    bad = (flat < 0) | (flat >= vocab) | (flat != flat.round())
+    if bool(bad.any()):
+        sample, element = (int(i) for i in torch.nonzero(bad)[0])
+        raise InputError(
+            f"sample {sample} element {element} is {float(flat[sample, element])!r}, not a token "
+            f"id: the model takes integers in [0, {vocab}) (it starts with an nn.Embedding)"
+        )
+    return example.round().long() if example.is_floating_point() else example
 
 
 def _check_nonempty(graph: Graph) -> None:
@@ -146,7 +179,8 @@ def lower(
 
     _check_mode(mode)
     _check_example(example)
-    check_float_input(model)
+    check_float_input(model, mode)
+    example = token_example(model, example)
     check_finite_parameters(model)
     if example.shape[0] != 1:
         example = example[:1]

@@ -118,11 +118,25 @@ def _numpy(tensor: torch.Tensor | np.ndarray) -> np.ndarray:
     return np.asarray(tensor)
 
 
+def _token_input(graph: Graph) -> bool:
+    """An int64 input read only by embedding lookups: token ids (the C program takes them as
+    exact float32 integers)."""
+    x = graph.inputs[0]
+    readers = [n for n in graph.nodes if any(v.storage() is x for v in n.inputs)]
+    return (
+        x.type.dtype == DataType.INT64
+        and bool(readers)
+        and all(n.op == "aten.embedding.default" for n in readers)
+    )
+
+
 def _check_types(graph: Graph) -> None:
-    if len(graph.inputs) != 1 or graph.inputs[0].type.dtype != DataType.FP32:
+    if len(graph.inputs) != 1 or not (
+        graph.inputs[0].type.dtype == DataType.FP32 or _token_input(graph)
+    ):
         raise CompileError(
-            "the C backend needs exactly one float32 model input; got "
-            + ", ".join(str(v.type) for v in graph.inputs)
+            "the C backend needs exactly one model input, float32 features or int64 token ids "
+            "read by an embedding; got " + ", ".join(str(v.type) for v in graph.inputs)
         )
     if len(graph.outputs) != 1:
         raise CompileError(

@@ -107,6 +107,7 @@ UNARY = {
     "aten.relu6.default": ("MICO_UNARY_CLAMP", (0.0, 6.0)),
     "aten.elu.default": ("MICO_UNARY_ELU", ("alpha",)),
     "aten.leaky_relu.default": ("MICO_UNARY_LEAKY_RELU", ("negative_slope",)),
+    "aten.pow.Tensor_Scalar": ("MICO_UNARY_POW", ("exponent",)),
 }
 
 
@@ -248,6 +249,41 @@ def emit_cat(node: Node, ctx: EmitContext) -> list[str]:
                        dst_strides, shape, f"{node.name}_{i}")  # fmt: skip
         offset += shape[dim]
     return lines
+
+
+def emit_stack(node: Node, ctx: EmitContext) -> list[str]:
+    """``torch.stack``: each input fills one index of the new dimension of the output."""
+    args = named_args(node)
+    out = node.output
+    out_shape = _shape(out)
+    dim = _dim(int(args["dim"]), len(out_shape))
+    out_strides = _strides(out_shape)
+    dst_strides = out_strides[:dim] + out_strides[dim + 1 :]
+    lines: list[str] = []
+    for i, x in enumerate(v for v in args["tensors"] if v is not None):
+        if x.type.numel == 0:
+            continue
+        shape = _shape(x)
+        lines += _copy(ctx, ctx.buffer(x), 0, _strides(shape), ctx.buffer(out),
+                       i * out_strides[dim], dst_strides, shape, f"{node.name}_{i}")  # fmt: skip
+    return lines
+
+
+def emit_embedding(node: Node, ctx: EmitContext) -> list[str]:
+    """Row lookup in a float table; token ids arrive as exact float32 integers, checked
+    against the table's rows before the model runs (mico_first_bad_token)."""
+    args = named_args(node)
+    table, ids = args["weight"], args["indices"]
+    rows, dim = _shape(table)
+    if ids.producer is None and id(ids.storage()) in ctx.inputs:
+        ctx.__dict__["token_vocab"] = min(rows, ctx.__dict__.get("token_vocab", rows))
+    else:
+        raise UnsupportedOpError(
+            f"embedding at '{node.name}' looks up computed indices; the C backend takes token "
+            "ids only from the model input"
+        )
+    return _call(ctx, "mico_f32_embedding", ctx.buffer(ids), ctx.buffer(table),
+                 ctx.buffer(node.output), ids.type.numel, dim)  # fmt: skip
 
 
 def emit_slice(node: Node, ctx: EmitContext) -> list[str]:
@@ -595,6 +631,8 @@ def _rules() -> dict[str, EmitRule]:
         {
             "aten.batch_norm.default": emit_batch_norm,
             "aten.cat.default": emit_cat,
+            "aten.stack.default": emit_stack,
+            "aten.embedding.default": emit_embedding,
             "aten.slice.Tensor": emit_slice,
             "aten.select.int": emit_select,
             "aten.transpose.int": emit_transpose,

@@ -281,8 +281,9 @@ def storage_bytes(value: Value) -> int:
 def graph_buffers(graph: Graph) -> list[Buffer]:
     """The buffers of a graph's intermediate values, with lifetimes in node-schedule steps.
 
-    Graph inputs live in the caller's memory; constants live in flash; views (reshapes) share
-    the storage of the value they view, which stays alive as long as any view is used.
+    Graph inputs live in the caller's memory; constants live in flash, and so do views of them
+    (an alias of a mask buffer); views (reshapes) share the storage of the value they view,
+    which stays alive as long as any view is used.
     """
     start: dict[int, int] = {}
     end: dict[int, int] = {}
@@ -292,8 +293,8 @@ def graph_buffers(graph: Graph) -> list[Buffer]:
     for step, node in enumerate(graph.nodes):
         for out in node.outputs:
             base = out.storage()
-            if id(base) in inputs:
-                continue
+            if id(base) in inputs or base.producer is None:
+                continue  # a view of the input or of a constant: no arena bytes
             values[id(base)] = base
             start.setdefault(id(base), step)
             end[id(base)] = max(end.get(id(base), step), step)

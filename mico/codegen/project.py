@@ -115,8 +115,11 @@ def _check(graph: Graph, name: str, align: int) -> None:
     check_model_name(name)
     if align < 1 or align > MAX_ALIGN or align & (align - 1):
         raise CompileError(f"align must be a power of two from 1 to {MAX_ALIGN}, got {align}")
-    if len(graph.inputs) != 1 or graph.inputs[0].type.dtype != DataType.FP32:
-        raise CompileError("the C backend needs exactly one float32 graph input")
+    if len(graph.inputs) != 1 or graph.inputs[0].type.dtype not in INPUT_TYPES:
+        raise CompileError(
+            "the C backend needs exactly one graph input: float32 features, or int64 token ids "
+            "(which the C program takes as exact float32 integers)"
+        )
     if len(graph.outputs) != 1 or graph.outputs[0].type.dtype not in OUTPUT_TYPES:
         raise CompileError(
             "the C backend needs exactly one graph output, float32 (dynamic mode) or int32 "
@@ -125,6 +128,27 @@ def _check(graph: Graph, name: str, align: int) -> None:
 
 
 OUTPUT_TYPES = {DataType.INT32: ("int32_t", "int32"), DataType.FP32: ("float", "float32")}
+#: graph inputs the C program takes; token ids travel as exact float32 integers
+INPUT_TYPES = (DataType.FP32, DataType.INT64)
+
+
+def _token_note(x: Any) -> str:
+    return ": token ids as exact integers" if x.type.dtype == DataType.INT64 else ""
+
+
+def _input_check(ctx: Any, up: str) -> str:
+    """The run function's first test: finite inputs, and for token models valid token ids."""
+    text = (
+        f"    if (mico_first_nonfinite(input, {up}_INPUT_SIZE) != {up}_INPUT_SIZE) {{\n"
+        f"        return {up}_ERR_NONFINITE;\n    }}\n"
+    )
+    vocab = ctx.__dict__.get("token_vocab")
+    if vocab is not None:
+        text += (
+            f"    if (mico_first_bad_token(input, {up}_INPUT_SIZE, {int(vocab)}) != "
+            f"{up}_INPUT_SIZE) {{\n        return {up}_ERR_TOKEN;\n    }}\n"
+        )
+    return text
 
 
 def _out_ctype(graph: Graph) -> str:
@@ -140,7 +164,7 @@ def _header(name: str, graph: Graph, arena: ArenaPlan) -> str:
 
 #include <stdint.h>
 
-#define {up}_INPUT_SIZE {x.type.numel} /* float32 {list(x.type.shape)} */
+#define {up}_INPUT_SIZE {x.type.numel} /* float32 {list(x.type.shape)}{_token_note(x)} */
 #define {up}_OUTPUT_SIZE {y.type.numel} /* {_out_ctype(graph)} {list(y.type.shape)} */
 #define {up}_ARENA_BYTES {arena.size}
 
@@ -152,6 +176,7 @@ typedef {_out_ctype(graph)} {name}_output_t;
 #define {up}_OK 0
 #define {up}_ERR_NONFINITE 1 /* an input element is NaN or Inf: nothing was computed */
 #define {up}_ERR_OVERFLOW 2 /* an activation overflowed float32 (dynamic mode): input too large */
+#define {up}_ERR_TOKEN 3 /* a token id is not an integer in [0, vocabulary): nothing computed */
 
 /* Run the model on one sample: {up}_OK, or {up}_ERR_NONFINITE (output untouched) when an
  * input element is NaN or Inf, which mico refuses as its Python side does, or
@@ -190,10 +215,7 @@ const float {up}_OUTPUT_SCALE = {float(out.scale or 1.0)!r}f;
 int {name}_run(const float *input, {name}_output_t *output)
 {{
 {_arena_base(ctx.plan)}
-    if (mico_first_nonfinite(input, {up}_INPUT_SIZE) != {up}_INPUT_SIZE) {{
-        return {up}_ERR_NONFINITE;
-    }}
-{reset}{lines}
+{_input_check(ctx, up)}{reset}{lines}
 {check}    memcpy(output, {ctx.buffer(out)}, sizeof({name}_output_t) * {up}_OUTPUT_SIZE);
     return {up}_OK;
 }}
@@ -304,6 +326,7 @@ def _main(name: str) -> str:
 #define MICO_EXIT_USAGE 2
 #define MICO_EXIT_NONFINITE 3
 #define MICO_EXIT_OVERFLOW 4
+#define MICO_EXIT_TOKEN 5
 #define MICO_SHOWN_SAMPLES 8 /* samples whose top-1 index is printed */
 
 #ifdef MICO_DEBUG
@@ -395,6 +418,13 @@ int main(int argc, char **argv)
             fclose(in);
             fclose(out);
             return MICO_EXIT_NONFINITE;
+        }}
+        if (status == {up}_ERR_TOKEN) {{
+            fprintf(stderr, "error: %s: sample %ld holds a token id that is not an integer "
+                            "in [0, vocabulary)\\n", in_path, samples);
+            fclose(in);
+            fclose(out);
+            return MICO_EXIT_TOKEN;
         }}
         if (status == {up}_ERR_OVERFLOW) {{
             fprintf(stderr, "error: %s: sample %ld overflows float32 inside the model (an "

@@ -20,3 +20,15 @@ size_t mico_first_nonfinite(const float *x, size_t n)
     }
     return n;
 }
+
+size_t mico_first_bad_token(const float *x, size_t n, int32_t vocab)
+{
+    size_t i;
+    for (i = 0; i < n; i++) {
+        /* an integer in [0, vocab): the comparisons are false for NaN too */
+        if (!(x[i] >= 0.0f && x[i] < (float)vocab) || x[i] != (float)(int32_t)x[i]) {
+            return i;
+        }
+    }
+    return n;
+}

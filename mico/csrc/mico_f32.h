@@ -47,10 +47,16 @@ enum {
     MICO_UNARY_ABS,
     MICO_UNARY_SQRT,
     MICO_UNARY_RSQRT,
-    MICO_UNARY_AFFINE        /* x * p0 + p1 (a scalar mul/add) */
+    MICO_UNARY_AFFINE,       /* x * p0 + p1 (a scalar mul/add) */
+    MICO_UNARY_POW           /* x ** p0 (p0 == 2: x * x exactly) */
 };
 
 void mico_f32_unary(int32_t op, const float *x, float *y, int32_t n, float p0, float p1);
+
+/* Embedding lookup: out[t, :] = table[ids[t], :] for n token ids held as exact float32
+ * integers (checked against the table's rows before the model runs: mico_first_bad_token). */
+void mico_f32_embedding(const float *ids, const float *table, float *out, int32_t n,
+                        int32_t dim);
 
 enum {
     MICO_BINARY_ADD = 0,

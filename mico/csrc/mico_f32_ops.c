@@ -5,6 +5,7 @@
 #include "mico_f32.h"
 
 #include <math.h>
+#include <string.h>
 
 #if defined(__clang__)
 #pragma STDC FP_CONTRACT OFF
@@ -127,6 +128,11 @@ void mico_f32_unary(int32_t op, const float *x, float *y, int32_t n, float p0, f
         for (i = 0; i < n; i++) {
             float v = x[i] * p0;
             y[i] = v + p1;
+        }
+        break;
+    case MICO_UNARY_POW:
+        for (i = 0; i < n; i++) {
+            y[i] = p0 == 2.0f ? x[i] * x[i] : powf(x[i], p0);
         }
         break;
     default:
@@ -416,5 +422,15 @@ void mico_f32_layer_norm(const float *x, float *y, int32_t outer, int32_t n, con
             }
             yo[j] = v;
         }
+    }
+}
+
+void mico_f32_embedding(const float *ids, const float *table, float *out, int32_t n,
+                        int32_t dim)
+{
+    int32_t t;
+    for (t = 0; t < n; t++) {
+        memcpy(out + (size_t)t * (size_t)dim, table + (size_t)ids[t] * (size_t)dim,
+               sizeof(float) * (size_t)dim);
     }
 }

@@ -342,6 +342,10 @@ typedef struct {
 /* The index of the first NaN or Inf of x[0..n), or n when every element is finite. */
 size_t mico_first_nonfinite(const float *x, size_t n);
 
+/* The index of the first element of x[0..n) that is not a token id (an integer in
+ * [0, vocab)), or n when all are: token models take their ids as exact float32 integers. */
+size_t mico_first_bad_token(const float *x, size_t n, int32_t vocab);
+
 /* float32 inputs to codes: round half away from zero of x * inv_scale, clamped. */
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax);

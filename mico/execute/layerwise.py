@@ -99,6 +99,7 @@ def reference_intermediates(graph: Graph, sample: np.ndarray) -> dict[str, np.nd
         values[node.name] = results[0].detach().numpy().astype(np.float64).ravel()
 
     x = torch.as_tensor(np.asarray(sample, dtype=np.float32)[None])
+    x = x.to(graph.inputs[0].type.dtype.to_torch())  # token models take int64 ids
     run_ir(graph, [x], on_node=hook)
     return values
 

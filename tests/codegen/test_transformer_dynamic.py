@@ -41,4 +41,39 @@ def test_vit_tiny_static_names_what_is_missing(tmp_path):
     result = CliRunner().invoke(app, ["compile", "vit_tiny", "--mode", "static", "-o",
                                       str(tmp_path / "v")])  # fmt: skip
     assert result.exit_code == 2
-    assert "vit_tiny in --mode dynamic" in result.output
+    assert "vit_tiny, tinyllama in --mode dynamic" in result.output
+
+
+@pytest.mark.slow
+def test_tinyllama_dynamic_is_bit_exact_on_the_host(tmp_path):
+    """Token ids in (as exact float32 integers), logits out: embedding lookup, RMSNorm (pow,
+    mean, rsqrt), RoPE (select, stack), causal mask (a constant buffer in flash), SiLU."""
+    import subprocess
+
+    torch.manual_seed(0)
+    model = from_zoo("tinyllama")
+    quantize_model(model, "8/8", QuantConfig(act_mode="dynamic"))
+    model.eval()
+    tokens = torch.randint(0, 512, (2, 64))
+    compiled = compile_model(model, tokens[:1], tmp_path / "ll", "llm", mode="dynamic")
+    source = (tmp_path / "ll" / "llm.c").read_text()
+    assert (
+        "mico_f32_embedding" in source
+        and "mico_first_bad_token(input, LLM_INPUT_SIZE, 512)" in source
+    )
+    host.build(compiled.project)
+    samples = tokens.float().numpy()
+    outputs = host.run(compiled.project, samples)
+    assert np.array_equal(outputs, compiled.reference(samples))
+    # a token id outside the vocabulary: Python names it, the C program exits 5 naming it
+    from mico.errors import InputError
+
+    bad = samples.copy()
+    bad[1, 7] = 512
+    with pytest.raises(InputError, match=r"sample 1 element 7 is 512\.0, not a token id"):
+        compiled.reference(bad)
+    bad.astype("<f4").tofile(tmp_path / "bad.bin")
+    run = subprocess.run([str(tmp_path / "ll" / "llm"), str(tmp_path / "bad.bin"),
+                          str(tmp_path / "out.bin")], capture_output=True, text=True)  # fmt: skip
+    assert run.returncode == 5
+    assert "sample 1 holds a token id that is not an integer in [0, vocabulary)" in run.stderr

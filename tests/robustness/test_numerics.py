@@ -96,7 +96,6 @@ CLI_CASES = [
         ["verify", "mlp", "--dataset", "mnist1d"],
         ["mnist1d", "(1, 40)", "(1, 8, 8)"],
     ),
-    ("compile-tinyllama", ["compile", "tinyllama"], ["tinyllama", "not deployable", "Embedding"]),
     (
         "compile-vit_tiny-static",
         ["compile", "vit_tiny", "--mode", "static"],
