@@ -56,12 +56,18 @@ def _friendly_errors(fn: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _log(quiet: bool) -> Callable[[str], None]:
+    """Where progress lines go: the terminal, or nowhere with --quiet."""
+    return (lambda _message: None) if quiet else typer.echo
+
+
 def _one_line(text: str, limit: int = 900) -> str:
     """``text`` on one line, cut to ``limit`` characters (an error line must stay readable)."""
     flat = " ".join(text.split("\n"))
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")]
 ForceOpt = Annotated[
     bool,
     typer.Option(
@@ -127,6 +133,8 @@ def demo(
     Trains a small CNN, quantizes it post-training with a mixed per-layer plan, emits a C
     project into OUT, builds it with the host compiler, runs every test sample and compares
     the C outputs with the Python reference. Exits 1 if any sample disagrees.
+
+    Example: mico demo --plan conv1=8/8,conv2=4/4,fc=2/8 --target rv32
     """
     from mico.pipeline import DemoOptions, run_demo
 
@@ -161,7 +169,10 @@ def models(
         bool, typer.Option("--layers", help="Also list each model's quantizable layers.")
     ] = False,
 ) -> None:
-    """List the model zoo: input shape, default dataset, parameters, layers, MACs."""
+    """List the model zoo: input shape, default dataset, parameters, layers, MACs.
+
+    Example: mico models --layers
+    """
     from mico.models import from_zoo, model_zoo
     from mico.quant import model_costs
 
@@ -226,9 +237,13 @@ def train(
     per_channel: Annotated[bool, typer.Option(help="Per-channel weight scales.")] = False,
     lsq: Annotated[bool, typer.Option(help="Learn step sizes during QAT.")] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
-    """Train a zoo model, quantize it (PTQ or QAT) and save checkpoints, plan and costs."""
+    """Train a zoo model, quantize it (PTQ or QAT) and save checkpoints, plan and costs.
+
+    Example: mico train small_cnn --epochs 5 --plan 4/4 --method qat -o out/train
+    """
     from mico.quant import QuantConfig
     from mico.train.run import TrainOptions, run_train
 
@@ -261,7 +276,7 @@ def train(
         force=force,
     )
     try:
-        run_train(options, log=typer.echo)
+        run_train(options, log=_log(quiet))
     except DatasetError as exc:  # name the CLI's flags, and the offline way out
         message = str(exc).replace("pass root=...", "pass --root DIR").replace("root=", "--root ")
         if dataset is None and "synthetic" not in message:
@@ -340,6 +355,7 @@ def compile_cmd(
     samples: SamplesOpt = 32,
     seed: Annotated[int, typer.Option()] = 0,
     per_channel: PerChannelOpt = False,
+    quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
     """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
@@ -347,13 +363,15 @@ def compile_cmd(
     The project holds the model's C source and header, packed weights, the kernels it uses,
     main.c and a Makefile (TARGET=host|rv32|rv64, DEBUG=1, SANITIZE=1), plus memory.json and
     memory_map.png (the arena against its lower bound).
+
+    Example: mico compile resnet8 --plan 4/8 --mode static -o out/resnet8
     """
     from mico.deploy import compile_from_options
 
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel, force=force
     )
-    compiled, _ = compile_from_options(options, log=typer.echo)
+    compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
     typer.echo(
         f"wrote {len(project.files)} files to {out}: flash {sum(project.flash.values())} B "
@@ -382,12 +400,15 @@ def verify_cmd(
     ] = None,
     cc: Annotated[str, typer.Option(help="Host C compiler (gcc or clang).")] = "gcc",
     sanitize: Annotated[bool, typer.Option(help="Host build with ASan and UBSan.")] = False,
+    quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
     Static projects must match bit for bit, dynamic ones to 1e-5 relative. On a mismatch a
     debug build names the first layer whose output differs. Exits 1 if any target disagrees.
+
+    Example: mico verify --checkpoint out/train/quantized.pt --target host --target rv32
     """
     from mico.deploy import run_verify
 
@@ -395,7 +416,10 @@ def verify_cmd(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
     )  # fmt: skip
-    result = run_verify(options, log=typer.echo)
+    result = run_verify(options, log=_log(quiet))
+    if quiet:  # the summary: one line per target
+        for r in result.results:
+            typer.echo(f"{r.target}: {r.agreement.summary()}")
     if not result.ok:
         raise typer.Exit(1)
 
@@ -451,7 +475,10 @@ def ops_list(
 @ops_app.command("info")
 @_friendly_errors
 def ops_info(name: Annotated[str, typer.Argument(help="Op name, e.g. tensor.add.")]) -> None:
-    """One op: description, arguments, attributes and rules; ATen ops show their schema."""
+    """One op: description, arguments, attributes and rules; ATen ops show their schema.
+
+    Example: mico ops info aten.conv2d.default
+    """
     import mico.codegen  # noqa: F401  (attaches the C emit rules)
     from mico.ir import OpRegistry
     from mico.quant import export_ops  # noqa: F401  (registers mico.bit_*)

@@ -236,3 +236,21 @@ def test_ops_list_shows_the_c_modes_of_each_op():
     assert sigmoid.split()[2] == "dynamic"
     bad = runner.invoke(app, ["ops", "list", "--mode", "fast"])
     assert bad.exit_code == 2 and "use --mode dynamic or --mode static" in bad.output
+
+
+def test_every_command_documents_an_example_and_takes_quiet_where_it_logs():
+    commands = [c.name or c.callback.__name__ for c in app.registered_commands]
+    for command in [*commands, "ops list", "ops info"]:
+        result = runner.invoke(app, [*command.split(), "--help"])
+        assert result.exit_code == 0, command
+        assert "Example:" in result.output, f"`mico {command} --help` shows no example"
+    for command in ("demo", "train", "compile", "verify", "run", "profile"):
+        assert "--quiet" in runner.invoke(app, [command, "--help"]).output, command
+
+
+def test_quiet_compile_prints_only_the_summary(tmp_path):
+    result = runner.invoke(
+        app, ["compile", "mlp", "--plan", "4/4", "-q", "-o", str(tmp_path / "c")]
+    )
+    assert result.exit_code == 0
+    assert result.output.count("\n") == 1 and result.output.startswith("wrote ")
