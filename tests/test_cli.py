@@ -230,10 +230,10 @@ def test_ops_list_shows_the_c_modes_of_each_op():
     rows = {line.split()[0]: line for line in result.output.splitlines()[1:-1]}
     assert "dynamic,static" in rows["aten.relu.default"]
     assert "static" in rows["aten.clamp.default"]  # lowered without a registry entry
-    assert "aten.sigmoid.default" not in rows  # float-only so far
+    assert "dynamic,static" in rows["aten.sigmoid.default"]  # a lookup table in static mode
     every = runner.invoke(app, ["ops", "list"])
-    sigmoid = next(line for line in every.output.splitlines() if line.startswith("aten.sigmoid."))
-    assert sigmoid.split()[2] == "dynamic"
+    softmax = next(line for line in every.output.splitlines() if line.startswith("aten.softmax."))
+    assert softmax.split()[2] == "dynamic"  # float-only so far
     bad = runner.invoke(app, ["ops", "list", "--mode", "fast"])
     assert bad.exit_code == 2 and "use --mode dynamic or --mode static" in bad.output
 

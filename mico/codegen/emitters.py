@@ -391,7 +391,23 @@ def emit_copy(node: Node, ctx: EmitContext) -> list[str]:
     return _call(ctx, "mico_copy", params, x, out)
 
 
+def emit_lut(node: Node, ctx: EmitContext) -> list[str]:
+    """A table of output codes, one per input code, indexed by the kernel."""
+    x, out = node.inputs[0], node.output
+    table = np.asarray(node.attrs["table"], dtype=np.int64)
+    raw = (table & 0xFF).astype(np.uint8)  # signed codes as two's complement bytes
+    symbol = ctx.const_bytes(f"{node.name}_table", raw, kind="params",
+                             comment=f"{node.op}: output code of each input code")  # fmt: skip
+    ctx.need("mico_lut.c")
+    n = x.type.numel // x.type.shape[0]
+    return [
+        f"mico_lut({ctx.buffer(x)}, {ctx.buffer(out)}, {n}, (MicoFmt){_fmt(x)}, "
+        f"(MicoFmt){_fmt(out)}, {symbol}, {int(node.attrs['in_min'])});"
+    ]
+
+
 for _op, _fn in (
+    (mico_ops.LUT, emit_lut),
     (mico_ops.QUANTIZE, emit_quantize),
     (mico_ops.QCONV2D, emit_qconv2d),
     (mico_ops.QLINEAR, emit_qlinear),

@@ -362,6 +362,10 @@ void mico_maxpool2d(const MicoMaxPool2d *p, const void *in, void *out);
 void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out);
 void mico_mean(const MicoMean *p, const void *in, void *out);
 void mico_requant(const MicoRequant *p, const void *in, void *out);
+
+/* out[i] = table[in[i] - in_min] for n codes (two's complement bytes for signed outputs). */
+void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
+              const uint8_t *table, int32_t in_min);
 void mico_add(const MicoAdd *p, const void *a, const void *b, void *out);
 void mico_concat_part(const MicoConcatPart *p, const void *in, void *out);
 void mico_copy(const MicoCopy *p, const void *in, void *out);

@@ -56,6 +56,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from mico.errors import CompileError, UnsupportedOpError
 from mico.ir.dtypes import DataType
@@ -79,6 +80,18 @@ LAYER, ACT, IDENTITY, VIEW, PERMUTE, SLICE, MAXPOOL, AVGPOOL, MEAN, ADD, CAT = (
     "cat",
 )  # fmt: skip
 BATCHNORM, FLOAT_LAYER = "batchnorm", "float_layer"
+LUT = "lut"
+#: elementwise functions the static mode runs as a table of output codes per input code
+LUT_FUNCTIONS = {
+    "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
+    "aten.tanh.default": lambda x, a: torch.tanh(x),
+    "aten.hardswish.default": lambda x, a: F.hardswish(x),
+    "aten.hardsigmoid.default": lambda x, a: F.hardsigmoid(x),
+    "aten.silu.default": lambda x, a: F.silu(x),
+    "aten.gelu.default": lambda x, a: F.gelu(x, approximate=a.get("approximate", "none")),
+    "aten.leaky_relu.default": lambda x, a: F.leaky_relu(x, float(a.get("negative_slope", 0.01))),
+    "aten.elu.default": lambda x, a: F.elu(x, float(a.get("alpha", 1.0))),
+}
 
 KINDS: dict[str, str] = {
     "mico.bit_conv1d.default": LAYER,
@@ -123,6 +136,7 @@ KINDS: dict[str, str] = {
     "aten.concat.default": CAT,
     "aten.batch_norm.default": BATCHNORM,
     "aten._native_batch_norm_legit_no_training.default": BATCHNORM,
+    **dict.fromkeys(LUT_FUNCTIONS, LUT),
     "aten.conv1d.default": FLOAT_LAYER,
     "aten.conv2d.default": FLOAT_LAYER,
     "aten.convolution.default": FLOAT_LAYER,
@@ -131,7 +145,8 @@ KINDS: dict[str, str] = {
 # ops whose output holds (a subset of) their input's values in the input's format
 PRESERVING = (IDENTITY, VIEW, PERMUTE, MAXPOOL)
 SUPPORTED = (
-    "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, max_pool1d/2d, avg_pool1d/2d, "
+    "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, sigmoid/tanh/hardswish/hardsigmoid/"
+    "silu/gelu/leaky_relu/elu (lookup tables), max_pool1d/2d, avg_pool1d/2d, "
     "mean / adaptive average pooling, add, cat, flatten/view/reshape/unflatten/squeeze/"
     "unsqueeze, transpose/permute/slice, dropout"
 )
@@ -467,6 +482,7 @@ class _StaticLowering:
             MEAN: self.lower_mean,
             ADD: self.lower_add,
             CAT: self.lower_cat,
+            LUT: self.lower_lut,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
         }
@@ -677,6 +693,27 @@ class _StaticLowering:
         )  # fmt: skip
         spec = out_spec(fmt, x.scale or 1.0, clamp=clamp)
         self.env[id(node.output)] = self.emit(node.name, mico_ops.REQUANT, [x], out, {"out": spec})
+
+    def lower_lut(self, node: Node) -> None:
+        """An elementwise function as a table: the output code of every possible input code,
+        computed here in float32 and quantized with mico's arithmetic, so the C kernel (a
+        lookup) and the reference (the same lookup) agree by construction."""
+        where = f"{node.op} at '{node.name}'"
+        x = self.codes(node.inputs[0], where)
+        fmt_in, s_in = x.qformat, x.scale or 1.0
+        assert fmt_in is not None
+        lo, hi = code_range(fmt_in)
+        inputs = torch.arange(lo, hi + 1, dtype=torch.float32) * torch.tensor(
+            s_in, dtype=torch.float32
+        )
+        with torch.no_grad():
+            reals = LUT_FUNCTIONS[node.op](inputs, node.attrs).to(torch.float32)
+        fmt_out, s_out = self.pref(node.output)
+        table = quantize(reals.numpy(), s_out, fmt_out).astype(np.int64)
+        out = self.codes_value(node.output.name, node.output.type.shape, (fmt_out, s_out))
+        attrs = {"table": [int(v) for v in table], "in_min": int(lo),
+                 "out": out_spec(fmt_out, s_out)}  # fmt: skip
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.LUT, [x], out, attrs)
 
     def lower_identity(self, node: Node) -> None:
         self.env[id(node.output)] = self.env[id(node.inputs[0])]

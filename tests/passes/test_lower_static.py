@@ -210,9 +210,9 @@ def test_unsupported_op_is_named():
             self.fc = nn.Linear(4, 2)
 
         def forward(self, x):
-            return torch.sigmoid(self.fc(x))
+            return torch.softmax(self.fc(x), dim=-1)
 
-    with pytest.raises(UnsupportedOpError, match=r"aten\.sigmoid\.default at 'sigmoid'"):
+    with pytest.raises(UnsupportedOpError, match=r"aten\.softmax\.int at 'softmax'"):
         lowered(Net(), "fc=8/8", (4,))
 
 

@@ -48,6 +48,7 @@ CONCAT = "mico.concat"
 MEAN = "mico.mean"
 COPY = "mico.copy"
 AVGPOOL2D = "mico.qavgpool2d"
+LUT = "mico.lut"
 
 OpRegistry.define(
     QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
@@ -73,6 +74,11 @@ OpRegistry.define(MEAN, "mean over trailing dims: integer sum, then requantizati
 OpRegistry.define(COPY, "strided gather of codes (transpose, permute, slice), optional rescale")
 OpRegistry.define(
     AVGPOOL2D, "2-D average pooling on codes: window sums, one multiplier per window size"
+)
+OpRegistry.define(
+    LUT,
+    "elementwise function of codes by table lookup (sigmoid, tanh, GELU, SiLU, ...): one "
+    "output code per input code, computed once at compile time",
 )
 
 
@@ -186,6 +192,12 @@ def execute_reshape(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[t
 @register_executor(REQUANT)
 def execute_requant(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     return [finish(inputs[0].to(torch.int64), attrs["out"], axis=int(attrs.get("axis", 1)))]
+
+
+@register_executor(LUT)
+def execute_lut(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    table = torch.tensor(attrs["table"], dtype=torch.int64)
+    return [table[inputs[0].to(torch.int64) - int(attrs["in_min"])]]
 
 
 @register_executor(ADD)
