@@ -406,7 +406,38 @@ def emit_lut(node: Node, ctx: EmitContext) -> list[str]:
     ]
 
 
+def _out_struct(ctx: EmitContext, node: Node) -> str:
+    body = c_out(ctx, node.name, node.output, node.attrs["out"])
+    return ctx.const_struct("MicoOut", f"{node.name}_out", body.strip()[1:-1].strip())
+
+
+def emit_qmul(node: Node, ctx: EmitContext) -> list[str]:
+    a, b = node.inputs
+    o = _out_struct(ctx, node)
+    ctx.need("mico_qops.c")
+    n = a.type.numel // a.type.shape[0]
+    return [
+        f"mico_qmul({ctx.buffer(a)}, (MicoFmt){_fmt(a)}, {ctx.buffer(b)}, (MicoFmt){_fmt(b)}, "
+        f"{ctx.buffer(node.output)}, &{o}, {n});"
+    ]
+
+
+def emit_qmatmul(node: Node, ctx: EmitContext) -> list[str]:
+    a, b = node.inputs
+    o = _out_struct(ctx, node)
+    ctx.need("mico_qops.c")
+    m, k = (int(d) for d in a.type.shape[-2:])
+    n = int(b.type.shape[-1])
+    batch = a.type.numel // (m * k)
+    return [
+        f"mico_qmatmul({ctx.buffer(a)}, (MicoFmt){_fmt(a)}, {ctx.buffer(b)}, "
+        f"(MicoFmt){_fmt(b)}, {ctx.buffer(node.output)}, &{o}, {batch}, {m}, {k}, {n});"
+    ]
+
+
 for _op, _fn in (
+    (mico_ops.QMUL, emit_qmul),
+    (mico_ops.QMATMUL, emit_qmatmul),
     (mico_ops.LUT, emit_lut),
     (mico_ops.QUANTIZE, emit_quantize),
     (mico_ops.QCONV2D, emit_qconv2d),

@@ -363,6 +363,14 @@ void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out);
 void mico_mean(const MicoMean *p, const void *in, void *out);
 void mico_requant(const MicoRequant *p, const void *in, void *out);
 
+/* out[i] = a[i] * b[i] stored as o says (codes of two activations, e.g. x * gate). */
+void mico_qmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
+               const MicoOut *o, int32_t n);
+
+/* out[s] = a[s] @ b[s] for batch matrices (m x k) @ (k x n) of codes, stored as o says. */
+void mico_qmatmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
+                  const MicoOut *o, int32_t batch, int32_t m, int32_t k, int32_t n);
+
 /* out[i] = table[in[i] - in_min] for n codes (two's complement bytes for signed outputs). */
 void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
               const uint8_t *table, int32_t in_min);

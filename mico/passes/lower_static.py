@@ -81,6 +81,7 @@ LAYER, ACT, IDENTITY, VIEW, PERMUTE, SLICE, MAXPOOL, AVGPOOL, MEAN, ADD, CAT = (
 )  # fmt: skip
 BATCHNORM, FLOAT_LAYER = "batchnorm", "float_layer"
 LUT = "lut"
+MUL, MATMUL = "mul", "matmul"
 #: elementwise functions the static mode runs as a table of output codes per input code
 LUT_FUNCTIONS = {
     "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
@@ -137,6 +138,10 @@ KINDS: dict[str, str] = {
     "aten.batch_norm.default": BATCHNORM,
     "aten._native_batch_norm_legit_no_training.default": BATCHNORM,
     **dict.fromkeys(LUT_FUNCTIONS, LUT),
+    "aten.mul.Tensor": MUL,
+    "aten.matmul.default": MATMUL,
+    "aten.bmm.default": MATMUL,
+    "aten.mm.default": MATMUL,
     "aten.conv1d.default": FLOAT_LAYER,
     "aten.conv2d.default": FLOAT_LAYER,
     "aten.convolution.default": FLOAT_LAYER,
@@ -146,7 +151,8 @@ KINDS: dict[str, str] = {
 PRESERVING = (IDENTITY, VIEW, PERMUTE, MAXPOOL)
 SUPPORTED = (
     "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, sigmoid/tanh/hardswish/hardsigmoid/"
-    "silu/gelu/leaky_relu/elu (lookup tables), max_pool1d/2d, avg_pool1d/2d, "
+    "silu/gelu/leaky_relu/elu (lookup tables), mul and matmul of two activations (or by a "
+    "positive constant), max_pool1d/2d, avg_pool1d/2d, "
     "mean / adaptive average pooling, add, cat, flatten/view/reshape/unflatten/squeeze/"
     "unsqueeze, transpose/permute/slice, dropout"
 )
@@ -483,6 +489,8 @@ class _StaticLowering:
             ADD: self.lower_add,
             CAT: self.lower_cat,
             LUT: self.lower_lut,
+            MUL: self.lower_mul,
+            MATMUL: self.lower_matmul,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
         }
@@ -714,6 +722,64 @@ class _StaticLowering:
         attrs = {"table": [int(v) for v in table], "in_min": int(lo),
                  "out": out_spec(fmt_out, s_out)}  # fmt: skip
         self.env[id(node.output)] = self.emit(node.name, mico_ops.LUT, [x], out, attrs)
+
+    def _product_out(self, node: Node, real: float, shape: Sequence[Any]) -> tuple[Value, dict]:
+        """The result of a product whose unit is ``real``: codes in the output's format (int32
+        when it only feeds the graph output), with the multiplier that rescales it."""
+        where = f"{node.op} at '{node.name}'"
+        if self.feeds_output_only(node.output):
+            out = self.int32_value(node.output.name, shape, real)
+            return out, {"out": out_spec(None, real)}
+        fmt, scale = self.pref(node.output)
+        m, shift = multiplier(real / scale, where)
+        out = self.codes_value(node.output.name, shape, (fmt, scale))
+        return out, {"out": out_spec(fmt, scale, [m], [shift])}
+
+    def lower_mul(self, node: Node) -> None:
+        """Product of two same-shape activations (a gate), or of one by a positive constant
+        (a scale, folded into a requantization)."""
+        where = f"{node.op} at '{node.name}'"
+        shape = tuple(node.output.type.shape)
+        if len(node.inputs) == 1:  # x * constant
+            factor = node.attrs.get("other")
+            if not isinstance(factor, int | float) or not factor > 0:
+                raise UnsupportedOpError(
+                    f"{where} multiplies by {factor!r}; the static mode takes a positive "
+                    "constant or a second activation of the same shape"
+                )
+            x = self.codes(node.inputs[0], where)
+            fmt, scale = self.pref(node.output)
+            m, shift = multiplier((x.scale or 1.0) * float(factor) / scale, where)
+            out = self.codes_value(node.output.name, shape, (fmt, scale))
+            attrs = {"out": out_spec(fmt, scale, [m], [shift])}
+            self.env[id(node.output)] = self.emit(node.name, mico_ops.REQUANT, [x], out, attrs)
+            return
+        a_src, b_src = node.inputs
+        if tuple(a_src.type.shape) != shape or tuple(b_src.type.shape) != shape:
+            raise UnsupportedOpError(
+                f"{where} broadcasts {a_src.type.shape} and {b_src.type.shape}; the static mode "
+                "multiplies same-shape activations"
+            )
+        qa, qb = self.codes(a_src, where), self.codes(b_src, where)
+        out, attrs = self._product_out(node, (qa.scale or 1.0) * (qb.scale or 1.0), shape)
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.QMUL, [qa, qb], out, attrs)
+
+    def lower_matmul(self, node: Node) -> None:
+        """``a @ b`` of two activations with the same leading (batch) dimensions."""
+        where = f"{node.op} at '{node.name}'"
+        if len(node.inputs) != 2:
+            raise UnsupportedOpError(f"{where} multiplies by a constant matrix; use nn.Linear")
+        a_src, b_src = node.inputs
+        sa, sb = tuple(a_src.type.shape), tuple(b_src.type.shape)
+        if len(sa) < 2 or len(sa) != len(sb) or sa[:-2] != sb[:-2] or sa[-1] != sb[-2]:
+            raise UnsupportedOpError(
+                f"{where} multiplies {sa} by {sb}; the static mode needs matrices with equal "
+                "leading dimensions (no broadcasting)"
+            )
+        qa, qb = self.codes(a_src, where), self.codes(b_src, where)
+        shape = tuple(node.output.type.shape)
+        out, attrs = self._product_out(node, (qa.scale or 1.0) * (qb.scale or 1.0), shape)
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.QMATMUL, [qa, qb], out, attrs)
 
     def lower_identity(self, node: Node) -> None:
         self.env[id(node.output)] = self.env[id(node.inputs[0])]

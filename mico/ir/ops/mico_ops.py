@@ -49,6 +49,8 @@ MEAN = "mico.mean"
 COPY = "mico.copy"
 AVGPOOL2D = "mico.qavgpool2d"
 LUT = "mico.lut"
+QMUL = "mico.qmul"
+QMATMUL = "mico.qmatmul"
 
 OpRegistry.define(
     QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
@@ -192,6 +194,22 @@ def execute_reshape(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[t
 @register_executor(REQUANT)
 def execute_requant(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     return [finish(inputs[0].to(torch.int64), attrs["out"], axis=int(attrs.get("axis", 1)))]
+
+
+OpRegistry.define(QMUL, "elementwise product of two code tensors, requantized")
+OpRegistry.define(QMATMUL, "batched matrix product of two code tensors, requantized")
+
+
+@register_executor(QMUL)
+def execute_qmul(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    a, b = (t.to(torch.int64) for t in inputs)
+    return [finish(a * b, attrs["out"])]
+
+
+@register_executor(QMATMUL)
+def execute_qmatmul(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    a, b = (t.to(torch.float64) for t in inputs)  # exact: int32 accumulators < 2**53
+    return [finish(torch.matmul(a, b).round().to(torch.int64), attrs["out"])]
 
 
 @register_executor(LUT)

@@ -1,0 +1,87 @@
+"""Static (integer-only) mode: products of two activations (a gate x * sigmoid(y), attention's
+q @ k^T and scores @ v) and scaling by a positive constant, bit-exact between C and Python."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from mico.codegen.compile import compile_model
+from mico.errors import UnsupportedOpError
+from mico.ir.ops.mico_ops import QMATMUL, QMUL
+from mico.quant import QuantConfig, calibrate, quantize_model
+from mico.targets import host, rv32
+
+
+class Gate(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b, self.c = nn.Linear(16, 16), nn.Linear(16, 16), nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = x.flatten(1)
+        return self.c(torch.relu(self.a(x)) * torch.sigmoid(self.b(x)) * 0.5)
+
+
+class Attention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.o = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 3)
+
+    def forward(self, x):
+        scores = torch.matmul(self.q(x), self.k(x).transpose(1, 2))
+        return self.o(torch.matmul(scores, x)).flatten(1)
+
+
+def compiled(model_cls, shape, plan, tmp_path):
+    torch.manual_seed(0)
+    model = model_cls().eval()
+    quantize_model(
+        model, plan, QuantConfig(act_mode="static"), example_inputs=torch.zeros(1, *shape)
+    )
+    batches = [torch.randn(8, *shape) for _ in range(3)]
+    calibrate(model, batches)
+    return compile_model(model, batches[0][:1], tmp_path / "p", "p", mode="static",
+                         calibration=batches)  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", ["8/8", "4/4", "2/8"])
+@pytest.mark.parametrize(
+    ("model_cls", "shape", "op"), [(Gate, (1, 4, 4), QMUL), (Attention, (6, 8), QMATMUL)]
+)
+def test_products_of_activations_are_bit_exact(tmp_path, model_cls, shape, op, plan):
+    c = compiled(model_cls, shape, plan, tmp_path)
+    assert op in {n.op for n in c.graph.nodes}
+    host.build(c.project)
+    x = np.random.default_rng(3).standard_normal((5, *shape)).astype(np.float32)
+    assert np.array_equal(host.run(c.project, x), c.reference(x))
+
+
+@pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
+def test_attention_products_on_rv32(tmp_path):
+    c = compiled(Attention, (6, 8), "8/8", tmp_path)
+    rv32.build(c.project)
+    x = np.random.default_rng(4).standard_normal((2, 6, 8)).astype(np.float32)
+    assert np.array_equal(rv32.run(c.project, x).outputs, c.reference(x))
+
+
+@pytest.mark.parametrize(
+    ("forward", "message"),
+    [
+        (lambda m, x: m.fc(x) * -2.0, "multiplies by -2.0; the static mode takes a positive"),
+        (lambda m, x: m.fc(x) * m.fc(x)[:, :1], "broadcasts"),
+    ],
+)
+def test_unsupported_products_are_named(tmp_path, forward, message):
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return forward(self, x)
+
+    with pytest.raises(UnsupportedOpError, match=message):
+        compiled(Net, (4,), "8/8", tmp_path)
