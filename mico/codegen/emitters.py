@@ -435,7 +435,22 @@ def emit_qmatmul(node: Node, ctx: EmitContext) -> list[str]:
     ]
 
 
+def emit_qsoftmax(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    table = np.asarray(node.attrs["exp_q15"], dtype=np.int64)
+    symbol = ctx.const_int32(f"{node.name}_exp", table, kind="params")
+    n = int(x.type.shape[-1])
+    rows = x.type.numel // x.type.shape[0] // n
+    ctx.need("mico_softmax.c")
+    return [
+        f"mico_qsoftmax({ctx.buffer(x)}, (MicoFmt){_fmt(x)}, {ctx.buffer(out)}, "
+        f"(MicoFmt){_fmt(out)}, {rows}, {n}, {symbol}, {len(table)}, "
+        f"{int(node.attrs['qmax'])});"
+    ]
+
+
 for _op, _fn in (
+    (mico_ops.QSOFTMAX, emit_qsoftmax),
     (mico_ops.QMUL, emit_qmul),
     (mico_ops.QMATMUL, emit_qmatmul),
     (mico_ops.LUT, emit_lut),

@@ -371,6 +371,11 @@ void mico_qmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
 void mico_qmatmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
                   const MicoOut *o, int32_t batch, int32_t m, int32_t k, int32_t n);
 
+/* Softmax over rows of n codes: exp of each code's distance to the row's largest from a Q15
+ * table, output code = round(e * qmax / sum) (mico_softmax.c). */
+void mico_qsoftmax(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
+                   int32_t n, const int32_t *exp_q15, int32_t table_len, int32_t qmax);
+
 /* out[i] = table[in[i] - in_min] for n codes (two's complement bytes for signed outputs). */
 void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
               const uint8_t *table, int32_t in_min);

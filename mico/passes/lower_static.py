@@ -82,6 +82,7 @@ LAYER, ACT, IDENTITY, VIEW, PERMUTE, SLICE, MAXPOOL, AVGPOOL, MEAN, ADD, CAT = (
 BATCHNORM, FLOAT_LAYER = "batchnorm", "float_layer"
 LUT = "lut"
 MUL, MATMUL = "mul", "matmul"
+SOFTMAX = "softmax"
 #: elementwise functions the static mode runs as a table of output codes per input code
 LUT_FUNCTIONS = {
     "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
@@ -139,6 +140,8 @@ KINDS: dict[str, str] = {
     "aten._native_batch_norm_legit_no_training.default": BATCHNORM,
     **dict.fromkeys(LUT_FUNCTIONS, LUT),
     "aten.mul.Tensor": MUL,
+    "aten.softmax.int": SOFTMAX,
+    "aten._softmax.default": SOFTMAX,
     "aten.matmul.default": MATMUL,
     "aten.bmm.default": MATMUL,
     "aten.mm.default": MATMUL,
@@ -152,7 +155,7 @@ PRESERVING = (IDENTITY, VIEW, PERMUTE, MAXPOOL)
 SUPPORTED = (
     "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, sigmoid/tanh/hardswish/hardsigmoid/"
     "silu/gelu/leaky_relu/elu (lookup tables), mul and matmul of two activations (or by a "
-    "positive constant), max_pool1d/2d, avg_pool1d/2d, "
+    "positive constant), softmax over the last dim (integer), max_pool1d/2d, avg_pool1d/2d, "
     "mean / adaptive average pooling, add, cat, flatten/view/reshape/unflatten/squeeze/"
     "unsqueeze, transpose/permute/slice, dropout"
 )
@@ -490,6 +493,7 @@ class _StaticLowering:
             CAT: self.lower_cat,
             LUT: self.lower_lut,
             MUL: self.lower_mul,
+            SOFTMAX: self.lower_softmax,
             MATMUL: self.lower_matmul,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
@@ -734,6 +738,30 @@ class _StaticLowering:
         m, shift = multiplier(real / scale, where)
         out = self.codes_value(node.output.name, shape, (fmt, scale))
         return out, {"out": out_spec(fmt, scale, [m], [shift])}
+
+    def lower_softmax(self, node: Node) -> None:
+        """Integer softmax over the last dimension (see mico_ops.softmax_codes): probabilities
+        as unsigned codes of scale 1 / qmax."""
+        where = f"{node.op} at '{node.name}'"
+        rank = len(node.output.type.shape)
+        dim = _norm_dim(int(node.attrs.get("dim", -1)), rank)
+        if dim != rank - 1:
+            raise UnsupportedOpError(f"{where} is over dim {dim}; the static mode takes the last")
+        if node.attrs.get("half_to_float"):
+            raise UnsupportedOpError(f"{where} converts half to float; not supported")
+        x = self.codes(node.inputs[0], where)
+        fmt_in, s_in = x.qformat, x.scale or 1.0
+        assert fmt_in is not None
+        distances = np.arange(fmt_in.qmax - fmt_in.qmin + 1, dtype=np.float64)
+        exp_q15 = np.floor(np.exp(-distances * s_in) * 2**15 + 0.5).astype(np.int64)
+        exp_q15 = np.maximum(exp_q15, 0)
+        hard, _ = self.demands(node.output)
+        bits = max((f[0].bits for f in hard), default=self.free_bits)
+        fmt_out = QFormat(bits, False)
+        out = self.codes_value(node.output.name, node.output.type.shape,
+                               (fmt_out, 1.0 / fmt_out.qmax))  # fmt: skip
+        attrs = {"exp_q15": [int(v) for v in exp_q15], "qmax": int(fmt_out.qmax)}
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.QSOFTMAX, [x], out, attrs)
 
     def lower_mul(self, node: Node) -> None:
         """Product of two same-shape activations (a gate), or of one by a positive constant

@@ -85,3 +85,43 @@ def test_unsupported_products_are_named(tmp_path, forward, message):
 
     with pytest.raises(UnsupportedOpError, match=message):
         compiled(Net, (4,), "8/8", tmp_path)
+
+
+class SoftmaxAttention(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.q, self.k, self.v = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+        self.o = nn.Linear(8, 3)
+
+    def forward(self, x):
+        scores = torch.matmul(self.q(x), self.k(x).transpose(1, 2)) * 0.35
+        return self.o(torch.matmul(torch.softmax(scores, dim=-1), self.v(x))).flatten(1)
+
+
+@pytest.mark.parametrize("plan", ["8/8", "4/4", "8/4"])
+def test_integer_softmax_attention_is_bit_exact(tmp_path, plan):
+    from mico.ir.ops.mico_ops import QSOFTMAX
+
+    c = compiled(SoftmaxAttention, (6, 8), plan, tmp_path)
+    node = next(n for n in c.graph.nodes if n.op == QSOFTMAX)
+    assert node.output.qformat.signed is False and node.output.scale == 1 / node.attrs["qmax"]
+    host.build(c.project)
+    x = np.random.default_rng(5).standard_normal((5, 6, 8)).astype(np.float32)
+    reference = c.reference(x)
+    assert np.array_equal(host.run(c.project, x), reference)
+    if plan == "8/8":  # close to the float model at 8 bits
+        eager = c.pytorch(x)
+        assert np.corrcoef(reference.ravel().astype(float), eager.ravel())[0, 1] > 0.999
+
+
+def test_softmax_codes_sum_to_about_one():
+    from mico.ir.ops.mico_ops import softmax_codes
+
+    rng = np.random.default_rng(0)
+    codes = rng.integers(-127, 128, (50, 16))
+    scale = 0.05
+    exp_q15 = np.floor(np.exp(-np.arange(255) * scale) * 2**15 + 0.5).astype(np.int64)
+    probs = softmax_codes(codes, exp_q15, 255) / 255
+    exact = np.exp(codes * scale) / np.exp(codes * scale).sum(axis=1, keepdims=True)
+    assert np.abs(probs - exact).max() < 2 / 255
+    assert np.abs(probs.sum(axis=1) - 1).max() < 16 / 255

@@ -210,9 +210,9 @@ def test_unsupported_op_is_named():
             self.fc = nn.Linear(4, 2)
 
         def forward(self, x):
-            return torch.softmax(self.fc(x), dim=-1)
+            return torch.log_softmax(self.fc(x), dim=-1)
 
-    with pytest.raises(UnsupportedOpError, match=r"aten\.softmax\.int at 'softmax'"):
+    with pytest.raises(UnsupportedOpError, match=r"aten\.log_softmax\.int at 'log_softmax'"):
         lowered(Net(), "fc=8/8", (4,))
 
 

@@ -51,6 +51,7 @@ AVGPOOL2D = "mico.qavgpool2d"
 LUT = "mico.lut"
 QMUL = "mico.qmul"
 QMATMUL = "mico.qmatmul"
+QSOFTMAX = "mico.qsoftmax"
 
 OpRegistry.define(
     QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
@@ -210,6 +211,28 @@ def execute_qmul(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torc
 def execute_qmatmul(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     a, b = (t.to(torch.float64) for t in inputs)  # exact: int32 accumulators < 2**53
     return [finish(torch.matmul(a, b).round().to(torch.int64), attrs["out"])]
+
+
+OpRegistry.define(
+    QSOFTMAX,
+    "integer softmax over the last dim: Q15 exp table of distances to the row maximum, "
+    "output codes round(e * qmax / sum)",
+)
+
+
+def softmax_codes(codes: np.ndarray, exp_q15: np.ndarray, qmax: int) -> np.ndarray:
+    """The integer softmax of ``codes`` over the last axis (what mico_softmax.c computes)."""
+    c = np.asarray(codes, dtype=np.int64)
+    d = np.minimum(c.max(axis=-1, keepdims=True) - c, len(exp_q15) - 1)
+    e = np.asarray(exp_q15, dtype=np.int64)[d]
+    total = e.sum(axis=-1, keepdims=True)
+    return (2 * e * qmax + total) // (2 * total)
+
+
+@register_executor(QSOFTMAX)
+def execute_qsoftmax(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    out = softmax_codes(inputs[0].numpy(), np.asarray(attrs["exp_q15"]), int(attrs["qmax"]))
+    return [torch.from_numpy(out)]
 
 
 @register_executor(LUT)
