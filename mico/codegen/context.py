@@ -40,7 +40,11 @@ def c_float(value: float) -> str:
 
 
 #: the range of every integer C type a constant array is written as
-C_INT_RANGES = {"uint8_t": (0, 255), "int32_t": (-(2**31), 2**31 - 1)}
+C_INT_RANGES = {
+    "uint8_t": (0, 255),
+    "int32_t": (-(2**31), 2**31 - 1),
+    "int64_t": (-(2**63), 2**63 - 1),
+}
 
 
 def checked_ints(symbol: str, data: np.ndarray, ctype: str) -> np.ndarray:
@@ -195,6 +199,18 @@ class EmitContext:
             f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};"
         )
         self.flash[kind] += 4 * len(items)
+        return symbol
+
+    def const_int64(self, name: str, data: np.ndarray, kind: str = "params") -> str:
+        """An int64 array in flash (fixed-point constants too wide for int32)."""
+        symbol = self._symbol(name)
+        values = checked_ints(symbol, data, "int64_t")
+        items = [f"INT64_C({int(v)})" for v in values] or ["INT64_C(0)"]
+        self.blobs.append((symbol, values.astype("<i8").tobytes()))
+        self.definitions.append(
+            f"static const int64_t {symbol}[{len(items)}] = {{\n{_rows(items, 4)}\n}};"
+        )
+        self.flash[kind] = self.flash.get(kind, 0) + 8 * len(items)
         return symbol
 
     def const_f32(self, name: str, data: np.ndarray, kind: str = "scales") -> str:

@@ -449,7 +449,24 @@ def emit_qsoftmax(node: Node, ctx: EmitContext) -> list[str]:
     ]
 
 
+def emit_qlayernorm(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    a = node.attrs
+    g = ctx.const_int32(f"{node.name}_g", np.asarray(a["g"], dtype=np.int64), kind="params")
+    b = ctx.const_int64(f"{node.name}_b", np.asarray(a["b"], dtype=np.int64))
+    n = int(x.type.shape[-1])
+    rows = x.type.numel // x.type.shape[0] // n
+    lo, hi = a["clamp"]
+    ctx.need("mico_layernorm.c")
+    return [
+        f"mico_qlayernorm({ctx.buffer(x)}, (MicoFmt){_fmt(x)}, {ctx.buffer(out)}, "
+        f"(MicoFmt){_fmt(out)}, {rows}, {n}, INT64_C({int(a['eps_q'])}), "
+        f"INT64_C({int(a['k'])}), {g}, {b}, {int(a['shift'])}, {int(lo)}, {int(hi)});"
+    ]
+
+
 for _op, _fn in (
+    (mico_ops.QLAYERNORM, emit_qlayernorm),
     (mico_ops.QSOFTMAX, emit_qsoftmax),
     (mico_ops.QMUL, emit_qmul),
     (mico_ops.QMATMUL, emit_qmatmul),

@@ -376,6 +376,13 @@ void mico_qmatmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *ou
 void mico_qsoftmax(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
                    int32_t n, const int32_t *exp_q15, int32_t table_len, int32_t qmax);
 
+/* Integer LayerNorm over rows of n codes (mico_layernorm.c): centred exactly, divided by the
+ * integer square root of the row's sum of squares, scaled by per-channel fixed-point gamma
+ * and beta, rounded (half away from zero) by 2^shift and clamped to [lo, hi]. */
+void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
+                     int32_t n, int64_t eps_q, int64_t k, const int32_t *g, const int64_t *b,
+                     int32_t shift, int32_t lo, int32_t hi);
+
 /* out[i] = table[in[i] - in_min] for n codes (two's complement bytes for signed outputs). */
 void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
               const uint8_t *table, int32_t in_min);

@@ -83,6 +83,7 @@ BATCHNORM, FLOAT_LAYER = "batchnorm", "float_layer"
 LUT = "lut"
 MUL, MATMUL = "mul", "matmul"
 SOFTMAX = "softmax"
+LAYERNORM = "layernorm"
 #: elementwise functions the static mode runs as a table of output codes per input code
 LUT_FUNCTIONS = {
     "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
@@ -141,6 +142,7 @@ KINDS: dict[str, str] = {
     **dict.fromkeys(LUT_FUNCTIONS, LUT),
     "aten.mul.Tensor": MUL,
     "aten.softmax.int": SOFTMAX,
+    "aten.layer_norm.default": LAYERNORM,
     "aten._softmax.default": SOFTMAX,
     "aten.matmul.default": MATMUL,
     "aten.bmm.default": MATMUL,
@@ -155,7 +157,8 @@ PRESERVING = (IDENTITY, VIEW, PERMUTE, MAXPOOL)
 SUPPORTED = (
     "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, sigmoid/tanh/hardswish/hardsigmoid/"
     "silu/gelu/leaky_relu/elu (lookup tables), mul and matmul of two activations (or by a "
-    "positive constant), softmax over the last dim (integer), max_pool1d/2d, avg_pool1d/2d, "
+    "positive constant), softmax and LayerNorm over the last dim (integer), max_pool1d/2d, "
+    "avg_pool1d/2d, "
     "mean / adaptive average pooling, add, cat, flatten/view/reshape/unflatten/squeeze/"
     "unsqueeze, transpose/permute/slice, dropout"
 )
@@ -494,6 +497,7 @@ class _StaticLowering:
             LUT: self.lower_lut,
             MUL: self.lower_mul,
             SOFTMAX: self.lower_softmax,
+            LAYERNORM: self.lower_layernorm,
             MATMUL: self.lower_matmul,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
@@ -738,6 +742,40 @@ class _StaticLowering:
         m, shift = multiplier(real / scale, where)
         out = self.codes_value(node.output.name, shape, (fmt, scale))
         return out, {"out": out_spec(fmt, scale, [m], [shift])}
+
+    #: fixed-point fractional bits of LayerNorm's normalised value and of gamma
+    LN_FRAC, LN_GAMMA_FRAC = 16, 12
+
+    def lower_layernorm(self, node: Node) -> None:
+        """Integer LayerNorm over the last dimension (see mico_ops.layernorm_codes)."""
+        where = f"{node.op} at '{node.name}'"
+        shape = tuple(node.output.type.shape)
+        n = int(shape[-1])
+        normalized = [int(d) for d in node.attrs.get("normalized_shape", [n])]
+        if normalized != [n]:
+            raise UnsupportedOpError(
+                f"{where} normalises over {normalized}; the static mode takes the last dim only"
+            )
+        x = self.codes(node.inputs[0], where)
+        s = x.scale or 1.0
+        gamma = (self.tensor(node.inputs[1]).double().numpy() if len(node.inputs) > 1
+                 and node.inputs[1] is not None else np.ones(n))  # fmt: skip
+        beta = (self.tensor(node.inputs[2]).double().numpy() if len(node.inputs) > 2
+                and node.inputs[2] is not None else np.zeros(n))  # fmt: skip
+        fmt, s_out = self.pref(node.output)
+        frac, gfrac = self.LN_FRAC, self.LN_GAMMA_FRAC
+        eps = float(node.attrs.get("eps", 1e-5))
+        eps_q = min(round(eps * n**3 / (s * s)), 2**62)
+        attrs = {
+            "eps_q": int(eps_q),
+            "k": round(math.sqrt(n) * 2**frac),
+            "g": [round(v) for v in gamma / s_out * 2**gfrac],
+            "b": [round(v) for v in beta / s_out * 2 ** (frac + gfrac)],
+            "shift": frac + gfrac,
+            "clamp": list(code_range(fmt)),
+        }
+        out = self.codes_value(node.output.name, shape, (fmt, s_out))
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.QLAYERNORM, [x], out, attrs)
 
     def lower_softmax(self, node: Node) -> None:
         """Integer softmax over the last dimension (see mico_ops.softmax_codes): probabilities

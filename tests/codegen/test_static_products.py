@@ -125,3 +125,66 @@ def test_softmax_codes_sum_to_about_one():
     exact = np.exp(codes * scale) / np.exp(codes * scale).sum(axis=1, keepdims=True)
     assert np.abs(probs - exact).max() < 2 / 255
     assert np.abs(probs.sum(axis=1) - 1).max() < 16 / 255
+
+
+class NormBlock(nn.Module):
+    def __init__(self, affine: bool = True) -> None:
+        super().__init__()
+        self.a, self.o = nn.Linear(16, 16), nn.Linear(16, 4)
+        self.ln = nn.LayerNorm(16, elementwise_affine=affine)
+        if affine:
+            with torch.no_grad():
+                self.ln.weight.uniform_(0.5, 1.5)
+                self.ln.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x):
+        return self.o(self.ln(self.a(x))).flatten(1)
+
+
+@pytest.mark.parametrize("affine", [True, False])
+@pytest.mark.parametrize("plan", ["8/8", "4/4", "8/4"])
+def test_integer_layernorm_is_bit_exact(tmp_path, plan, affine):
+    from mico.ir.ops.mico_ops import QLAYERNORM
+
+    torch.manual_seed(0)
+    model = NormBlock(affine).eval()
+    quantize_model(
+        model, plan, QuantConfig(act_mode="static"), example_inputs=torch.zeros(1, 5, 16)
+    )
+    batches = [torch.randn(8, 5, 16) for _ in range(3)]
+    calibrate(model, batches)
+    c = compile_model(
+        model, batches[0][:1], tmp_path / "n", "n", mode="static", calibration=batches
+    )
+    assert QLAYERNORM in {n.op for n in c.graph.nodes}
+    host.build(c.project)
+    x = np.random.default_rng(6).standard_normal((5, 5, 16)).astype(np.float32)
+    reference = c.reference(x)
+    assert np.array_equal(host.run(c.project, x), reference)
+    if plan == "8/8":
+        assert np.corrcoef(reference.ravel().astype(float), c.pytorch(x).ravel())[0, 1] > 0.999
+
+
+def test_layernorm_codes_match_float_layernorm():
+    from mico.ir.ops.mico_ops import layernorm_codes
+
+    rng = np.random.default_rng(0)
+    codes = rng.integers(-127, 128, (20, 32))
+    s, s_out, n = 0.03, 4 / 127, 32
+    gamma, beta = rng.uniform(0.5, 1.5, n), rng.uniform(-0.2, 0.2, n)
+    attrs = {
+        "eps_q": round(1e-5 * n**3 / s**2),
+        "k": round(np.sqrt(n) * 2**16),
+        "g": [round(v) for v in gamma / s_out * 2**12],
+        "b": [round(v) for v in beta / s_out * 2**28],
+        "shift": 28,
+        "clamp": [-127, 127],
+    }
+    got = layernorm_codes(codes, attrs) * s_out
+    x = codes * s
+    ref = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * gamma + beta
+    assert np.abs(got - ref).max() < 1.5 * s_out
+    constant = layernorm_codes(np.full((1, 32), 5), {**attrs, "eps_q": 0})  # zero deviation
+    assert np.array_equal(
+        constant, np.clip(np.round(np.array(attrs["b"]) / 2**28), -127, 127)[None]
+    )

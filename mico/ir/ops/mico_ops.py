@@ -52,6 +52,7 @@ LUT = "mico.lut"
 QMUL = "mico.qmul"
 QMATMUL = "mico.qmatmul"
 QSOFTMAX = "mico.qsoftmax"
+QLAYERNORM = "mico.qlayernorm"
 
 OpRegistry.define(
     QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
@@ -233,6 +234,43 @@ def softmax_codes(codes: np.ndarray, exp_q15: np.ndarray, qmax: int) -> np.ndarr
 def execute_qsoftmax(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     out = softmax_codes(inputs[0].numpy(), np.asarray(attrs["exp_q15"]), int(attrs["qmax"]))
     return [torch.from_numpy(out)]
+
+
+OpRegistry.define(
+    QLAYERNORM,
+    "integer LayerNorm over the last dim: exact centring, integer square root, fixed-point "
+    "gamma and beta, requantized",
+)
+
+
+def _div_round(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """round(a / b), half away from zero, for b > 0 (int64)."""
+    q = (np.abs(a) + b // 2) // b
+    return np.where(a < 0, -q, q)
+
+
+def layernorm_codes(codes: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
+    """The integer LayerNorm of ``codes`` over the last axis (what mico_layernorm.c computes)."""
+    import math
+
+    x = np.asarray(codes, dtype=np.int64)
+    n = x.shape[-1]
+    c = n * x - x.sum(axis=-1, keepdims=True)
+    q = (c * c).sum(axis=-1, keepdims=True) + int(attrs["eps_q"])
+    dev = np.vectorize(lambda v: math.isqrt(int(v)), otypes=[np.int64])(q)
+    safe = np.maximum(dev, 1)
+    y = np.where(dev == 0, 0, _div_round(c * int(attrs["k"]), safe))
+    acc = y * np.asarray(attrs["g"], dtype=np.int64) + np.asarray(attrs["b"], dtype=np.int64)
+    shift = int(attrs["shift"])
+    mag = (np.abs(acc) + (1 << (shift - 1))) >> shift
+    v = np.where(acc < 0, -mag, mag)
+    lo, hi = attrs["clamp"]
+    return np.clip(v, lo, hi)
+
+
+@register_executor(QLAYERNORM)
+def execute_qlayernorm(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    return [torch.from_numpy(layernorm_codes(inputs[0].numpy(), attrs))]
 
 
 @register_executor(LUT)
