@@ -8,6 +8,7 @@ from :mod:`mico.quant`, the project from :mod:`mico.codegen.compile`, the runs f
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +31,7 @@ from mico.codegen.memory_map import memory_map_rows, plot_memory_map
 from mico.errors import BuildError, CompileError, DatasetError, MicoError
 from mico.execute.layerwise import LayerDifference, first_difference
 from mico.execute.verify import Agreement, compare_outputs
+from mico.userfiles import path_kind
 
 Log = Callable[[str], None]
 TARGETS = ("host", "rv32", "rv64")
@@ -82,9 +84,11 @@ class DeployResult:
 
 
 def _uniform(text: str, names: list[str]) -> str:
-    """``"4/8"`` means every layer at W4/A8."""
-    if "=" in text or text.endswith((".yaml", ".yml")):
+    """``"4/8"`` means every layer at W4/A8; a path or anything else is left to QuantPlan.load."""
+    if "=" in text or text.endswith((".yaml", ".yml")) or path_kind(text) != "missing":
         return text
+    if not re.fullmatch(r"[^=,/\s]+/[^=,/\s]+", text.strip()):
+        return text  # neither W/A nor a file: QuantPlan.load names the problem
     return ",".join(f"{name}={text}" for name in names)
 
 

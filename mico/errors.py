@@ -73,3 +73,28 @@ class InputError(MicoError, ValueError):
 
 class ParameterError(MicoError, ValueError):
     """A model parameter or buffer cannot be deployed: it holds NaN or Inf."""
+
+
+def brief(value: object, limit: int = 80) -> str:
+    """A repr of ``value`` at most ``limit`` characters long, cheap even for huge values.
+
+    Error messages quote what the user gave; a YAML alias bomb or a multi-megabyte string must
+    not make the message itself explode, so nesting and lengths are cut before formatting.
+    """
+    import reprlib
+
+    shortener = reprlib.Repr()
+    shortener.maxlevel = 3
+    shortener.maxlist = shortener.maxtuple = shortener.maxset = shortener.maxdict = 4
+    shortener.maxstring = shortener.maxother = max(limit, 8)
+    shortener.repr_int = _brief_int  # type: ignore[method-assign]
+    text = shortener.repr(value)
+    return text if len(text) <= limit else text[: max(limit - 3, 0)] + "..."
+
+
+def _brief_int(value: int, level: int) -> str:
+    """An integer as digits, or its size when printing it would be slow or refused."""
+    del level
+    if value.bit_length() > 256:
+        return f"<integer of {value.bit_length()} bits>"
+    return repr(value)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mico.errors import PlanError
+from mico.errors import PlanError, brief
 
 MIN_BITS = 1
 MAX_BITS = 8
@@ -47,6 +47,8 @@ def is_ternary(bits: object) -> bool:
         return bits.strip().lower() in ("t", "ternary", "1.58")
     if isinstance(bits, bool) or not isinstance(bits, int | float | np.integer | np.floating):
         return False
+    if isinstance(bits, int | np.integer) and not -1 < int(bits) < 3:  # float() of 10**400 fails
+        return False
     return math.isclose(float(bits), TERNARY, abs_tol=1e-6)
 
 
@@ -63,12 +65,13 @@ def check_bits(bits: object, what: str = "bit-width", ternary: bool = True) -> B
     )
     if isinstance(bits, bool) or not whole:
         raise PlanError(
-            f"{what} {bits!r} is not a whole number; use {allowed} "
+            f"{what} {brief(bits)} is not a whole number; use {allowed} "
             f"(the range {MIN_BITS}..{MAX_BITS})"
         )
     if not MIN_BITS <= int(bits) <= MAX_BITS:
         raise PlanError(
-            f"{what} is {bits}, outside the allowed range {MIN_BITS}..{MAX_BITS}; use {allowed}"
+            f"{what} is {brief(bits)}, outside the allowed range {MIN_BITS}..{MAX_BITS}; "
+            f"use {allowed}"
         )
     return int(bits)
 

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import yaml
 
-from mico.errors import PlanError
+from mico.errors import PlanError, brief
 from mico.quant.arithmetic import TERNARY, BitWidth, check_bits, format_bits, is_ternary
+from mico.safe_yaml import read_yaml
+from mico.userfiles import path_kind
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,7 @@ def _bits(value: object, layer: str, kind: str) -> BitWidth:
                 number = float(value.strip())
             except ValueError:
                 number = value
-    return check_bits(number, f"layer '{layer}': {kind} bit-width")
+    return check_bits(number, f"layer {brief(layer, 60)}: {kind} bit-width")
 
 
 class QuantPlan(Mapping[str, LayerBits]):
@@ -58,8 +60,8 @@ class QuantPlan(Mapping[str, LayerBits]):
         if not layers:
             raise PlanError("a quantization plan needs at least one layer")
         for name, bits in layers.items():
-            check_bits(bits.w, f"layer '{name}': weight bit-width")
-            check_bits(bits.a, f"layer '{name}': activation bit-width")
+            check_bits(bits.w, f"layer {brief(name, 60)}: weight bit-width")
+            check_bits(bits.a, f"layer {brief(name, 60)}: activation bit-width")
         self._layers = dict(layers)
 
     def __getitem__(self, name: str) -> LayerBits:
@@ -82,11 +84,12 @@ class QuantPlan(Mapping[str, LayerBits]):
             match = _ENTRY.match(entry)
             if not match:
                 raise PlanError(
-                    f"plan entry {entry!r} is not of the form layer=W/A (for example conv1=8/8)"
+                    f"plan entry {brief(entry)} is not of the form layer=W/A "
+                    "(for example conv1=8/8)"
                 )
             name, w, a = match.groups()
             if name in layers:
-                raise PlanError(f"layer '{name}' appears twice in the plan")
+                raise PlanError(f"layer {brief(name, 60)} appears twice in the plan; give it once")
             layers[name] = LayerBits(_bits(w, name, "weight"), _bits(a, name, "activation"))
         return cls(layers)
 
@@ -104,7 +107,12 @@ class QuantPlan(Mapping[str, LayerBits]):
             elif isinstance(entry, Sequence) and not isinstance(entry, str) and len(entry) == 2:
                 w, a = entry
             else:
-                raise PlanError(f"layer '{name}': expected {{w: W, a: A}} or (W, A), got {entry!r}")
+                raise PlanError(
+                    f"layer {brief(name, 60)}: expected {{w: W, a: A}} or (W, A), "
+                    f"got {brief(entry)}"
+                )
+            if not isinstance(name, str | int):
+                raise PlanError(f"layer name {brief(name)} is not a name; use the layer's name")
             layers[str(name)] = LayerBits(
                 _bits(w, str(name), "weight"), _bits(a, str(name), "activation")
             )
@@ -137,16 +145,18 @@ class QuantPlan(Mapping[str, LayerBits]):
     @classmethod
     def load(cls, spec: str | Path) -> QuantPlan:
         """A plan from a YAML file path, or from ``name=W/A,…`` text."""
-        path = Path(spec)
-        if str(spec).endswith((".yaml", ".yml")) or path.is_file():
-            if not path.is_file():
-                raise PlanError(f"plan file '{path}' does not exist")
-            try:
-                data = yaml.safe_load(path.read_text())
-            except yaml.YAMLError as exc:
-                raise PlanError(f"plan file '{path}' is not valid YAML: {exc}") from None
+        text = str(spec)
+        kind = path_kind(text)
+        if text.endswith((".yaml", ".yml")) or kind in ("file", "dir", "other"):
+            fix = "give a YAML plan file or layer=W/A,... text"
+            data = read_yaml(text, "plan file", PlanError, fix=fix)
             return cls.from_dict(data)
-        return cls.parse(str(spec))
+        if kind == "too-long" and "=" not in text:
+            raise PlanError(
+                f"plan {brief(text)} is neither a file nor layer=W/A text; "
+                "give a YAML plan file or layer=W/A,... (for example conv1=8/8)"
+            )
+        return cls.parse(text)
 
     @classmethod
     def uniform(cls, layer_names: Sequence[str], w: BitWidth, a: BitWidth) -> QuantPlan:
