@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from mico.data.idx import read_idx
-from mico.data.paths import corrupt, data_root, find_dir, pick
+from mico.data.paths import DATA_ENV, corrupt, data_root, most_complete, pick
 from mico.data.split import DatasetSplit
 from mico.data.transforms import image_split
+from mico.errors import DatasetError
 
 IDX_FILES = (
     "train-images-idx3-ubyte",
@@ -33,6 +34,7 @@ FASHION_CLASSES = (
     "Ankle boot",
 )
 PIXEL_MAX = 255.0
+MNIST_SHAPE = (28, 28)  # every image of MNIST and Fashion-MNIST
 
 
 def mnist_folders(root: Path, subdir: str) -> list[Path]:
@@ -77,15 +79,32 @@ def _read_idx_set(
 ) -> DatasetSplit:
     base = data_root(root)
     required = [f"{f}|{f}.gz" for f in IDX_FILES]
-    layout = [f"<root>/{f:<26} (or {f}.gz)" for f in IDX_FILES] + [
-        f"(or the same files in <root>/{subdir}/raw/, torchvision's layout, or <root>/{subdir}/)"
-    ]
-    folder = find_dir(title, mnist_folders(base, subdir), required, layout)
+    folders = mnist_folders(base, subdir)
+    found, folder, missing = most_complete(folders, required)
+    if missing:
+        raise _not_found(title, folders, folder if found else None, missing)
     paths = [pick(folder, name) for name in required]
     x_train, y_train = _images_and_labels(paths[0], paths[1])
     x_test, y_test = _images_and_labels(paths[2], paths[3])
     return image_split(
         name, (x_train, y_train), (x_test, y_test), classes, resize, stats, folder, num_classes=10
+    )
+
+
+def _not_found(
+    title: str, folders: list[Path], partial: Path | None, missing: list[str]
+) -> DatasetError:
+    """One line: what is missing, where mico looked, and the four file names it wants."""
+    if partial is None:
+        what = f"no {title} files in {folders[0]}"
+    else:
+        files = ", ".join(m.split("|")[0] for m in missing)
+        what = f"missing {files} in {partial}"
+    others = ", ".join(str(f) for f in folders if f != (partial or folders[0]))
+    return DatasetError(
+        f"{title} data not found: {what} (also looked in {others}); place "
+        f"{', '.join(IDX_FILES)} (or .gz) there; mico never downloads: pass root=... "
+        f"or set {DATA_ENV}"
     )
 
 
@@ -96,6 +115,12 @@ def _images_and_labels(image_path: Path, label_path: Path) -> tuple[np.ndarray, 
         raise corrupt(image_path, f"MNIST images must be unsigned bytes, got {images.dtype}")
     if labels.dtype != np.uint8:
         raise corrupt(label_path, f"MNIST labels must be unsigned bytes, got {labels.dtype}")
+    if images.shape[1:] != MNIST_SHAPE:
+        raise corrupt(
+            image_path,
+            f"images are {images.shape[1]}x{images.shape[2]} but MNIST images are "
+            f"{MNIST_SHAPE[0]}x{MNIST_SHAPE[1]}; this is not an MNIST file",
+        )
     if len(images) != len(labels):
         raise corrupt(
             label_path, f"{len(labels)} labels for the {len(images)} images of {image_path.name}"

@@ -62,21 +62,31 @@ def find_dir(
 
     When none does, the error names the entries missing from the most complete candidate.
     """
-    best: tuple[int, Path, list[str]] | None = None
-    for folder in candidates:
-        missing = [name for name in required if not _has_any(folder, name)]
-        if not missing:
-            return folder
-        found = len(required) - len(missing)
-        if best is None or found > best[0]:
-            best = (found, folder, missing)
-    assert best is not None, "find_dir needs at least one candidate"
-    found, folder, missing = best
+    found, folder, missing = most_complete(candidates, required)
+    if not missing:
+        return folder
     if found == 0:
         what = f"the {dataset} files ({', '.join(n.split('|')[0] for n in required)})"
     else:
         what = ", ".join(str(folder / name.split("|")[0]) for name in missing)
     raise not_found(dataset, what, candidates, layout)
+
+
+def most_complete(
+    candidates: Sequence[Path], required: Sequence[str]
+) -> tuple[int, Path, list[str]]:
+    """The first candidate holding every ``required`` entry, else the one holding the most:
+    ``(entries found, folder, entries missing)``."""
+    best: tuple[int, Path, list[str]] | None = None
+    for folder in candidates:
+        missing = [name for name in required if not _has_any(folder, name)]
+        found = len(required) - len(missing)
+        if not missing:
+            return found, folder, missing
+        if best is None or found > best[0]:
+            best = (found, folder, missing)
+    assert best is not None, "most_complete needs at least one candidate"
+    return best
 
 
 def pick(folder: Path, name: str) -> Path:
