@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import codecs
 import importlib
+import math
 import os
 import pickle
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, BinaryIO, Literal
 
 import numpy as np
 
 from mico.data.paths import corrupt, data_root, find_dir
 from mico.data.split import DatasetSplit
 from mico.data.transforms import image_split
-from mico.errors import DatasetError
+from mico.errors import DatasetError, brief
 
 CIFAR10_DIR = "cifar-10-batches-py"
 CIFAR10_FILES = (*(f"data_batch_{i}" for i in range(1, 6)), "test_batch", "batches.meta")
@@ -52,28 +53,70 @@ def _numpy_internal(submodule: str, name: str) -> Any:
 
 
 class _ArrayUnpickler(pickle.Unpickler):
-    """Unpickler that only rebuilds numpy arrays: anything else in the file is refused."""
+    """Unpickler that only rebuilds numpy arrays: anything else in the file is refused.
+
+    An array may not be larger than ``limit`` bytes (the file's size: a real batch carries its
+    pixels), so a forged shape is refused before numpy allocates it.
+    """
+
+    def __init__(self, handle: BinaryIO, limit: int) -> None:
+        super().__init__(handle, encoding="latin1")
+        self.limit = limit
+        self.ndarray = self._bounded(np.ndarray, shape_at=0, dtype_at=1)
 
     def find_class(self, module: str, name: str) -> Any:
-        allowed = {
-            ("numpy", "ndarray"): np.ndarray,
-            ("numpy", "dtype"): np.dtype,
-            ("_codecs", "encode"): codecs.encode,  # bytes in protocol-2 pickles made by Python 3
-        }
-        if (module, name) in allowed:
-            return allowed[(module, name)]
+        if (module, name) == ("numpy", "ndarray"):
+            return self.ndarray
+        if (module, name) == ("numpy", "dtype"):
+            return np.dtype
+        if (module, name) == ("_codecs", "encode"):
+            return codecs.encode  # bytes in protocol-2 pickles made by Python 3
         if (module, name) in _NUMPY_INTERNALS:
-            return _numpy_internal(*_NUMPY_INTERNALS[(module, name)])
+            found = _numpy_internal(*_NUMPY_INTERNALS[(module, name)])
+            if name == "_reconstruct":  # _reconstruct(subtype, shape, dtype)
+                return self._bounded(found, shape_at=1, dtype_at=2)
+            return found
         raise pickle.UnpicklingError(f"refusing to load {module}.{name} (only numpy arrays)")
+
+    def _bounded(self, build: Any, shape_at: int, dtype_at: int) -> Any:
+        """``build`` guarded: the array it would allocate must fit in ``self.limit`` bytes."""
+
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            shape = args[shape_at] if len(args) > shape_at else kwargs.get("shape", ())
+            dtype = args[dtype_at] if len(args) > dtype_at else kwargs.get("dtype", float)
+            dims = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
+            if not all(isinstance(d, int | np.integer) and d >= 0 for d in dims):
+                raise pickle.UnpicklingError(f"array shape {brief(shape)} is not a shape")
+            size = math.prod(int(d) for d in dims) * max(np.dtype(dtype).itemsize, 1)
+            if size > self.limit:
+                raise pickle.UnpicklingError(
+                    f"it declares an array of {size} bytes, more than the file's {self.limit}"
+                )
+            if args and args[0] is self.ndarray:  # _reconstruct's subtype argument
+                args = (np.ndarray, *args[1:])
+            return build(*args, **kwargs)
+
+        return guarded
 
 
 def load_batch(path: Path) -> dict[str, Any]:
     """One pickled CIFAR batch as a dict with str keys; DatasetError naming the file if bad."""
     try:
         with open(path, "rb") as handle:
-            batch = _ArrayUnpickler(handle, encoding="latin1").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError) as error:
-        problem = f"not a CIFAR python pickle ({type(error).__name__}: {error})"
+            batch = _ArrayUnpickler(handle, limit=os.fstat(handle.fileno()).st_size).load()
+    except (
+        pickle.UnpicklingError,
+        EOFError,
+        ValueError,
+        TypeError,
+        AttributeError,
+        IndexError,
+        KeyError,
+        OverflowError,
+        MemoryError,
+        RecursionError,
+    ) as error:
+        problem = f"not a CIFAR python pickle ({type(error).__name__}: {brief(str(error))})"
         raise corrupt(path, problem) from error
     except OSError as error:
         raise corrupt(path, f"cannot read ({error})") from error
