@@ -34,16 +34,17 @@ from mico.numerics import check_finite_parameters, check_finite_samples
 
 MODES = ("dynamic", "static")
 
-#: the zoo models the C backend compiles in both modes (every CNN, MLP and 1-D model)
+#: the zoo models the C backend compiles in both modes (every CNN, MLP and 1-D model, and the
+#: ViT: integer attention, softmax, LayerNorm and GELU in the static mode)
 DEPLOYABLE_MODELS = (
     "mlp", "harmlp", "lenet", "cnn", "small_cnn", "vgg", "resnet8", "resnet20", "mobilenetv2",
-    "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn",
+    "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn", "vit_tiny",
 )  # fmt: skip
-#: zoo models the dynamic (float between layers) mode compiles, the static one not yet (they
-#: need integer softmax, normalisation, GELU/SiLU and an embedding kernel): float parameters
+#: zoo models the dynamic (float between layers) mode compiles, the static one not yet (the
+#: LLaMa needs an integer embedding lookup, RMSNorm and rotary embeddings): float parameters
 #: read as tensors (class token, position embedding, causal mask, embedding table) are float
 #: constants in flash, and token ids arrive as exact float32 integers
-DYNAMIC_ONLY_MODELS = ("vit_tiny", "tinyllama")
+DYNAMIC_ONLY_MODELS = ("tinyllama",)
 
 
 @dataclass

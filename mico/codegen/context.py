@@ -153,6 +153,17 @@ class EmitContext:
             data = self.data(value)
         except KeyError:
             return None
+        if value.qformat is not None and data.dtype.kind in "iu":  # constant codes (static)
+            from mico.quant.packing import pack
+
+            symbol = self.const_bytes(
+                f"param_{value.name}",
+                pack(data, value.qformat),
+                kind="params",
+                comment=f"{value.type} constant codes",
+            )
+            cache[value.name] = f"((void *){symbol})"
+            return cache[value.name]
         if data.dtype.kind != "f":
             return None
         symbol = self.const_f32(f"param_{value.name}", data.astype(np.float32), kind="params")

@@ -84,6 +84,7 @@ LUT = "lut"
 MUL, MATMUL = "mul", "matmul"
 SOFTMAX = "softmax"
 LAYERNORM = "layernorm"
+EXPAND, SELECT = "expand", "select"
 #: elementwise functions the static mode runs as a table of output codes per input code
 LUT_FUNCTIONS = {
     "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
@@ -143,6 +144,8 @@ KINDS: dict[str, str] = {
     "aten.mul.Tensor": MUL,
     "aten.softmax.int": SOFTMAX,
     "aten.layer_norm.default": LAYERNORM,
+    "aten.expand.default": EXPAND,
+    "aten.select.int": SELECT,
     "aten._softmax.default": SOFTMAX,
     "aten.matmul.default": MATMUL,
     "aten.bmm.default": MATMUL,
@@ -220,6 +223,8 @@ class _StaticLowering:
         if free_bits is None:
             widths = [self.layer_input_format(n)[0].bits for n in ir.nodes if self.kind(n) == LAYER]
             free_bits = max(widths, default=8)
+            if any(self.kind(n) in (LAYERNORM, SOFTMAX, MATMUL) for n in ir.nodes):
+                free_bits = 8  # attention's residual stream and probabilities keep 8 bits
         if not 1 <= free_bits <= 8:
             raise CompileError(f"free_bits must be from 1 to 8, got {free_bits}")
         if len(ir.inputs) != 1 or not ir.inputs[0].type.dtype.is_float:
@@ -403,8 +408,27 @@ class _StaticLowering:
             self.variants[key] = self.emit(f"{x.name}_requant", mico_ops.REQUANT, [x], out, attrs)
         return self.variants[key]
 
+    def constant_codes(self, value: Value) -> Value:
+        """A float parameter read as a tensor (a class token, a position embedding) as
+        constant codes at ``free_bits``, scaled to its own largest magnitude."""
+        key = ("constant", id(value))
+        if key not in self.variants:
+            data = self.tensor(value).to(torch.float32).numpy()
+            signed = bool((data < 0).any())
+            fmt = QFormat(self.free_bits, signed)
+            amax = float(np.abs(data).max()) if data.size else 0.0
+            scale = amax / fmt.qmax if amax > 0 else 1.0
+            codes = quantize(data, scale, fmt).astype(np.int64)
+            self.variants[key] = Value(
+                self.fresh(f"{value.name}_q"), TensorType(tuple(data.shape), codes_dtype(fmt)),
+                data=codes, qformat=fmt, scale=scale,
+            )  # fmt: skip
+        return self.variants[key]
+
     def codes(self, value: Value, where: str) -> Value:
         """The codes of source ``value`` (a float graph input is quantized to its format)."""
+        if id(value) not in self.env and value.producer is None:
+            return self.constant_codes(value)
         x = self.env[id(value)]
         if x.qformat is not None:
             return x
@@ -498,6 +522,8 @@ class _StaticLowering:
             MUL: self.lower_mul,
             SOFTMAX: self.lower_softmax,
             LAYERNORM: self.lower_layernorm,
+            EXPAND: self.lower_expand,
+            SELECT: self.lower_select,
             MATMUL: self.lower_matmul,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
@@ -876,6 +902,41 @@ class _StaticLowering:
                  "out": None}  # fmt: skip
         fmt = (x.qformat, x.scale)
         out = self.codes_value(node.output.name, node.output.type.shape, fmt)  # type: ignore[arg-type]
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.COPY, [x], out, attrs)
+
+    def lower_expand(self, node: Node) -> None:
+        """``expand`` to the batch size: per sample a no-op (the C program runs one sample)."""
+        where = f"{node.op} at '{node.name}'"
+        src, out = node.inputs[0], node.output
+        if tuple(src.type.shape[1:]) != tuple(out.type.shape[1:]) or src.type.shape[0] != 1:
+            raise UnsupportedOpError(
+                f"{where} expands {src.type.shape} to {out.type.shape}; the static mode expands "
+                "only the batch dimension"
+            )
+        self.env[id(out)] = self.codes(src, where)
+
+    def lower_select(self, node: Node) -> None:
+        """``x[:, i]``: one index of a dimension (a strided copy of codes)."""
+        where = f"{node.op} at '{node.name}'"
+        x = self.codes(node.inputs[0], where)
+        rank = len(x.type.shape)
+        dim = _norm_dim(int(node.attrs.get("dim", 0)), rank)
+        if dim == 0:
+            raise UnsupportedOpError(f"{where} selects along the batch dimension")
+        size = int(x.type.shape[dim])
+        index = int(node.attrs.get("index", 0))
+        index = index + size if index < 0 else index
+        strides = _contiguous_strides(x.type.shape[1:])
+        offset = index * strides[dim - 1]
+        del strides[dim - 1]
+        shape = [int(d) for d in node.output.type.shape[1:]]
+        fmt = self.pref(node.output)
+        spec = None
+        if fmt != (x.qformat, x.scale):
+            m, shift = multiplier((x.scale or 1.0) / fmt[1], where)
+            spec = out_spec(fmt[0], fmt[1], [m], [shift])
+        attrs = {"shape": shape, "strides": strides, "offset": offset, "out": spec}
+        out = self.codes_value(node.output.name, node.output.type.shape, fmt)
         self.env[id(node.output)] = self.emit(node.name, mico_ops.COPY, [x], out, attrs)
 
     def lower_slice(self, node: Node) -> None:

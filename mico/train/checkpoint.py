@@ -21,8 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from mico.errors import CheckpointError, MicoError
+from mico.errors import CheckpointError, MicoError, brief
 from mico.quant import QuantConfig, QuantPlan, bit_layers, format_bits, quantize_model
+from mico.train.rebuild import rebuild
+from mico.userfiles import check_input_file
 
 FORMAT = "mico-checkpoint"
 FORMAT_VERSION = 1
@@ -53,9 +55,14 @@ class Checkpoint:
         return f"{self.model_class}{zoo}"
 
     def build(self) -> nn.Module:
-        """A fresh model of the recorded kind, quantized with the recorded plan, weights loaded."""
-        from mico.models import from_zoo
+        """A fresh model of the recorded kind, quantized with the recorded plan, weights loaded.
 
+        The recorded arguments are checked and bounded before anything is allocated
+        (:mod:`mico.train.rebuild`).
+        """
+        from mico.models import from_zoo, zoo_entry
+
+        what = f"the checkpoint's {self.describe()}"
         if self.zoo_name is None:
             cls = _mico_model_class(self.model_class)
             if cls is None:
@@ -63,21 +70,19 @@ class Checkpoint:
                     f"the checkpoint holds a {self.model_class}, which is not a mico model; "
                     "build the model yourself and pass it to load_checkpoint(path, model)"
                 )
-            try:
-                model = cls(*self.args, **self.kwargs)  # a mico model built in Python
-            except (TypeError, ValueError) as exc:
+            model = rebuild(
+                lambda: cls(*self.args, **self.kwargs), cls, self.args, self.kwargs, what
+            )
+        else:
+            if self.args:
                 raise CheckpointError(
-                    f"the checkpoint's {self.model_class} cannot be rebuilt from its recorded "
-                    f"arguments ({exc}); build it yourself and pass it to "
-                    "load_checkpoint(path, model)"
-                ) from None
-            _load_into(self, model, strict=True, source="checkpoint")
-            return model
-        model = from_zoo(self.zoo_name, **self.kwargs) if not self.args else None
-        if model is None:
-            raise CheckpointError(
-                f"the checkpoint's {self.describe()} was built with positional arguments "
-                f"{self.args}; build it yourself and pass it to load_checkpoint(path, model)"
+                    f"{what} was built with positional arguments {brief(self.args)}; build it "
+                    "yourself and pass it to load_checkpoint(path, model)"
+                )
+            entry = zoo_entry(self.zoo_name)
+            merged = {**dict(entry.defaults), **self.kwargs}
+            model = rebuild(
+                lambda: from_zoo(self.zoo_name, **self.kwargs), entry.factory, [], merged, what
             )
         _load_into(self, model, strict=True, source="checkpoint")
         return model
@@ -144,9 +149,7 @@ def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
 
 def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read and check a checkpoint file (no model needed)."""
-    path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"checkpoint '{path}' does not exist")
+    path = check_input_file(path, "checkpoint", CheckpointError)
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
@@ -172,8 +175,17 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
             f"checkpoint '{path}' is damaged: it has no {' or '.join(missing)}; save it again"
         )
     model = data["model"]
-    if "class" not in model:
+    if not isinstance(model.get("class"), str):
         raise CheckpointError(f"checkpoint '{path}' is damaged: the model class is not recorded")
+    if not isinstance(model.get("args", []), list | tuple) or not isinstance(
+        model.get("kwargs", {}), dict
+    ):
+        raise CheckpointError(
+            f"checkpoint '{path}' is damaged: its model arguments are not a list and a mapping; "
+            "save it again"
+        )
+    if not isinstance(model.get("zoo_name"), str | None):
+        raise CheckpointError(f"checkpoint '{path}' is damaged: its zoo name is not a string")
     try:
         plan = QuantPlan.from_dict(data["plan"]) if data.get("plan") else None
         config = QuantConfig.from_dict(data["quant_config"]) if data.get("quant_config") else None

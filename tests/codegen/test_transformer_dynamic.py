@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from mico.codegen.compile import DYNAMIC_ONLY_MODELS, compile_model
+from mico.codegen.compile import DEPLOYABLE_MODELS, compile_model
 from mico.models import from_zoo
 from mico.quant import QuantConfig, quantize_model
 from mico.targets import host
@@ -16,7 +16,7 @@ from mico.targets import host
 @pytest.mark.slow
 @pytest.mark.parametrize("plan", ["8/8", "4/4"])
 def test_vit_tiny_dynamic_matches_python_on_the_host(tmp_path, plan):
-    assert "vit_tiny" in DYNAMIC_ONLY_MODELS
+    assert "vit_tiny" in DEPLOYABLE_MODELS  # both modes
     torch.manual_seed(0)
     model = from_zoo("vit_tiny")
     quantize_model(model, plan, QuantConfig(act_mode="dynamic"))
@@ -33,15 +33,40 @@ def test_vit_tiny_dynamic_matches_python_on_the_host(tmp_path, plan):
     assert (outputs.argmax(1) == compiled.pytorch(samples.numpy()).argmax(1)).all()
 
 
-def test_vit_tiny_static_names_what_is_missing(tmp_path):
+def test_tinyllama_static_names_what_is_missing(tmp_path):
     from typer.testing import CliRunner
 
     from mico.cli import app
 
-    result = CliRunner().invoke(app, ["compile", "vit_tiny", "--mode", "static", "-o",
+    result = CliRunner().invoke(app, ["compile", "tinyllama", "--mode", "static", "-o",
                                       str(tmp_path / "v")])  # fmt: skip
     assert result.exit_code == 2
-    assert "vit_tiny, tinyllama in --mode dynamic" in result.output
+    assert "nn.Embedding" in result.output and "tinyllama in --mode dynamic" in result.output
+
+
+@pytest.mark.slow
+def test_vit_tiny_static_is_bit_exact_and_integer_only(tmp_path):
+    """Integer attention: qmatmul, qsoftmax, qlayernorm, GELU by table, constants as codes."""
+    from mico.ir.ops import mico_ops
+
+    torch.manual_seed(0)
+    model = from_zoo("vit_tiny")
+    quantize_model(model, "8/8", QuantConfig(act_mode="static"))
+    model.eval()
+    batches = [torch.rand(8, 3, 32, 32)]
+    from mico.quant import calibrate
+
+    calibrate(model, batches)
+    compiled = compile_model(model, batches[0][:1], tmp_path / "vs", "vs", mode="static",
+                             calibration=batches)  # fmt: skip
+    ops = {n.op for n in compiled.graph.nodes}
+    assert {mico_ops.QMATMUL, mico_ops.QSOFTMAX, mico_ops.QLAYERNORM, mico_ops.LUT} <= ops
+    assert not any(n.op.startswith("aten.") for n in compiled.graph.nodes)  # no float op left
+    source = (tmp_path / "vs" / "vs.c").read_text()
+    assert "mico_f32_" not in source.split("int vs_run")[1]  # no float kernel call in the run
+    host.build(compiled.project)
+    x = torch.rand(4, 3, 32, 32).numpy()
+    assert np.array_equal(host.run(compiled.project, x), compiled.reference(x))
 
 
 @pytest.mark.slow

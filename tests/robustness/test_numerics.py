@@ -97,11 +97,6 @@ CLI_CASES = [
         ["mnist1d", "(1, 40)", "(1, 8, 8)"],
     ),
     (
-        "compile-vit_tiny-static",
-        ["compile", "vit_tiny", "--mode", "static"],
-        ["vit_tiny", "not deployable", "expand"],
-    ),
-    (
         "compile-tinyllama-static",
         ["compile", "tinyllama", "--mode", "static"],
         ["tinyllama", "not deployable", "Embedding"],

@@ -293,6 +293,8 @@ def execute_add(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch
 def execute_concat(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     fmt: QFormat = attrs["qformat"]
     parts = []
+    batch = max(int(x.shape[0]) for x in inputs)
+    inputs = [x.expand(batch, *x.shape[1:]) if x.shape[0] == 1 else x for x in inputs]  # consts
     for x, part in zip(inputs, attrs["parts"], strict=True):
         x = x.to(torch.int64)
         if part is not None:
