@@ -223,16 +223,16 @@ def train(
         Path | None, typer.Option(help="Folder of on-disk datasets (default $MICO_DATA).")
     ] = None,
     resize: Annotated[int | None, typer.Option(help="Resize images to N x N.")] = None,
-    epochs: Annotated[int, typer.Option(min=0, help="FP32 training epochs.")] = 10,
-    lr: Annotated[float, typer.Option(help="Learning rate (Adam).")] = 1e-3,
-    batch_size: Annotated[int, typer.Option(min=1)] = 64,
+    epochs: Annotated[int, typer.Option(help="FP32 training epochs (0 or more).")] = 10,
+    lr: Annotated[float, typer.Option(help="Learning rate (Adam), in (0, 10].")] = 1e-3,
+    batch_size: Annotated[int, typer.Option(help="Samples per batch (1 or more).")] = 64,
     seed: Annotated[int, typer.Option()] = 0,
     plan: Annotated[
         str | None,
         typer.Option(help="Quantize with layer=W/A,... (1-8 or 1.58) or a YAML plan file."),
     ] = None,
     method: Annotated[str, typer.Option(help="ptq (calibrate) or qat (fine-tune).")] = "ptq",
-    qat_epochs: Annotated[int, typer.Option(min=0)] = 3,
+    qat_epochs: Annotated[int, typer.Option(help="QAT epochs (0 or more).")] = 3,
     act_mode: Annotated[str, typer.Option(help="static or dynamic activation scales.")] = "static",
     per_channel: Annotated[bool, typer.Option(help="Per-channel weight scales.")] = False,
     lsq: Annotated[bool, typer.Option(help="Learn step sizes during QAT.")] = False,
@@ -245,8 +245,12 @@ def train(
     Example: mico train small_cnn --epochs 5 --plan 4/4 --method qat -o out/train
     """
     from mico.quant import QuantConfig
+    from mico.train.options import check_train_numbers
     from mico.train.run import TrainOptions, run_train
 
+    numbers = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "qat_epochs": qat_epochs}
+    flags = {"resize": "--resize", **{k: "--" + k.replace("_", "-") for k in numbers}}
+    check_train_numbers({**numbers, "resize": resize}, flags)  # one line naming the flag
     dataset_options: dict[str, Any] = {}
     if root is not None:
         dataset_options["root"] = root

@@ -15,6 +15,7 @@ from mico.models import from_zoo, zoo_entry
 from mico.quant import QuantConfig, QuantPlan, apply_plan, as_plan, calibrate, model_costs
 from mico.train.checkpoint import save_checkpoint
 from mico.train.loop import accuracy, fit, seed_everything
+from mico.train.options import check_train_numbers
 
 Log = Callable[[str], None]
 
@@ -50,7 +51,8 @@ class TrainResult:
 
 def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
     """Train FP32, then (with a plan) quantize by PTQ or QAT; write checkpoints and a report."""
-    check_output_dir(options.out_dir, force=options.force)  # before any work
+    check_train_numbers(vars(options))  # before any work
+    check_output_dir(options.out_dir, force=options.force)
     seed_everything(options.seed)
     entry = zoo_entry(options.model)
     model = from_zoo(options.model, **options.model_options)
