@@ -1,7 +1,7 @@
 """Run configs: one YAML file describing a whole ``mico run`` (model, data, training, plan, target).
 
-The file is read with a bounded, duplicate-key-refusing YAML loader and validated completely
-before any work starts; each problem names its section and field (``train.epochs``) and what is
+The file is read with mico's bounded, duplicate-key-refusing YAML loader
+(:mod:`mico.safe_yaml`) and validated completely before any work starts; each problem names its section and field (``train.epochs``) and what is
 expected. See ``docs/run.md`` for the format.
 """
 
@@ -13,11 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from mico.errors import ConfigError
 
-MAX_CONFIG_BYTES = 1 << 20
 TARGETS = ("host", "rv32", "rv64")
 MODES = ("static", "dynamic")
 
@@ -70,55 +67,12 @@ class RunConfig:
     source: Path | None = None
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """A safe loader that refuses duplicate keys (YAML keeps the last one silently)."""
-
-
-def _mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise ConfigError(
-                f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
-                f"{seen[key]}); give each key once"
-            )
-        seen[key] = key_node.start_mark.line + 1
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping)
-
-
 def read_yaml(path: str | Path, what: str = "run config") -> Any:
-    """Parse a YAML file: bounded in size, aliases refused, duplicate keys refused."""
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"{what} {str(p)!r} is a directory; give a YAML file")
-    if not p.is_file():
-        raise ConfigError(f"{what} {str(p)!r} does not exist")
-    size = p.stat().st_size
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{what} {str(p)!r} is {size} bytes, more than the {MAX_CONFIG_BYTES} allowed"
-        )
-    raw = p.read_bytes()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{what} {str(p)!r} is not UTF-8 text (byte {exc.start}); save it as UTF-8"
-        ) from None
-    try:
-        events = list(yaml.parse(text, Loader=yaml.SafeLoader))
-        if any(isinstance(e, yaml.AliasEvent) for e in events):
-            raise ConfigError(f"{what} {str(p)!r} uses YAML aliases (*name); write values out")
-        return yaml.load(text, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{what} {str(p)!r}: {problem}{where}") from None
+    """Parse a YAML file with mico's bounded loader (size cap, duplicate keys refused, alias
+    expansion bounded): every problem is a ConfigError naming the file."""
+    from mico.safe_yaml import read_yaml as read_bounded
+
+    return read_bounded(path, what, ConfigError)
 
 
 def _brief(value: Any) -> str:

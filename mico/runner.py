@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from torch import nn
 
 from mico.atomic import atomic_directory, check_output_dir
@@ -205,9 +204,7 @@ def run_config(
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, default=str) + "\n")
         (tmp / "report.md").write_text(_report(metrics))
         if config.source is not None:
-            (tmp / "run.yaml").write_text(
-                yaml.safe_dump(yaml.safe_load(config.source.read_text()), sort_keys=False)
-            )
+            (tmp / "run.yaml").write_text(config.source.read_text(encoding="utf-8"))
     log(f"wrote {final}")
     return RunResult(final, metrics, result.ok)
 

@@ -81,7 +81,15 @@ def test_every_problem_is_reported_at_once():
             "train: {epochs: 1}\ntrain: {epochs: 2}\n",
             r"duplicate key .train. at line 2 \(first at line 1\)",
         ),
-        ("a: &x [1, 2]\nb: *x\n", "uses YAML aliases"),
+        (
+            "a: &a [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n"
+            + "".join(
+                f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+                for p, c in zip("abcdef", "bcdefg", strict=True)
+            )  # 10**7 values from 7 lines
+            + "train: *g\n",
+            "expands to more than",
+        ),
         (b"name: \xff\xfe\n", "is not UTF-8 text"),
         ("train: {epochs: [1\n", "at line"),
     ],
@@ -99,7 +107,7 @@ def test_bad_files_are_clean_errors(tmp_path, content, message):
 def test_size_cap_and_missing_file(tmp_path):
     big = tmp_path / "big.yaml"
     big.write_text("# " + "x" * (1 << 20) + "\n")
-    with pytest.raises(ConfigError, match="more than the 1048576 allowed"):
+    with pytest.raises(ConfigError, match="larger than the 1048576-byte limit"):
         load_run_config(big)
     with pytest.raises(ConfigError, match="does not exist"):
         load_run_config(tmp_path / "nope.yaml")
