@@ -1,8 +1,8 @@
 """Run configs: one YAML file describing a whole ``mico run`` (model, data, training, plan, target).
 
 The file is read with mico's bounded, duplicate-key-refusing YAML loader
-(:mod:`mico.safe_yaml`) and validated completely before any work starts; each problem names its section and field (``train.epochs``) and what is
-expected. See ``docs/run.md`` for the format.
+(:mod:`mico.safe_yaml`) and validated completely before any work starts; each problem names its
+section and field (``train.epochs``) and what is expected. See ``docs/run.md`` for the format.
 """
 
 from __future__ import annotations
