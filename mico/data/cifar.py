@@ -116,7 +116,9 @@ def load_batch(path: Path) -> dict[str, Any]:
         MemoryError,
         RecursionError,
     ) as error:
-        problem = f"not a CIFAR python pickle ({type(error).__name__}: {brief(str(error))})"
+        detail = " ".join(str(error).split())
+        detail = detail if len(detail) <= 160 else detail[:157] + "..."
+        problem = f"not a CIFAR python pickle ({type(error).__name__}: {detail})"
         raise corrupt(path, problem) from error
     except OSError as error:
         raise corrupt(path, f"cannot read ({error})") from error

@@ -13,7 +13,9 @@ previous checkpoint. Loading refuses a checkpoint of another model with a messag
 from __future__ import annotations
 
 import os
+import pickle
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ from torch import nn
 from mico.errors import CheckpointError, MicoError, brief
 from mico.quant import QuantConfig, QuantPlan, bit_layers, format_bits, quantize_model
 from mico.train.rebuild import rebuild
-from mico.userfiles import check_input_file
+from mico.userfiles import check_input_file, shown
 
 FORMAT = "mico-checkpoint"
 FORMAT_VERSION = 1
@@ -151,11 +153,19 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     """Read and check a checkpoint file (no model needed)."""
     path = check_input_file(path, "checkpoint", CheckpointError)
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch warns about odd pickle protocols before refusing
+            warnings.simplefilter("ignore")
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(
+            f"checkpoint {shown(path)} cannot be read ({_unpickling_detail(exc)}): the file is "
+            "corrupt or not a torch.save file, or it holds objects other than tensors and plain "
+            "values, which mico never unpickles (they could run code)"
+        ) from None
     except Exception as exc:
         raise CheckpointError(
-            f"checkpoint '{path}' cannot be read ({type(exc).__name__}: {exc}); the file is "
-            "corrupt or not a torch.save file"
+            f"checkpoint {shown(path)} cannot be read ({type(exc).__name__}: "
+            f"{_shorter(str(exc))}); the file is corrupt or not a torch.save file"
         ) from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         if isinstance(data, dict) and all(isinstance(v, torch.Tensor) for v in data.values()):
@@ -202,6 +212,20 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         data.get("mico_version", "unknown"),
         dict(data.get("extra", {})),
     )
+
+
+def _unpickling_detail(exc: Exception) -> str:
+    """The one useful sentence of torch's long weights-only refusal."""
+    text = str(exc)
+    marker = "WeightsUnpickler error:"
+    if marker in text:
+        text = text.split(marker, 1)[1].split("Check the documentation", 1)[0]
+    return _shorter(text, 100)
+
+
+def _shorter(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _load_into(ckpt: Checkpoint, model: nn.Module, strict: bool, source: str) -> None:

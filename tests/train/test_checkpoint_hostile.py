@@ -93,3 +93,28 @@ def test_honest_checkpoint_still_loads(tmp_path: Path) -> None:
 def test_parameter_count_allocates_nothing() -> None:
     count = parameter_count(lambda: torch.nn.Linear(100_000, 100_000))
     assert count == 100_000 * 100_000 + 100_000
+
+
+class _System:
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple:
+        import os
+
+        return os.system, (self.command,)
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_malicious_pickle_never_runs(tmp_path: Path, protocol: int) -> None:
+    import pickle
+    import warnings
+
+    target = tmp_path / "pwned"
+    path = tmp_path / "evil.pt"
+    path.write_bytes(pickle.dumps({"state_dict": _System(f"touch {target}")}, protocol=protocol))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # torch's protocol warning is silenced, not shown
+        message = _refused(path, "evil.pt", "never unpickles")
+    assert len(message) < 400
+    assert not target.exists()
