@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from mico.errors import PlanError
+from mico.errors import PlanError, brief
 from mico.quant.scales import ACT_METHODS, DEFAULT_PERCENTILE, WEIGHT_METHODS
 
 ActMode = Literal["static", "dynamic"]
@@ -38,8 +38,9 @@ class QuantConfig:
         _check("weight_method", self.weight_method, WEIGHT_METHODS)
         _check("act_mode", self.act_mode, ("static", "dynamic"))
         _check("act_method", self.act_method, ACT_METHODS)
-        if not 0 < self.percentile <= 100:
-            raise PlanError(f"percentile must be in (0, 100], got {self.percentile}")
+        number = isinstance(self.percentile, int | float) and not isinstance(self.percentile, bool)
+        if not number or not 0 < self.percentile <= 100:
+            raise PlanError(f"percentile must be in (0, 100], got {brief(self.percentile)}")
 
     @property
     def per_channel(self) -> bool:
@@ -48,11 +49,10 @@ class QuantConfig:
     def replace(self, **changes: Any) -> QuantConfig:
         """A copy with some fields changed (unknown fields raise PlanError)."""
         fields = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - fields)
+        unknown = ", ".join(sorted(str(k)[:40] for k in set(changes) - fields)[:5])
         if unknown:
             raise PlanError(
-                f"unknown quantization option(s) {', '.join(unknown)}; "
-                f"known: {', '.join(sorted(fields))}"
+                f"unknown quantization option(s) {unknown}; known: {', '.join(sorted(fields))}"
             )
         return dataclasses.replace(self, **changes)
 
@@ -61,9 +61,13 @@ class QuantConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> QuantConfig:
+        if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+            raise PlanError(
+                f"a quantization config is a mapping of option names to values, got {brief(data)}"
+            )
         return cls().replace(**data)
 
 
 def _check(field: str, value: object, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
-        raise PlanError(f"{field} must be one of {', '.join(allowed)}; got {value!r}")
+        raise PlanError(f"{field} must be one of {', '.join(allowed)}; got {brief(value)}")

@@ -118,3 +118,26 @@ def test_malicious_pickle_never_runs(tmp_path: Path, protocol: int) -> None:
         message = _refused(path, "evil.pt", "never unpickles")
     assert len(message) < 400
     assert not target.exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "words"),
+    [
+        ("quant_config", {"percentile": "x"}, "percentile must be in (0, 100], got 'x'"),
+        ("quant_config", [1, 2], "a mapping of option names"),
+        ("quant_config", {"k" * 10_000: 1}, "unknown quantization option(s) kkkk"),
+        ("plan", {"layers.0": {"w": 10**9, "a": 8}}, "outside the allowed range"),
+        ("plan", "8/8", "must be a mapping"),
+    ],
+)
+def test_damaged_plan_or_config_is_a_checkpoint_error(
+    tmp_path: Path, field: str, value: Any, words: str
+) -> None:
+    path = save_checkpoint(from_zoo("mlp"), tmp_path / "honest.pt")
+    data = torch.load(path, weights_only=True)
+    data[field] = value
+    torch.save(data, path)
+    with pytest.raises(CheckpointError) as info:
+        read_checkpoint(path)
+    assert words in str(info.value)
+    assert len(str(info.value)) < 400
