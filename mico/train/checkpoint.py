@@ -184,6 +184,14 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         raise CheckpointError(
             f"checkpoint '{path}' is damaged: it has no {' or '.join(missing)}; save it again"
         )
+    for key, value in data["state_dict"].items():
+        if not isinstance(key, str) or not isinstance(value, torch.Tensor):
+            raise CheckpointError(
+                f"checkpoint '{path}' is damaged: state_dict entry {brief(key, 60)} is "
+                f"{type(value).__name__}, not a tensor named by a string; save it again"
+            )
+    if not isinstance(data.get("extra", {}), dict):
+        raise CheckpointError(f"checkpoint '{path}' is damaged: 'extra' is not a mapping")
     model = data["model"]
     if not isinstance(model.get("class"), str):
         raise CheckpointError(f"checkpoint '{path}' is damaged: the model class is not recorded")
@@ -209,7 +217,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         plan,
         config,
         data["state_dict"],
-        data.get("mico_version", "unknown"),
+        str(data.get("mico_version", "unknown"))[:40],
         dict(data.get("extra", {})),
     )
 

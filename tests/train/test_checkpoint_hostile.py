@@ -141,3 +141,21 @@ def test_damaged_plan_or_config_is_a_checkpoint_error(
         read_checkpoint(path)
     assert words in str(info.value)
     assert len(str(info.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        (lambda d: d.__setitem__("state_dict", {"layers.0.weight": "x"}), "is str, not a tensor"),
+        (lambda d: d.__setitem__("state_dict", {1: torch.zeros(1)}), "entry 1 is Tensor"),
+        (lambda d: d.__setitem__("extra", [1, 2]), "'extra' is not a mapping"),
+    ],
+)
+def test_damaged_records_are_named(tmp_path: Path, change: Any, words: str) -> None:
+    path = save_checkpoint(from_zoo("mlp"), tmp_path / "honest.pt")
+    data = torch.load(path, weights_only=True)
+    change(data)
+    torch.save(data, path)
+    with pytest.raises(CheckpointError, match="is damaged") as info:
+        read_checkpoint(path)
+    assert words in str(info.value)
