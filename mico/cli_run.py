@@ -44,3 +44,64 @@ def run(
     if not result.ok:
         typer.echo("error: the C program disagrees with the Python reference", err=True)
         raise typer.Exit(1)
+
+
+@app.command("generate")
+@_friendly_errors
+def generate(
+    model: Annotated[
+        str | None, typer.Argument(help="A zoo language model (tinyllama), or use --checkpoint.")
+    ] = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="A checkpoint of a language model (mico train).")
+    ] = None,
+    prompt: Annotated[str, typer.Option(help="The text to continue.")] = "Once upon a time",
+    tokens: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
+    target: Annotated[str, typer.Option(help="Where the C program runs: host.")] = "host",
+    seed: Annotated[int, typer.Option(help="Seed of an untrained zoo model's weights.")] = 0,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
+) -> None:
+    """Generate text greedily in Python and in the model's C program; show both and where
+    they part (if they do). Exits 1 when they differ.
+
+    Example: mico generate --checkpoint out/llm/fp32.pt --prompt "Once upon a time" --tokens 32
+    """
+    import torch
+
+    from mico.errors import ConfigError
+    from mico.generate import generate as run_generation
+    from mico.generate import decode, tokenizer_for
+
+    if (model is None) == (checkpoint is None):
+        raise ConfigError("give a zoo model name or --checkpoint (one of them)")
+    extra: dict = {}
+    if checkpoint is not None:
+        from mico.train.checkpoint import load_checkpoint, read_checkpoint
+
+        net = load_checkpoint(checkpoint)
+        extra = read_checkpoint(checkpoint).extra
+    else:
+        from mico.models import from_zoo
+
+        torch.manual_seed(seed)
+        net = from_zoo(model)
+    tokenizer = tokenizer_for(net, extra)
+    ids = tokenizer.encode(prompt)
+    log = (lambda _m: None) if quiet else typer.echo
+    result = run_generation(net, ids, tokens, target=target, log=log)
+    python_text = decode(tokenizer, result.python_ids)
+    c_text = decode(tokenizer, result.c_ids)
+    typer.echo(f"prompt: {prompt!r}")
+    typer.echo(f"python: {python_text!r}  ids {result.python_ids}")
+    typer.echo(f"C ({target}): {c_text!r}  ids {result.c_ids}")
+    diff = result.first_difference
+    if diff is None:
+        typer.echo(f"the C program generated the same {tokens} tokens")
+        return
+    typer.echo(
+        f"error: first difference at generated token {diff}: Python "
+        f"{result.python_ids[diff] if diff < len(result.python_ids) else '-'}, C "
+        f"{result.c_ids[diff] if diff < len(result.c_ids) else '-'}",
+        err=True,
+    )
+    raise typer.Exit(1)
