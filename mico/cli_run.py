@@ -69,8 +69,8 @@ def generate(
     import torch
 
     from mico.errors import ConfigError
-    from mico.generate import generate as run_generation
     from mico.generate import decode, tokenizer_for
+    from mico.generate import generate as run_generation
 
     if (model is None) == (checkpoint is None):
         raise ConfigError("give a zoo model name or --checkpoint (one of them)")
