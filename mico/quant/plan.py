@@ -53,6 +53,12 @@ def _bits(value: object, layer: str, kind: str) -> BitWidth:
     return check_bits(number, f"layer {brief(layer, 60)}: {kind} bit-width")
 
 
+def _some(names: Sequence[str], shown: int = 8) -> str:
+    """The first ``shown`` names (each shortened), and how many more there are."""
+    text = ", ".join(n if len(n) <= 40 else n[:37] + "..." for n in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
 class QuantPlan(Mapping[str, LayerBits]):
     """An ordered, validated mapping from layer name to :class:`LayerBits`."""
 
@@ -170,9 +176,9 @@ class QuantPlan(Mapping[str, LayerBits]):
         if unknown or missing or len(self) != len(known):
             parts = []
             if unknown:
-                parts.append(f"unknown layer(s) {', '.join(unknown)}")
+                parts.append(f"unknown layer(s) {_some(unknown)}")
             if missing:
-                parts.append(f"no bit-widths for {', '.join(missing)}")
+                parts.append(f"no bit-widths for {_some(missing)}")
             raise PlanError(
                 f"the plan has {len(self)} layer(s) but the model has {len(known)} quantizable "
                 f"layers ({', '.join(known)}): {'; '.join(parts)}. "

@@ -107,3 +107,14 @@ def test_brief_bounds_every_value() -> None:
     assert brief(10**5000) == "<integer of 16610 bits>"
     assert brief("conv1") == "'conv1'"
     assert len(brief(b"\xff" * 1000, limit=20)) == 20
+
+
+def test_many_unknown_layers_are_summarised(tmp_path: Path) -> None:
+    path = tmp_path / "plan.yaml"
+    path.write_text("".join(f"layer{i}_{'x' * 60}: {{w: 8, a: 8}}\n" for i in range(5000)))
+    with pytest.raises(PlanError) as info:
+        QuantPlan.load(path).validate_for(["conv1", "fc"])
+    message = str(info.value)
+    assert len(message) < 1000
+    assert "and 4992 more" in message
+    assert "no bit-widths for conv1, fc" in message

@@ -54,6 +54,8 @@ def write_plans(root: Path) -> None:
     (plans / "list.yaml").write_text("- 8\n- 8\n")
     (plans / "broken.yaml").write_text("layers.0: {w: 8, a: 8\nlayers.2: [\n")
     (plans / "unknown_layer.yaml").write_text(PLAN_OK + "conv9: {w: 8, a: 8}\n")
+    many = "".join(f"layer{i}_{'x' * 60}: {{w: 8, a: 8}}\n" for i in range(5000))
+    (plans / "many_layers.yaml").write_text(many)
     (plans / "a_directory").mkdir()
 
 

@@ -50,6 +50,11 @@ CLI_CASES = [
     ("plan-a-list", [*COMPILE, "--plan", "plans/list.yaml"], ["must be a mapping"]),
     ("plan-broken-yaml", [*COMPILE, "--plan", "plans/broken.yaml"], ["not valid YAML", "line"]),
     ("plan-unknown-layer", [*COMPILE, "--plan", "plans/unknown_layer.yaml"], ["conv9"]),
+    (
+        "plan-5000-unknown-layers",
+        [*COMPILE, "--plan", "plans/many_layers.yaml"],
+        ["5000 layer(s)", "and 4992 more", "no bit-widths for layers.0"],
+    ),
     ("plan-directory", [*COMPILE, "--plan", "plans/a_directory"], ["is a directory"]),
     ("plan-device", [*COMPILE, "--plan", "/dev/zero"], ["/dev/zero", "not a regular file"]),
     ("plan-300-chars", [*COMPILE, "--plan", "p" * 300], ["neither a file nor layer=W/A"]),
