@@ -185,8 +185,12 @@ def _images_labels(path: Path, label_key: str) -> tuple[np.ndarray, np.ndarray]:
     for key in ("data", label_key):
         if key not in batch:
             raise corrupt(path, f"no '{key}' entry (keys: {', '.join(sorted(batch))})")
-    data = np.asarray(batch["data"])
-    labels = np.asarray(batch[label_key])
+    try:  # a list in place of an array may be ragged, nested without end, or hold anything
+        data = np.asarray(batch["data"])
+        labels = np.asarray(batch[label_key])
+    except (ValueError, TypeError, OverflowError, RecursionError) as error:
+        problem = f"'data' or '{label_key}' is not an array ({type(error).__name__})"
+        raise corrupt(path, problem) from None
     if data.dtype != np.uint8 or data.ndim != 2 or data.shape[1] != IMAGE_BYTES:
         raise corrupt(
             path, f"'data' must be uint8 (N, {IMAGE_BYTES}), got {data.dtype} {data.shape}"
@@ -203,7 +207,9 @@ def _names(path: Path, key: str, count: int) -> tuple[str, ...]:
     meta = load_batch(path)
     if key not in meta:
         raise corrupt(path, f"no '{key}' entry (keys: {', '.join(sorted(meta))})")
-    names = tuple(n.decode("latin1") if isinstance(n, bytes) else str(n) for n in meta[key])
+    if not isinstance(meta[key], list | tuple):
+        raise corrupt(path, f"'{key}' must be a list of names, got {type(meta[key]).__name__}")
+    names = tuple(n.decode("latin1") if isinstance(n, bytes) else str(n)[:200] for n in meta[key])
     if len(names) != count:
         raise corrupt(path, f"'{key}' lists {len(names)} names, expected {count}")
     return names

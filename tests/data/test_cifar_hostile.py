@@ -107,3 +107,48 @@ def test_honest_batch_still_loads(tmp_path: Path) -> None:
     batch = load_batch(path)
     np.testing.assert_array_equal(batch["data"], data)
     assert batch["labels"] == [1, 2]
+
+
+def _folder_with(tmp_path: Path, first: object, meta: object | None = None) -> Path:
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    honest = {b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}
+    for name in [*(f"data_batch_{i}" for i in range(1, 6)), "test_batch"]:
+        _write(folder / name, first if name == "data_batch_1" else honest)
+    _write(folder / "batches.meta", meta or {b"label_names": [b"x"] * 10})
+    return tmp_path
+
+
+def _deep_list_pickle(depth: int) -> bytes:
+    """A protocol-2 pickle of ``{b'data': [[[...]]], b'labels': [0]}`` nested ``depth`` deep
+    (written by hand: Python's own pickler would recurse)."""
+    nested = b"]" * depth + b"a" * (depth - 1)  # EMPTY_LIST... then APPEND each into the last
+    return b"\x80\x02}(C\x04data" + nested + b"C\x06labels]K\x00au."
+
+
+@pytest.mark.parametrize(
+    ("first", "words"),
+    [
+        ({b"data": [[1, 2], [3]], b"labels": [0]}, "'data' or 'labels' is not an array"),
+        ({b"data": ["a"] * 3072, b"labels": [0]}, "'data' must be uint8"),
+        ({b"data": np.zeros((1, 3072), np.uint8), b"labels": [10**30]}, "must hold 1 integers"),
+        ({b"data": np.zeros((1, 3072), np.uint8), b"labels": {1: 2}}, "must hold 1 integers"),
+    ],
+)
+def test_malformed_batches(tmp_path: Path, first: object, words: str) -> None:
+    with pytest.raises(DatasetError, match=r"data_batch_1") as info:
+        read_cifar10(_folder_with(tmp_path, first))
+    assert words in str(info.value)
+
+
+def test_deeply_nested_data(tmp_path: Path) -> None:
+    root = _folder_with(tmp_path, {})
+    (root / "cifar-10-batches-py" / "data_batch_1").write_bytes(_deep_list_pickle(100_000))
+    with pytest.raises(DatasetError, match="data_batch_1: 'data' or 'labels' is not an array"):
+        read_cifar10(root)
+
+
+def test_label_names_not_a_list(tmp_path: Path) -> None:
+    ok = {b"data": np.zeros((1, 3072), np.uint8), b"labels": [0]}
+    with pytest.raises(DatasetError, match="'label_names' must be a list of names, got int"):
+        read_cifar10(_folder_with(tmp_path, ok, {b"label_names": 5}))
