@@ -249,6 +249,7 @@ def train(
     from mico.train.run import TrainOptions, run_train
 
     numbers = {"epochs": epochs, "lr": lr, "batch_size": batch_size, "qat_epochs": qat_epochs}
+    numbers["seed"] = seed
     flags = {"resize": "--resize", **{k: "--" + k.replace("_", "-") for k in numbers}}
     check_train_numbers({**numbers, "resize": resize}, flags)  # one line naming the flag
     dataset_options: dict[str, Any] = {}

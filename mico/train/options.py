@@ -12,12 +12,14 @@ from typing import Any
 
 from mico.errors import ConfigError, brief
 
-#: (field, lowest allowed value, what the value is) for the integer options
+MAX_SEED = 2**32 - 1  # numpy and scikit-learn take seeds in [0, 2**32)
+#: (field, lowest and highest allowed value, what the value is) for the integer options
 _COUNTS = (
-    ("epochs", 0, "a number of epochs"),
-    ("qat_epochs", 0, "a number of epochs"),
-    ("batch_size", 1, "a batch size"),
-    ("calibration_batches", 1, "a number of batches"),
+    ("epochs", 0, None, "a number of epochs"),
+    ("qat_epochs", 0, None, "a number of epochs"),
+    ("batch_size", 1, None, "a batch size"),
+    ("calibration_batches", 1, None, "a number of batches"),
+    ("seed", 0, MAX_SEED, "a random seed"),
 )
 MAX_LR = 10.0  # above this no optimiser mico uses converges; a typo such as 1e3 for 1e-3
 
@@ -41,13 +43,15 @@ def check_train_numbers(values: Mapping[str, Any], names: Mapping[str, str] | No
                 f"{name('lr')} is {brief(lr)}; the learning rate must be a finite number in "
                 f"(0, {MAX_LR:g}], e.g. {name('lr')} 1e-3"
             )
-    for key, low, what in _COUNTS:
+    for key, low, high, what in _COUNTS:
         if key not in values:
             continue
         value = values[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        whole = isinstance(value, int) and not isinstance(value, bool)
+        if not whole or value < low or (high is not None and value > high):
+            bound = f">= {low}" if high is None else f"from {low} to {high}"
             raise ConfigError(
-                f"{name(key)} is {brief(value)}; it is {what} and must be a whole number >= {low}"
+                f"{name(key)} is {brief(value)}; it is {what} and must be a whole number {bound}"
             )
     if values.get("resize") is not None:
         resize = values["resize"]

@@ -78,6 +78,7 @@ CLI_CASES = [
     ("train-epochs-negative", [*TRAIN, "--epochs", "-1"], ["--epochs is -1", ">= 0"]),
     ("train-qat-epochs-negative", [*TRAIN, "--qat-epochs", "-5"], ["--qat-epochs is -5"]),
     ("train-resize-zero", [*TRAIN, "--resize", "0"], ["--resize is 0"]),
+    ("train-seed-negative", [*TRAIN, "--seed", "-1"], ["--seed is -1", "4294967295"]),
     # MNIST IDX files
     (
         "mnist-missing",

@@ -27,6 +27,8 @@ from mico.train.run import TrainOptions, run_train
         ({"qat_epochs": -3}, ["qat_epochs is -3"]),
         ({"calibration_batches": 0}, ["calibration_batches is 0"]),
         ({"resize": 0}, ["resize is 0", "1 to 4096"]),
+        ({"seed": -1}, ["seed is -1", "from 0 to 4294967295"]),
+        ({"seed": 2**40}, ["seed is 1099511627776"]),
         ({"resize": 10**6}, ["resize is 1000000"]),
     ],
 )
