@@ -269,6 +269,20 @@ def emit_stack(node: Node, ctx: EmitContext) -> list[str]:
     return lines
 
 
+def emit_pad(node: Node, ctx: EmitContext) -> list[str]:
+    """``F.pad`` in any mode as a gather through a compile-time index table."""
+    from mico.codegen.padding import pad_index
+
+    args = named_args(node)
+    x, out = node.inputs[0], node.output
+    where = f"pad at '{node.name}'"
+    index = pad_index(_shape(x)[1:], args["pad"], args.get("mode") or "constant", where)
+    table = ctx.const_i32_array(f"{node.name}_index", index)
+    fill = float(args.get("value") or 0.0)
+    return _call(ctx, "mico_f32_gather", ctx.buffer(x), ctx.buffer(out), table, len(index),
+                 c_float(fill))  # fmt: skip
+
+
 def emit_embedding(node: Node, ctx: EmitContext) -> list[str]:
     """Row lookup in a float table; token ids arrive as exact float32 integers, checked
     against the table's rows before the model runs (mico_first_bad_token)."""
@@ -633,6 +647,7 @@ def _rules() -> dict[str, EmitRule]:
             "aten.cat.default": emit_cat,
             "aten.stack.default": emit_stack,
             "aten.embedding.default": emit_embedding,
+            "aten.pad.default": emit_pad,
             "aten.slice.Tensor": emit_slice,
             "aten.select.int": emit_select,
             "aten.transpose.int": emit_transpose,

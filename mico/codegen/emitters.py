@@ -465,7 +465,34 @@ def emit_qlayernorm(node: Node, ctx: EmitContext) -> list[str]:
     ]
 
 
+def emit_gather(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    index = np.asarray(node.attrs["index"], dtype=np.int64)
+    table = ctx.const_i32_array(f"{node.name}_index", index)
+    ctx.need("mico_qops.c")
+    return [
+        f"mico_qgather({ctx.buffer(x)}, (MicoFmt){_fmt(x)}, {ctx.buffer(out)}, {table}, "
+        f"{len(index)}, {int(node.attrs['fill'])});"
+    ]
+
+
+def emit_adaptavg(node: Node, ctx: EmitContext) -> list[str]:
+    x = node.inputs[0]
+    o = _out_struct(ctx, node)
+    (rs, re), (cs, ce) = node.attrs["rows"], node.attrs["cols"]
+    tables = [ctx.const_i32_array(f"{node.name}_{k}", np.asarray(v, dtype=np.int64))
+              for k, v in (("rs", rs), ("re", re), ("cs", cs), ("ce", ce))]  # fmt: skip
+    _, c, h, w = (int(d) for d in x.type.shape)
+    ctx.need("mico_qops.c")
+    return [
+        f"mico_qadaptavg({ctx.buffer(x)}, (MicoFmt){_fmt(x)}, {ctx.buffer(node.output)}, &{o}, "
+        f"{c}, {h}, {w}, {len(rs)}, {len(cs)}, {', '.join(tables)});"
+    ]
+
+
 for _op, _fn in (
+    (mico_ops.ADAPTAVG, emit_adaptavg),
+    (mico_ops.GATHER, emit_gather),
     (mico_ops.QLAYERNORM, emit_qlayernorm),
     (mico_ops.QSOFTMAX, emit_qsoftmax),
     (mico_ops.QMUL, emit_qmul),

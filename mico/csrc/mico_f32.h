@@ -53,6 +53,9 @@ enum {
 
 void mico_f32_unary(int32_t op, const float *x, float *y, int32_t n, float p0, float p1);
 
+/* out[i] = index[i] >= 0 ? in[index[i]] : fill (padding in any mode, as a gather). */
+void mico_f32_gather(const float *in, float *out, const int32_t *index, int32_t n, float fill);
+
 /* Embedding lookup: out[t, :] = table[ids[t], :] for n token ids held as exact float32
  * integers (checked against the table's rows before the model runs: mico_first_bad_token). */
 void mico_f32_embedding(const float *ids, const float *table, float *out, int32_t n,

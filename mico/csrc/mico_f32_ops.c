@@ -434,3 +434,11 @@ void mico_f32_embedding(const float *ids, const float *table, float *out, int32_
                sizeof(float) * (size_t)dim);
     }
 }
+
+void mico_f32_gather(const float *in, float *out, const int32_t *index, int32_t n, float fill)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        out[i] = index[i] >= 0 ? in[index[i]] : fill;
+    }
+}

@@ -367,6 +367,15 @@ void mico_requant(const MicoRequant *p, const void *in, void *out);
 void mico_qmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
                const MicoOut *o, int32_t n);
 
+/* out[i] = index[i] >= 0 ? in[index[i]] : fill, codes of one format (padding as a gather). */
+void mico_qgather(const void *in, MicoFmt fmt, void *out, const int32_t *index, int32_t n,
+                  int32_t fill);
+
+/* Adaptive average pooling with window bounds per output row and column (mico_qops.c). */
+void mico_qadaptavg(const void *in, MicoFmt fi, void *out, const MicoOut *o, int32_t c,
+                    int32_t h, int32_t w, int32_t oh, int32_t ow, const int32_t *rs,
+                    const int32_t *re, const int32_t *cs, const int32_t *ce);
+
 /* out[s] = a[s] @ b[s] for batch matrices (m x k) @ (k x n) of codes, stored as o says. */
 void mico_qmatmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *out,
                   const MicoOut *o, int32_t batch, int32_t m, int32_t k, int32_t n);

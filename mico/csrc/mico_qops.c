@@ -35,3 +35,39 @@ void mico_qmatmul(const void *a, MicoFmt fa, const void *b, MicoFmt fb, void *ou
         }
     }
 }
+
+void mico_qgather(const void *in, MicoFmt fmt, void *out, const int32_t *index, int32_t n,
+                  int32_t fill)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        mico_store(out, (size_t)i, index[i] >= 0 ? mico_load(in, (size_t)index[i], fmt) : fill,
+                   fmt);
+    }
+}
+
+/* Adaptive average pooling to sizes that need not divide the input: output (i, j) averages
+ * rows [rs[i], re[i]) and columns [cs[j], ce[j]); the window's input count selects its
+ * multiplier (o->m[count - 1]), as in mico_qavgpool2d. */
+void mico_qadaptavg(const void *in, MicoFmt fi, void *out, const MicoOut *o, int32_t c,
+                    int32_t h, int32_t w, int32_t oh, int32_t ow, const int32_t *rs,
+                    const int32_t *re, const int32_t *cs, const int32_t *ce)
+{
+    int32_t ch, i, j, r, k;
+    for (ch = 0; ch < c; ch++) {
+        const size_t plane = (size_t)ch * (size_t)h * (size_t)w;
+        for (i = 0; i < oh; i++) {
+            for (j = 0; j < ow; j++) {
+                int32_t sum = 0;
+                const int32_t count = (re[i] - rs[i]) * (ce[j] - cs[j]);
+                for (r = rs[i]; r < re[i]; r++) {
+                    for (k = cs[j]; k < ce[j]; k++) {
+                        sum += mico_load(in, plane + (size_t)r * (size_t)w + (size_t)k, fi);
+                    }
+                }
+                mico_store(out, ((size_t)ch * (size_t)oh + (size_t)i) * (size_t)ow + (size_t)j,
+                           mico_finish(sum, count - 1, o), o->fmt);
+            }
+        }
+    }
+}

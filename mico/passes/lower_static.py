@@ -85,6 +85,7 @@ MUL, MATMUL = "mul", "matmul"
 SOFTMAX = "softmax"
 LAYERNORM = "layernorm"
 EXPAND, SELECT = "expand", "select"
+PAD = "pad"
 #: elementwise functions the static mode runs as a table of output codes per input code
 LUT_FUNCTIONS = {
     "aten.sigmoid.default": lambda x, a: torch.sigmoid(x),
@@ -146,6 +147,7 @@ KINDS: dict[str, str] = {
     "aten.layer_norm.default": LAYERNORM,
     "aten.expand.default": EXPAND,
     "aten.select.int": SELECT,
+    "aten.pad.default": PAD,
     "aten._softmax.default": SOFTMAX,
     "aten.matmul.default": MATMUL,
     "aten.bmm.default": MATMUL,
@@ -160,7 +162,8 @@ PRESERVING = (IDENTITY, VIEW, PERMUTE, MAXPOOL)
 SUPPORTED = (
     "Bit* conv1d/conv2d/linear, relu/relu6/hardtanh/clamp, sigmoid/tanh/hardswish/hardsigmoid/"
     "silu/gelu/leaky_relu/elu (lookup tables), mul and matmul of two activations (or by a "
-    "positive constant), softmax and LayerNorm over the last dim (integer), max_pool1d/2d, "
+    "positive constant), softmax and LayerNorm over the last dim (integer), F.pad (constant, "
+    "reflect, replicate, circular), max_pool1d/2d, "
     "avg_pool1d/2d, "
     "mean / adaptive average pooling, add, cat, flatten/view/reshape/unflatten/squeeze/"
     "unsqueeze, transpose/permute/slice, dropout"
@@ -524,6 +527,7 @@ class _StaticLowering:
             LAYERNORM: self.lower_layernorm,
             EXPAND: self.lower_expand,
             SELECT: self.lower_select,
+            PAD: self.lower_pad,
             MATMUL: self.lower_matmul,
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
@@ -915,6 +919,24 @@ class _StaticLowering:
             )
         self.env[id(out)] = self.codes(src, where)
 
+    def lower_pad(self, node: Node) -> None:
+        """``F.pad`` (constant, reflect, replicate, circular) as a gather of codes: the output
+        keeps the input's format, the fill value becomes its code."""
+        from mico.codegen.padding import pad_index
+
+        where = f"{node.op} at '{node.name}'"
+        x = self.codes(node.inputs[0], where)
+        mode = node.attrs.get("mode") or "constant"
+        index = pad_index(x.type.shape[1:], node.attrs["pad"], mode, where)
+        fmt, scale = x.qformat, x.scale or 1.0
+        assert fmt is not None
+        value = float(node.attrs.get("value") or 0.0)
+        fill = int(quantize(np.array([value]), scale, fmt)[0])
+        shape = [int(d) for d in node.output.type.shape[1:]]
+        attrs = {"index": [int(i) for i in index], "fill": fill, "shape": shape}
+        out = self.codes_value(node.output.name, node.output.type.shape, (fmt, scale))
+        self.env[id(node.output)] = self.emit(node.name, mico_ops.GATHER, [x], out, attrs)
+
     def lower_select(self, node: Node) -> None:
         """``x[:, i]``: one index of a dimension (a strided copy of codes)."""
         where = f"{node.op} at '{node.name}'"
@@ -1055,6 +1077,45 @@ class _StaticLowering:
             out = self.view(out, result.type.shape, result.name)
         self.env[id(result)] = out
 
+    def lower_adaptive_uneven(self, node: Node, spatial: list[int], size: list[int]) -> None:
+        """Adaptive average pooling whose windows differ in size (torch's floor/ceil bounds)."""
+        where = f"{node.op} at '{node.name}'"
+        src = node.inputs[0]
+        x = self.codes(src, where)
+        one_d = len(spatial) == 1
+        if one_d:
+            batch, c, length = x.type.shape
+            x = self.view(x, (batch, c, 1, length), f"{x.name}_2d")
+            spatial, size = [1, *spatial], [1, *size]
+        rows = mico_ops.adaptive_bounds(spatial[0], size[0])
+        cols = mico_ops.adaptive_bounds(spatial[1], size[1])
+        biggest = max(e - s for s, e in zip(*rows, strict=True)) * max(
+            e - s for s, e in zip(*cols, strict=True)
+        )
+        result, lo, hi = self.fuse_activation(node.output)
+        s_in = x.scale or 1.0
+        if self.feeds_output_only(result):
+            fmt: QFormat | None = None
+            scale = s_in / biggest
+        else:
+            fmt, scale = self.pref(result)
+        pairs = [multiplier(s_in / (count * scale), where) for count in range(1, biggest + 1)]
+        spec = out_spec(fmt, scale, [p[0] for p in pairs], [p[1] for p in pairs],
+                        self.clamp_codes(fmt, scale, lo, hi))  # fmt: skip
+        shape = (x.type.shape[0], x.type.shape[1], size[0], size[1])
+        name = result.name if not one_d else f"{result.name}_2d"
+        out = (
+            self.int32_value(name, shape, scale)
+            if fmt is None
+            else self.codes_value(name, shape, (fmt, scale))
+        )
+        attrs = {"rows": [list(rows[0]), list(rows[1])], "cols": [list(cols[0]), list(cols[1])],
+                 "out": spec}  # fmt: skip
+        out = self.emit(node.name, mico_ops.ADAPTAVG, [x], out, attrs)
+        if one_d:
+            out = self.view(out, result.type.shape, result.name)
+        self.env[id(result)] = out
+
     def lower_mean(self, node: Node) -> None:
         where = f"{node.op} at '{node.name}'"
         src = node.inputs[0]
@@ -1068,10 +1129,8 @@ class _StaticLowering:
             if any(s != 1 for s in size):
                 spatial = [int(d) for d in src.type.shape[2:]]
                 if any(d % o for d, o in zip(spatial, size, strict=True)):
-                    raise UnsupportedOpError(
-                        f"{where} pools {spatial} to {size}; adaptive pooling needs sizes that "
-                        "divide the input (then it is an average pooling)"
-                    )
+                    self.lower_adaptive_uneven(node, spatial, size)
+                    return
                 kernel = [d // o for d, o in zip(spatial, size, strict=True)]
                 self.lower_avgpool(node, kernel=kernel)
                 return

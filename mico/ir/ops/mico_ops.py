@@ -53,6 +53,8 @@ QMUL = "mico.qmul"
 QMATMUL = "mico.qmatmul"
 QSOFTMAX = "mico.qsoftmax"
 QLAYERNORM = "mico.qlayernorm"
+GATHER = "mico.gather"
+ADAPTAVG = "mico.qadaptavg"
 
 OpRegistry.define(
     QUANTIZE, "float32 input -> integer codes (float32 rounding, half away from zero)"
@@ -271,6 +273,45 @@ def layernorm_codes(codes: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
 @register_executor(QLAYERNORM)
 def execute_qlayernorm(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
     return [torch.from_numpy(layernorm_codes(inputs[0].numpy(), attrs))]
+
+
+OpRegistry.define(GATHER, "copy of codes through an index table, -1 takes the fill code (padding)")
+
+
+@register_executor(GATHER)
+def execute_gather(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    x = inputs[0].to(torch.int64).reshape(inputs[0].shape[0], -1)
+    index = torch.tensor(attrs["index"], dtype=torch.int64)
+    gathered = x[:, index.clamp(min=0)]
+    out = torch.where(index >= 0, gathered, torch.full_like(gathered, int(attrs["fill"])))
+    return [out.reshape(inputs[0].shape[0], *attrs["shape"])]
+
+
+OpRegistry.define(
+    ADAPTAVG, "adaptive average pooling with uneven windows: sums, one multiplier per count"
+)
+
+
+def adaptive_bounds(size: int, out: int) -> tuple[list[int], list[int]]:
+    """torch's adaptive windows: [floor(i*size/out), ceil((i+1)*size/out)) for each i."""
+    starts = [(i * size) // out for i in range(out)]
+    ends = [-((-(i + 1) * size) // out) for i in range(out)]
+    return starts, ends
+
+
+@register_executor(ADAPTAVG)
+def execute_adaptavg(inputs: list[torch.Tensor], attrs: dict[str, Any]) -> list[torch.Tensor]:
+    x = inputs[0].to(torch.int64)  # (N, C, H, W)
+    rs, re, cs, ce = attrs["rows"][0], attrs["rows"][1], attrs["cols"][0], attrs["cols"][1]
+    spec = attrs["out"]
+    out = torch.zeros((*x.shape[:2], len(rs), len(cs)), dtype=torch.int64)
+    for i in range(len(rs)):
+        for j in range(len(cs)):
+            sums = x[:, :, rs[i] : re[i], cs[j] : ce[j]].sum(dim=(2, 3))
+            count = (re[i] - rs[i]) * (ce[j] - cs[j])
+            one = {**spec, "m": [spec["m"][count - 1]], "shift": [spec["shift"][count - 1]]}
+            out[:, :, i, j] = finish(sums, one)
+    return [out]
 
 
 @register_executor(LUT)
