@@ -107,7 +107,10 @@ def demo(
         Path,
         typer.Option("--out", "-o", help="Output directory (replaced atomically; see --force)."),
     ] = Path("out/demo"),
-    seed: Annotated[int, typer.Option(help="Seed of the data split, weights and training.")] = 0,
+    seed: Annotated[
+        int,
+        typer.Option(min=0, max=2**32 - 1, help="Seed of the data split, weights and training."),
+    ] = 0,
     plan: Annotated[
         str,
         typer.Option(
@@ -342,6 +345,9 @@ DatasetOpt = Annotated[
     str | None, typer.Option(help="Calibration/verification data (default: the model's).")
 ]
 SamplesOpt = Annotated[int, typer.Option(min=1, help="Samples to calibrate and verify on.")]
+SeedOpt = Annotated[
+    int, typer.Option(min=0, max=2**32 - 1, help="Seed of the data split and sampling.")
+]
 PerChannelOpt = Annotated[bool, typer.Option(help="Per-channel weight scales.")]
 
 
@@ -358,7 +364,7 @@ def compile_cmd(
     name: NameOpt = "model",
     dataset: DatasetOpt = None,
     samples: SamplesOpt = 32,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
@@ -398,7 +404,7 @@ def verify_cmd(
     name: NameOpt = "model",
     dataset: DatasetOpt = None,
     samples: SamplesOpt = 32,
-    seed: Annotated[int, typer.Option()] = 0,
+    seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
     target: Annotated[
         list[str] | None, typer.Option(help="host, rv32 or rv64 (repeat for several).")

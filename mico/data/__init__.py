@@ -17,6 +17,7 @@ Three layers, all returning or built on :class:`DatasetSplit` (train/test arrays
 from __future__ import annotations
 
 from collections.abc import Callable
+from numbers import Integral
 
 from mico.data.bpe import ByteBPETokenizer
 from mico.data.cifar import read_cifar10, read_cifar100
@@ -77,12 +78,19 @@ def dataset_names() -> list[str]:
     return sorted(_DATASETS)
 
 
+MAX_SEED = 2**32 - 1  # numpy and scikit-learn take seeds in [0, 2**32)
+
+
 def load_dataset(name: str, seed: int = 0, **kwargs) -> DatasetSplit:
     """Load a data set by name (see :func:`dataset_names`); ``kwargs`` go to its reader.
 
     ``seed`` drives the split of ``digits``, the generation of ``mnist1d``/``synthetic*`` and
     the subset of ``speechcommands(limit=...)``; the on-disk sets have fixed splits.
     """
+    if isinstance(seed, bool) or not isinstance(seed, Integral) or not 0 <= seed <= MAX_SEED:
+        raise DatasetError(
+            f"seed {seed!r:.40} is not a whole number from 0 to {MAX_SEED}; pick one"
+        )
     try:
         loader = _DATASETS[name]
     except KeyError:

@@ -103,3 +103,11 @@ def test_not_found_is_one_line_naming_folder_and_files(tmp_path: Path) -> None:
     assert "\n" not in message
     assert f"no MNIST files in {tmp_path / 'nowhere'}" in message
     assert "train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte" in message
+
+
+@pytest.mark.parametrize("seed", [-1, 2**32, 1.5, "0"])
+def test_load_dataset_refuses_a_bad_seed(seed: object) -> None:
+    from mico.data import load_dataset
+
+    with pytest.raises(DatasetError, match="is not a whole number from 0 to 4294967295"):
+        load_dataset("digits", seed=seed)
