@@ -18,6 +18,7 @@ from mico.quant.config import QuantConfig
 from mico.quant.layers import BitLayer, bit_layer_for
 from mico.quant.order import _as_tuple, quantizable_layers
 from mico.quant.plan import QuantPlan
+from mico.userfiles import path_kind
 
 PlanLike = QuantPlan | Mapping[str, Any] | Sequence[Any] | str | Path
 
@@ -42,7 +43,7 @@ def as_plan(plan: PlanLike, layer_names: Sequence[str]) -> QuantPlan:
         isinstance(plan, str)
         and _UNIFORM.match(plan.strip())
         and not plan.strip().endswith((".yaml", ".yml"))
-        and not Path(plan.strip()).exists()
+        and path_kind(plan.strip()) in ("missing", "too-long")
     ):
         plan = ",".join(f"{name}={plan.strip()}" for name in layer_names)
     if isinstance(plan, QuantPlan):

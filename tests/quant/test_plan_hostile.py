@@ -118,3 +118,11 @@ def test_many_unknown_layers_are_summarised(tmp_path: Path) -> None:
     assert len(message) < 1000
     assert "and 4992 more" in message
     assert "no bit-widths for conv1, fc" in message
+
+
+def test_overlong_uniform_plan_through_quantize_model() -> None:
+    from mico.models import from_zoo
+    from mico.quant import quantize_model
+
+    with pytest.raises(PlanError, match="is not a whole number"):
+        quantize_model(from_zoo("mlp"), "a" * 300 + "/8")
