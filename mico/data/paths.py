@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mico.errors import DatasetError
+from mico.userfiles import path_kind
 
 DATA_ENV = "MICO_DATA"
 DEFAULT_ROOT = "data"
@@ -92,10 +93,15 @@ def most_complete(
 def pick(folder: Path, name: str) -> Path:
     """The existing path among the ``|``-separated alternatives of ``name`` inside ``folder``."""
     for option in name.split("|"):
-        if (folder / option).exists():
+        if _exists(folder / option):
             return folder / option
     return folder / name.split("|")[0]
 
 
 def _has_any(folder: Path, name: str) -> bool:
-    return any((folder / option).exists() for option in name.split("|"))
+    return any(_exists(folder / option) for option in name.split("|"))
+
+
+def _exists(path: Path) -> bool:
+    """Whether ``path`` names something; False (not an OSError) for an overlong name."""
+    return path_kind(path) not in ("missing", "too-long", "unreadable")

@@ -111,3 +111,12 @@ def test_load_dataset_refuses_a_bad_seed(seed: object) -> None:
 
     with pytest.raises(DatasetError, match="is not a whole number from 0 to 4294967295"):
         load_dataset("digits", seed=seed)
+
+
+def test_overlong_root_is_a_dataset_error() -> None:
+    from mico.data import read_cifar10
+
+    with pytest.raises(DatasetError, match="MNIST data not found"):
+        read_mnist("r" * 300)
+    with pytest.raises(DatasetError, match="CIFAR-10 data not found"):
+        read_cifar10("r" * 300)
