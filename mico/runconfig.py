@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mico.errors import ConfigError
+from mico.errors import ConfigError, brief
 
 TARGETS = ("host", "rv32", "rv64")
 MODES = ("static", "dynamic")
@@ -76,8 +76,7 @@ def read_yaml(path: str | Path, what: str = "run config") -> Any:
 
 
 def _brief(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return brief(value, 60)  # bounded even for a value of a hundred thousand nested items
 
 
 class _Checker:
