@@ -126,13 +126,49 @@ def execute_node(node: Node, args: list[Any]) -> list[torch.Tensor]:
     return results
 
 
+def check_result(node: Node, value: Value, result: Any) -> None:
+    """A node's result must have the shape and dtype its output value declares.
+
+    A graph whose declared types disagree with what it computes (a damaged IR file, a wrong
+    ``infer`` rule) would otherwise run on and lie downstream: planners size buffers and C
+    code is emitted from the declared types.
+    """
+    if not isinstance(result, torch.Tensor):
+        return
+    declared = value.type.shape
+    if len(declared) != result.dim() or any(
+        isinstance(d, int) and d != n for d, n in zip(declared, result.shape, strict=True)
+    ):
+        raise ExecutionError(
+            f"node '{node.name}' ({node.op}) computed output '{value.name}' of shape "
+            f"{tuple(result.shape)}, but the graph declares {tuple(declared)}; the graph's types "
+            "are wrong (extract or save the IR again)"
+        )
+    try:
+        container = value.type.dtype.to_torch()
+    except (KeyError, TypeError, ValueError):
+        return
+    if result.dtype != container:
+        raise ExecutionError(
+            f"node '{node.name}' ({node.op}) computed output '{value.name}' as {result.dtype}, "
+            f"but the graph declares {value.type.dtype} ({container}); the graph's types are "
+            "wrong (extract or save the IR again)"
+        )
+
+
 def run_ir(
     ir: Graph,
     inputs: Any,
     weights: Mapping[str, Any] | None = None,
     on_node: NodeHook | None = None,
+    *,
+    check_types: bool = True,
 ) -> list[torch.Tensor]:
-    """:func:`execute_ir` with a hook called after every node."""
+    """:func:`execute_ir` with a hook called after every node.
+
+    ``check_types=False`` lets a node's result differ from its declared type (the verifier
+    runs that way, to report the mismatch against the model instead of stopping at it).
+    """
     args = _input_list(ir, inputs)
     table = _weights_of(ir, weights)
     env: dict[int, Any] = {id(v): t for v, t in zip(ir.inputs, args, strict=True)}
@@ -159,6 +195,8 @@ def run_ir(
         for node in ir.nodes:
             results = execute_node(node, [read(v, node) for v in node.inputs])
             for value, result in zip(node.outputs, results, strict=True):
+                if check_types:
+                    check_result(node, value, result)
                 env[id(value)] = result
             if on_node is not None:
                 on_node(node, results)
@@ -171,6 +209,7 @@ def execute_ir(
     """Execute ``ir`` on ``inputs`` (a tensor or a list, one per graph input); return its outputs.
 
     Weights are looked up by name in ``weights``, then in ``ir.weights`` (an
-    :class:`~mico.ir.analyzer.IRGraph`), then in the values' own ``data``.
+    :class:`~mico.ir.analyzer.IRGraph`), then in the values' own ``data``. Every node's result
+    must have the shape and dtype its output declares, else an ``ExecutionError`` names the node.
     """
     return run_ir(ir, inputs, weights)

@@ -35,20 +35,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from mico.errors import MicoError
+from mico.errors import brief
 from mico.ir.analyzer import IRGraph, OpNode, TensorListRef, symbolic_dim
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Value
+from mico.ir.ir_schema import MAX_FILE_BYTES, IRFormatError, check_document
 from mico.ir.types import TensorType
 from mico.quant.arithmetic import QFormat
 
 FORMAT = "mico.ir"
 FORMAT_VERSION = 1
 _DATA_PREFIX = "__value_data__/"
-
-
-class IRFormatError(MicoError, ValueError):
-    """An IR file is missing, corrupt, from a newer mico, or holds a value mico cannot read."""
 
 
 # --------------------------------------------------------------------------- dims and types
@@ -76,7 +73,7 @@ def _encode_datatype(dtype: Any) -> Any:
 
 def _decode_datatype(fields: Any) -> DataType:
     if not isinstance(fields, dict):
-        raise IRFormatError(f"a data type must be an object of fields, got {fields!r}")
+        raise IRFormatError(f"a data type must be an object of fields, got {brief(fields)}")
     return DataType(**{k: decode_attr(v) for k, v in fields.items()})
 
 
@@ -171,12 +168,12 @@ def decode_attr(data: Any) -> Any:
     if isinstance(data, list):
         return [decode_attr(v) for v in data]
     if not isinstance(data, dict) or len(data) != 1:
-        raise IRFormatError(f"malformed attribute value {data!r} (expected one '$tag' key)")
+        raise IRFormatError(f"malformed attribute value {brief(data)} (expected one '$tag' key)")
     ((tag, body),) = data.items()
     decoder = _DECODERS.get(tag)
     if decoder is None:
         raise IRFormatError(
-            f"unknown attribute tag '{tag}' (known: {', '.join(sorted(_DECODERS))}); the file "
+            f"unknown attribute tag {brief(tag)} (known: {', '.join(sorted(_DECODERS))}); the file "
             "was written by another program or a newer mico"
         )
     try:
@@ -184,7 +181,9 @@ def decode_attr(data: Any) -> Any:
     except IRFormatError:
         raise
     except Exception as exc:
-        raise IRFormatError(f"malformed '{tag}' attribute {body!r}: {exc}") from exc
+        raise IRFormatError(
+            f"malformed '{brief(tag)}' attribute {brief(body)}: {brief(str(exc), 200)}"
+        ) from exc
 
 
 def _decode_float(body: str) -> float:
@@ -208,6 +207,8 @@ def _decode_tensor(body: dict[str, Any]) -> torch.Tensor:
     raw = bytearray(base64.b64decode(body["data"]))
     shape = list(body["shape"])
     if not raw:
+        if math.prod(shape) != 0:
+            raise ValueError(f"shape {brief(shape)} declares elements but the data is empty")
         return torch.empty(shape, dtype=dtype)
     flat = torch.frombuffer(raw, dtype=torch.uint8).view(dtype)
     return flat.reshape(shape).clone()
@@ -372,6 +373,12 @@ def _write_atomically(
 
 def _read_document(path: Path) -> dict[str, Any]:
     try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise IRFormatError(
+                f"the IR file {path} is {size} bytes, more than the {MAX_FILE_BYTES} an IR graph "
+                "file may hold (tensors belong in its weights file)"
+            )
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError as exc:
         raise IRFormatError(f"no IR file at {path}") from exc
@@ -379,6 +386,10 @@ def _read_document(path: Path) -> dict[str, Any]:
         raise IRFormatError(f"cannot read the IR file {path}: {exc}") from exc
     try:
         doc = json.loads(text)
+    except RecursionError as exc:
+        raise IRFormatError(
+            f"the IR file {path} nests lists/objects too deeply to read; save it again with save_ir"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise IRFormatError(
             f"the IR file {path} is corrupt: not valid JSON ({exc.msg} at line {exc.lineno}, "
@@ -438,12 +449,13 @@ def load_ir(path: str | Path) -> IRGraph:
     doc = _read_document(path)
     tensors = _read_tensors(path, doc)
     try:
+        check_document(doc, tensors)
         return _build(doc, tensors)
     except IRFormatError as exc:
         raise IRFormatError(f"the IR file {path}: {exc}") from exc
-    except (KeyError, IndexError, TypeError, ValueError) as exc:
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise IRFormatError(
-            f"the IR file {path} is malformed ({type(exc).__name__}: {exc})"
+            f"the IR file {path} is malformed ({type(exc).__name__}: {brief(str(exc), 200)})"
         ) from exc
 
 
