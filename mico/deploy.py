@@ -287,6 +287,7 @@ def verify_compiled(
         outputs, instructions = run_on_target(compiled, samples, target, options)
         agreement = compare_outputs(outputs, reference, rtol=options.rtol)
         entry = TargetResult(target, agreement, instructions)
+        _log_segments(compiled, outputs, reference, options.rtol, target, log)
         if not entry.ok:
             c = np.asarray(outputs).reshape(len(outputs), -1)
             r = np.asarray(reference).reshape(len(reference), -1)
@@ -300,6 +301,21 @@ def verify_compiled(
         if entry.difference is not None:
             log(f"{target}: {entry.difference}")
     return result
+
+
+def _log_segments(
+    compiled: CompiledModel, outputs: Any, reference: Any, rtol: float, target: str, log: Log
+) -> None:
+    """A model with several outputs: the agreement of each one, on its own line."""
+    segments = getattr(compiled.graph, "output_segments", None) or []
+    if len(segments) < 2:
+        return
+    c = np.asarray(outputs).reshape(len(outputs), -1)
+    r = np.asarray(reference).reshape(len(reference), -1)
+    for seg in segments:
+        part = slice(seg["offset"], seg["offset"] + seg["size"])
+        agreement = compare_outputs(c[:, part], r[:, part], rtol=rtol)
+        log(f"{target}: {seg['name']} {seg['shape']}: {agreement.summary()}")
 
 
 def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:

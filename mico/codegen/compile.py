@@ -189,14 +189,62 @@ def lower(
     if fuse:
         folded = fuse_model(folded, example, inplace=True)
     check_finite_parameters(folded)  # folding BN divides by its running variance
+    folded, segments = single_output(folded, example)
     ir = extract_ir(folded, example)
     _check_nonempty(ir)
     if mode == "dynamic":
-        return prepare_dynamic(ir), folded
-    from mico.passes import lower_static
+        graph = prepare_dynamic(ir)
+    else:
+        from mico.passes import lower_static
 
-    batches = list(calibration) if calibration is not None else [example]
-    return lower_static(ir, batches), folded
+        batches = list(calibration) if calibration is not None else [example]
+        graph = lower_static(ir, batches)
+    graph.output_segments = segments
+    return graph, folded
+
+
+class _Concatenated(nn.Module):
+    """A model with several outputs as one: each output flattened per sample, concatenated."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, *args: Any) -> torch.Tensor:
+        outputs = self.model(*args)
+        return torch.cat([o.reshape(o.shape[0], -1) for o in outputs], dim=1)
+
+
+def single_output(model: nn.Module, example: torch.Tensor) -> tuple[nn.Module, list[dict]]:
+    """``model`` and its outputs' segments of the C program's one output buffer.
+
+    A model returning a tuple or list of tensors is wrapped so that its outputs, flattened per
+    sample, follow one another in one buffer; each segment (name, shape, offset, size) is in
+    the project's ``mico.json`` and header, and ``mico verify`` checks each one."""
+    with torch.no_grad():
+        result = model(example)
+    if isinstance(result, torch.Tensor):
+        return model, [{"name": "output", "shape": list(result.shape[1:]), "offset": 0,
+                        "size": int(result[0].numel())}]  # fmt: skip
+    if (
+        not isinstance(result, tuple | list)
+        or not result
+        or not all(isinstance(o, torch.Tensor) for o in result)
+    ):
+        raise CompileError(
+            f"the model returns {type(result).__name__}; the C backend takes one tensor or a "
+            "tuple/list of tensors"
+        )
+    segments, offset = [], 0
+    for i, out in enumerate(result):
+        if out.dim() == 0 or out.shape[0] != example.shape[0]:
+            raise CompileError(f"output {i} has shape {tuple(out.shape)}; give it a batch dim")
+        size = int(out[0].numel())
+        segments.append({"name": f"output{i}", "shape": list(out.shape[1:]), "offset": offset,
+                         "size": size})  # fmt: skip
+        offset += size
+    wrapped = _Concatenated(model).eval()
+    return wrapped, segments
 
 
 def compile_model(

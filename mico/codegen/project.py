@@ -132,6 +132,19 @@ OUTPUT_TYPES = {DataType.INT32: ("int32_t", "int32"), DataType.FP32: ("float", "
 INPUT_TYPES = (DataType.FP32, DataType.INT64)
 
 
+def _segment_macros(graph: Graph, up: str) -> str:
+    """Where each output of a several-output model sits in the one output buffer."""
+    segments = getattr(graph, "output_segments", None) or []
+    if len(segments) < 2:
+        return ""
+    lines = ["/* The model's outputs, flattened one after another in the output buffer. */"]
+    for seg in segments:
+        name = f"{up}_{seg['name'].upper()}"
+        lines.append(f"#define {name}_OFFSET {seg['offset']} /* shape {seg['shape']} */")
+        lines.append(f"#define {name}_SIZE {seg['size']}")
+    return "\n".join(lines) + "\n\n"
+
+
 def _token_note(x: Any) -> str:
     return ": token ids as exact integers" if x.type.dtype == DataType.INT64 else ""
 
@@ -168,7 +181,7 @@ def _header(name: str, graph: Graph, arena: ArenaPlan) -> str:
 #define {up}_OUTPUT_SIZE {y.type.numel} /* {_out_ctype(graph)} {list(y.type.shape)} */
 #define {up}_ARENA_BYTES {arena.size}
 
-/* Real value of an output = output * {up}_OUTPUT_SCALE (1 for float outputs). */
+{_segment_macros(graph, up)}/* Real value = output * {up}_OUTPUT_SCALE (1 for float outputs). */
 extern const float {up}_OUTPUT_SCALE;
 typedef {_out_ctype(graph)} {name}_output_t;
 
@@ -571,6 +584,9 @@ def emit_c_project(
         "flash": ctx.flash,
         "weights_file": {"file": f"{name}.bin", "constants": index},
     }
+    manifest["outputs"] = getattr(graph, "output_segments", None) or [
+        {"name": "output", "shape": list(y.type.shape[1:]), "offset": 0, "size": y.type.numel}
+    ]
     bundled, origin = _bundled_inputs(graph, sample_inputs)
     bundled.tofile(out / "inputs.bin")
     manifest["inputs_bin"] = origin
