@@ -108,13 +108,27 @@ UNARY = {
     "aten.elu.default": ("MICO_UNARY_ELU", ("alpha",)),
     "aten.leaky_relu.default": ("MICO_UNARY_LEAKY_RELU", ("negative_slope",)),
     "aten.pow.Tensor_Scalar": ("MICO_UNARY_POW", ("exponent",)),
+    "aten.clamp.default": ("MICO_UNARY_CLAMP", ("min", "max")),
+    "aten.clamp_min.default": ("MICO_UNARY_CLAMP", ("min", None)),
 }
+
+#: an absent clamp bound: the largest float32 (so the bound never acts)
+_NO_BOUND = 3.4028234663852886e38
 
 
 def emit_unary(node: Node, ctx: EmitContext) -> list[str]:
     code, params = UNARY[node.op]
     args = named_args(node)
-    p = [float(args[k]) if isinstance(k, str) else k for k in params or ()]
+    p = []
+    for i, k in enumerate(params or ()):
+        if isinstance(k, str) and args.get(k) is None:  # clamp without this bound
+            p.append(-_NO_BOUND if i == 0 else _NO_BOUND)
+        elif isinstance(k, str):
+            p.append(float(args[k]))
+        elif k is None:
+            p.append(_NO_BOUND)
+        else:
+            p.append(k)
     if node.op == "aten.elu.default" and (args["scale"] != 1 or args["input_scale"] != 1):
         raise UnsupportedOpError(f"elu at '{node.name}' with scale/input_scale is not supported")
     if args.get("approximate") == "tanh":

@@ -95,3 +95,28 @@ def test_bad_padding_is_named():
         pad_index((4, 4), [4, 0], "reflect", "pad at 'p'")
     with pytest.raises(UnsupportedOpError, match="mode 'mirror'"):
         pad_index((4, 4), [1, 1], "mirror", "pad at 'p'")
+
+
+@pytest.mark.parametrize(
+    "clamp",
+    [
+        lambda x: torch.clamp(x, -0.5, 0.3),
+        lambda x: torch.clamp(x, min=0.1),
+        lambda x: torch.clamp(x, max=0.2),
+        lambda x: torch.clamp_min(x, -0.1),
+    ],
+    ids=["both", "min", "max", "clamp_min"],
+)
+def test_dynamic_mode_clamps_with_any_bounds(tmp_path, clamp):
+    class Clamped(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return clamp(self.fc(x))
+
+    c = compile_model(Clamped().eval(), torch.zeros(1, 4), tmp_path / "c", "c", mode="dynamic")
+    host.build(c.project)
+    x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
+    assert np.array_equal(host.run(c.project, x), c.reference(x))
