@@ -164,8 +164,7 @@ def _check_values(values: list[Any], tensors: dict[str, torch.Tensor]) -> list[t
                 raise _fail(f"{where}.data", "{'key': name, 'kind': 'torch'|'numpy'}", data)
             if data["key"] not in tensors:
                 raise IRFormatError(
-                    f"{where}.data names '{brief(data['key'], 60)}', which is not in the "
-                    "weights file"
+                    f"{where}.data names {brief(data['key'], 60)}, which is not in the weights file"
                 )
             _check_tensor(tensors[data["key"]], shape, dtype, f"{where}.data")
     _check_alias_chains(values)
@@ -179,7 +178,8 @@ def _check_nodes(nodes: list[Any], count: int) -> set[int]:
         if not isinstance(ndoc, dict):
             raise _fail(where, "an object", ndoc)
         _str(ndoc, "name", where)
-        _str(ndoc, "op", where)
+        if not _str(ndoc, "op", where):
+            raise _fail(f"{where}.op", "an op name", "")
         _indices(_list(ndoc, "inputs", f"{where}."), f"{where}.inputs", count)
         for out in _indices(_list(ndoc, "outputs", f"{where}."), f"{where}.outputs", count):
             if out in produced:
@@ -208,7 +208,7 @@ def check_document(doc: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Non
         if not isinstance(name, str):
             raise _fail(f"weights[{i}]", "a weight name (string)", name)
         if name not in tensors:
-            raise IRFormatError(f"weights[{i}] '{brief(name, 60)}' is not in the weights file")
+            raise IRFormatError(f"weights[{i}] {brief(name, 60)} is not in the weights file")
     if len(set(weights)) != len(weights):
         raise IRFormatError("weights lists a name twice")
     listed = set(weights)
@@ -216,4 +216,4 @@ def check_document(doc: dict[str, Any], tensors: dict[str, torch.Tensor]) -> Non
         name = vdoc["name"]
         if name in listed and i not in produced:
             shape, dtype = types[i]
-            _check_tensor(tensors[name], shape, dtype, f"weight '{brief(name, 60)}' (values[{i}])")
+            _check_tensor(tensors[name], shape, dtype, f"weight {brief(name, 60)} (values[{i}])")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from mico.errors import brief
+from mico.errors import MicoError, brief
 from mico.ir.analyzer import IRGraph, OpNode, TensorListRef, symbolic_dim
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Value
@@ -451,7 +451,7 @@ def load_ir(path: str | Path) -> IRGraph:
     try:
         check_document(doc, tensors)
         return _build(doc, tensors)
-    except IRFormatError as exc:
+    except MicoError as exc:  # IRFormatError, or a graph object refusing what the file holds
         raise IRFormatError(f"the IR file {path}: {exc}") from exc
     except (KeyError, IndexError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise IRFormatError(
