@@ -523,7 +523,25 @@ from mico import cli_discovery, cli_hw, cli_run  # noqa: E402, F401  (registry, 
 
 
 def main() -> None:
-    app()
+    """The ``mico`` command: a usage error (a flag out of range, a missing argument) is one
+    ``error:`` line naming the flag and exit code 2, like every other refusal."""
+    import sys
+
+    from typer import _click as click  # typer vendors click (exceptions live there)
+
+    try:
+        result = app(standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `mico` alone: the help, as typer does
+            typer.echo(exc.format_message())
+            sys.exit(0)
+        command = exc.ctx.command_path if exc.ctx is not None else "mico"
+        typer.echo(f"error: {_one_line(exc.format_message())} (see `{command} --help`)", err=True)
+        sys.exit(EXIT_USAGE)
+    except KeyboardInterrupt:
+        typer.echo("error: interrupted", err=True)
+        sys.exit(130)
+    sys.exit(result if isinstance(result, int) else 0)
 
 
 if __name__ == "__main__":

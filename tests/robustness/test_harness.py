@@ -27,3 +27,20 @@ def test_snapshot_sees_content_changes(tmp_path):
     before = snapshot(tmp_path)
     (tmp_path / "a.txt").write_text("2")
     assert snapshot(tmp_path) != before
+
+
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["compile", "mlp", "--samples", "0"], "--samples"),
+        (["demo", "--epochs", "-1"], "--epochs"),
+        (["compile", "--frobnicate"], "--frobnicate"),
+        (["train"], "'model'"),
+        (["nosuchcommand"], "nosuchcommand"),
+    ],
+)
+def test_usage_errors_are_one_line_at_the_command(tmp_path, args, flag):
+    """Typer's usage errors (a flag out of range, an unknown option) read like mico's own."""
+    result = run_cli([*args], cwd=tmp_path)
+    assert_clean_error(result, flag)
+    assert "(see `mico" in result.stderr
