@@ -39,7 +39,7 @@ from mico.errors import MicoError, brief
 from mico.ir.analyzer import IRGraph, OpNode, TensorListRef, symbolic_dim
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Value
-from mico.ir.ir_schema import MAX_FILE_BYTES, IRFormatError, check_document
+from mico.ir.ir_schema import MAX_DEPTH, MAX_FILE_BYTES, IRFormatError, check_document
 from mico.ir.types import TensorType
 from mico.quant.arithmetic import QFormat
 
@@ -388,7 +388,8 @@ def _read_document(path: Path) -> dict[str, Any]:
         doc = json.loads(text)
     except RecursionError as exc:
         raise IRFormatError(
-            f"the IR file {path} nests lists/objects too deeply to read; save it again with save_ir"
+            f"the IR file {path} nests lists/objects deeper than {MAX_DEPTH} levels; an IR file "
+            "written by save_ir never does, save the graph again"
         ) from exc
     except json.JSONDecodeError as exc:
         raise IRFormatError(
