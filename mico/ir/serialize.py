@@ -400,7 +400,7 @@ def _read_document(path: Path) -> dict[str, Any]:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise IRFormatError(f"{path} is not a mico IR file (format {found!r}, expected {FORMAT!r})")
     version = doc.get("format_version")
-    if not isinstance(version, int) or isinstance(version, bool):
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise IRFormatError(f"the IR file {path} has no valid format_version ({version!r})")
     if version > FORMAT_VERSION:
         raise IRFormatError(

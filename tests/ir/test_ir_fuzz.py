@@ -113,6 +113,8 @@ def test_a_weight_of_another_dtype_is_refused(
         (lambda d: d["nodes"][2].__setitem__("op", ""), "nodes[2].op"),
         (lambda d: d["weights"].append(3), "weights[4]"),
         (lambda d: d.pop("values"), "values is missing"),
+        (lambda d: d.__setitem__("format_version", 0), "no valid format_version (0)"),
+        (lambda d: d.__setitem__("format_version", "1"), "no valid format_version ('1')"),
     ],
 )
 def test_structural_damage_names_the_field(
