@@ -120,17 +120,23 @@ def _check_tensor(tensor: torch.Tensor, shape: list[Any], dtype: DataType, where
 
 
 def _check_alias_chains(values: list[dict[str, Any]]) -> None:
+    """Every ``alias_of`` chain ends; linear time (chains already walked are not walked again)."""
+    ends: set[int] = set()  # values whose chain is known to end
     for start in range(len(values)):
-        seen = {start}
+        path: list[int] = []
+        on_path: set[int] = set()
         i = start
-        while "alias_of" in values[i]:
-            i = values[i]["alias_of"]
-            if i in seen:
+        while i not in ends and "alias_of" in values[i]:
+            if i in on_path:
                 raise IRFormatError(
                     f"values[{start}].alias_of forms a cycle (value {i} is reached twice); "
                     "an alias must end at a value that owns its memory"
                 )
-            seen.add(i)
+            path.append(i)
+            on_path.add(i)
+            i = values[i]["alias_of"]
+        ends.update(path)
+        ends.add(i)
 
 
 def _check_values(values: list[Any], tensors: dict[str, torch.Tensor]) -> list[tuple]:

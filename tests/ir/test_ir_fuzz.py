@@ -165,3 +165,15 @@ def test_execute_ir_refuses_a_result_that_contradicts_its_declared_type(
     relu.type = type(relu.type)((1, 5), type(relu.type.dtype).FP64)
     with pytest.raises(ExecutionError, match=r"node 'relu' .* torch.float32.* declares fp64"):
         execute_ir(graph, torch.ones(1, 10))
+
+
+def test_alias_chains_are_checked_in_linear_time() -> None:
+    import time
+
+    values: list[dict[str, Any]] = [{"alias_of": i + 1} for i in range(199_999)] + [{}]
+    start = time.perf_counter()
+    ir_schema._check_alias_chains(values)  # a 200,000-long chain that ends: accepted
+    values[-1]["alias_of"] = 0
+    with pytest.raises(IRFormatError, match=r"values\[0\].alias_of forms a cycle"):
+        ir_schema._check_alias_chains(values)
+    assert time.perf_counter() - start < 5  # quadratic would be 2*10^10 steps
