@@ -20,8 +20,9 @@ from mico.ir.dtypes import DataType
 
 #: Deepest nesting of lists/objects an IR file may hold (attributes of real graphs need < 10).
 MAX_DEPTH = 64
-#: Largest IR JSON file load_ir reads (the tensors live in the separate weights file).
-MAX_FILE_BYTES = 256 * 1024**2
+#: Largest IR JSON file load_ir reads: parsed JSON takes several times its size in memory, and
+#: the tensors live in the separate weights file (the largest zoo graph, shufflenetv2, takes 67 KB).
+MAX_FILE_BYTES = 64 * 1024**2
 
 
 class IRFormatError(MicoError, ValueError):
