@@ -55,7 +55,8 @@ def lower_model(
     """Extract a calibrated static-mode model's IR and lower it to the integer-only graph.
 
     ``calibration`` (input batches) sets the scales of tensors no quantized layer dictates
-    (residual adds, pooled tensors); it defaults to ``example``.
+    (residual adds, pooled tensors); it defaults to ``example``. The graph is traced on the
+    first sample of ``example``: the C program computes one sample per call.
     """
     for layer_name, layer in bit_layers(qmodel).items():
         if layer.qconfig.act_mode != "static":
@@ -69,7 +70,7 @@ def lower_model(
                 f"layer '{layer_name}' is not calibrated; run mico.quant.calibrate first"
             )
     check_finite_parameters(qmodel)  # QAT may have diverged
-    ir = extract_ir(qmodel, example, name)
+    ir = extract_ir(qmodel, example[:1], name)
     return lower_static(ir, list(calibration) if calibration is not None else [example])
 
 

@@ -116,6 +116,16 @@ class EmitContext:
         self._symbols: set[str] = set()
         self.node: Node | None = None  # the node being emitted, named in errors
 
+    def _reuse(self, name: str, ctype: str, data: np.ndarray) -> str | None:
+        """The symbol already holding exactly these values under this name, if any: a layer
+        called twice (shared weights) emits its constants once."""
+        cache = self.__dict__.setdefault("_constants", {})
+        return cache.get((c_identifier(name), ctype, np.asarray(data).tobytes()))
+
+    def _remember(self, name: str, ctype: str, data: np.ndarray, symbol: str) -> None:
+        cache = self.__dict__.setdefault("_constants", {})
+        cache[(c_identifier(name), ctype, np.asarray(data).tobytes())] = symbol
+
     def _symbol(self, name: str) -> str:
         symbol = c_identifier(name)
         if symbol in self._symbols:
@@ -190,7 +200,11 @@ class EmitContext:
     def const_bytes(
         self, name: str, data: np.ndarray, kind: str = "weights", comment: str = ""
     ) -> str:
+        shared = self._reuse(name, "uint8", data)
+        if shared is not None:
+            return shared
         symbol = self._symbol(name)
+        self._remember(name, "uint8", data, symbol)
         values = checked_ints(symbol, data, "uint8_t").astype(np.uint8)
         items = [f"0x{b:02x}" for b in values] or ["0"]
         self.blobs.append((symbol, values.tobytes()))
@@ -202,7 +216,11 @@ class EmitContext:
         return symbol
 
     def const_int32(self, name: str, data: np.ndarray, kind: str = "bias") -> str:
+        shared = self._reuse(name, "int32", data)
+        if shared is not None:
+            return shared
         symbol = self._symbol(name)
+        self._remember(name, "int32", data, symbol)
         values = checked_ints(symbol, data, "int32_t")
         items = [str(int(v)) for v in values] or ["0"]
         self.blobs.append((symbol, values.astype("<i4").tobytes()))
@@ -214,7 +232,11 @@ class EmitContext:
 
     def const_int64(self, name: str, data: np.ndarray, kind: str = "params") -> str:
         """An int64 array in flash (fixed-point constants too wide for int32)."""
+        shared = self._reuse(name, "int64", data)
+        if shared is not None:
+            return shared
         symbol = self._symbol(name)
+        self._remember(name, "int64", data, symbol)
         values = checked_ints(symbol, data, "int64_t")
         items = [f"INT64_C({int(v)})" for v in values] or ["INT64_C(0)"]
         self.blobs.append((symbol, values.astype("<i8").tobytes()))
@@ -226,7 +248,11 @@ class EmitContext:
 
     def const_f32(self, name: str, data: np.ndarray, kind: str = "scales") -> str:
         """A float32 array in flash; values are written exactly (C99 hex floats)."""
+        shared = self._reuse(name, "f32", data)
+        if shared is not None:
+            return shared
         symbol = self._symbol(name)
+        self._remember(name, "f32", data, symbol)
         values = checked_f32(symbol, data)
         items = [_c_float(v) for v in values] or ["0.0f"]
         self.blobs.append((symbol, values.astype("<f4").tobytes()))

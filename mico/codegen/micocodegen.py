@@ -134,7 +134,11 @@ class MiCoCodeGen:
     def forward(
         self, example: torch.Tensor, calibration: Sequence[torch.Tensor] | None = None
     ) -> torch.Tensor:
-        """Export and prepare the graph; return the model's output on ``example``."""
+        """Export and prepare the graph; return the model's output on ``example``.
+
+        The C program computes one sample at a time, so the graph is traced on the first
+        sample; every sample of ``example`` is run through it, and the output has the batch of
+        ``example`` (a batch of 2 gives 2 outputs)."""
         from mico.codegen.compile import lower
         from mico.execute.executor import run_ir
 
@@ -152,7 +156,8 @@ class MiCoCodeGen:
             self.outputs[node.name] = results[0]
 
         (out,) = run_ir(graph, [example[:1].float()], on_node=keep)
-        return out
+        rest = [run_ir(graph, [example[i : i + 1].float()])[0] for i in range(1, len(example))]
+        return torch.cat([out, *rest]) if rest else out
 
     def convert(
         self, output_dir: str | Path, model_name: str = "model", *, force: bool = False

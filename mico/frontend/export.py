@@ -44,6 +44,37 @@ _WEIGHT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSO
 
 
 # --------------------------------------------------------------------------- export
+#: ops torch.export inserts to check what it traced (``x.float()`` on a float tensor becomes
+#: ``_assert_tensor_metadata``); they compute nothing and produce no value, so the IR drops them
+NO_OP_CHECKS = frozenset(
+    {
+        "aten._assert_tensor_metadata.default",
+        "aten._assert_scalar.default",
+        "aten._assert_async.msg",
+        "aten.sym_constrain_range_for_size.default",
+        "aten.sym_constrain_range.default",
+    }
+)
+
+
+#: casts that keep the dtype are views of their input (``relu(x).float()``, ``.to(torch.float32)``)
+CASTS = frozenset({"aten.to.dtype", "aten._to_copy.default", "aten.to.dtype_layout"})
+
+
+def _same_dtype(node: torch.fx.Node) -> bool:
+    """Whether a cast node's result has its input's dtype (and so copies nothing)."""
+    source = node.args[0] if node.args else None
+    if not isinstance(source, torch.fx.Node):
+        return False
+    before, after = source.meta.get("val"), node.meta.get("val")
+    return (
+        isinstance(before, torch.Tensor)
+        and isinstance(after, torch.Tensor)
+        and before.dtype == after.dtype
+        and before.device == after.device
+    )
+
+
 def _as_args(inputs: Any) -> tuple[Any, ...]:
     if isinstance(inputs, tuple):
         return inputs
@@ -288,6 +319,11 @@ class _Converter:
 
     def call(self, node: torch.fx.Node) -> None:
         target = node.target
+        if op_name(target) in NO_OP_CHECKS:
+            return  # a check torch.export inserts (a no-op cast's metadata assert): no computation
+        if op_name(target) in CASTS and _same_dtype(node):
+            self.define(node.name, self.env[node.args[0].name])  # x.float() of a float: x itself
+            return
         if target is operator.getitem:
             source, index = node.args
             self.define(node.name, self.env[source.name][index])
