@@ -57,6 +57,7 @@ class DeployOptions:
     sanitize: bool = False
     rtol: float = 1e-5
     force: bool = False  # replace an output directory mico did not write
+    samples_origin: str = ""  # set by samples_for: which data the samples are (for reports)
 
 
 @dataclass
@@ -144,7 +145,7 @@ def samples_for(
 
     shape = tuple(getattr(model, "default_input_shape", ()))
     dataset = options.dataset or (zoo_entry(zoo_name).dataset if zoo_name else None)
-    why = "the model has no dataset"
+    why = short = "the model has no dataset"
     if dataset is not None:
         try:
             split = load_dataset(dataset, seed=options.seed)
@@ -152,9 +153,11 @@ def samples_for(
             if options.dataset is not None:
                 raise
             why = f"its dataset is not available ({exc})"
+            short = f"dataset '{dataset}' is not on disk"
         else:
             found = tuple(split.input_shape)
             if not shape or found == shape:
+                options.samples_origin = f"test samples of dataset '{dataset}'"
                 return np.asarray(split.x_test[: options.samples], dtype=np.float32)
             if options.dataset is not None:
                 raise DatasetError(
@@ -162,11 +165,15 @@ def samples_for(
                     f"{shape}; pick a dataset of the model's input shape (see `mico models`) or "
                     "leave out --dataset"
                 )
-            why = f"its dataset '{dataset}' has samples of shape {found}, not {shape}"
+            why = short = f"its dataset '{dataset}' has samples of shape {found}, not {shape}"
     if not shape:
         raise DatasetError("the model has no default input shape; pass --dataset")
+    reason = " ".join(why.split())[:300]
+    options.samples_origin = (
+        f"seeded random inputs, not real data ({short}): the agreement figures hold, top-1 "
+        "is not an accuracy"
+    )
     if log is not None:
-        reason = " ".join(why.split())[:300]
         log(f"using {options.samples} seeded random inputs of shape {shape}: {reason}")
     rng = np.random.default_rng(options.seed)
     vocab = token_vocabulary(model)
@@ -352,6 +359,7 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
         "model": options.model or str(options.checkpoint),
         "mode": result.compiled.mode,
         "plan": options.plan,
+        "samples": options.samples_origin,
         "ok": result.ok,
         "flash": project.flash,
         "arena_bytes": project.arena.size,
@@ -364,6 +372,8 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
         f"Result: **{'the C program agrees with Python' if result.ok else 'DISAGREEMENT'}**; "
         f"flash {sum(project.flash.values())} B, arena {project.arena.size} B "
         f"(lower bound {project.arena.lower_bound} B).",
+        "",
+        f"Samples: {options.samples_origin or 'as given'}.",
         "",
         "| target | bit-exact | top-1 | max abs diff | instructions / inference |",
         "|---|---:|---:|---:|---:|",

@@ -135,3 +135,17 @@ def test_make_run_works_out_of_the_box(tmp_path):
     lines = [line for line in run.stdout.splitlines() if line.startswith("sample ")]
     assert len(lines) == 4 and all("top-1 index" in line for line in lines)
     assert (out / "outputs.bin").stat().st_size == 4 * 10 * 4  # int32 outputs, 10 classes
+
+
+def test_verify_report_says_when_samples_are_random(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MICO_DATA", raising=False)
+    out = tmp_path / "r"
+    result = runner.invoke(app, ["verify", "lenet", "--plan", "8/8", "--samples", "2", "-o",
+                                 str(out), "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    origin = json.loads((out / "verify.json").read_text())["samples"]
+    assert origin.startswith("seeded random inputs, not real data (dataset 'mnist' is not on disk)")
+    assert "top-1 is not an accuracy" in (out / "verify.md").read_text()
