@@ -324,7 +324,19 @@ def _deploy_options(
 
 
 ModelArg = Annotated[
-    str | None, typer.Argument(help="Zoo model name (see `mico models`); or use --checkpoint.")
+    str | None,
+    typer.Argument(
+        help="Zoo model name (see `mico models`), path/to/file.py:ClassName, or a saved "
+        "torch.export program (.pt2); or use --checkpoint."
+    ),
+]
+ModelArgsOpt = Annotated[
+    str | None,
+    typer.Option(help="Constructor arguments of a file's model: JSON object or YAML/JSON file."),
+]
+InputShapeOpt = Annotated[
+    str | None,
+    typer.Option(help="One sample's shape for a model from a file, e.g. 3,32,32 (no batch)."),
 ]
 CheckpointOpt = Annotated[
     Path | None, typer.Option(help="A checkpoint written by `mico train` (quantized.pt).")
@@ -366,6 +378,8 @@ def compile_cmd(
     samples: SamplesOpt = 32,
     seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
+    model_args: ModelArgsOpt = None,
+    input_shape: InputShapeOpt = None,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
@@ -380,8 +394,9 @@ def compile_cmd(
     from mico.deploy import compile_from_options
 
     options = _deploy_options(
-        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel, force=force
-    )
+        model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
+        force=force, model_args=model_args, input_shape=input_shape,
+    )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
     typer.echo(
@@ -411,6 +426,8 @@ def verify_cmd(
     ] = None,
     cc: Annotated[str, typer.Option(help="Host C compiler (gcc or clang).")] = "gcc",
     sanitize: Annotated[bool, typer.Option(help="Host build with ASan and UBSan.")] = False,
+    model_args: ModelArgsOpt = None,
+    input_shape: InputShapeOpt = None,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
@@ -426,6 +443,7 @@ def verify_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
+        model_args=model_args, input_shape=input_shape,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target

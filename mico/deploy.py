@@ -58,6 +58,8 @@ class DeployOptions:
     rtol: float = 1e-5
     force: bool = False  # replace an output directory mico did not write
     samples_origin: str = ""  # set by samples_for: which data the samples are (for reports)
+    model_args: str | None = None  # constructor arguments of a model from a file (JSON/YAML)
+    input_shape: str | None = None  # one sample's shape, for models from files
 
 
 @dataclass
@@ -106,7 +108,6 @@ def checkpoint_mode(model: nn.Module) -> str:
 
 def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
     """The quantized model to compile and the name of its zoo entry (when known)."""
-    from mico.models import from_zoo
     from mico.quant import QuantConfig, quantize_model
     from mico.train.checkpoint import load_checkpoint, read_checkpoint
 
@@ -121,14 +122,18 @@ def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
         return model, read_checkpoint(options.checkpoint).zoo_name
     options.mode = options.mode or "dynamic"
     torch.manual_seed(options.seed)
-    model = from_zoo(options.model)
+    from mico.models.resolve import resolve_model
+
+    model, zoo_name = resolve_model(options.model, options.model_args, options.input_shape)
     names = model.quantize_layer_names()
+    if not names:  # a saved program: its layers are graph calls, compiled in float
+        return model, zoo_name
     config = QuantConfig(
         act_mode="static" if options.mode == "static" else "dynamic",
         weight_granularity="channel" if options.per_channel else "tensor",
     )
     quantize_model(model, _uniform(options.plan or "8/8", names), config)
-    return model, options.model
+    return model, zoo_name
 
 
 def samples_for(
