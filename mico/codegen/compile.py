@@ -221,8 +221,11 @@ def single_output(model: nn.Module, example: torch.Tensor) -> tuple[nn.Module, l
     A model returning a tuple or list of tensors is wrapped so that its outputs, flattened per
     sample, follow one another in one buffer; each segment (name, shape, offset, size) is in
     the project's ``mico.json`` and header, and ``mico verify`` checks each one."""
-    with torch.no_grad():
-        result = model(example)
+    try:
+        with torch.no_grad():
+            result = model(example)
+    except Exception:  # the extraction that follows names the problem (a zero-size layer...)
+        return model, []
     if isinstance(result, torch.Tensor):
         return model, [{"name": "output", "shape": list(result.shape[1:]), "offset": 0,
                         "size": int(result[0].numel())}]  # fmt: skip
