@@ -26,7 +26,9 @@ from mico.train.checkpoint import load_checkpoint
 from mico.train.loop import accuracy, fit
 
 OBJECTIVES = ("ptq_acc", "qat_acc")
-CONSTRAINTS = ("bops", "size", "macs")
+CONSTRAINTS = ("bops", "size", "macs", "latency")
+#: latency targets eval_latency computes without running anything (analytic models)
+LATENCY_TARGETS = ("bitfusion",)
 
 
 class MiCoEval:
@@ -47,14 +49,20 @@ class MiCoEval:
         calibration_batches: int = 8,
         config: QuantConfig | None = None,
         example_inputs: Any = None,
+        latency_target: str = "bitfusion",
     ) -> None:
         if objective not in OBJECTIVES:
             raise PlanError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
         if constraint not in CONSTRAINTS:
             raise PlanError(
-                f"constraint must be one of {', '.join(CONSTRAINTS)}; got {constraint!r} "
-                "(hardware latency constraints arrive with the targets)"
+                f"constraint must be one of {', '.join(CONSTRAINTS)}; got {constraint!r}"
             )
+        if latency_target not in LATENCY_TARGETS:
+            raise PlanError(
+                f"latency target must be one of {', '.join(LATENCY_TARGETS)}; got "
+                f"{latency_target!r}"
+            )
+        self.latency_target = latency_target
         self.model = model
         self.epochs = epochs
         self.train_loader = train_loader
@@ -121,14 +129,28 @@ class MiCoEval:
     def eval_macs(self, qscheme: Sequence[Any]) -> float:
         return float(self._costs(qscheme).macs)
 
-    def eval_constraint(self, qscheme: Sequence[Any]) -> float:
-        return float(getattr(self, f"eval_{self.constraint}")(qscheme))
+    def eval_latency(self, qscheme: Sequence[Any], target: str | None = None) -> float:
+        """Cycles of one inference on ``target`` (default: the evaluator's latency target).
 
-    def eval_latency(self, qscheme: Sequence[Any], target: str = "mico") -> float:
-        raise UnsupportedOpError(
-            f"latency target '{target}' is not available yet; use constraint 'bops', 'size' "
-            "or 'macs'"
-        )
+        ``bitfusion``: the analytic cycle model of :mod:`mico.hw.bitfusion` over the layers'
+        geometry and widths (weights and activations of each layer as the scheme says).
+        """
+        target = target or self.latency_target
+        if target not in LATENCY_TARGETS:
+            raise UnsupportedOpError(
+                f"latency target '{target}' is not available in MiCoEval; use "
+                f"{', '.join(LATENCY_TARGETS)} (measured targets: mico latency / mico verify)"
+            )
+        from mico.hw import model_cycles, model_layer_shapes
+
+        bits = self._plan_bits(qscheme)
+        layers = model_layer_shapes(self.model, self.example, bits)
+        return float(model_cycles(layers).cycles)
+
+    def eval_constraint(self, qscheme: Sequence[Any]) -> float:
+        if self.constraint == "latency":
+            return self.eval_latency(qscheme)
+        return float(getattr(self, f"eval_{self.constraint}")(qscheme))
 
     # ----------------------------------------------------------------- history
     def _record(self, qscheme: Sequence[Any], name: str, value: float) -> None:
