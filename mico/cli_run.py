@@ -105,3 +105,99 @@ def generate(
         err=True,
     )
     raise typer.Exit(1)
+
+
+@app.command("tune")
+@_friendly_errors
+def tune(
+    model: Annotated[
+        str | None, typer.Argument(help="Zoo model or file.py:Class; or use --checkpoint.")
+    ] = None,
+    checkpoint: Annotated[
+        Path | None, typer.Option(help="A trained checkpoint (fp32.pt of mico train).")
+    ] = None,
+    budget: Annotated[
+        str, typer.Option(help="Budgets: bops=50%, size=4KB, macs=1M, latency=80% (BitFusion).")
+    ] = "bops=50%",
+    strategy: Annotated[str, typer.Option(help="nlp (sensitivity + ILP) or random.")] = "nlp",
+    trials: Annotated[int, typer.Option(min=1, max=10_000, help="Evaluations (random).")] = 10,
+    bits: Annotated[str, typer.Option(help="Bit-widths to choose from, e.g. 2,4,8.")] = "2,4,8",
+    epochs: Annotated[int, typer.Option(min=0, max=10_000, help="FP32 training first.")] = 5,
+    dataset: Annotated[str | None, typer.Option(help="Data set (default: the model's).")] = None,
+    seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of data and search.")] = 0,
+    out: Annotated[Path, typer.Option("--out", "-o", help="Run directory.")] = Path("out/tune"),
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
+    force: ForceOpt = False,
+) -> None:
+    """Search per-layer bit-widths under budgets and write the best plan (best_plan.yaml).
+
+    Example: mico tune small_cnn --budget bops=50%,size=600B --strategy nlp -o out/tune
+    """
+    import torch
+
+    from mico.atomic import atomic_directory, check_output_dir
+    from mico.data import load_dataset
+    from mico.errors import ConfigError, PlanError
+    from mico.search import MiCoEval
+    from mico.search.tune import parse_budgets, write_run
+    from mico.search.tune import tune as run_tune
+    from mico.train.checkpoint import load_checkpoint, save_checkpoint
+    from mico.train.loop import seed_everything
+
+    log = (lambda _m: None) if quiet else typer.echo
+    budgets = parse_budgets(budget)
+    if strategy not in ("nlp", "random"):
+        raise PlanError(
+            f"unknown strategy {strategy!r}; available now: random, nlp (the surrogate, "
+            "Bayesian and RL searchers are not there yet)"
+        )
+    try:
+        qtypes = sorted({int(b) for b in bits.split(",") if b.strip()})
+    except ValueError:
+        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8") from None
+    if not qtypes or qtypes[0] < 1 or qtypes[-1] > 8:
+        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8")
+    final = check_output_dir(out, force=force)
+    if (model is None) == (checkpoint is None):
+        raise ConfigError("give a model (zoo name or file.py:Class) or --checkpoint (one of them)")
+    seed_everything(seed)
+    if checkpoint is not None:
+        net = load_checkpoint(checkpoint)
+        zoo = getattr(net, "zoo_name", None)
+    else:
+        from mico.models.resolve import resolve_model
+
+        net, zoo = resolve_model(model)
+    from mico.models import zoo_entry
+
+    name = dataset or (zoo_entry(zoo).dataset if zoo else "synthetic")
+    split = load_dataset(name, seed=seed)
+    shape = tuple(getattr(net, "default_input_shape", ()))
+    if tuple(split.input_shape) != shape:
+        raise ConfigError(
+            f"the model takes samples of shape {shape} but dataset '{name}' gives "
+            f"{tuple(split.input_shape)}; pick one with --dataset"
+        )
+    train_loader, test_loader = split.loaders(64, seed=seed)
+    probe = MiCoEval(net, 1, train_loader, test_loader, None)
+    from mico.search.searchers import RandomSearcher
+
+    checker = RandomSearcher(probe, qtypes=qtypes)
+    for b in budgets:  # impossible budgets: refused before any training
+        checker._check_budget(b.cost, b.resolve(checker.cost([8] * 2 * probe.n_layers, b.cost)))
+    with atomic_directory(final, force=force, command="mico tune") as tmp:
+        if checkpoint is None and epochs:
+            log(f"training {type(net).__name__} on {name} for {epochs} epoch(s)")
+            net.train_loop(epochs, train_loader, lr=3e-3, verbose=False)
+        weights = tmp / "fp32.pt"
+        if hasattr(net, "save"):
+            save_checkpoint(net, weights, dataset=name)
+        else:
+            torch.save(net.state_dict(), weights)
+        evaluator = MiCoEval(net, 1, train_loader, test_loader, weights)
+        result = run_tune(evaluator, budgets, strategy, trials, qtypes, seed, log)
+        write_run(result, evaluator.layer_names, tmp)
+    costs = ", ".join(f"{k} {v:g} (budget {result.budgets[k]:g})" for k, v in result.costs.items())
+    typer.echo(
+        f"best plan: accuracy {result.best_accuracy:.4f}; {costs}; {final / 'best_plan.yaml'}"
+    )

@@ -1,0 +1,70 @@
+"""mico tune: budgets parsed strictly, impossible budgets refused before training, the best
+plan within every budget, and the run directory's files; its size equals what compile reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mico.cli import app
+from mico.errors import PlanError
+from mico.search.tune import parse_budgets
+
+runner = CliRunner()
+
+
+def test_budget_parsing():
+    b = parse_budgets("bops=50%, size=4KB,macs=1.5M,latency=2k")
+    assert [(x.cost, x.value, x.share) for x in b] == [
+        ("bops", None, 0.5), ("size", 4000.0, None), ("macs", 1.5e6, None),
+        ("latency", 2000.0, None)]  # fmt: skip
+    assert parse_budgets("size=2KiB")[0].value == 2048
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("flops=3", "must be COST=VALUE with COST one of bops, size, macs, latency"),
+        ("bops=lots", "is not a number with an optional unit"),
+        ("bops=-5", "is not a number"),
+        ("bops=0", "must be positive"),
+        ("bops=1,bops=2", "given twice"),
+        ("", "give at least one budget"),
+    ],
+)
+def test_bad_budgets(text, message):
+    with pytest.raises(PlanError, match=message):
+        parse_budgets(text)
+
+
+@pytest.mark.slow
+def test_tune_writes_a_plan_that_fits_and_compiles(tmp_path):
+    out = tmp_path / "tune"
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=50%,size=70%",
+                                 "--epochs", "2", "-o", str(out), "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    for name in ("best_plan.yaml", "trials.csv", "report.md", "report.json", "fp32.pt"):
+        assert (out / name).is_file(), name
+    report = json.loads((out / "report.json").read_text())
+    for cost, value in report["costs"].items():
+        assert value <= report["budgets"][cost]
+    plan = str(out / "best_plan.yaml")
+    compiled = runner.invoke(app, ["compile", "small_cnn", "--plan", plan, "--mode", "static",
+                                   "-o", str(tmp_path / "c"), "-q"])  # fmt: skip
+    assert compiled.exit_code == 0, compiled.output
+    assert f"(weights {int(report['costs']['size'])} B)" in compiled.output
+
+
+def test_impossible_budget_is_refused_before_training(tmp_path):
+    out = tmp_path / "t"
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=1", "-o", str(out)])
+    assert result.exit_code == 2
+    assert "raise the budget to at least" in result.output and not out.exists()
+
+
+def test_unknown_strategy_names_the_available_ones(tmp_path):
+    result = runner.invoke(app, ["tune", "small_cnn", "--strategy", "haq", "--epochs", "0",
+                                 "-o", str(tmp_path / "t")])  # fmt: skip
+    assert result.exit_code == 2 and "available now: random, nlp" in result.output
