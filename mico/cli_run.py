@@ -146,10 +146,11 @@ def tune(
 
     log = (lambda _m: None) if quiet else typer.echo
     budgets = parse_budgets(budget)
-    if strategy not in ("nlp", "random"):
+    from mico.search.strategies import STRATEGIES
+
+    if strategy not in STRATEGIES:
         raise PlanError(
-            f"unknown strategy {strategy!r}; available now: random, nlp (the surrogate, "
-            "Bayesian and RL searchers are not there yet)"
+            f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(STRATEGIES))}"
         )
     try:
         qtypes = sorted({int(b) for b in bits.split(",") if b.strip()})

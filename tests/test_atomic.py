@@ -277,13 +277,18 @@ def test_sigint_at_varied_times_leaves_the_old_or_the_new_output(tmp_path):
     script = tmp_path / "writer.py"
     script.write_text(_WRITER)
     target = tmp_path / "work" / "out"
-    subprocess.run([sys.executable, str(script), str(target), "g0"], check=True)
     import time
 
+    started = time.monotonic()
+    subprocess.run([sys.executable, str(script), str(target), "g0"], check=True)
+    whole = time.monotonic() - started  # this machine's time for one uninterrupted run
+    # From just after the start (interrupted for sure) to twice a whole run (finished for sure),
+    # so both outcomes occur however fast or slow the machine is.
+    delays = [0.0] + [whole * (0.2 + 1.1 * k / 20) for k in range(21)] + [2 * whole + 1]
     seen = set()
-    for trial in range(24):
+    for trial, delay in enumerate(delays):
         proc = subprocess.Popen([sys.executable, str(script), str(target), f"g{trial + 1}"])
-        time.sleep(0.05 + 0.01 * trial)  # from before the import to after the run
+        time.sleep(delay)
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
         seen.add(proc.returncode == 0)

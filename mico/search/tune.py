@@ -85,13 +85,11 @@ def tune(
     log: Log = print,
 ) -> TuneResult:
     """Search with ``strategy`` against the first budget; every budget is respected."""
-    from mico.search.searchers import NLPSearcher, RandomSearcher
+    from mico.search.strategies import STRATEGIES as strategies
 
-    strategies = {"random": RandomSearcher, "nlp": NLPSearcher}
     if strategy not in strategies:
         raise PlanError(
-            f"unknown strategy {strategy!r}; available now: {', '.join(strategies)} (the "
-            "surrogate, Bayesian and RL searchers are not there yet)"
+            f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(strategies))}"
         )
     searcher = strategies[strategy](evaluator, qtypes=qtypes or [2, 4, 8], seed=seed)
     n = evaluator.n_layers
