@@ -3,15 +3,21 @@
 ``build(project, cc="gcc" | "clang", sanitize=False)`` runs ``make TARGET=host CC=cc
 [SANITIZE=1]``; ``sanitize`` adds AddressSanitizer and UndefinedBehaviorSanitizer (any report
 stops the program, and ``run`` raises with it). ``run`` executes the program ``build`` made last.
+``profile`` counts each inference's instructions exactly under ``valgrind --tool=callgrind``
+(only inside ``<name>_run``: no start-up, no file I/O) and times inferences natively.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -115,3 +121,137 @@ def run_debug(
         write_samples(project, np.asarray(sample)[None], copy.directory / "inputs.bin")
         run_program([str(exe)], exe.name, timeout, cwd=copy.directory, env=dict(os.environ))
         return read_intermediates(copy.directory / "intermediates.bin")
+
+
+# ---------------------------------------------------------------------- callgrind
+VALGRIND_PACKAGE = "valgrind"
+#: how long one timed run should compute, so that the start-up cost cancels out cleanly
+TIMED_RUN_SECONDS = 0.1
+_SUMMARY = re.compile(r"^summary:\s*(\d+)\s*$", re.M)
+_TRIGGER = re.compile(r"^desc: Trigger: (.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class HostProfile:
+    """Exact instructions of every inference (callgrind) and measured wall time.
+
+    ``instructions`` holds one count per sample: the instructions ``<name>_run`` executed
+    (callees included), nothing of process start-up, file reading or printing.
+    ``wall_seconds`` holds one wall time per inference per repeat, measured natively.
+    """
+
+    instructions: np.ndarray  # int64, one per sample
+    wall_seconds: np.ndarray  # float64, one per repeat (seconds per inference)
+    inferences_per_timed_run: int
+
+    @property
+    def instructions_per_inference(self) -> int:
+        """The largest count (counts differ only where kernels branch on data)."""
+        return int(self.instructions.max()) if self.instructions.size else 0
+
+    @property
+    def wall_median(self) -> float:
+        return float(np.median(self.wall_seconds)) if self.wall_seconds.size else 0.0
+
+    @property
+    def wall_spread(self) -> tuple[float, float]:
+        """(min, max) of the per-inference wall times over the repeats."""
+        if not self.wall_seconds.size:
+            return (0.0, 0.0)
+        return (float(self.wall_seconds.min()), float(self.wall_seconds.max()))
+
+
+def require_valgrind() -> None:
+    """Raise BuildError with the apt line when valgrind is not installed."""
+    require_tools("host (callgrind)", {"valgrind": VALGRIND_PACKAGE})
+
+
+def callgrind_counts(
+    exe: Path, function: str, inputs: Path, samples: int, timeout: float = 600
+) -> np.ndarray:
+    """Instructions of each call of ``function`` while ``exe`` runs on ``inputs``.
+
+    Callgrind collects only inside ``function`` (``--toggle-collect``) and writes one profile
+    part after each of its calls (``--dump-after``); each part's summary is one call's
+    instruction count. ``LD_BIND_NOW`` resolves library symbols at start-up, so the first
+    call does not pay the dynamic linker's lazy binding.
+    """
+    require_valgrind()
+    if not exe.exists():
+        raise BuildError(f"{exe} does not exist; build the project first (mico.targets.host.build)")
+    with tempfile.TemporaryDirectory(prefix="mico-callgrind-") as tmp:
+        out = Path(tmp) / "callgrind.out"
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+            f"--toggle-collect={function}", f"--dump-after={function}",
+            "--dump-instr=no", "--dump-line=no", "--compress-strings=no",
+            str(exe), str(inputs), str(Path(tmp) / "outputs.bin"),
+        ]  # fmt: skip
+        env = {**os.environ, "LD_BIND_NOW": "1"}
+        run_program(command, f"{exe.name} under callgrind", timeout, cwd=Path(tmp), env=env)
+        counts = []
+        for part in sorted(Path(tmp).glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:])):
+            data = part.read_text(errors="replace")
+            trigger = _TRIGGER.search(data)
+            summary = _SUMMARY.search(data)
+            if trigger and function in trigger.group(1) and summary:
+                counts.append(int(summary.group(1)))
+    if len(counts) != samples:
+        raise BuildError(
+            f"callgrind saw {len(counts)} calls of {function} in {exe.name} for {samples} "
+            f"samples; is {function} the program's inference function?"
+        )
+    return np.array(counts, dtype=np.int64)
+
+
+def profile(
+    project: CProject,
+    samples: np.ndarray,
+    repeats: int = 5,
+    timeout: float = 600,
+) -> HostProfile:
+    """Instructions per inference under callgrind, and wall time per inference.
+
+    Instructions: exact, per sample, counted in ``<name>_run`` only (see
+    :func:`callgrind_counts`). Wall time: the native program runs ``repeats`` times on the
+    samples tiled to about ``TIMED_RUN_SECONDS`` of work, and as often on one sample; a tiled
+    run's time minus the fastest one-sample run (the start-up), over the extra inferences, is
+    one inference's wall time.
+    Build the project first (:func:`build`); a missing executable raises BuildError.
+    """
+    if repeats < 1:
+        raise BuildError(f"repeats must be at least 1, got {repeats}")
+    exe = project.directory / executable(project.name, "host")
+    if not exe.exists():
+        raise BuildError(f"{exe} does not exist; build the project first (mico.targets.host.build)")
+    require_valgrind()
+    x = np.asarray(samples, dtype=np.float32)
+    with tempfile.TemporaryDirectory(prefix="mico-profile-") as tmp:
+        inputs = Path(tmp) / "inputs.bin"
+        count = write_samples(project, x, inputs)
+        if count == 0:
+            raise BuildError("profiling needs at least one sample")
+        instructions = callgrind_counts(exe, f"{project.name}_run", inputs, count, timeout)
+        # about 1e9 instructions a second: enough inferences for TIMED_RUN_SECONDS of work
+        per = max(1, int(instructions.max()))
+        tiles = max(1, min(100_000 // count, math.ceil(TIMED_RUN_SECONDS * 1e9 / per / count)))
+        many = Path(tmp) / "many.bin"
+        write_samples(project, np.concatenate([x] * tiles), many)
+        one = Path(tmp) / "one.bin"
+        write_samples(project, x[:1], one)
+        n = count * tiles
+        t_many, t_one = [], []
+        for _ in range(repeats):
+            t_many.append(_timed(exe, many, Path(tmp), timeout))
+            t_one.append(_timed(exe, one, Path(tmp), timeout))
+    # start-up is a fixed cost: its best estimate is the fastest one-sample run
+    start_up = min(t_one) if n > 1 else 0.0
+    walls = [max(t - start_up, 0.0) / max(n - 1, 1) for t in t_many]
+    return HostProfile(instructions, np.array(walls, dtype=np.float64), n)
+
+
+def _timed(exe: Path, inputs: Path, work: Path, timeout: float) -> float:
+    """Wall seconds of one native run of ``exe`` on ``inputs``."""
+    start = time.perf_counter()
+    run_program([str(exe), str(inputs), str(work / "out.bin")], exe.name, timeout, cwd=work)
+    return time.perf_counter() - start
