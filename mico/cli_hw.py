@@ -69,3 +69,83 @@ def profile(
             errors = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(model.holdout_mape.items()))
             typer.echo(f"  {kind:<9} kept {model.algorithm:<8} held-out MAPE: {errors or '-'}")
         typer.echo(f"proxy: {saved}")
+
+
+TargetsDirOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--targets-dir",
+        help="A folder of target YAML files (repeatable; also $MICO_TARGETS_DIR).",
+    ),
+]
+
+
+def _size_text(size: int | None) -> str:
+    """Bytes as KiB/MiB when whole, '-' for no limit."""
+    if size is None:
+        return "-"
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale and size % scale == 0:
+            return f"{size // scale} {unit}"
+    return f"{size} B"
+
+
+def _bits_text(bits: tuple[float, ...]) -> str:
+    """``1-8,1.58``: runs of whole widths as ranges, ternary as 1.58."""
+    whole = sorted(int(b) for b in bits if float(b).is_integer())
+    parts, start = [], None
+    for i, b in enumerate(whole):
+        start = b if start is None else start
+        if i + 1 == len(whole) or whole[i + 1] != b + 1:
+            parts.append(str(b) if b == start else f"{start}-{b}")
+            start = None
+    parts += [f"{b:g}" for b in bits if not float(b).is_integer()]
+    return ",".join(parts)
+
+
+@app.command("targets")
+@_friendly_errors
+def targets(
+    targets_dir: TargetsDirOpt = None,
+    available_only: Annotated[
+        bool, typer.Option("--available", help="Only the targets whose tools are installed.")
+    ] = False,
+) -> None:
+    """List the targets (one YAML file each): hardware, bit-widths, runner, cost model, and
+    whether their tools are installed here (and if not, what to install).
+
+    A new board is a file: drop NAME.yaml in a folder given with --targets-dir or
+    $MICO_TARGETS_DIR (see docs/latency.md, "Target files").
+
+    Example: mico targets --targets-dir boards/
+    """
+    from rich.console import Console
+    from rich.table import Table
+
+    from mico.targets.catalog import availability, load_catalog
+
+    catalog = load_catalog(targets_dir or [])
+    table = Table(title=f"{len(catalog)} target(s)", title_justify="left")
+    for column in ("name", "isa", "flash", "ram", "W bits", "A bits", "runner", "cost",
+                   "available"):  # fmt: skip
+        table.add_column(column, no_wrap=column != "isa", overflow="fold")
+    shown, notes = 0, []
+    for name in sorted(catalog):
+        spec = catalog[name]
+        ok, why = availability(spec)
+        if available_only and not ok:
+            continue
+        shown += 1
+        isa = "+".join([spec.isa, *spec.extensions])
+        table.add_row(
+            name, isa, _size_text(spec.flash_bytes), _size_text(spec.ram_bytes),
+            _bits_text(spec.weight_bits), _bits_text(spec.activation_bits), spec.runner,
+            spec.cost, "yes" if ok else "no",
+        )  # fmt: skip
+        if not ok:
+            notes.append(f"{name}: not available: {why}")
+    Console(width=120, highlight=False, soft_wrap=False).print(table)
+    for note in notes:
+        typer.echo(note)
+    if available_only and not shown:
+        typer.echo("no target is available here; `mico targets` says what each one needs")
