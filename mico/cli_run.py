@@ -117,31 +117,89 @@ def tune(
         Path | None, typer.Option(help="A trained checkpoint (fp32.pt of mico train).")
     ] = None,
     budget: Annotated[
-        str, typer.Option(help="Budgets: bops=50%, size=4KB, macs=1M, latency=80% (BitFusion).")
+        str,
+        typer.Option(
+            help="Budgets: bops=50%, size=4KB, macs=1M, latency=80% (BitFusion), ram=1KB "
+            "(the C arena). The first one is the searcher's."
+        ),
     ] = "bops=50%",
     strategy: Annotated[str, typer.Option(help="nlp (sensitivity + ILP) or random.")] = "nlp",
-    trials: Annotated[int, typer.Option(min=1, max=10_000, help="Evaluations (random).")] = 10,
+    trials: Annotated[
+        int,
+        typer.Option(
+            min=1, max=10_000, help="Most trials the study finishes (all workers, resumes)."
+        ),
+    ] = 10,
     bits: Annotated[str, typer.Option(help="Bit-widths to choose from, e.g. 2,4,8.")] = "2,4,8",
     epochs: Annotated[int, typer.Option(min=0, max=10_000, help="FP32 training first.")] = 5,
     dataset: Annotated[str | None, typer.Option(help="Data set (default: the model's).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of data and search.")] = 0,
     out: Annotated[Path, typer.Option("--out", "-o", help="Run directory.")] = Path("out/tune"),
+    storage: Annotated[
+        str | None,
+        typer.Option(
+            help="Study database URL (default: sqlite study.db in the run directory), e.g. "
+            "postgresql+psycopg://user@host/db."
+        ),
+    ] = None,
+    study_name: Annotated[
+        str | None, typer.Option("--study", help="Study name (default: the run folder's name).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option("--resume", help="Continue the run's study; finished trials stay.")
+    ] = False,
+    workers: Annotated[
+        int, typer.Option(min=1, max=64, help="Worker processes sharing the study.")
+    ] = 1,
+    heartbeat: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=3600,
+            help="Seconds between heartbeats; a trial silent for twice as "
+            "long is failed and retried.",
+        ),
+    ] = 10,
+    cache: Annotated[
+        Path | None,
+        typer.Option(
+            help="Evaluation cache (SQLite; default $MICO_CACHE or ~/.cache/mico/"
+            "evaluations.sqlite)."
+        ),
+    ] = None,
+    no_cache: Annotated[
+        bool, typer.Option("--no-cache", help="Evaluate every scheme, keep nothing.")
+    ] = False,
+    compile_best: Annotated[
+        bool,
+        typer.Option(
+            "--compile/--no-compile", help="Compile the best plan to C and verify it on the host."
+        ),
+    ] = True,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
     force: ForceOpt = False,
 ) -> None:
     """Search per-layer bit-widths under budgets and write the best plan (best_plan.yaml).
 
+    Every evaluation is a trial of one Optuna study (study.db in the run directory, or
+    --storage); --resume continues it and --workers runs several processes on it. The run
+    directory also gets trials.csv, report.md/json, trajectory.png, pareto.png, bits.png and
+    c/ (the best plan's C project, verified on the host).
+
     Example: mico tune small_cnn --budget bops=50%,size=600B --strategy nlp -o out/tune
     """
-    import torch
+    import numpy as np
 
-    from mico.atomic import atomic_directory, check_output_dir
+    from mico.atomic import _target_lock, atomic_directory, check_output_dir, is_mico_output
     from mico.data import load_dataset
     from mico.errors import ConfigError, PlanError
     from mico.search import MiCoEval
+    from mico.search.cache import EvalCache, default_cache_path
+    from mico.search.study import STUDY_FILE, StudyConfig, WorkerSpec, sqlite_url
+    from mico.search.tune import compile_best as compile_plan
     from mico.search.tune import parse_budgets, write_run
     from mico.search.tune import tune as run_tune
-    from mico.train.checkpoint import load_checkpoint, save_checkpoint
+    from mico.train.checkpoint import load_checkpoint
     from mico.train.loop import seed_everything
 
     log = (lambda _m: None) if quiet else typer.echo
@@ -161,6 +219,12 @@ def tune(
     final = check_output_dir(out, force=force)
     if (model is None) == (checkpoint is None):
         raise ConfigError("give a model (zoo name or file.py:Class) or --checkpoint (one of them)")
+    weights = final / "fp32.pt"
+    if resume and not (is_mico_output(final) and weights.is_file()):
+        raise ConfigError(
+            f"--resume: {final} is not a mico tune run directory (no fp32.pt); run without "
+            "--resume first"
+        )
     seed_everything(seed)
     if checkpoint is not None:
         net = load_checkpoint(checkpoint)
@@ -186,19 +250,65 @@ def tune(
     checker = RandomSearcher(probe, qtypes=qtypes)
     for b in budgets:  # impossible budgets: refused before any training
         checker._check_budget(b.cost, b.resolve(checker.cost([8] * 2 * probe.n_layers, b.cost)))
-    with atomic_directory(final, force=force, command="mico tune") as tmp:
-        if checkpoint is None and epochs:
-            log(f"training {type(net).__name__} on {name} for {epochs} epoch(s)")
-            net.train_loop(epochs, train_loader, lr=3e-3, verbose=False)
-        weights = tmp / "fp32.pt"
-        if hasattr(net, "save"):
-            save_checkpoint(net, weights, dataset=name)
-        else:
-            torch.save(net.state_dict(), weights)
-        evaluator = MiCoEval(net, 1, train_loader, test_loader, weights)
-        result = run_tune(evaluator, budgets, strategy, trials, qtypes, seed, log)
-        write_run(result, evaluator.layer_names, tmp)
+    if not resume:  # a fresh run directory (a former mico output there is replaced)
+        with atomic_directory(final, force=force, command="mico tune"):
+            pass
+    with _target_lock(final):  # one writer of the run directory; its workers share the study
+        if not resume:
+            if checkpoint is None and epochs:
+                log(f"training {type(net).__name__} on {name} for {epochs} epoch(s)")
+                net.train_loop(epochs, train_loader, lr=3e-3, verbose=False)
+            _save_weights(net, weights, name)
+        model_name = model or zoo or type(net).__name__
+        store = None if no_cache else EvalCache(cache or default_cache_path())
+        extra = {"data_name": f"{name}:seed={seed}", "model_name": model_name}
+        evaluator = MiCoEval(net, 1, train_loader, test_loader, weights, cache=store, **extra)
+        config = StudyConfig(
+            storage or sqlite_url(final / STUDY_FILE), study_name or final.name, heartbeat
+        )
+        spec = WorkerSpec(config, str(weights), model, name, seed, strategy, qtypes, {}, "",
+                          trials, None if store is None else str(store.path),
+                          dict(extra), quiet)  # fmt: skip
+        try:
+            result = run_tune(evaluator, budgets, strategy, trials, qtypes, seed, log,
+                              study=config, resume=resume, workers=workers, spec=spec)  # fmt: skip
+        except KeyboardInterrupt:
+            typer.echo(
+                f"interrupted: study '{config.name}' keeps every finished trial; continue "
+                f"with: mico tune ... -o {out} --resume",
+                err=True,
+            )
+            raise typer.Exit(130) from None
+        if compile_best:
+            samples = np.asarray(split.x_test[:32], dtype=np.float32)
+            result.verification = compile_plan(
+                evaluator, result.best_scheme, final / "c", samples, log
+            )
+        write_run(result, evaluator.layer_names, final)
     costs = ", ".join(f"{k} {v:g} (budget {result.budgets[k]:g})" for k, v in result.costs.items())
     typer.echo(
         f"best plan: accuracy {result.best_accuracy:.4f}; {costs}; {final / 'best_plan.yaml'}"
     )
+    v = result.verification
+    if v is not None:
+        same = "identical to" if v["exact"] == v["samples"] else "differs from"
+        typer.echo(
+            f"C project {final / 'c'} ({v['mode']}): {same} the Python reference on the host "
+            f"({v['exact']}/{v['samples']} samples bit-exact)"
+        )
+        if not v["ok"]:
+            raise typer.Exit(1)
+
+
+def _save_weights(net: object, path: Path, dataset: str) -> None:
+    """The FP32 weights of the run (a mico checkpoint, else a state dict), written atomically."""
+    import torch
+
+    from mico.train.checkpoint import save_checkpoint
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    if hasattr(net, "save"):
+        save_checkpoint(net, tmp, dataset=dataset)
+    else:
+        torch.save(net.state_dict(), tmp)  # type: ignore[attr-defined]
+    tmp.replace(path)

@@ -2,13 +2,20 @@
 
 Each evaluation starts from fresh weights (the pretrained checkpoint), so one evaluation never
 leaks into the next. Objectives: ``ptq_acc`` (calibrate, then test) and ``qat_acc`` (calibrate,
-fine-tune ``epochs``, then test). Constraints: ``bops``, ``size`` (packed weight bytes) and
-``macs``. Hardware latency targets arrive with the targets package.
+fine-tune ``epochs``, then test). Costs: ``bops``, ``size`` (packed weight bytes, as
+``mico compile`` reports them), ``macs``, ``latency`` (BitFusion cycles) and ``ram`` (bytes of
+the static arena the emitted C project plans in the evaluator's mode, computed by the code
+generator's planner on the lowered graph, without any C compiler).
+
+With a ``cache`` (:class:`~mico.search.cache.EvalCache`), objective values are kept under a key
+of the model, its weights, the data, the mode, the target and the scheme, and reused across
+runs and worker processes.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import os
 import tempfile
@@ -16,6 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -26,7 +34,7 @@ from mico.train.checkpoint import load_checkpoint
 from mico.train.loop import accuracy, fit
 
 OBJECTIVES = ("ptq_acc", "qat_acc")
-CONSTRAINTS = ("bops", "size", "macs", "latency")
+CONSTRAINTS = ("bops", "size", "macs", "latency", "ram")
 #: latency targets eval_latency computes without running anything (analytic models)
 LATENCY_TARGETS = ("bitfusion",)
 
@@ -50,6 +58,9 @@ class MiCoEval:
         config: QuantConfig | None = None,
         example_inputs: Any = None,
         latency_target: str = "bitfusion",
+        cache: Any = None,
+        data_name: str | None = None,
+        model_name: str | None = None,
     ) -> None:
         if objective not in OBJECTIVES:
             raise PlanError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
@@ -82,6 +93,15 @@ class MiCoEval:
         self.n_layers = len(self.layer_names)
         self._calibration = [x for x, _ in train_loader][:calibration_batches]
         self.history: list[dict[str, Any]] = []
+        self.mode = "static" if self.config.act_mode == "static" else "dynamic"
+        self.cache = cache
+        self.data_name = data_name or "unnamed"
+        self.model_name = model_name or getattr(model, "zoo_name", None) or type(model).__name__
+        self.last_from_cache = False
+        #: set by :mod:`mico.search.study`: runs each objective evaluation as a study trial
+        self.trial_runner: Callable[[list[Any]], float] | None = None
+        self._ram: dict[str, float] = {}
+        self._key_fields: dict[str, str] | None = None
 
     # ----------------------------------------------------------------- models
     def _fresh(self, qscheme: Sequence[Any]) -> nn.Module:
@@ -108,11 +128,60 @@ class MiCoEval:
         return accuracy(model, self.test_loader)
 
     def eval_f(self, qscheme: Sequence[Any]) -> float:
-        """The objective (accuracy) of ``qscheme``; recorded in ``history`` and ``output_json``."""
-        evaluate: Callable[[Sequence[Any]], float] = getattr(self, f"eval_{self.objective}")
-        value = evaluate(qscheme)
+        """The objective (accuracy) of ``qscheme``; recorded in ``history`` and ``output_json``.
+
+        Runs as a trial of the attached study when there is one (``trial_runner``), else
+        through :meth:`objective_value` (the cache, then the evaluation)."""
+        if self.trial_runner is not None:
+            value = self.trial_runner(list(qscheme))
+        else:
+            value = self.objective_value(qscheme)
         self._record(qscheme, self.objective, value)
         return value
+
+    def objective_value(self, qscheme: Sequence[Any]) -> float:
+        """The objective of ``qscheme`` from the cache, or evaluated (and then cached)."""
+        self.last_from_cache = False
+        key = self.cache_key(qscheme) if self.cache is not None else None
+        if key is not None:
+            cached = self.cache.get(key)
+            if cached is not None:
+                self.last_from_cache = True
+                return cached
+        evaluate: Callable[[Sequence[Any]], float] = getattr(self, f"eval_{self.objective}")
+        value = float(evaluate(qscheme))
+        if key is not None:
+            self.cache.put(key, value)
+        return value
+
+    # ----------------------------------------------------------------- cache key
+    def scheme_key(self, qscheme: Sequence[Any]) -> str:
+        """The scheme as canonical plan text (``conv1=8/8,...``; ternary stays ``1.58``)."""
+        return as_plan(list(qscheme), self.layer_names).to_string()
+
+    def key_fields(self) -> dict[str, str]:
+        """What an objective value depends on besides the scheme (computed once)."""
+        if self._key_fields is None:
+            model = copy.deepcopy(self.model)
+            if self.pretrained_model is not None:
+                load_checkpoint(self.pretrained_model, model)
+            data = hashlib.sha256(self.data_name.encode())
+            for x, y in self.test_loader:
+                data.update(_tensor_bytes(x) + _tensor_bytes(y))
+            for x in self._calibration:
+                data.update(_tensor_bytes(x))
+            self._key_fields = {
+                "model": self.model_name,
+                "checkpoint": _state_hash(model),
+                "data": f"{self.data_name}:{data.hexdigest()[:16]}",
+                "mode": f"{self.mode}/{self.config.weight_granularity}",
+                "target": self.latency_target,
+            }
+        objective = f"{self.objective}:epochs={self.epochs}:lr={self.lr:g}"
+        return {**self._key_fields, "objective": objective}
+
+    def cache_key(self, qscheme: Sequence[Any]) -> dict[str, str]:
+        return {**self.key_fields(), "scheme": self.scheme_key(qscheme)}
 
     # ----------------------------------------------------------------- constraints
     def _costs(self, qscheme: Sequence[Any]):
@@ -128,6 +197,25 @@ class MiCoEval:
 
     def eval_macs(self, qscheme: Sequence[Any]) -> float:
         return float(self._costs(qscheme).macs)
+
+    def eval_ram(self, qscheme: Sequence[Any]) -> float:
+        """Bytes of the static arena of the C project ``mico compile`` emits for this scheme in
+        the evaluator's mode (the planner of :mod:`mico.codegen.planner` on the lowered graph,
+        the ``arena`` figure compile reports). Remembered per scheme: lowering takes a while."""
+        key = self.scheme_key(qscheme)
+        if key not in self._ram:
+            from mico.codegen.compile import lower
+            from mico.codegen.planner import plan_graph
+
+            plan = as_plan(list(qscheme), self.layer_names)
+            model = copy.deepcopy(self.model).eval()
+            quantize_model(model, plan, self.config, self.example)
+            batches = self._calibration[:1] or [self.example]
+            if self.mode == "static":
+                calibrate(model, batches)
+            graph, _ = lower(model, self.example[:1], self.mode, batches)
+            self._ram[key] = float(plan_graph(graph).size)
+        return self._ram[key]
 
     def eval_latency(self, qscheme: Sequence[Any], target: str | None = None) -> float:
         """Cycles of one inference on ``target`` (default: the evaluator's latency target).
@@ -162,6 +250,21 @@ class MiCoEval:
         with os.fdopen(fd, "w") as f:
             json.dump(self.history, f, indent=2)
         os.replace(tmp, self.output_json)
+
+
+def _tensor_bytes(x: Any) -> bytes:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().contiguous().numpy().tobytes()
+    return repr(x).encode()
+
+
+def _state_hash(model: nn.Module) -> str:
+    """A hash of a model's weights and buffers (names, shapes, dtypes, values)."""
+    digest = hashlib.sha256()
+    for name, value in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tuple(value.shape)}:{value.dtype}".encode())
+        digest.update(_tensor_bytes(value))
+    return digest.hexdigest()[:24]
 
 
 def _plain(qscheme: Sequence[Any]) -> list[Any]:

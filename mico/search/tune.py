@@ -1,26 +1,34 @@
 """``mico tune``: search per-layer bit-widths of a model under budgets, write the best plan.
 
-One budget per cost (``bops``, ``size``, ``macs``, ``latency``), given as an absolute figure
-with units (``size=4KB``, ``bops=1.5M``) or as a share of the W8A8 cost (``bops=50%``). The
-searcher optimises against the first budget and every result is checked against all of them.
-The run directory (written whole, see :mod:`mico.atomic`) holds ``best_plan.yaml`` (loadable by
-``mico compile --plan``), ``trials.csv`` and ``report.md`` / ``report.json``.
+One budget per cost (``bops``, ``size``, ``macs``, ``latency``, ``ram``), given as an absolute
+figure with units (``size=4KB``, ``bops=1.5M``) or as a share of the W8A8 cost (``bops=50%``).
+The searcher optimises against the first budget and every result is checked against all of them.
+
+Every evaluation is a trial of one persistent Optuna study (:mod:`mico.search.study`), shared
+by ``--workers`` processes and continued by ``--resume``; values come from the evaluation cache
+(:mod:`mico.search.cache`) when it holds them. The run directory holds ``study.db`` (unless
+``--storage`` puts the study elsewhere), ``best_plan.yaml`` (loadable by ``mico compile
+--plan``), ``trials.csv``, ``report.md`` / ``report.json``, ``trajectory.png``, ``pareto.png``,
+``bits.png`` and ``c/``: the C project of the best plan, verified on the host.
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import math
+import os
 import re
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mico.errors import PlanError
+from mico.errors import ConfigError, PlanError
 
 Log = Callable[[str], None]
-COSTS = ("bops", "size", "macs", "latency")
+COSTS = ("bops", "size", "macs", "latency", "ram")
 UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "kb": 1e3, "mb": 1e6, "kib": 1024, "mib": 2**20}
 
 
@@ -73,6 +81,29 @@ class TuneResult:
     costs: dict[str, float]
     budgets: dict[str, float]
     trials: list[dict[str, Any]] = field(default_factory=list)
+    best_trial: int | None = None
+    study: str = ""
+    storage: str = ""
+    objective: str = "ptq_acc"
+    verification: dict[str, Any] | None = None
+
+    @property
+    def primary(self) -> str:
+        return next(iter(self.budgets))
+
+
+def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dict[str, float],
+                   seed: int) -> dict[str, Any]:  # fmt: skip
+    """What a study's trials depend on; ``--resume`` must give the same."""
+    fields = evaluator.key_fields()
+    return {
+        **fields,
+        "layers": list(evaluator.layer_names),
+        "strategy": strategy,
+        "bits": [float(q) for q in qtypes],
+        "budgets": {k: float(v) for k, v in limits.items()},
+        "seed": int(seed),
+    }
 
 
 def tune(
@@ -83,71 +114,227 @@ def tune(
     qtypes: list[int] | None = None,
     seed: int = 0,
     log: Log = print,
+    *,
+    study: Any = None,
+    resume: bool = False,
+    workers: int = 1,
+    spec: Any = None,
 ) -> TuneResult:
-    """Search with ``strategy`` against the first budget; every budget is respected."""
+    """Search with ``strategy`` against the first budget; every budget is respected.
+
+    ``study`` (:class:`~mico.search.study.StudyConfig`) is where the trials go (default: a
+    study in a temporary SQLite file); ``resume`` continues it; ``workers`` > 1 runs that many
+    processes (``spec``, a :class:`~mico.search.study.WorkerSpec`, says how to rebuild them).
+    At most ``trials`` trials finish (all workers together, resumes included).
+    """
     from mico.search.strategies import STRATEGIES as strategies
+    from mico.search.study import StudyConfig, open_study, run_worker, run_workers, sqlite_url
 
     if strategy not in strategies:
         raise PlanError(
             f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(strategies))}"
         )
+    if workers > 1 and spec is None:
+        raise ConfigError("workers > 1 need a WorkerSpec (how each process rebuilds the model)")
     searcher = strategies[strategy](evaluator, qtypes=qtypes or [2, 4, 8], seed=seed)
+    qtypes = list(searcher.qtypes)
     n = evaluator.n_layers
     full = [8] * (2 * n)
     limits = {b.cost: b.resolve(searcher.cost(full, b.cost)) for b in budgets}
     for cost, limit in limits.items():
         searcher._check_budget(cost, limit)  # refused before any training or evaluation
     primary = budgets[0].cost
-    log(f"searching {n} layers x {searcher.qtypes} with {strategy} under "
+    log(f"searching {n} layers x {qtypes} with {strategy} under "
         + ", ".join(f"{k} <= {v:g}" for k, v in limits.items()))  # fmt: skip
-    best_x, best_y = searcher.search(trials, evaluator.objective, primary, limits[primary])
-    for cost, limit in limits.items():  # secondary budgets: keep the best scheme within all
-        if searcher.cost(best_x, cost) > limit:
-            fits = [(s, v) for s, v, _ in searcher.history
-                    if all(searcher.cost(s, c) <= lim for c, lim in limits.items())]  # fmt: skip
-            if not fits:
-                best_x = [searcher.qtypes[0]] * (2 * n)
-                best_y = evaluator.eval_f(best_x)
-            else:
-                best_x, best_y = max(fits, key=lambda t: t[1])
-            break
-    rows = []
-    for i, (s, v, _) in enumerate(searcher.history):
-        row: dict[str, Any] = {"trial": i, "scheme": " ".join(map(str, s)), "objective": v}
-        row.update({c: searcher.cost(s, c) for c in limits})
-        rows.append(row)
-    costs = {c: searcher.cost(best_x, c) for c in limits}
-    return TuneResult(list(best_x), float(best_y), costs, limits, rows)
+    with tempfile.TemporaryDirectory(prefix="mico-study-") as scratch:
+        config = study or StudyConfig(sqlite_url(Path(scratch) / "study.db"), "mico-tune")
+        settings = study_settings(evaluator, strategy, qtypes, limits, seed)
+        handle = open_study(config, settings, resume)
+        if workers > 1:
+            spec.study, spec.limits, spec.primary, spec.trials = config, limits, primary, trials
+            spec.qtypes = qtypes
+            log(f"{workers} workers on study '{config.name}'")
+            run_workers(spec, workers)
+        else:
+            run_worker(evaluator, handle, config, strategy, qtypes, limits, primary, trials,
+                       seed, 0, log)  # fmt: skip
+        return _result(evaluator, handle, config, qtypes, limits, trials, log)
+
+
+def _result(evaluator: Any, handle: Any, config: Any, qtypes: list[Any],
+            limits: dict[str, float], trials: int, log: Log) -> TuneResult:  # fmt: skip
+    """The best feasible trial of the study (the cheapest scheme, evaluated, if none fits)."""
+    from mico.search.study import TrialRunner, best_feasible, trial_rows
+
+    best = best_feasible(handle)
+    if best is None:
+        log("no trial fits every budget: evaluating the cheapest scheme")
+        runner = TrialRunner(handle, config, evaluator, limits, trials, qtypes, 0, log)
+        runner.force = True
+        runner([qtypes[0]] * (2 * evaluator.n_layers))
+        best = best_feasible(handle)
+    if best is None:
+        raise PlanError(
+            f"even the cheapest scheme ({qtypes[0]} bits everywhere) exceeds a budget; raise "
+            + ", ".join(f"{k} {v:g}" for k, v in limits.items())
+        )
+    rows = trial_rows(handle, list(limits))
+    return TuneResult(
+        list(best.user_attrs["qscheme"]),
+        float(best.value),
+        {c: float(v) for c, v in best.user_attrs["costs"].items()},
+        limits,
+        rows,
+        best.number,
+        config.name,
+        _shown_url(config.url),
+        evaluator.objective,
+    )
+
+
+def _shown_url(url: str) -> str:
+    from mico.search.study import _safe_url
+
+    return _safe_url(url)
+
+
+def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: Any,
+                 log: Log = print) -> dict[str, Any]:  # fmt: skip
+    """The C project of ``scheme`` (trained weights, calibrated) in ``directory``, as ``mico
+    compile`` writes it, run on the host against the Python reference (``mico verify``)."""
+    import numpy as np
+    import torch
+
+    from mico.codegen.compile import compile_model
+    from mico.deploy import (
+        DeployOptions,
+        _write_compile_report,
+        verify_compiled,
+        write_verify_report,
+    )
+
+    samples = np.asarray(samples, dtype=np.float32)
+    model = evaluator._fresh(scheme).eval()
+    plan = evaluator.scheme_key(scheme)
+    example = torch.from_numpy(samples[:1])
+    log(f"compiling the best plan ({evaluator.mode} mode) into {directory}")
+    compiled = compile_model(model, example, directory, "model", evaluator.mode,
+                             calibration=evaluator._calibration, force=True,
+                             extras=_write_compile_report, sample_inputs=samples)  # fmt: skip
+    origin = f"{len(samples)} test samples of {evaluator.data_name}"
+    options = DeployOptions(model=evaluator.model_name, plan=plan, mode=evaluator.mode,
+                            out_dir=directory, samples=len(samples), targets=("host",),
+                            samples_origin=origin)  # fmt: skip
+    result = verify_compiled(compiled, samples, options, log)
+    write_verify_report(result, options)
+    agreement = result.results[0].agreement
+    project = compiled.project
+    return {
+        "directory": directory.name,
+        "mode": evaluator.mode,
+        "target": "host",
+        "ok": bool(result.ok),
+        "samples": int(agreement.samples),
+        "exact": int(agreement.exact),
+        "max_abs_diff": float(agreement.max_abs_diff),
+        "weights_bytes": int(project.flash["weights"]),
+        "flash_bytes": int(sum(project.flash.values())),
+        "arena_bytes": int(project.arena.size),
+    }
+
+
+def _write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w", newline="") as handle:
+        handle.write(text)
+    os.chmod(tmp, 0o666 & ~_umask())
+    os.replace(tmp, path)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
-    """``best_plan.yaml``, ``trials.csv``, ``report.md`` and ``report.json`` into ``out``."""
+    """``best_plan.yaml``, ``trials.csv``, ``report.md`` / ``report.json`` and the plots
+    (``trajectory.png``, ``pareto.png``, ``bits.png``) into ``out``, each file atomically."""
+    import io
+
     from mico.quant import as_plan
+    from mico.search.plots import plot_bits, plot_pareto, plot_trajectory
 
     plan = as_plan(result.best_scheme, layer_names)
-    (out / "best_plan.yaml").write_text(plan.to_yaml())
-    with (out / "trials.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(result.trials[0]) if result.trials else
-                                ["trial"])  # fmt: skip
-        writer.writeheader()
-        writer.writerows(result.trials)
+    _write(out / "best_plan.yaml", plan.to_yaml())
+    buffer = io.StringIO()
+    fields = list(result.trials[0]) if result.trials else ["trial"]
+    writer = csv.DictWriter(buffer, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(result.trials)
+    _write(out / "trials.csv", buffer.getvalue())
+    plot_trajectory(result.trials, out / "trajectory.png", result.objective)
+    primary = result.primary
+    plot_pareto(result.trials, out / "pareto.png", primary, result.budgets[primary],
+                result.objective)  # fmt: skip
+    plot_bits(layer_names, result.best_scheme, out / "bits.png")
+    finished = [t for t in result.trials if t.get("state", "COMPLETE") == "COMPLETE"]
     data = {
         "best_plan": plan.to_string(),
         "best_accuracy": result.best_accuracy,
+        "best_trial": result.best_trial,
+        "objective": result.objective,
         "costs": result.costs,
         "budgets": result.budgets,
-        "evaluations": len(result.trials),
+        "evaluations": len(finished),
+        "failed_trials": len(result.trials) - len(finished),
+        "cached": sum(1 for t in finished if t.get("cached")),
+        "study": {"name": result.study, "storage": result.storage},
+        "verification": result.verification,
+        "files": ["best_plan.yaml", "trials.csv", "trajectory.png", "pareto.png", "bits.png"],
     }
-    (out / "report.json").write_text(json.dumps(data, indent=2) + "\n")
+    _write(out / "report.json", json.dumps(data, indent=2, default=_json_default) + "\n")
     lines = [
         "# mico tune",
         "",
-        f"Best plan `{plan.to_string()}`: accuracy {result.best_accuracy:.4f} after "
-        f"{len(result.trials)} evaluations.",
+        f"Best plan `{plan.to_string()}` (trial {result.best_trial}): {result.objective} "
+        f"{result.best_accuracy:.4f} after {len(finished)} evaluations "
+        f"({data['cached']} from the cache, {data['failed_trials']} failed).",
         "",
         "| cost | best plan | budget |",
         "|---|---:|---:|",
         *[f"| {c} | {result.costs[c]:g} | {result.budgets[c]:g} |" for c in result.costs],
         "",
+        f"Study `{result.study}` in `{result.storage}`.",
+        "",
+        "![trajectory](trajectory.png) ![pareto](pareto.png) ![bits](bits.png)",
+        "",
     ]
-    (out / "report.md").write_text("\n".join(lines))
+    lines += _verification_lines(result.verification)
+    _write(out / "report.md", "\n".join(lines))
+
+
+def _verification_lines(v: dict[str, Any] | None) -> list[str]:
+    if v is None:
+        return ["The best plan was not compiled (--no-compile).", ""]
+    if v["ok"] and v["exact"] == v["samples"]:
+        verdict = (f"identical to the Python reference on all {v['samples']} samples "
+                   "(bit-exact)")  # fmt: skip
+    elif v["ok"]:
+        verdict = f"within tolerance of the Python reference ({v['exact']}/{v['samples']} exact)"
+    else:
+        verdict = (f"DIFFERENT from the Python reference ({v['exact']}/{v['samples']} exact, "
+                   f"max abs diff {v['max_abs_diff']:.3g})")  # fmt: skip
+    return [
+        "## C project",
+        "",
+        f"`{v['directory']}/` ({v['mode']} mode): weights {v['weights_bytes']} B, flash "
+        f"{v['flash_bytes']} B, arena {v['arena_bytes']} B. On the {v['target']}: {verdict}.",
+        "",
+    ]
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return str(value)
