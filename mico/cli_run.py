@@ -262,6 +262,8 @@ def tune(
         model_name = model or zoo or type(net).__name__
         store = None if no_cache else EvalCache(cache or default_cache_path())
         extra = {"data_name": f"{name}:seed={seed}", "model_name": model_name}
+        # fresh loaders: the calibration batches are the first shuffle of the seed, as in workers
+        train_loader, test_loader = split.loaders(64, seed=seed)
         evaluator = MiCoEval(net, 1, train_loader, test_loader, weights, cache=store, **extra)
         config = StudyConfig(
             storage or sqlite_url(final / STUDY_FILE), study_name or final.name, heartbeat

@@ -403,6 +403,13 @@ def _worker_main(spec: WorkerSpec, worker: int) -> None:
                          spec.weights, cache=cache, **spec.evaluator_kwargs)  # fmt: skip
     log: Log = (lambda _m: None) if spec.quiet else (lambda m: print(m, flush=True))
     study = load(spec.study)
+    settings = study.user_attrs.get("mico_tune", {})
+    mine = evaluator.key_fields()
+    if any(settings.get(k) != v for k, v in mine.items()):
+        raise ConfigError(
+            f"worker {worker} rebuilt a different evaluator than the study's ({mine} vs "
+            f"{ {k: settings.get(k) for k in mine} }); the model or data are not reproducible"
+        )
     run_worker(evaluator, study, spec.study, spec.strategy, spec.qtypes, spec.limits,
                spec.primary, spec.trials, spec.seed, worker, log)  # fmt: skip
 

@@ -77,3 +77,32 @@ def test_checkpoint_of_another_model_is_refused(trained, tmp_path) -> None:
 
     with pytest.raises(CheckpointError, match=r"LeNet.*SmallCNN"):
         evaluator.eval_f([8] * 6)
+
+
+@pytest.mark.parametrize(
+    ("mode", "scheme"),
+    [
+        ("static", [8, 8, 8, 8, 8, 8]),
+        ("static", [2, 4, 8, 4, 8, 2]),
+        ("static", [1.58, 8, 4, 8, 2, 8]),
+        ("dynamic", [4, 2, 8, 8, 8, 8]),
+    ],
+)
+def test_ram_and_size_equal_what_compile_reports(mode, scheme, digits_split, tmp_path) -> None:
+    """eval_ram is the arena and eval_size the weight bytes `mico compile` reports for the
+    same plan and mode (the arena is planned from shapes and widths, not weights)."""
+    from mico.deploy import DeployOptions, compile_from_options
+    from mico.models import from_zoo
+    from mico.quant import QuantConfig
+
+    train_loader, test_loader = digits_split.loaders(batch_size=64, seed=0)
+    torch.manual_seed(0)
+    evaluator = MiCoEval(from_zoo("small_cnn"), 1, train_loader, test_loader, None,
+                         config=QuantConfig(act_mode=mode))  # fmt: skip
+    plan = evaluator.scheme_key(scheme)
+    options = DeployOptions(model="small_cnn", plan=plan, mode=mode, out_dir=tmp_path / "c")
+    compiled, _ = compile_from_options(options, log=lambda _m: None)
+    project = compiled.project
+    assert evaluator.eval_ram(scheme) == project.arena.size
+    assert evaluator.eval_size(scheme) == project.flash["weights"]
+    assert evaluator.mode == mode
