@@ -25,7 +25,8 @@ SAMPLERS = ("tpe", "gp")
 
 class BayesSearcher(SpaceSearcher):
     """Optuna TPE or GP search; ``n_inits + n_iterations`` evaluations at most, and at most
-    ``trial_factor`` times as many trials (repeated or infeasible proposals cost no evaluation)."""
+    ``trial_factor`` times as many trials (repeated or infeasible proposals cost no evaluation);
+    ``patience`` trials in a row without a new scheme end the search (a spent budget)."""
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class BayesSearcher(SpaceSearcher):
         *,
         sampler: str = "tpe",
         trial_factor: int = 10,
+        patience: int = 50,
         dim_trans: DimTransform | None = None,
         fixed_layers: Mapping[int, Any] | None = None,
     ) -> None:
@@ -46,6 +48,7 @@ class BayesSearcher(SpaceSearcher):
             raise PlanError(f"unknown sampler {sampler!r}; use one of {', '.join(SAMPLERS)}")
         self.sampler = sampler
         self.trial_factor = max(1, int(trial_factor))
+        self.patience = max(1, int(patience))
         self.study: Any = None
 
     def _make_sampler(self) -> Any:
@@ -75,10 +78,13 @@ class BayesSearcher(SpaceSearcher):
                     self.study.enqueue_trial(dict(zip(names, map(int, k), strict=True)))
                 wanted = len(self.evaluated) + max(1, self.n_inits) + n_iterations
                 limit = self.trial_factor * (max(1, self.n_inits) + n_iterations)
+                stale = 0  # trials in a row without a new evaluation
                 for _ in range(limit):
-                    if len(self.evaluated) >= wanted:
+                    if len(self.evaluated) >= wanted or stale >= self.patience:
                         break
+                    before = len(self.evaluated)
                     self._trial(names, space, objective, constraint_type, budget)
+                    stale = 0 if len(self.evaluated) > before else stale + 1
         finally:
             optuna.logging.set_verbosity(verbosity)
 

@@ -163,13 +163,13 @@ class FeasibleRegion:
     constraint: str
     budget: float
     cheapest: float
-    draws: int  # uniform random search vectors drawn
+    draws: int  # random search vectors drawn (uniformly; from the policy for HAQ)
     feasible_draws: int  # of which within the budget
     distinct_feasible: int  # distinct feasible schemes found (drawn, repaired or proposed)
 
     @property
     def share(self) -> float:
-        """The estimated share of the search space within the budget."""
+        """The share of the draws within the budget (for uniform draws, of the space)."""
         return self.feasible_draws / self.draws if self.draws else math.nan
 
 
@@ -197,6 +197,7 @@ class SpaceSearcher(QSearcher):
     """
 
     REPAIR_DRAWS = 64  # uniform draws per wanted sample before repairing
+    STALE_REPAIRS = 16  # repairs in a row that find nothing new end a sampling round
 
     def __init__(
         self,
@@ -329,10 +330,13 @@ class SpaceSearcher(QSearcher):
             found.setdefault(tuple(int(i) for i in k))
             if len(found) >= count:
                 break
+        stale = 0  # repairs in a row that found nothing new: the region is spent
         for k in draws[~fits][: 4 * count]:
-            if len(found) >= count:
+            if len(found) >= count or stale >= self.STALE_REPAIRS:
                 break
-            found.setdefault(tuple(int(i) for i in self.repair(k, constraint_type, budget)))
+            key = tuple(int(i) for i in self.repair(k, constraint_type, budget))
+            stale = stale + 1 if key in found else 0
+            found.setdefault(key)
         self._feasible_seen.update(found)
         return np.array(list(found), dtype=int).reshape(-1, self.dim)
 

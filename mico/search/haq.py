@@ -58,6 +58,8 @@ class HAQSearcher(SpaceSearcher):
         """Walk the dimensions, sampling each width from the policy; then enforce the budget."""
         probs = self.policy()
         k = np.array([self.rng.choice(self.m, p=probs[d]) for d in range(self.dim)], dtype=int)
+        self._draws += 1
+        self._feasible_draws += int(self.costs_of(k, constraint_type)[0] <= budget)
         return self.enforce(k, constraint_type, budget)
 
     def _search(
