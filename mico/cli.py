@@ -537,7 +537,7 @@ def _aten_schema(name: str) -> str | None:
     return None if overload is None else str(overload._schema)
 
 
-from mico import cli_discovery, cli_hw, cli_run  # noqa: E402, F401  (registry, profile, run)
+from mico import cli_discovery, cli_hw, cli_run  # noqa: E402, F401  (registry; profile, targets, latency; run)
 
 
 def main() -> None:

@@ -1,4 +1,6 @@
-"""``mico profile``: measure layer shapes × bit pairs on a target and fit its latency proxy."""
+"""Hardware commands: ``mico profile`` (measure layer shapes × bit pairs on a target and fit
+its latency proxy), ``mico targets`` (the target files and their availability) and
+``mico latency`` (a model's per-layer latency on a target)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,19 @@ from typing import Annotated
 
 import typer
 
-from mico.cli import _friendly_errors, app
+from mico.cli import (
+    CheckpointOpt,
+    DatasetOpt,
+    InputShapeOpt,
+    ModelArg,
+    ModelArgsOpt,
+    PlanOpt,
+    QuietOpt,
+    SeedOpt,
+    _friendly_errors,
+    _log,
+    app,
+)
 
 
 @app.command("profile")
@@ -149,3 +163,133 @@ def targets(
         typer.echo(note)
     if available_only and not shown:
         typer.echo("no target is available here; `mico targets` says what each one needs")
+
+
+@app.command("latency")
+@_friendly_errors
+def latency(
+    model: ModelArg = None,
+    plan: PlanOpt = None,
+    target: Annotated[str, typer.Option(help="A target of `mico targets`.")] = "bitfusion",
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="measured: run the program (host, rv32) or the analytic model (bitfusion); "
+            "proxy: a fitted latency proxy's predictions."
+        ),
+    ] = "measured",
+    png: Annotated[Path | None, typer.Option(help="Also draw a bar chart into this PNG.")] = None,
+    checkpoint: CheckpointOpt = None,
+    c_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--c-mode", help="C mode of the program measured: static (default) or dynamic."
+        ),
+    ] = None,
+    proxy: Annotated[
+        Path | None, typer.Option(help="A proxy JSON (default: the one mico profile fitted).")
+    ] = None,
+    targets_dir: TargetsDirOpt = None,
+    out: Annotated[
+        Path | None,
+        typer.Option("--out", "-o", help="Keep the measured C project here (default: temp)."),
+    ] = None,
+    dataset: DatasetOpt = None,
+    samples: Annotated[
+        int, typer.Option(min=1, help="Samples to calibrate on and to run (measured mode).")
+    ] = 8,
+    repeats: Annotated[int, typer.Option(min=1, help="Timed runs (host wall time).")] = 5,
+    seed: SeedOpt = 0,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the report as JSON here.")
+    ] = None,
+    model_args: ModelArgsOpt = None,
+    input_shape: InputShapeOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Per-layer latency of MODEL under PLAN on TARGET: a table (value and share of the
+    total) and the total, with what the total includes; --png draws it.
+
+    bitfusion: the analytic cycle model per conv/linear layer. host, rv32: the generated C
+    program, every node of one inference counted (callgrind on the host, instret under qemu),
+    plus the release build's instructions per inference. --mode proxy: a fitted proxy.
+
+    Example: mico latency small_cnn --plan 4/8 --target rv32 --png latency.png
+    """
+    import json
+    import tempfile
+
+    import torch
+
+    from mico.deploy import DeployOptions, compile_from_options, load_model
+    from mico.errors import BuildError, ConfigError
+    from mico.hw.latency import (
+        MODES,
+        analytic_report,
+        check_plan,
+        plot_report,
+        program_report,
+        proxy_report,
+    )
+    from mico.hw.layers import model_layer_shapes
+    from mico.targets.catalog import availability, get_target
+
+    if mode not in MODES:
+        raise ConfigError(f"unknown --mode '{mode}'; use --mode {' or --mode '.join(MODES)}")
+    spec = get_target(target, targets_dir or [])
+    log = _log(quiet)
+    program = mode == "measured" and spec.runner in ("host", "qemu-rv32")
+    if mode == "measured" and not program and spec.runner != "analytic-bitfusion":
+        why = {
+            "qemu-rv64": "qemu-user counts no instructions (its wall time is the emulator's)",
+            "verilator-vexriscv": "its cycle counter is not wired into mico latency yet",
+        }.get(spec.runner, "")
+        raise ConfigError(
+            f"mico latency cannot measure on target '{target}' (runner {spec.runner}): {why}; "
+            "use a host, qemu-rv32 or analytic-bitfusion target, or --mode proxy"
+        )
+    if mode == "measured":
+        ok, why = availability(spec)
+        if not ok:
+            raise BuildError(f"target '{target}' is not available here: {why}")
+
+    def options(out_dir: Path, c_mode: str | None) -> DeployOptions:
+        return DeployOptions(
+            model=model, checkpoint=checkpoint, plan=plan, out_dir=out_dir, dataset=dataset,
+            samples=samples, seed=seed, model_args=model_args, input_shape=input_shape,
+            force=True, mode=c_mode,
+        )  # fmt: skip
+
+    with tempfile.TemporaryDirectory(prefix="mico-latency-") as tmp:
+        project_dir = out or Path(tmp) / "project"
+        # the layers' geometry and widths (dynamic: no calibration needed to run it once)
+        quantized, _ = load_model(options(project_dir, "dynamic" if checkpoint is None else None))
+        example_of = getattr(quantized, "example_input", None)
+        if example_of is None:
+            shape = tuple(getattr(quantized, "default_input_shape", ()))
+            if not shape:
+                raise ConfigError("the model has no default input shape; pass --input-shape")
+            example = torch.zeros((1, *shape))
+        else:
+            example = example_of()
+        layers = model_layer_shapes(quantized, example)
+        check_plan(layers, spec)
+        if mode == "proxy":
+            report = proxy_report(layers, spec, proxy)
+        elif not program:
+            report = analytic_report(layers, spec)
+        else:
+            default = "static" if checkpoint is None else None  # a checkpoint: its own mode
+            compiled, inputs = compile_from_options(options(project_dir, c_mode or default), log)
+            log(f"measuring {compiled.project.name} on {target} ({spec.runner})")
+            report = program_report(compiled, inputs, spec, layers, repeats=repeats)
+    what = model or str(checkpoint)
+    title = f"{what} ({plan or 'default plan'}) on {target}"
+    typer.echo(f"latency of {title}: {report.unit}, {mode}")
+    typer.echo(report.table())
+    if png is not None:
+        typer.echo(f"chart: {plot_report(report, png, title=title)}")
+    if json_out is not None:
+        json_out.parent.mkdir(parents=True, exist_ok=True)
+        json_out.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        typer.echo(f"report: {json_out}")

@@ -1,0 +1,290 @@
+"""A model's latency on a target, layer by layer: what ``mico latency`` prints and draws.
+
+Three ways to get the figures, by the target's runner (:mod:`mico.targets.catalog`) and mode:
+
+* ``measured`` on ``analytic-bitfusion``: BitFusion's cycle model per conv/linear layer;
+* ``measured`` on ``host`` / ``qemu-rv32``: the generated C program itself, every node of one
+  inference counted in an instrumented build (:mod:`mico.hw.nodes`), next to the release
+  build's instructions per inference (and, on the host, wall time);
+* ``proxy``: a fitted latency proxy's prediction per layer (:mod:`mico.hw.proxy`).
+
+Each report says what its total includes.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mico.errors import ConfigError
+from mico.hw.layers import LayerShape
+from mico.quant.arithmetic import format_bits
+from mico.targets.catalog import TargetSpec
+
+MODES = ("measured", "proxy")
+
+
+@dataclass(frozen=True)
+class LatencyRow:
+    """One layer (or program node) and its latency in the report's unit."""
+
+    name: str
+    op: str
+    bits: str  # "W/A", or "" for ops without weights
+    value: float
+
+
+@dataclass(frozen=True)
+class LatencyReport:
+    """Per-layer latency of a model on a target, the unit, and what the total covers."""
+
+    target: TargetSpec
+    mode: str
+    unit: str
+    rows: tuple[LatencyRow, ...]
+    includes: str
+    notes: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total(self) -> float:
+        return float(sum(row.value for row in self.rows))
+
+    @property
+    def seconds(self) -> float | None:
+        """The total in seconds when the unit is cycles and the target's clock is known."""
+        if self.unit.endswith("cycles") and self.target.frequency_hz:
+            return self.total / self.target.frequency_hz
+        return None
+
+    def share(self, row: LatencyRow) -> float:
+        """``row``'s part of the total, in percent."""
+        return 100.0 * row.value / self.total if self.total else 0.0
+
+    def table(self) -> str:
+        """The report as fixed-width text: one line per row, then the total."""
+        width = max([len("layer"), *(len(r.name) for r in self.rows)])
+        ops = max([len("op"), *(len(r.op) for r in self.rows)])
+        unit = self.unit
+        lines = [
+            f"{'#':>3}  {'layer':<{width}}  {'op':<{ops}}  {'W/A':<5}  {unit:>14}  {'share':>6}"
+        ]
+        for i, row in enumerate(self.rows, start=1):
+            lines.append(
+                f"{i:>3}  {row.name:<{width}}  {row.op:<{ops}}  {row.bits:<5}  "
+                f"{_number(row.value):>14}  {self.share(row):>5.1f}%"
+            )
+        lines.append(
+            f"{'':>3}  {'total':<{width}}  {'':<{ops}}  {'':<5}  {_number(self.total):>14}  "
+            f"{100.0 if self.total else 0.0:>5.1f}%"
+        )
+        seconds = self.seconds
+        if seconds is not None:
+            lines.append(f"= {seconds * 1e6:.2f} us at {self.target.frequency_hz / 1e6:g} MHz")
+        lines.append(f"total includes: {self.includes}")
+        lines += list(self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target.name,
+            "mode": self.mode,
+            "unit": self.unit,
+            "total": self.total,
+            "includes": self.includes,
+            "layers": [
+                {"name": r.name, "op": r.op, "bits": r.bits, "value": r.value,
+                 "share": self.share(r)}
+                for r in self.rows
+            ],
+            **self.extra,
+        }  # fmt: skip
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if float(value).is_integer() or abs(value) >= 100 else f"{value:.3g}"
+
+
+def _bits(layer: LayerShape) -> str:
+    return f"{format_bits(layer.w_bits)}/{format_bits(layer.a_bits)}"
+
+
+def check_plan(layers: Sequence[LayerShape], target: TargetSpec) -> None:
+    """Every layer's widths must be ones the target runs (its file's ``bits``)."""
+    for layer in layers:
+        target.check_bits(layer.w_bits, layer.a_bits, layer.name)
+
+
+def analytic_report(layers: Sequence[LayerShape], target: TargetSpec) -> LatencyReport:
+    """BitFusion's cycle model, per conv/linear layer (``analytic-bitfusion`` runner)."""
+    from mico.hw.bitfusion import BitFusionConfig, model_cycles
+
+    config = BitFusionConfig(frequency_hz=target.frequency_hz or BitFusionConfig.frequency_hz)
+    estimate = model_cycles(layers, config)
+    rows = tuple(
+        LatencyRow(layer.name, layer.kind, _bits(layer), float(cycles.cycles))
+        for layer, cycles in zip(layers, estimate.layers, strict=True)
+    )
+    bound = sum(c.bound == "memory" for c in estimate.layers)
+    return LatencyReport(
+        target, "measured", "cycles", rows,
+        "the conv and linear layers, run back to back at batch 1 (BitFusion's cycle model "
+        "has no pooling, activation or other ops between layers)",
+        (f"{bound} of {len(rows)} layer(s) are memory-bound",),
+    )  # fmt: skip
+
+
+def proxy_report(
+    layers: Sequence[LayerShape], target: TargetSpec, proxy_path: Path | None = None
+) -> LatencyReport:
+    """A fitted latency proxy's prediction per layer plus its per-model overhead."""
+    from mico.hw.proxy import LatencyProxy
+
+    path = proxy_path or default_proxy_path(target)
+    if not path.is_file():
+        raise ConfigError(
+            f"no latency proxy for target '{target.name}' at '{path}'; fit one with mico profile "
+            f"--target {target.name} (profiling backends: {', '.join(_backends())}) or pass "
+            "--proxy FILE"
+        )
+    proxy = LatencyProxy.load(path)
+    predictions = proxy.predict_layers(layers)
+    rows = [
+        LatencyRow(layer.name, layer.kind, _bits(layer), value)
+        for layer, value in zip(layers, predictions, strict=True)
+    ]
+    if proxy.overhead:
+        rows.append(LatencyRow("(per-model overhead)", "-", "", proxy.overhead))
+    errors = {
+        kind: min(model.holdout_mape.values())
+        for kind, model in proxy.kinds.items()
+        if model.holdout_mape
+    }
+    notes = (
+        "proxy held-out-shape MAPE: "
+        + (", ".join(f"{k} {v:.1f}%" for k, v in sorted(errors.items())) or "not measured"),
+        f"proxy: {path}",
+    )
+    return LatencyReport(
+        target, "proxy", f"{proxy.unit} (predicted)", tuple(rows),
+        "the proxy's predictions for the conv and linear layers plus its fitted per-model "
+        "overhead", notes,
+    )  # fmt: skip
+
+
+def _backends() -> list[str]:
+    from mico.hw.measure import BACKENDS
+
+    return sorted(BACKENDS)
+
+
+def default_proxy_path(target: TargetSpec) -> Path:
+    """Where ``mico profile --target NAME`` saves the target's proxy."""
+    from mico.hw.measure import BACKENDS
+    from mico.hw.profile import profile_path
+
+    fingerprint = BACKENDS[target.name]().fingerprint if target.name in BACKENDS else ""
+    return profile_path(target.name, fingerprint).with_suffix(".proxy.json")
+
+
+def program_report(
+    compiled: Any,
+    samples: np.ndarray,
+    target: TargetSpec,
+    layers: Sequence[LayerShape] = (),
+    repeats: int = 5,
+) -> LatencyReport:
+    """Measure the compiled C program on a ``host`` or ``qemu-rv32`` target: each node of one
+    inference in an instrumented build, and the release build's instructions per inference."""
+    from mico.hw.nodes import node_costs
+    from mico.targets import host, rv32
+
+    project = compiled.project
+    samples = np.asarray(samples, dtype=np.float32)
+    by_node = {node.name: node for node in compiled.graph.nodes}
+    bits = {layer.name: _bits(layer) for layer in layers}
+    costs = node_costs(project, target.runner, samples[0])
+    rows = []
+    for name, count in costs.nodes:
+        node = by_node.get(name)
+        layer = node.attrs.get("layer") if node is not None else None
+        op = node.op.removeprefix("mico.") if node is not None else "?"
+        rows.append(LatencyRow(layer or name, op, bits.get(layer or "", ""), float(count)))
+    rows.append(LatencyRow("(output copy)", "memcpy", "", float(costs.tail)))
+    extra: dict[str, Any] = {}
+    if target.runner == "host":
+        host.build(project)
+        profile = host.profile(project, samples, repeats=repeats)
+        release = profile.instructions_per_inference
+        first = int(profile.instructions[0])
+        low, high = profile.wall_spread
+        wall = (
+            f"wall time per inference (native, {repeats} runs of "
+            f"{profile.inferences_per_timed_run} inferences): median "
+            f"{profile.wall_median * 1e6:.2f} us, min {low * 1e6:.2f} us, max {high * 1e6:.2f} us"
+        )
+        extra["wall_seconds"] = {"median": profile.wall_median, "min": low, "max": high}
+        how = "callgrind"
+    else:
+        rv32.build(project)
+        run = rv32.run(project, samples)
+        release, first = run.instructions_per_inference, int(run.instructions[0])
+        wall = ""
+        how = "qemu -icount, instret"
+    extra["release_instructions_per_inference"] = release
+    extra["release_instructions_sample0"] = first
+    total = int(sum(row.value for row in rows))
+    notes = [
+        f"release build: {release:,} instructions per inference (largest of {len(samples)} "
+        f"samples, {how}); on sample 0 {first:,}",
+        f"the rows come from an instrumented build of sample 0 (DEBUG=1, a marker after every "
+        f"node): {total:,}, {total - first:+,} against the release build",
+    ]
+    if wall:
+        notes.append(wall)
+    return LatencyReport(
+        target, "measured", "instructions", tuple(rows),
+        f"everything {project.name}_run executes for one inference: the first row also holds "
+        "the input check, the last the copy of the output to the caller; no start-up, no I/O",
+        tuple(notes), extra,
+    )  # fmt: skip
+
+
+def plot_report(report: LatencyReport, path: str | Path, title: str = "") -> Path:
+    """A horizontal bar chart of the rows (value and share) as a PNG, written atomically."""
+    from matplotlib.figure import Figure
+
+    out = Path(path)
+    rows = list(report.rows)
+    height = max(2.5, 0.35 * len(rows) + 1.5)
+    fig = Figure(figsize=(9, height), dpi=100, layout="constrained")
+    ax = fig.subplots()
+    labels = [f"{r.name} ({r.bits})" if r.bits else r.name for r in rows]
+    values = [r.value for r in rows]
+    positions = np.arange(len(rows))
+    ax.barh(positions, values, color="tab:blue", alpha=0.8)
+    ax.set_yticks(positions, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(report.unit)
+    for y, row in zip(positions, rows, strict=True):
+        ax.text(row.value, y, f" {report.share(row):.1f}%", va="center", fontsize=7)
+    if values:
+        ax.set_xlim(0, max(values) * 1.15 or 1)
+    head = title or f"latency on {report.target.name} ({report.mode})"
+    ax.set_title(f"{head}: total {_number(report.total)} {report.unit}", fontsize=10)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".png", dir=out.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, format="png")
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

@@ -1,0 +1,228 @@
+"""Per-node cost of a generated C program, measured on the program itself.
+
+The generated ``<name>_run`` marks the end of every node with ``MICO_DUMP`` when built with
+``DEBUG=1``. A copy of the project is built that way with a profiling ``main.c`` whose
+``mico_debug_dump`` is a marker that copies nothing, and run on one sample:
+
+* rv32 (qemu-system-riscv32 ``-icount``): the marker reads the ``instret`` CSR on entry and on
+  exit, so each node's count is the instructions retired between two markers, the markers'
+  own bodies excluded (the call and a few register moves of each marker remain);
+* host (callgrind): collection runs only inside ``<name>_run`` and a profile part is dumped
+  after each marker, so each part is one node plus its marker (a call and two stores, about
+  15 instructions).
+
+The first node's figure also holds ``<name>_run``'s input check; what follows the last node
+(copying the output to the caller) is reported as ``tail``. The project's own build is left
+untouched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from mico.codegen.makefile import QEMU_RV32, executable
+from mico.codegen.project import CProject
+from mico.errors import BuildError
+from mico.targets.io import TAIL, exit_status, require_tools, run_make, run_program, text
+
+MARKER = "mico_debug_dump"
+_NODE = re.compile(r"^node (\S+) (\d+)\s*$", re.M)
+_TAIL_LINE = re.compile(r"^tail (\d+)\s*$", re.M)
+_SUMMARY = re.compile(r"^summary:\s*(\d+)\s*$", re.M)
+_TRIGGER = re.compile(r"^desc: Trigger: (.*)$", re.M)
+
+
+@dataclass(frozen=True)
+class NodeCosts:
+    """What each node of one inference cost, in schedule order, and what followed them."""
+
+    nodes: tuple[tuple[str, int], ...]  # (node name, instructions)
+    tail: int  # after the last node: the output copy and return
+
+    @property
+    def total(self) -> int:
+        return sum(count for _, count in self.nodes) + self.tail
+
+
+def profiling_main(name: str) -> str:
+    """The ``main.c`` of the instrumented copy: one sample, a marker per node, counts printed."""
+    up = name.upper()
+    return f"""/* main.c - written by mico latency: run {name}_run once on the first sample of
+ * inputs.bin; {MARKER} (called after every node in a DEBUG=1 build) marks node ends. */
+#include <stdio.h>
+
+#include "mico_nn.h"
+#include "{name}.h"
+
+#define MICO_MAX_NODES 4096
+
+static const char *mico_names[MICO_MAX_NODES];
+static unsigned long mico_counts[MICO_MAX_NODES];
+static unsigned long mico_nodes;
+static unsigned long mico_last;
+
+#if defined(__riscv)
+static unsigned long mico_instret(void)
+{{
+    unsigned long value;
+    __asm__ volatile(".insn i 0x73, 2, %0, zero, -1022" : "=r"(value));
+    return value;
+}}
+#else
+static unsigned long mico_instret(void) /* the host counts under callgrind instead */
+{{
+    return 0;
+}}
+#endif
+
+void {MARKER}(const char *name, const void *data, size_t bytes);
+__attribute__((noinline)) void {MARKER}(const char *name, const void *data, size_t bytes)
+{{
+    unsigned long now = mico_instret();
+    (void)data;
+    (void)bytes;
+    if (mico_nodes < MICO_MAX_NODES) {{
+        mico_names[mico_nodes] = name;
+        mico_counts[mico_nodes] = now - mico_last;
+    }}
+    mico_nodes++;
+    mico_last = mico_instret();
+}}
+
+int main(void)
+{{
+    static float input[{up}_INPUT_SIZE];
+    static {name}_output_t output[{up}_OUTPUT_SIZE];
+    unsigned long k, tail;
+    int status;
+    FILE *in = fopen("inputs.bin", "rb");
+    if (!in || fread(input, sizeof input, 1, in) != 1) {{
+        fprintf(stderr, "error: cannot read one sample from inputs.bin\\n");
+        return 1;
+    }}
+    fclose(in);
+    mico_last = mico_instret();
+    status = {name}_run(input, output);
+    tail = mico_instret() - mico_last;
+    if (status != {up}_OK) {{
+        fprintf(stderr, "error: {name}_run returned %d\\n", status);
+        return 1;
+    }}
+    for (k = 0; k < mico_nodes && k < MICO_MAX_NODES; k++) {{
+        printf("node %s %lu\\n", mico_names[k], mico_counts[k]);
+    }}
+    printf("tail %lu\\n", tail);
+    return 0;
+}}
+"""
+
+
+def _instrumented(project: CProject, sample: np.ndarray, root: Path) -> CProject:
+    """A copy of ``project`` under ``root`` with the profiling main and one sample."""
+    copy = dataclasses.replace(project, directory=root / "project")
+    shutil.copytree(project.directory, copy.directory)
+    (copy.directory / "main.c").write_text(profiling_main(project.name))
+    from mico.targets.io import write_samples
+
+    if write_samples(project, np.asarray(sample)[None], copy.directory / "inputs.bin") != 1:
+        raise BuildError("per-node profiling needs one sample")
+    return copy
+
+
+def _parse(console: str, program: str) -> NodeCosts:
+    nodes = tuple((name, int(count)) for name, count in _NODE.findall(console))
+    tail = _TAIL_LINE.search(console)
+    if tail is None:
+        raise BuildError(f"{program} printed no node counts:\n{console[-TAIL:]}")
+    return NodeCosts(nodes, int(tail.group(1)))
+
+
+def rv32_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600) -> NodeCosts:
+    """Instructions of every node of one inference on rv32 (qemu ``-icount``, ``instret``)."""
+    from mico.targets.rv32 import TOOLS
+
+    require_tools("rv32", TOOLS)
+    with tempfile.TemporaryDirectory(prefix="mico-nodes-rv32-") as tmp:
+        copy = _instrumented(project, sample, Path(tmp))
+        run_make(copy, ["TARGET=rv32", "DEBUG=1"], timeout, f"building {copy.name} (rv32, nodes)")
+        elf = copy.directory / executable(copy.name, "rv32")
+        command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
+        try:
+            result = subprocess.run(
+                command, cwd=copy.directory, capture_output=True, text=True,
+                timeout=timeout, check=False,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired as exc:
+            output = (text(exc.stdout) + text(exc.stderr))[-TAIL:]
+            raise BuildError(
+                f"qemu ran the instrumented {elf.name} for more than {timeout:g} s:\n{output}"
+            ) from None
+        console = result.stdout + result.stderr
+        if result.returncode != 0:
+            raise BuildError(
+                f"the instrumented {elf.name} under qemu failed "
+                f"({exit_status(result.returncode)}):\n{console[-TAIL:]}"
+            )
+    return _parse(console, f"the instrumented {elf.name}")
+
+
+def host_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600) -> NodeCosts:
+    """Instructions of every node of one inference on the host, counted by callgrind."""
+    from mico.targets.host import TOOLS, require_valgrind
+
+    require_tools("host", TOOLS)
+    require_valgrind()
+    with tempfile.TemporaryDirectory(prefix="mico-nodes-host-") as tmp:
+        copy = _instrumented(project, sample, Path(tmp))
+        run_make(copy, ["TARGET=host", "DEBUG=1"], timeout, f"building {copy.name} (nodes)")
+        exe = copy.directory / executable(copy.name, "host")
+        out = Path(tmp) / "callgrind.out"
+        command = [
+            "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+            f"--toggle-collect={copy.name}_run", f"--dump-after={MARKER}",
+            "--dump-instr=no", "--dump-line=no", str(exe),
+        ]  # fmt: skip
+        env = {**os.environ, "LD_BIND_NOW": "1"}
+        result = run_program(command, f"the instrumented {exe.name} under callgrind", timeout,
+                             cwd=copy.directory, env=env)  # fmt: skip
+        names = [name for name, _ in _NODE.findall(result.stdout)]
+        parts = sorted(Path(tmp).glob("callgrind.out.*"), key=lambda p: int(p.suffix[1:]))
+        counts, tail = [], 0
+        for part in [*parts, out]:
+            data = part.read_text(errors="replace")
+            trigger, summary = _TRIGGER.search(data), _SUMMARY.search(data)
+            if trigger is None or summary is None:
+                continue
+            if trigger.group(1).startswith("--dump-after"):
+                counts.append(int(summary.group(1)))
+            elif "termination" in trigger.group(1):
+                tail = int(summary.group(1))
+    if len(counts) != len(names):
+        raise BuildError(
+            f"callgrind saw {len(counts)} node markers but the program named {len(names)} nodes"
+        )
+    return NodeCosts(tuple(zip(names, counts, strict=True)), tail)
+
+
+def node_costs(
+    project: CProject, runner: str, sample: np.ndarray, timeout: float = 600
+) -> NodeCosts:
+    """Per-node instructions of one inference of ``project`` with a target runner
+    (``host`` or ``qemu-rv32``, see :mod:`mico.targets.catalog`)."""
+    if runner == "qemu-rv32":
+        return rv32_node_costs(project, sample, timeout)
+    if runner == "host":
+        return host_node_costs(project, sample, timeout)
+    raise BuildError(
+        f"per-node counts are measured with the host and qemu-rv32 runners, not '{runner}'"
+    )
