@@ -134,3 +134,56 @@ def test_workflow_4_generates_code_beside_the_checkpoint(tmp_path, monkeypatch) 
         clash.convert("output", "notes")
     assert (tmp_path / "output/notes.h").read_text() == "mine"
     assert (tmp_path / "output/ckpt/lenet_mnist.pth").read_bytes() == checkpoint
+
+
+# --- seed 003's searchers (issue 14): MiCoSearcher, BayesSearcher, HAQSearcher, DimTransform ----
+@pytest.fixture(scope="module")
+def lenet_evaluator(tmp_path_factory):
+    from mico.search import MiCoEval
+
+    torch.manual_seed(0)
+    model = LeNet(in_channels=1)
+    model.set_qscheme([[8] * model.n_layers, [8] * model.n_layers])
+    train_loader, test_loader = digits_loaders(batch_size=64, resize=28)
+    model.train_loop(2, train_loader, test_loader, verbose=False)
+    path = tmp_path_factory.mktemp("ckpt") / "lenet_mnist.pth"
+    torch.save(model.state_dict(), path)
+    return MiCoEval(model, 1, train_loader, test_loader, path)
+
+
+@pytest.mark.slow
+def test_example_1_mpq_search_and_its_variants(lenet_evaluator) -> None:
+    from mico.search import BayesSearcher, DimTransform, HAQSearcher, MiCoSearcher
+
+    evaluator, model = lenet_evaluator, lenet_evaluator.model
+    # Example 1 (search part), as the seed writes it
+    searcher = MiCoSearcher(evaluator, n_inits=10, qtypes=[4, 5, 6, 7, 8])
+    max_bops = evaluator.eval_bops([8] * model.n_layers * 2)
+    best_config, best_acc = searcher.search(40, "ptq_acc", "bops", max_bops * 0.5)
+    assert evaluator.eval_bops(best_config) <= max_bops * 0.5
+    assert 0.7 < best_acc <= 1.0 and len(evaluator.history) == 50
+    assert best_acc == max(h["ptq_acc"] for h in evaluator.history
+                           if evaluator.eval_bops(h["qscheme"]) <= max_bops * 0.5)  # fmt: skip
+
+    # "Search Interface": keywords, constraint_value=0.5 is 50% of INT8 BOPs
+    searcher = BayesSearcher(evaluator, n_inits=3, qtypes=[4, 5, 6, 7, 8])
+    best_x, best_y = searcher.search(
+        n_iterations=3,
+        objective="ptq_acc",  # Maximize accuracy
+        constraint="bops",  # Constraint type (bops, size, latency_*)
+        constraint_value=0.5,  # 50% of INT8 BOPs
+    )
+    assert evaluator.eval_bops(best_x) <= max_bops * 0.5
+    assert best_y == max(v for s, v, c in searcher.history if c <= max_bops * 0.5)
+
+    # "Best practices": a small search first; and the RL searcher on a size budget
+    searcher = HAQSearcher(evaluator, n_inits=5, qtypes=[6, 7, 8])
+    constraint = evaluator.eval_size([8] * model.n_layers * 2) * 0.9
+    best_x, _ = searcher.search(3, "ptq_acc", "size", constraint)
+    assert evaluator.eval_size(best_x) <= constraint and min(best_x) >= 6
+
+    # "Dimension transformation": search fewer dimensions than the model has widths
+    dim_transform = DimTransform(in_dim=4, out_dim=model.n_layers * 2, method="expand")
+    searcher = MiCoSearcher(evaluator, n_inits=3, qtypes=[4, 5, 6, 7, 8], dim_trans=dim_transform)
+    best_x, _ = searcher.search(2, "ptq_acc", "bops", max_bops * 0.5)
+    assert searcher.dim == 4 and best_x == dim_transform.expand(dim_transform.reduce(best_x))
