@@ -248,12 +248,43 @@ def program_report(
     ]
     if wall:
         notes.append(wall)
+    fit = memory_note(project, target)
+    if fit:
+        notes.append(fit)
     return LatencyReport(
         target, "measured", "instructions", tuple(rows),
         f"everything {project.name}_run executes for one inference: the first row also holds "
         "the input check, the last the copy of the output to the caller; no start-up, no I/O",
         tuple(notes), extra,
     )  # fmt: skip
+
+
+def memory_note(project: Any, target: TargetSpec) -> str:
+    """The model's flash and RAM against the target's, when the target file limits them.
+
+    On ``qemu-rv32`` targets the sizes are the model and kernels linked alone for rv32
+    (:func:`mico.targets.rv32.model_sizes`); elsewhere the constants and the arena.
+    """
+    if target.flash_bytes is None and target.ram_bytes is None:
+        return ""
+    if target.runner == "qemu-rv32":
+        from mico.targets.rv32 import model_sizes
+
+        sizes = model_sizes(project)
+        used = {"flash": sizes["flash"], "RAM": sizes["ram"]}
+        how = "the model and kernels linked alone for rv32"
+    else:
+        used = {"flash": project.const_bytes, "RAM": project.arena.size}
+        how = "constants and arena"
+    parts, over = [], []
+    for what, limit in (("flash", target.flash_bytes), ("RAM", target.ram_bytes)):
+        if limit is None:
+            continue
+        parts.append(f"{what} {used[what]:,} B of {limit:,} B ({100 * used[what] / limit:.1f}%)")
+        if used[what] > limit:
+            over.append(what)
+    verdict = f"DOES NOT FIT the {' and '.join(over)}" if over else "fits"
+    return f"memory ({how}): {', '.join(parts)}: {verdict}"
 
 
 def plot_report(report: LatencyReport, path: str | Path, title: str = "") -> Path:

@@ -99,12 +99,24 @@ def test_host_program_measured_per_node():
 
 
 @pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
-def test_rv32_program_measured_per_node(tmp_path):
+def test_rv32_board_program_measured_per_node(tmp_path):
+    boards = tmp_path / "boards"
+    boards.mkdir()
+    (boards / "tiny.yaml").write_text(
+        "name: tiny\ndescription: an rv32 board with 256 bytes of RAM\nisa: rv32imac\n"
+        "memory: {flash: 64 KiB, ram: 256}\nbits: {weight: [2, 4, 8], activation: [4, 8]}\n"
+        "runner: qemu-rv32\ncost: instructions\n"
+    )
     result = runner.invoke(
         app, ["latency", "small_cnn", "--plan", "conv1=8/8,conv2=4/4,fc=2/8", "--target",
-              "rv32", "--samples", "2", "-q", "--out", str(tmp_path / "project")],
+              "tiny", "--targets-dir", str(boards), "--samples", "2", "-q",
+              "--out", str(tmp_path / "project")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
+    assert re.search(
+        r"flash [\d,]+ B of 65,536 B \([\d.]+%\), RAM [\d,]+ B of 256 B", result.output
+    )
+    assert "DOES NOT FIT the RAM" in result.output
     rows = _rows(result.output)
     assert rows["conv2"] > rows["fc"] > 0
     first = int(re.search(r"on sample 0 ([\d,]+)", result.output).group(1).replace(",", ""))
