@@ -1,0 +1,196 @@
+"""The persistent study of mico tune: every evaluation a trial; resume re-evaluates nothing;
+Ctrl-C and SIGKILL lose no finished trial; stale trials are failed and retried; worker processes
+share one study (SQLite, and a real PostgreSQL server) with no duplicate and no loss."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+
+from mico.errors import ConfigError
+from mico.search import MiCoEval
+from mico.search.study import StudyConfig, TrialRunner, open_study, sqlite_url
+from mico.search.tune import parse_budgets, study_settings, tune
+
+MICO = [sys.executable, "-c", "from mico.cli import main; main()"]
+
+
+def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    storage = optuna.storages.RDBStorage(url)
+    return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
+
+
+def _complete(trials: list) -> dict[int, tuple[str, float]]:
+    return {t.number: (t.user_attrs["scheme"], t.value) for t in trials
+            if t.state.name == "COMPLETE"}  # fmt: skip
+
+
+def _evaluator(model, split, counter: list | None = None) -> MiCoEval:
+    train_loader, test_loader = split.loaders(batch_size=64, seed=0)
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, None, data_name="digits")
+    if counter is not None:
+        real = evaluator.eval_ptq_acc
+
+        def counted(qscheme):
+            counter.append(evaluator.scheme_key(qscheme))
+            return real(qscheme)
+
+        evaluator.eval_ptq_acc = counted
+    return evaluator
+
+
+def test_resume_continues_the_study_and_reevaluates_nothing(trained_cnn, digits_split, tmp_path):
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s")
+    budgets = parse_budgets("bops=60%")
+    calls: list[str] = []
+    lines: list[str] = []
+    ev = _evaluator(trained_cnn, digits_split, calls)
+    first = tune(ev, budgets, "random", 4, [2, 4, 8], 0, lines.append, study=config)
+    assert len(calls) == 4 and len(set(calls)) == 4
+    done = _complete(_trials(config.url, "s"))
+    assert sorted(s for s, _ in done.values()) == sorted(calls)
+    assert [r["trial"] for r in first.trials] == sorted(done)
+    assert sum("best feasible" in line for line in lines) == 4  # a progress line per trial
+    with pytest.raises(ConfigError, match="pass --resume"):
+        tune(_evaluator(trained_cnn, digits_split), budgets, "random", 4, [2, 4, 8], 0,
+             print, study=config)  # fmt: skip
+    with pytest.raises(ConfigError, match=r"other settings.*budgets"):
+        tune(_evaluator(trained_cnn, digits_split), parse_budgets("bops=70%"), "random", 4,
+             [2, 4, 8], 0, print, study=config, resume=True)  # fmt: skip
+    calls.clear()
+    ev = _evaluator(trained_cnn, digits_split, calls)
+    more = tune(ev, budgets, "random", 6, [2, 4, 8], 0, print, study=config, resume=True)
+    after = _complete(_trials(config.url, "s"))
+    assert len(calls) == 2 and len(after) == 6  # the 4 finished ones came from the study
+    assert all(after[n] == done[n] for n in done)
+    assert more.best_accuracy >= first.best_accuracy
+    calls.clear()
+    tune(_evaluator(trained_cnn, digits_split, calls), budgets, "random", 6, [2, 4, 8], 0,
+         print, study=config, resume=True)  # fmt: skip
+    assert calls == []
+    with pytest.raises(ConfigError, match="no study 'other'"):
+        tune(ev, budgets, "random", 2, [2, 4, 8], 0, print,
+             study=StudyConfig(config.url, "other"), resume=True)  # fmt: skip
+
+
+def test_ctrl_c_fails_only_the_running_trial(trained_cnn, digits_split, tmp_path):
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s")
+    budgets = parse_budgets("bops=60%")
+    ev = _evaluator(trained_cnn, digits_split)
+    real, calls = ev.eval_ptq_acc, []
+
+    def interrupted(qscheme):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(qscheme)
+
+    ev.eval_ptq_acc = interrupted
+    with pytest.raises(KeyboardInterrupt):
+        tune(ev, budgets, "random", 5, [2, 4, 8], 0, print, study=config)
+    trials = _trials(config.url, "s")
+    assert [t.state.name for t in trials] == ["COMPLETE", "COMPLETE", "FAIL"]
+    result = tune(_evaluator(trained_cnn, digits_split), budgets, "random", 5, [2, 4, 8], 0,
+                  print, study=config, resume=True)  # fmt: skip
+    trials = _trials(config.url, "s")
+    assert len(_complete(trials)) == 5 and len(result.trials) == 6  # the failed one is listed
+    assert trials[2].user_attrs["scheme"] in {s for s, _ in _complete(trials).values()}
+
+
+def test_stale_trial_is_failed_and_retried(trained_cnn, digits_split, tmp_path):
+    """A RUNNING trial whose heartbeat stopped (its worker died) is failed after the grace
+    period and retried by the next worker that needs it."""
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s", heartbeat=1, poll=0.05)
+    ev = _evaluator(trained_cnn, digits_split)
+    limits = {"bops": 1e12}
+    study = open_study(config, study_settings(ev, "random", [2, 4, 8], limits, 0), False)
+    scheme = [4] * 6
+    dead = study.ask()  # what a killed worker leaves behind
+    dead.set_user_attr("scheme", ev.scheme_key(scheme))
+    dead.set_user_attr("qscheme", scheme)
+    study._storage.record_heartbeat(dead._trial_id)
+    runner = TrialRunner(study, config, ev, limits, 5, [2, 4, 8], log=lambda _m: None)
+    start = time.monotonic()
+    value = runner(scheme)
+    assert time.monotonic() - start >= 1.5  # waited for the grace period, not evaluated twice
+    trials = study.get_trials()
+    assert [t.state.name for t in trials] == ["FAIL", "COMPLETE"]
+    assert trials[1].system_attrs["failed_trial"] == 0 and trials[1].value == value
+    assert runner(scheme) == value and len(study.get_trials()) == 2  # now answered at once
+
+
+def _tune_cmd(out: Path, *extra: str) -> list[str]:
+    return [*MICO, "tune", "small_cnn", "--epochs", "0", "--strategy", "random", "--budget",
+            "bops=60%", "--no-compile", "--heartbeat", "1", "-o", str(out), *extra]  # fmt: skip
+
+
+def test_sigkill_then_resume_keeps_every_finished_trial(tmp_path):
+    out = tmp_path / "run"
+    url, name = sqlite_url(out / "study.db"), "run"
+    proc = subprocess.Popen(_tune_cmd(out, "--trials", "8"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (out / "study.db").exists():
+                try:
+                    if len(_complete(_trials(url, name))) >= 3:
+                        break
+                except Exception:  # the study is being created
+                    pass
+            time.sleep(0.05)
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _trials(url, name)
+    finished = _complete(before)
+    running = [t.number for t in before if t.state.name == "RUNNING"]
+    assert len(finished) >= 3
+    resumed = subprocess.run(_tune_cmd(out, "--trials", "8", "--resume"), capture_output=True,
+                             text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    after = _trials(url, name)
+    done = _complete(after)
+    assert all(done[n] == finished[n] for n in finished)  # every finished trial kept as it was
+    assert len(done) == 8 and len({s for s, _ in done.values()}) == 8
+    for number in running:  # the trial killed mid-run: failed, then retried
+        assert after[number].state.name == "FAIL"
+        assert any(t.system_attrs.get("failed_trial") == number for t in after
+                   if t.state.name == "COMPLETE")  # fmt: skip
+    assert (out / "best_plan.yaml").is_file()
+
+
+def _two_workers(out: Path, url: str, name: str, *extra: str) -> None:
+    run = subprocess.run(_tune_cmd(out, "--trials", "6", "--workers", "2", *extra),
+                         capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    trials = _trials(url, name)
+    done = _complete(trials)
+    assert len(done) == 6  # no loss ...
+    assert len({s for s, _ in done.values()}) == 6  # ... and no scheme evaluated twice
+    assert {t.user_attrs["worker"] for t in trials if t.state.name == "COMPLETE"} <= {1, 2}
+    for t in trials:  # anything else is a claim that lost a race, never a finished evaluation
+        assert t.state.name == "COMPLETE" or "mico_void" in t.user_attrs, t
+    lines = (out / "trials.csv").read_text().splitlines()
+    assert len(lines) == 1 + 6
+
+
+def test_two_workers_share_one_sqlite_study(tmp_path):
+    out = tmp_path / "run"
+    _two_workers(out, sqlite_url(out / "study.db"), "run")
+
+
+def test_two_workers_share_one_postgresql_study(postgres_url, tmp_path):
+    out = tmp_path / "pgrun"
+    _two_workers(out, postgres_url, "pg-study", "--storage", postgres_url, "--study", "pg-study")
+    assert not (out / "study.db").exists()
