@@ -29,7 +29,8 @@ from mico.errors import ConfigError, PlanError
 
 Log = Callable[[str], None]
 COSTS = ("bops", "size", "macs", "latency", "ram")
-UNITS = {"": 1, "k": 1e3, "m": 1e6, "g": 1e9, "kb": 1e3, "mb": 1e6, "kib": 1024, "mib": 2**20}
+UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "kb": 1e3, "mb": 1e6, "kib": 1024,
+         "mib": 2**20}  # fmt: skip
 
 
 @dataclass

@@ -16,18 +16,19 @@ runner = CliRunner()
 
 
 def test_budget_parsing():
-    b = parse_budgets("bops=50%, size=4KB,macs=1.5M,latency=2k")
+    b = parse_budgets("bops=50%, size=4KB,macs=1.5M,latency=2k,ram=1KiB")
     assert [(x.cost, x.value, x.share) for x in b] == [
         ("bops", None, 0.5), ("size", 4000.0, None), ("macs", 1.5e6, None),
-        ("latency", 2000.0, None)]  # fmt: skip
+        ("latency", 2000.0, None), ("ram", 1024.0, None)]  # fmt: skip
     assert parse_budgets("size=2KiB")[0].value == 2048
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("flops=3", "must be COST=VALUE with COST one of bops, size, macs, latency"),
+        ("flops=3", "must be COST=VALUE with COST one of bops, size, macs, latency, ram"),
         ("bops=lots", "is not a number with an optional unit"),
+        ("size=4XB", "(b, k, m, g, kb, mb, kib, mib or %)"),
         ("bops=-5", "is not a number"),
         ("bops=0", "must be positive"),
         ("bops=1,bops=2", "given twice"),
@@ -43,18 +44,53 @@ def test_bad_budgets(text, message):
 def test_tune_writes_a_plan_that_fits_and_compiles(tmp_path):
     out = tmp_path / "tune"
     result = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=50%,size=70%",
-                                 "--epochs", "2", "-o", str(out), "-q"])  # fmt: skip
+                                 "--epochs", "2", "-o", str(out)])  # fmt: skip
     assert result.exit_code == 0, result.output
-    for name in ("best_plan.yaml", "trials.csv", "report.md", "report.json", "fp32.pt"):
+    for name in ("best_plan.yaml", "trials.csv", "report.md", "report.json", "fp32.pt",
+                 "study.db", "trajectory.png", "pareto.png", "bits.png"):  # fmt: skip
         assert (out / name).is_file(), name
+    for name in ("trajectory.png", "pareto.png", "bits.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     report = json.loads((out / "report.json").read_text())
     for cost, value in report["costs"].items():
         assert value <= report["budgets"][cost]
+    progress = [line for line in result.output.splitlines() if line.startswith("trial ")]
+    assert len(progress) == report["evaluations"] and "best feasible" in progress[-1]
+    best = f"best feasible {report['best_accuracy']:.4f} (trial {report['best_trial']})"
+    assert best in progress[-1]
+    # the best plan's C project, compiled and run on the host: bit-exact in static mode
+    verification = report["verification"]
+    assert verification["ok"] and verification["exact"] == verification["samples"] == 32
+    assert verification["weights_bytes"] == report["costs"]["size"]
+    assert (out / "c" / "model.c").is_file() and (out / "c" / "verify.json").is_file()
+    assert "identical to the Python reference on all 32 samples" in (out / "report.md").read_text()
+    assert "identical to the Python reference on the host" in result.output
     plan = str(out / "best_plan.yaml")
     compiled = runner.invoke(app, ["compile", "small_cnn", "--plan", plan, "--mode", "static",
                                    "-o", str(tmp_path / "c"), "-q"])  # fmt: skip
     assert compiled.exit_code == 0, compiled.output
     assert f"(weights {int(report['costs']['size'])} B)" in compiled.output
+    # resumed, quiet: nothing is evaluated again and only the summary is printed
+    again = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=50%,size=70%",
+                                "--epochs", "2", "-o", str(out), "--resume", "-q"])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    assert [line.split(":")[0] for line in again.output.splitlines()] == [
+        "best plan",
+        "C project " + str(out / "c") + " (static)",
+    ]
+    assert json.loads((out / "report.json").read_text())["evaluations"] == report["evaluations"]
+
+
+@pytest.mark.slow
+def test_ram_budget_is_the_compiled_arena(tmp_path):
+    out = tmp_path / "ram"
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "ram=400B", "--epochs", "0",
+                                 "--strategy", "random", "--trials", "3", "-o", str(out),
+                                 "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["costs"]["ram"] <= 400
+    assert report["verification"]["arena_bytes"] == report["costs"]["ram"]
 
 
 def test_impossible_budget_is_refused_before_training(tmp_path):
