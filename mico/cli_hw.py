@@ -210,9 +210,10 @@ def latency(
     """Per-layer latency of MODEL under PLAN on TARGET: a table (value and share of the
     total) and the total, with what the total includes; --png draws it.
 
-    bitfusion: the analytic cycle model per conv/linear layer. host, rv32: the generated C
-    program, every node of one inference counted (callgrind on the host, instret under qemu),
-    plus the release build's instructions per inference. --mode proxy: a fitted proxy.
+    bitfusion: the analytic cycle model per conv/linear layer. host, rv32, vexriscv: the
+    generated C program, every node of one inference counted (callgrind on the host, instret
+    under qemu, clock cycles on the VexRiscv RTL), plus the release build's count per
+    inference. --mode proxy: a fitted proxy.
 
     Example: mico latency small_cnn --plan 4/8 --target rv32 --png latency.png
     """
@@ -238,15 +239,12 @@ def latency(
         raise ConfigError(f"unknown --mode '{mode}'; use --mode {' or --mode '.join(MODES)}")
     spec = get_target(target, targets_dir or [])
     log = _log(quiet)
-    program = mode == "measured" and spec.runner in ("host", "qemu-rv32")
+    program = mode == "measured" and spec.runner in ("host", "qemu-rv32", "verilator-vexriscv")
     if mode == "measured" and not program and spec.runner != "analytic-bitfusion":
-        why = {
-            "qemu-rv64": "qemu-user counts no instructions (its wall time is the emulator's)",
-            "verilator-vexriscv": "its cycle counter is not wired into mico latency yet",
-        }.get(spec.runner, "")
         raise ConfigError(
-            f"mico latency cannot measure on target '{target}' (runner {spec.runner}): {why}; "
-            "use a host, qemu-rv32 or analytic-bitfusion target, or --mode proxy"
+            f"mico latency cannot measure on target '{target}' (runner {spec.runner}): "
+            "qemu-user counts no instructions (its wall time is the emulator's); use a host, "
+            "qemu-rv32, verilator-vexriscv or analytic-bitfusion target, or --mode proxy"
         )
     if mode == "measured":
         ok, why = availability(spec)

@@ -3,9 +3,10 @@
 Three ways to get the figures, by the target's runner (:mod:`mico.targets.catalog`) and mode:
 
 * ``measured`` on ``analytic-bitfusion``: BitFusion's cycle model per conv/linear layer;
-* ``measured`` on ``host`` / ``qemu-rv32``: the generated C program itself, every node of one
-  inference counted in an instrumented build (:mod:`mico.hw.nodes`), next to the release
-  build's instructions per inference (and, on the host, wall time);
+* ``measured`` on ``host`` / ``qemu-rv32`` / ``verilator-vexriscv``: the generated C program
+  itself, every node of one inference counted in an instrumented build (:mod:`mico.hw.nodes`),
+  next to the release build's instructions (VexRiscv: cycles) per inference (and, on the host,
+  wall time);
 * ``proxy``: a fitted latency proxy's prediction per layer (:mod:`mico.hw.proxy`).
 
 Each report says what its total includes.
@@ -200,8 +201,9 @@ def program_report(
     layers: Sequence[LayerShape] = (),
     repeats: int = 5,
 ) -> LatencyReport:
-    """Measure the compiled C program on a ``host`` or ``qemu-rv32`` target: each node of one
-    inference in an instrumented build, and the release build's instructions per inference."""
+    """Measure the compiled C program on a ``host``, ``qemu-rv32`` or ``verilator-vexriscv``
+    target: each node of one inference in an instrumented build, and the release build's
+    instructions (cycles on VexRiscv) per inference."""
     from mico.hw.nodes import node_costs
     from mico.targets import host, rv32
 
@@ -209,7 +211,7 @@ def program_report(
     samples = np.asarray(samples, dtype=np.float32)
     by_node = {node.name: node for node in compiled.graph.nodes}
     bits = {layer.name: _bits(layer) for layer in layers}
-    costs = node_costs(project, target.runner, samples[0])
+    costs = node_costs(project, target.runner, samples[0], isa=target.isa)
     rows = []
     for name, count in costs.nodes:
         node = by_node.get(name)
@@ -231,20 +233,34 @@ def program_report(
         )
         extra["wall_seconds"] = {"median": profile.wall_median, "min": low, "max": high}
         how = "callgrind"
+    elif target.runner == "verilator-vexriscv":
+        from mico.hw.nodes import vexriscv_variant
+        from mico.targets import vexriscv
+
+        variant = vexriscv_variant(target.isa)
+        vexriscv.build(project, variant)
+        run = vexriscv.run(project, samples, variant)
+        release, first = run.cycles_per_inference, int(run.cycles[0])
+        wall = (
+            f"instructions per inference: {run.instructions_per_inference:,} "
+            f"({run.instructions_per_inference / max(release, 1):.2f} per cycle)"
+        )
+        how = f"VexRiscv {variant} RTL under verilator, mcycle"
     else:
         rv32.build(project)
         run = rv32.run(project, samples)
         release, first = run.instructions_per_inference, int(run.instructions[0])
         wall = ""
         how = "qemu -icount, instret"
-    extra["release_instructions_per_inference"] = release
-    extra["release_instructions_sample0"] = first
+    unit = "cycles" if target.runner == "verilator-vexriscv" else "instructions"
+    extra[f"release_{unit}_per_inference"] = release
+    extra[f"release_{unit}_sample0"] = first
     total = int(sum(row.value for row in rows))
     notes = [
-        f"release build: {release:,} instructions per inference (largest of {len(samples)} "
+        f"release build: {release:,} {unit} per inference (largest of {len(samples)} "
         f"samples, {how}); on sample 0 {first:,}",
-        f"the rows come from an instrumented build of sample 0 (DEBUG=1, a marker after every "
-        f"node): {total:,}, {total - first:+,} against the release build",
+        f"the rows come from an instrumented build of sample 0 (a marker after every node): "
+        f"{total:,}, {total - first:+,} against the release build",
     ]
     if wall:
         notes.append(wall)
@@ -252,7 +268,7 @@ def program_report(
     if fit:
         notes.append(fit)
     return LatencyReport(
-        target, "measured", "instructions", tuple(rows),
+        target, "measured", unit, tuple(rows),
         f"everything {project.name}_run executes for one inference: the first row also holds "
         "the input check, the last the copy of the output to the caller; no start-up, no I/O",
         tuple(notes), extra,
@@ -262,12 +278,14 @@ def program_report(
 def memory_note(project: Any, target: TargetSpec) -> str:
     """The model's flash and RAM against the target's, when the target file limits them.
 
-    On ``qemu-rv32`` targets the sizes are the model and kernels linked alone for rv32
-    (:func:`mico.targets.rv32.model_sizes`); elsewhere the constants and the arena.
+    On ``qemu-rv32`` (and rv32imac VexRiscv) targets the sizes are the model and kernels
+    linked alone for rv32 (:func:`mico.targets.rv32.model_sizes`); elsewhere the constants
+    and the arena.
     """
     if target.flash_bytes is None and target.ram_bytes is None:
         return ""
-    if target.runner == "qemu-rv32":
+    rv32imac = target.runner == "verilator-vexriscv" and target.isa == "rv32imac"
+    if target.runner == "qemu-rv32" or rv32imac:
         from mico.targets.rv32 import model_sizes
 
         sizes = model_sizes(project)

@@ -1,12 +1,15 @@
 """Per-node cost of a generated C program, measured on the program itself.
 
-The generated ``<name>_run`` marks the end of every node with ``MICO_DUMP`` when built with
-``DEBUG=1``. A copy of the project is built that way with a profiling ``main.c`` whose
-``mico_debug_dump`` is a marker that copies nothing, and run on one sample:
+The generated ``<name>_run`` marks the end of every node with ``MICO_DUMP`` when compiled with
+``MICO_DEBUG`` (``make DEBUG=1``). A copy of the project is made with ``#define MICO_DEBUG`` at
+the top of ``<name>.c`` and a profiling ``main.c`` whose ``mico_debug_dump`` is a marker that
+copies nothing, built by the target's own ``build`` and run on one sample:
 
 * rv32 (qemu-system-riscv32 ``-icount``): the marker reads the ``instret`` CSR on entry and on
   exit, so each node's count is the instructions retired between two markers, the markers'
   own bodies excluded (the call and a few register moves of each marker remain);
+* VexRiscv (verilator): the same program; the bench notes the clock cycle at which each
+  ``instret`` read retires, so each node's figure is the cycles between two markers;
 * host (callgrind): collection runs only inside ``<name>_run`` and a profile part is dumped
   after each marker, so each part is one node plus its marker (a call and two stores, about
   15 instructions).
@@ -30,10 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen.makefile import QEMU_RV32, executable
+from mico.codegen.makefile import QEMU_RV32
 from mico.codegen.project import CProject
 from mico.errors import BuildError
-from mico.targets.io import TAIL, exit_status, require_tools, run_make, run_program, text
+from mico.targets.io import TAIL, exit_status, require_tools, run_program, text
 
 MARKER = "mico_debug_dump"
 _NODE = re.compile(r"^node (\S+) (\d+)\s*$", re.M)
@@ -132,6 +135,10 @@ def _instrumented(project: CProject, sample: np.ndarray, root: Path) -> CProject
     copy = dataclasses.replace(project, directory=root / "project")
     shutil.copytree(project.directory, copy.directory)
     (copy.directory / "main.c").write_text(profiling_main(project.name))
+    source = copy.directory / f"{project.name}.c"
+    # what make DEBUG=1 does (-DMICO_DEBUG), in the source: every target's own build works
+    source.write_text("#define MICO_DEBUG 1 /* mico latency: a marker after every node */\n"
+                      + source.read_text())  # fmt: skip
     from mico.targets.io import write_samples
 
     if write_samples(project, np.asarray(sample)[None], copy.directory / "inputs.bin") != 1:
@@ -149,13 +156,12 @@ def _parse(console: str, program: str) -> NodeCosts:
 
 def rv32_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600) -> NodeCosts:
     """Instructions of every node of one inference on rv32 (qemu ``-icount``, ``instret``)."""
-    from mico.targets.rv32 import TOOLS
+    from mico.targets import rv32
 
-    require_tools("rv32", TOOLS)
+    require_tools("rv32", rv32.TOOLS)
     with tempfile.TemporaryDirectory(prefix="mico-nodes-rv32-") as tmp:
         copy = _instrumented(project, sample, Path(tmp))
-        run_make(copy, ["TARGET=rv32", "DEBUG=1"], timeout, f"building {copy.name} (rv32, nodes)")
-        elf = copy.directory / executable(copy.name, "rv32")
+        elf = rv32.build(copy, timeout=timeout)
         command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
         try:
             result = subprocess.run(
@@ -178,14 +184,12 @@ def rv32_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600)
 
 def host_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600) -> NodeCosts:
     """Instructions of every node of one inference on the host, counted by callgrind."""
-    from mico.targets.host import TOOLS, require_valgrind
+    from mico.targets import host
 
-    require_tools("host", TOOLS)
-    require_valgrind()
+    host.require_valgrind()
     with tempfile.TemporaryDirectory(prefix="mico-nodes-host-") as tmp:
         copy = _instrumented(project, sample, Path(tmp))
-        run_make(copy, ["TARGET=host", "DEBUG=1"], timeout, f"building {copy.name} (nodes)")
-        exe = copy.directory / executable(copy.name, "host")
+        exe = host.build(copy, timeout=timeout)
         out = Path(tmp) / "callgrind.out"
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -214,15 +218,64 @@ def host_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600)
     return NodeCosts(tuple(zip(names, counts, strict=True)), tail)
 
 
-def node_costs(
-    project: CProject, runner: str, sample: np.ndarray, timeout: float = 600
+def vexriscv_variant(isa: str) -> str:
+    """The VexRiscv variant whose programs are built for ``isa`` (rv32imac: IMAC)."""
+    from mico.targets.vexriscv import DEFAULT_VARIANT, VARIANTS
+
+    for variant in (DEFAULT_VARIANT, *VARIANTS):
+        if VARIANTS[variant].split()[0] == f"-march={isa}":
+            return variant
+    known = ", ".join(sorted({v.split()[0].removeprefix("-march=") for v in VARIANTS.values()}))
+    raise BuildError(f"no VexRiscv variant runs {isa} programs; variants run {known}")
+
+
+def vexriscv_node_costs(
+    project: CProject, sample: np.ndarray, isa: str = "rv32imac", timeout: float = 600
 ) -> NodeCosts:
-    """Per-node instructions of one inference of ``project`` with a target runner
-    (``host`` or ``qemu-rv32``, see :mod:`mico.targets.catalog`)."""
+    """Clock cycles of every node of one inference on the VexRiscv core (verilator).
+
+    The bench notes the cycle at which every ``instret`` read retires; the markers read it on
+    entry and exit, so a node's cycles run from the previous marker's exit to its own entry.
+    """
+    from mico.targets import vexriscv
+
+    variant = vexriscv_variant(isa)
+    with tempfile.TemporaryDirectory(prefix="mico-nodes-vexriscv-") as tmp:
+        copy = _instrumented(project, sample, Path(tmp))
+        elf = vexriscv.build(copy, variant, timeout=timeout)
+        sim = vexriscv.simulate(elf, variant, cwd=copy.directory, timeout=timeout)
+    program = f"the instrumented {elf.name} on VexRiscv {variant}"
+    if sim.status != 0:
+        output = (sim.stdout + sim.stderr)[-TAIL:]
+        raise BuildError(f"{program} failed (exit {sim.status}):\n{output}")
+    names = [name for name, _ in _NODE.findall(sim.stdout)]
+    cycles = sim.marks[:, 0]
+    if len(cycles) != 2 * len(names) + 2:
+        raise BuildError(
+            f"{program} named {len(names)} nodes but the bench saw {len(cycles)} instret reads "
+            f"(expected {2 * len(names) + 2})"
+        )
+    nodes = tuple((name, int(cycles[1 + 2 * k] - cycles[2 * k])) for k, name in enumerate(names))
+    return NodeCosts(nodes, int(cycles[-1] - cycles[-2]))
+
+
+def node_costs(
+    project: CProject,
+    runner: str,
+    sample: np.ndarray,
+    isa: str = "rv32imac",
+    timeout: float = 600,
+) -> NodeCosts:
+    """Per-node cost of one inference of ``project`` with a target runner (see
+    :mod:`mico.targets.catalog`): instructions with ``host`` and ``qemu-rv32``, clock cycles
+    with ``verilator-vexriscv`` (whose variant ``isa`` selects)."""
     if runner == "qemu-rv32":
         return rv32_node_costs(project, sample, timeout)
     if runner == "host":
         return host_node_costs(project, sample, timeout)
+    if runner == "verilator-vexriscv":
+        return vexriscv_node_costs(project, sample, isa, timeout)
     raise BuildError(
-        f"per-node counts are measured with the host and qemu-rv32 runners, not '{runner}'"
+        f"per-node costs are measured with the host, qemu-rv32 and verilator-vexriscv runners, "
+        f"not '{runner}'"
     )

@@ -22,6 +22,7 @@ whether the tools a target's runner needs are installed, and if not what to inst
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 import re
@@ -373,4 +374,12 @@ def availability(spec: TargetSpec) -> tuple[bool, str]:
         reasons.append(f"{', '.join(missing)} not on PATH (apt-get install {packages})")
     if runner.module and importlib.util.find_spec(runner.module) is None:
         reasons.append(f"module {runner.module} is not installed (not part of this mico yet)")
+    elif runner.module and not missing:
+        module = importlib.import_module(runner.module)
+        check, hint = (
+            getattr(module, "available", None),
+            getattr(module, "missing_tools_hint", None),
+        )
+        if check is not None and not check():
+            reasons.append(hint() if hint is not None else f"{runner.module} is not available")
     return (not reasons, "; ".join(reasons) or "ready")

@@ -124,6 +124,30 @@ def test_rv32_board_program_measured_per_node(tmp_path):
     assert (tmp_path / "project" / "model.elf").is_file()
 
 
+def _vexriscv_available() -> bool:
+    try:
+        from mico.targets import vexriscv
+    except ImportError:
+        return False
+    return vexriscv.available()
+
+
+@pytest.mark.skipif(not _vexriscv_available(), reason="the vexriscv target is not available")
+def test_vexriscv_cycles_per_node():
+    result = runner.invoke(
+        app, ["latency", "small_cnn", "--plan", "4/8", "--target", "vexriscv", "--samples", "1",
+              "-q"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "on vexriscv: cycles, measured" in result.output
+    rows = _rows(result.output)
+    assert rows["conv2"] > rows["fc"] > 0
+    first = int(re.search(r"on sample 0 ([\d,]+)", result.output).group(1).replace(",", ""))
+    # the markers' calls cost cycles (pipeline refills, cache traffic): a few percent
+    assert abs(rows["total"] - first) < 0.05 * first
+    assert re.search(r"instructions per inference: [\d,]+ \([\d.]+ per cycle\)", result.output)
+
+
 def test_proxy_mode_sums_the_proxy(tmp_path):
     measure = backend("bitfusion")
     path = tmp_path / "profile.csv"

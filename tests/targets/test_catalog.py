@@ -4,7 +4,6 @@ and each target is in the module registry."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -115,17 +114,22 @@ def test_availability_names_what_is_missing(monkeypatch):
     assert not ok and "valgrind" in why
 
 
-def test_vexriscv_needs_its_module_and_verilator(monkeypatch):
+def test_vexriscv_needs_its_module_and_tools(monkeypatch):
     monkeypatch.delenv(catalog.ENV_DIRS, raising=False)
     spec = load_catalog()["vexriscv"]
+    assert (spec.isa, spec.runner, spec.cost) == ("rv32imac", "verilator-vexriscv", "cycles")
     ok, why = availability(spec)
     import importlib.util
 
-    module = importlib.util.find_spec("mico.targets.vexriscv") is not None
-    tool = shutil.which("verilator") is not None
-    assert ok == (module and tool)
-    if not module:
-        assert "mico.targets.vexriscv" in why
+    if importlib.util.find_spec("mico.targets.vexriscv") is None:
+        assert not ok and "module mico.targets.vexriscv is not installed" in why
+        return
+    from mico.targets import vexriscv
+
+    assert ok == vexriscv.available()
+    monkeypatch.setenv("PATH", "/nonexistent")
+    ok, why = availability(spec)
+    assert not ok and "verilator" in why
 
 
 def test_targets_command_lists_availability(tmp_path, monkeypatch):
