@@ -198,6 +198,13 @@ class SpaceSearcher(QSearcher):
 
     REPAIR_DRAWS = 64  # uniform draws per wanted sample before repairing
     STALE_REPAIRS = 16  # repairs in a row that find nothing new end a sampling round
+    #: costs that may add up over layers (checked); others (the C arena, ``ram``) are computed
+    #: per scheme: sampling and neighbourhoods are thinned to ``EXACT_LIMIT`` schemes, and at
+    #: most ``EXACT_PER_EVAL`` new schemes are costed per evaluation (the rest count as over
+    #: the budget until the next evaluation)
+    ADDITIVE = ("bops", "size", "macs", "latency")
+    EXACT_LIMIT = 16
+    EXACT_PER_EVAL = 48
 
     def __init__(
         self,
@@ -226,6 +233,7 @@ class SpaceSearcher(QSearcher):
         self.evaluated: dict[tuple[int, ...], float] = {}
         self._costs: dict[tuple[str, tuple[int, ...]], float] = {}
         self._tables: dict[str, _LayerCosts | None] = {}
+        self._exact_left = self.EXACT_PER_EVAL
         self._draws = self._feasible_draws = 0
         self._feasible_seen: set[tuple[int, ...]] = set()
         self.constraint_type: str | None = None
@@ -247,12 +255,22 @@ class SpaceSearcher(QSearcher):
         ks = np.atleast_2d(np.asarray(ks, dtype=int))
         table = self._table(constraint_type)
         if table is None:
-            return np.array([self.cost_of(k, constraint_type) for k in ks])
+            return np.array([self._exact(k, constraint_type) for k in ks])
         return table(self.dim_trans.expand_array(self.choices[ks]))
+
+    def _exact(self, k: Sequence[int], constraint_type: str) -> float:
+        if (constraint_type, tuple(int(i) for i in k)) not in self._costs:
+            if self._exact_left <= 0:
+                return math.inf  # unknown until the next evaluation grants more
+            self._exact_left -= 1
+        return self.cost_of(k, constraint_type)
 
     def _table(self, constraint_type: str) -> _LayerCosts | None:
         if constraint_type in self._tables:
             return self._tables[constraint_type]
+        if constraint_type not in self.ADDITIVE:
+            self._tables[constraint_type] = None
+            return None
         n, t = self.n, self.dim_trans
         values = np.array(
             sorted({float(q) for q in self.qtypes} | set(map(float, t.fixed.values())))
@@ -280,6 +298,16 @@ class SpaceSearcher(QSearcher):
         self._tables[constraint_type] = table
         return table
 
+    def exact_only(self, constraint_type: str) -> bool:
+        """Whether every cost must be computed scheme by scheme (no per-layer table)."""
+        return self._table(constraint_type) is None
+
+    def thin(self, ks: np.ndarray, constraint_type: str) -> np.ndarray:
+        """``ks``, or a random ``EXACT_LIMIT`` of them when costs are computed one by one."""
+        if len(ks) <= self.EXACT_LIMIT or not self.exact_only(constraint_type):
+            return ks
+        return ks[np.sort(self.rng.choice(len(ks), self.EXACT_LIMIT, replace=False))]
+
     def _check_budget(self, constraint_type: str, constraint_value: float) -> None:
         cheapest = self.cost_of([0] * self.dim, constraint_type)
         if cheapest > constraint_value:
@@ -295,7 +323,8 @@ class SpaceSearcher(QSearcher):
         self, k: Sequence[int], constraint_type: str, budget: float, order: str = "random"
     ) -> np.ndarray:
         """Lower widths one step at a time until ``k`` fits: a random dimension (weighted by
-        its cost saving) or, with ``order="cyclic"``, layer by layer as HAQ does."""
+        its cost saving when costs come from tables) or, with ``order="cyclic"``, layer by
+        layer as HAQ does."""
         k = np.array(k, dtype=int)
         cost = float(self.costs_of(k, constraint_type)[0])
         d = 0
@@ -307,6 +336,8 @@ class SpaceSearcher(QSearcher):
                     d += 1
                 pick = d % self.dim
                 d += 1
+            elif self.exact_only(constraint_type):
+                pick = int(self.rng.choice(np.flatnonzero(k > 0)))
             else:
                 down = np.flatnonzero(k > 0)
                 lowered = np.repeat(k[None], len(down), axis=0)
@@ -320,7 +351,11 @@ class SpaceSearcher(QSearcher):
     def sample_feasible(self, count: int, constraint_type: str, budget: float) -> np.ndarray:
         """Up to ``count`` distinct feasible search vectors: uniform draws within the budget,
         topped up with repaired draws (bounded; the space may hold fewer)."""
-        draws = self.rng.integers(0, self.m, (self.REPAIR_DRAWS * max(1, count), self.dim))
+        count = max(1, count)
+        per = self.REPAIR_DRAWS
+        if self.exact_only(constraint_type):
+            count, per = min(count, self.EXACT_LIMIT), 1
+        draws = self.rng.integers(0, self.m, (per * count, self.dim))
         costs = self.costs_of(draws, constraint_type)
         fits = costs <= budget
         self._draws += len(draws)
@@ -374,7 +409,7 @@ class SpaceSearcher(QSearcher):
         k = np.asarray(start, dtype=int)
         best = float(score(k[None])[0])
         for _ in range(max_steps):
-            near = self.neighbours(k)
+            near = self.thin(self.neighbours(k), constraint_type)
             if not len(near):
                 break
             near = near[self.costs_of(near, constraint_type) <= budget]
@@ -392,6 +427,7 @@ class SpaceSearcher(QSearcher):
         """The objective of a search vector; each distinct scheme is evaluated once."""
         key = tuple(int(i) for i in k)
         if key not in self.evaluated:
+            self._exact_left = self.EXACT_PER_EVAL
             cost = self.cost_of(key, constraint_type)
             self.evaluated[key] = self._evaluate(self.scheme_of(key), objective, cost)
         return self.evaluated[key]

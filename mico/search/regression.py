@@ -99,6 +99,7 @@ class RegressionSearcher(SpaceSearcher):
         """The best predicted maximum not yet evaluated, else the best fresh feasible
         neighbour of one, else a fresh feasible random scheme."""
         for pool in (tops, np.concatenate([self.neighbours(k) for k in tops])):
+            pool = self.thin(pool, constraint_type)
             pool = pool[self.costs_of(pool, constraint_type) <= budget]
             fresh = [k for k in pool if tuple(int(i) for i in k) not in self.evaluated]
             if fresh:

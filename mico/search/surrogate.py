@@ -122,7 +122,7 @@ class MiCoSearcher(SpaceSearcher):
         pool = [self.sample_feasible(self.n_candidates, constraint_type, budget)]
         ranked = sorted(self.evaluated, key=self.evaluated.__getitem__, reverse=True)
         for k in ranked[:4]:
-            near = self.neighbours(k)
+            near = self.thin(self.neighbours(k), constraint_type)
             pool.append(near[self.costs_of(near, constraint_type) <= budget])
         ks = np.unique(np.concatenate(pool), axis=0)
         fresh = [i for i, k in enumerate(ks) if tuple(int(v) for v in k) not in self.evaluated]

@@ -333,3 +333,31 @@ def test_random_searcher_still_runs_beside_them():
     ev = FakeEval()
     best_x, _ = RandomSearcher(ev, qtypes=QTYPES).search(3, "ptq_acc", "bops", _half(ev, "bops"))
     assert ev.eval_bops(best_x) <= _half(ev, "bops")
+
+
+class ArenaEval(FakeEval):
+    """A ``ram`` cost as the C arena: the largest pair of adjacent activations, not a sum."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ram_calls = 0
+
+    def eval_ram(self, scheme: Any) -> float:
+        self.ram_calls += 1
+        _, a = self._split(scheme)
+        size = np.array([784, 1600, 800, 120, 84]) * a / 8
+        return float(max(size[:-1] + size[1:]))
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_costs_computed_scheme_by_scheme_are_few(name):
+    ev = ArenaEval()
+    budget = ev.eval_ram([8] * 10) * 0.6
+    searcher = STRATEGIES[name](ev, n_inits=4, qtypes=QTYPES, seed=0)
+    best_x, _ = searcher.search(4, "ptq_acc", "ram", budget)
+    assert searcher.exact_only("ram")
+    assert ev.eval_ram(best_x) <= budget
+    evaluations = len(ev.history)
+    assert evaluations == 8
+    # schemes costed: a bounded allowance per evaluation, plus the evaluated and the cheapest
+    assert ev.ram_calls <= searcher.EXACT_PER_EVAL * (evaluations + 1) + evaluations + 2
