@@ -4,7 +4,10 @@
 ``cc``; ``SANITIZE=1`` adds AddressSanitizer and UndefinedBehaviorSanitizer),
 ``make TARGET=rv32`` for rv32imac bare metal (picolibc with semihosting), run under
 qemu-system-riscv32 with ``-icount shift=0``, and ``make TARGET=rv64`` for 64-bit RISC-V Linux
-(glibc, linked statically), run under qemu-user (``qemu-riscv64``).
+(glibc, linked statically), run under qemu-user (``qemu-riscv64``). ``make TARGET=vexriscv
+MICO_VEXRISCV=<dir>`` builds the rv32 program for mico's VexRiscv test bench (the same compiler,
+flags and picolibc, with the bench's memory map and system calls from ``<dir>``, which
+:mod:`mico.targets.vexriscv` passes: ``mico/targets/vexriscv_bench``).
 
 Every target compiles with ``-std=c99 -Wall -Wextra -Werror`` and ``-ffp-contract=off``: no
 compiler may fuse a multiply and an add into an FMA, so float results do not depend on the
@@ -40,10 +43,18 @@ RV64_CC = "riscv64-linux-gnu-gcc"
 RV64_ARCH = "-march=rv64gc -mabi=lp64d"
 QEMU_RV64 = "qemu-riscv64"
 
+#: picolibc with the hosted crt0 and no semihosting: the bench's system calls replace it
+VEXRISCV_LIBC = "--specs=picolibc.specs --crt0=hosted"
+
 
 def executable(name: str, target: str = "host") -> str:
     """The file ``make TARGET=target`` builds in a project called ``name``."""
-    return {"host": name, "rv32": f"{name}.elf", "rv64": f"{name}.rv64"}[target]
+    return {
+        "host": name,
+        "rv32": f"{name}.elf",
+        "rv64": f"{name}.rv64",
+        "vexriscv": f"{name}.vexriscv.elf",
+    }[target]
 
 
 def makefile(name: str, sources: list[str]) -> str:
@@ -55,6 +66,9 @@ def makefile(name: str, sources: list[str]) -> str:
 #                                  make TARGET=rv32 run   runs it under qemu-system-riscv32
 #   make TARGET=rv64               build {name}.rv64 for riscv64 Linux (static glibc);
 #                                  make TARGET=rv64 run   runs it under qemu-riscv64 (qemu-user)
+#   make TARGET=vexriscv MICO_VEXRISCV=<dir>   build {name}.vexriscv.elf for mico's VexRiscv test
+#                                  bench (VEXRISCV_ARCH: the core's ISA, default rv32imac);
+#                                  make ... VEXRISCV_SIM=<simulator> run   runs it cycle-accurately
 TARGET ?= host
 SANITIZE ?= 0
 MODEL := {name}
@@ -94,6 +108,19 @@ override CFLAGS += {RV64_ARCH}
 override LDFLAGS += -static
 EXE := {executable(name, "rv64")}
 RUN := {QEMU_RV64} ./$(EXE) inputs.bin outputs.bin
+else ifeq ($(TARGET),vexriscv)
+ifeq ($(MICO_VEXRISCV),)
+$(error TARGET=vexriscv needs MICO_VEXRISCV=<the mico/targets/vexriscv_bench directory>)
+endif
+VEXRISCV_ARCH ?= {RV32_ARCH}
+override CC := $(RV32_CC)
+override CFLAGS += $(VEXRISCV_ARCH) {VEXRISCV_LIBC} {RV32_SECTIONS}
+override LDFLAGS += -T $(MICO_VEXRISCV)/mico_vexriscv.ld {RV32_GC} \\
+    $(MICO_VEXRISCV)/mico_vexriscv_sys.c $(MICO_VEXRISCV)/mico_vexriscv_crt.S
+EXE := {executable(name, "vexriscv")}
+$(EXE): $(wildcard $(MICO_VEXRISCV)/mico_vexriscv*)
+RUN = $(if $(VEXRISCV_SIM),$(VEXRISCV_SIM) $(EXE),$(error make TARGET=vexriscv run needs \\
+    VEXRISCV_SIM=<simulator>: mico.targets.vexriscv.simulator() builds it and returns its path))
 else
 $(error TARGET=$(TARGET) is not supported; use TARGET=host, TARGET=rv32 or TARGET=rv64)
 endif
@@ -112,7 +139,7 @@ run: $(EXE)
 \t$(RUN)
 
 clean:
-\trm -f $(MODEL) $(MODEL).elf $(MODEL).rv64 .$(MODEL)*.cmd outputs.bin
+\trm -f $(MODEL) $(MODEL).elf $(MODEL).rv64 $(MODEL).vexriscv.elf .$(MODEL)*.cmd outputs.bin
 
 .PHONY: run clean FORCE
 """
