@@ -23,12 +23,32 @@ from mico.cli import (
     app,
 )
 
+TargetsDirOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--targets-dir",
+        help="A folder of target YAML files (repeatable; also $MICO_TARGETS_DIR).",
+    ),
+]
+
+
+def _number(text: str) -> float | str:
+    """``"8"`` as 8.0 for check_bits; anything else as written (``t`` is ternary)."""
+    try:
+        return float(text)
+    except ValueError:
+        return text.strip()
+
 
 @app.command("profile")
 @_friendly_errors
 def profile(
     target: Annotated[
-        str, typer.Option(help="Target to profile (bitfusion; see docs/latency.md).")
+        str,
+        typer.Option(
+            help="A target of `mico targets`: bitfusion (its cycle model), or one that runs C "
+            "(host, rv32, vexriscv, boards: single-layer programs, seconds each)."
+        ),
     ] = "bitfusion",
     ops: Annotated[
         str, typer.Option(help="Layer kinds: conv2d, dwconv, conv1d, linear (comma-separated).")
@@ -40,17 +60,23 @@ def profile(
         typer.Option("--out", "-o", help="Profile CSV (default: the cache, see --help of docs)."),
     ] = None,
     fit: Annotated[bool, typer.Option(help="Fit and save the latency proxy afterwards.")] = True,
+    zoo: Annotated[bool, typer.Option(help="Include the zoo models' real layers.")] = True,
+    bits: Annotated[
+        str | None,
+        typer.Option(help="Widths to profile, each against each (default: the target's)."),
+    ] = None,
+    targets_dir: TargetsDirOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Measure layer shapes × bit pairs on TARGET (resumable), then fit its latency proxy.
 
     Shapes are the zoo's real layers plus Latin-hypercube samples; rows already in the profile
     are kept, so an interrupted run resumes. The proxy's error on held-out shapes is printed.
+    On targets that run C each layer is a single-layer program, its own node counted.
 
     Example: mico profile --target bitfusion --ops conv2d,linear --samples 100
     """
-    from mico.errors import ConfigError
-    from mico.hw.measure import backend
+    from mico.errors import ConfigError, PlanError
     from mico.hw.profile import (
         OP_KINDS,
         bit_pairs,
@@ -59,7 +85,9 @@ def profile(
         run_profile,
         sample_shapes,
     )
+    from mico.hw.programs import resolve_backend
     from mico.hw.proxy import fit_proxy
+    from mico.quant.arithmetic import check_bits
 
     kinds = []
     for op in (o.strip() for o in ops.split(",") if o.strip()):
@@ -68,11 +96,25 @@ def profile(
         kinds.append(OP_KINDS[op])
     if not kinds:
         raise ConfigError("--ops is empty; name at least one of " + ", ".join(OP_KINDS))
-    measure = backend(target)
+    measure = resolve_backend(target, targets_dir or [])
+    widths = measure.bits
+    if bits is not None:
+        try:
+            widths = tuple(
+                check_bits(_number(b), "--bits entry") for b in bits.split(",") if b.strip()
+            )
+        except PlanError as exc:
+            raise ConfigError(str(exc)) from None
+        unknown = [b for b in widths if b not in measure.bits]
+        if unknown or not widths:
+            raise ConfigError(
+                f"--bits {bits!r}: target '{target}' is profiled at "
+                f"{', '.join(f'{b:g}' for b in measure.bits)}; pick among them"
+            )
     path = out or profile_path(target, measure.fingerprint)
     log = (lambda _m: None) if quiet else typer.echo
-    shapes = sample_shapes(kinds, samples, seed=seed)
-    pairs = bit_pairs(measure.bits)
+    shapes = sample_shapes(kinds, samples, seed=seed, include_zoo=zoo)
+    pairs = bit_pairs(widths)
     log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
     result = run_profile(measure.measure, shapes, pairs, path, log=log)
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
@@ -83,15 +125,6 @@ def profile(
             errors = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(model.holdout_mape.items()))
             typer.echo(f"  {kind:<9} kept {model.algorithm:<8} held-out MAPE: {errors or '-'}")
         typer.echo(f"proxy: {saved}")
-
-
-TargetsDirOpt = Annotated[
-    list[Path] | None,
-    typer.Option(
-        "--targets-dir",
-        help="A folder of target YAML files (repeatable; also $MICO_TARGETS_DIR).",
-    ),
-]
 
 
 def _size_text(size: int | None) -> str:

@@ -151,8 +151,7 @@ def proxy_report(
     if not path.is_file():
         raise ConfigError(
             f"no latency proxy for target '{target.name}' at '{path}'; fit one with mico profile "
-            f"--target {target.name} (profiling backends: {', '.join(_backends())}) or pass "
-            "--proxy FILE"
+            f"--target {target.name} or pass --proxy FILE"
         )
     proxy = LatencyProxy.load(path)
     predictions = proxy.predict_layers(layers)
@@ -179,18 +178,18 @@ def proxy_report(
     )  # fmt: skip
 
 
-def _backends() -> list[str]:
-    from mico.hw.measure import BACKENDS
-
-    return sorted(BACKENDS)
-
-
 def default_proxy_path(target: TargetSpec) -> Path:
     """Where ``mico profile --target NAME`` saves the target's proxy."""
     from mico.hw.measure import BACKENDS
     from mico.hw.profile import profile_path
+    from mico.hw.programs import PROGRAM_RUNNERS, program_backend
 
-    fingerprint = BACKENDS[target.name]().fingerprint if target.name in BACKENDS else ""
+    if target.name in BACKENDS:
+        fingerprint = BACKENDS[target.name]().fingerprint
+    elif target.runner in PROGRAM_RUNNERS:
+        fingerprint = program_backend(target).fingerprint
+    else:
+        fingerprint = BACKENDS["bitfusion"]().fingerprint
     return profile_path(target.name, fingerprint).with_suffix(".proxy.json")
 
 

@@ -4,21 +4,25 @@ chart and JSON, and clear errors for unknown targets, unsupported widths and mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
 
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from mico.cli import app
 from mico.hw import fit_proxy, model_cycles, model_layer_shapes
+from mico.hw.layers import LayerShape
 from mico.hw.measure import backend
 from mico.hw.profile import bit_pairs, read_profile, run_profile, sample_shapes
+from mico.hw.programs import program_backend, single_layer
 from mico.models import from_zoo
 from mico.quant import QuantConfig, quantize_model
 from mico.targets import rv32
-from mico.targets.catalog import ENV_DIRS
+from mico.targets.catalog import ENV_DIRS, get_target
 
 runner = CliRunner()
 
@@ -183,3 +187,32 @@ def test_mistakes_are_clear(args, message):
     result = runner.invoke(app, ["latency", "small_cnn", *args])
     assert result.exit_code == 2
     assert message in " ".join(result.output.split())
+
+
+def test_single_layer_programs_have_the_shapes_geometry():
+    shapes = sample_shapes(["conv2d", "dwconv2d", "conv1d", "linear"], 40, seed=2,
+                           include_zoo=False)  # fmt: skip
+    for shape in shapes:
+        model, sample = single_layer(shape)
+        (measured,) = model_layer_shapes(model, torch.zeros((1, *sample)))
+        assert measured == dataclasses.replace(shape, name="layer", w_bits=8, a_bits=8), shape
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="apt-get install valgrind")
+def test_profile_measures_single_layer_programs(tmp_path):
+    backend_ = program_backend(get_target("host"))
+    assert backend_.unit == "instructions" and backend_.bits == (2, 4, 8)
+    narrow = LayerShape("fc", "linear", 64, 16, (1, 1), (1, 1), 1, (1, 1), (1, 1))
+    wide = LayerShape("fc", "linear", 64, 64, (1, 1), (1, 1), 1, (1, 1), (1, 1))
+    assert 0 < backend_.measure(narrow) < backend_.measure(wide)
+    out = tmp_path / "host.csv"
+    args = ["profile", "--target", "host", "--ops", "linear", "--samples", "2", "--no-zoo",
+            "--bits", "8", "--no-fit", "-o", str(out), "-q"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = read_profile(out)
+    assert len(rows) == 2 and all(latency > 0 for _, latency in rows)
+    again = runner.invoke(app, args)
+    assert "0 measured, 2 already there" in again.output
+    bad = runner.invoke(app, [*args[:-4], "--bits", "3"])
+    assert bad.exit_code == 2 and "target 'host' is profiled at 2, 4, 8" in bad.output
