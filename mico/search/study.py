@@ -377,6 +377,7 @@ def run_worker(
             try:
                 searcher.search(trials, evaluator.objective, primary, limits[primary])
             except BudgetReached:
+                log(f"{trials} trials finished: the budget of evaluations (--trials) is spent")
                 break
             done = sum(1 for t in study.get_trials(deepcopy=False) if _state(t) == "COMPLETE")
             if done >= trials or runner.new_trials == before:

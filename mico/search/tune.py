@@ -292,7 +292,8 @@ def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
         "cached": sum(1 for t in finished if t.get("cached")),
         "study": {"name": result.study, "storage": result.storage},
         "verification": result.verification,
-        "files": ["best_plan.yaml", "trials.csv", "trajectory.png", "pareto.png", "bits.png"],
+        "files": ["best_plan.yaml", "trials.csv", "trajectory.png", "pareto.png", "bits.png"]
+        + ([f"{result.verification['directory']}/"] if result.verification else []),
     }
     _write(out / "report.json", json.dumps(data, indent=2, default=_json_default) + "\n")
     lines = [

@@ -104,3 +104,35 @@ def test_unknown_strategy_names_the_available_ones(tmp_path):
     result = runner.invoke(app, ["tune", "small_cnn", "--strategy", "annealing", "--epochs", "0",
                                  "-o", str(tmp_path / "t")])  # fmt: skip
     assert result.exit_code == 2 and "choose one of: " in result.output and "nlp" in result.output
+
+
+def test_write_run_plots_and_reports_without_training(tmp_path):
+    """The run files from a result alone: plots (infeasible and failed trials included, a
+    ternary layer in the heat-map) and the report saying the plan was not compiled."""
+    import math
+
+    from mico.search.tune import TuneResult, write_run
+
+    rows = [
+        {"trial": 0, "state": "COMPLETE", "scheme": "a=8/8,b=8/8", "objective": 0.9,
+         "bops": 200.0, "feasible": False},
+        {"trial": 1, "state": "FAIL", "scheme": "a=2/8,b=8/8", "objective": math.nan,
+         "bops": math.nan, "feasible": False},
+        {"trial": 2, "state": "COMPLETE", "scheme": "a=1.58/8,b=4/4", "objective": 0.7,
+         "bops": 90.0, "feasible": True},
+        {"trial": 3, "state": "COMPLETE", "scheme": "a=4/4,b=4/4", "objective": 0.8,
+         "bops": 80.0, "feasible": True},
+    ]  # fmt: skip
+    result = TuneResult([4, 4, 4, 4], 0.8, {"bops": 80.0}, {"bops": 100.0}, rows, 3, "s", "x")
+    write_run(result, ["a", "b"], tmp_path)
+    for name in ("trajectory.png", "pareto.png", "bits.png"):
+        assert (tmp_path / name).read_bytes()[:4] == b"\x89PNG", name
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert (report["evaluations"], report["failed_trials"], report["best_trial"]) == (3, 1, 3)
+    assert report["best_plan"] == "a=4/4,b=4/4" and report["verification"] is None
+    assert "not compiled" in (tmp_path / "report.md").read_text()
+    assert len((tmp_path / "trials.csv").read_text().splitlines()) == 5
+    from mico.search.plots import plot_bits
+
+    plot_bits(["a", "b"], [[1.58, 8], [8, 2]], tmp_path / "ternary.png")
+    assert (tmp_path / "ternary.png").stat().st_size > 1000
