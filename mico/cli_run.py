@@ -123,7 +123,10 @@ def tune(
             "(the C arena). The first one is the searcher's."
         ),
     ] = "bops=50%",
-    strategy: Annotated[str, typer.Option(help="nlp (sensitivity + ILP) or random.")] = "nlp",
+    strategy: Annotated[
+        str,
+        typer.Option(help="Search strategy: nlp, random, mico, bayes, haq, regression, pareto."),
+    ] = "nlp",
     trials: Annotated[
         int,
         typer.Option(
