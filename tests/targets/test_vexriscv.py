@@ -140,8 +140,8 @@ def test_program_faults_and_exit_statuses_are_reported(static_graph, tmp_path):
     vexriscv.build(project)
     with pytest.raises(BuildError, match=r"(?s)\(bus error\).*wrote to 0x10000000 on the data"):
         vexriscv.run(project, np.zeros((1, 1, 8, 8), np.float32), timeout=60)
-    main.write_text(  # an illegal instruction: the trap handler reports it
-        'int main(void)\n{\n    __asm__ volatile(".word 0");\n    return 0;\n}\n'
+    main.write_text(  # fadd.s: no F extension, an illegal instruction the trap handler reports
+        'int main(void)\n{\n    __asm__ volatile(".word 0x00000053");\n    return 0;\n}\n'
     )
     vexriscv.build(project)
     with pytest.raises(BuildError, match=r"(?s)\(trap\).*mcause 2 \(illegal instruction\)"):
