@@ -223,6 +223,11 @@ def tune(
     if (model is None) == (checkpoint is None):
         raise ConfigError("give a model (zoo name or file.py:Class) or --checkpoint (one of them)")
     weights = final / "fp32.pt"
+    if not resume and not force and (final / STUDY_FILE).is_file() and is_mico_output(final):
+        raise ConfigError(
+            f"{final} holds the study of an earlier run ({STUDY_FILE}); continue it with "
+            "--resume, or start over with --force (its trials are then deleted)"
+        )
     if resume and not (is_mico_output(final) and weights.is_file()):
         raise ConfigError(
             f"--resume: {final} is not a mico tune run directory (no fp32.pt); run without "

@@ -136,3 +136,16 @@ def test_write_run_plots_and_reports_without_training(tmp_path):
 
     plot_bits(["a", "b"], [[1.58, 8], [8, 2]], tmp_path / "ternary.png")
     assert (tmp_path / "ternary.png").stat().st_size > 1000
+
+
+def test_a_fresh_run_never_deletes_an_earlier_study(tmp_path):
+    out = tmp_path / "t"
+    out.mkdir()
+    (out / ".mico-output").write_text('{"tool": "mico"}')
+    (out / "study.db").write_bytes(b"")
+    result = runner.invoke(app, ["tune", "small_cnn", "--epochs", "0", "-o", str(out)])
+    assert result.exit_code == 2 and "--resume" in result.output and "--force" in result.output
+    assert (out / "study.db").exists()
+    result = runner.invoke(app, ["tune", "small_cnn", "--epochs", "0", "--resume",
+                                 "-o", str(tmp_path / "new")])  # fmt: skip
+    assert result.exit_code == 2 and "not a mico tune run directory" in result.output
