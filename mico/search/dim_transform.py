@@ -429,6 +429,15 @@ class SpaceSearcher(QSearcher):
         if key not in self.evaluated:
             self._exact_left = self.EXACT_PER_EVAL
             cost = self.cost_of(key, constraint_type)
+            table = self._tables.get(constraint_type)
+            if table is not None and not math.isclose(
+                float(self.costs_of(np.array(key), constraint_type)[0]), cost, rel_tol=1e-9
+            ):
+                self._tables[constraint_type] = None  # it does not add up: cost each scheme
+            budget = self.budget if constraint_type == self.constraint_type else None
+            if budget is not None and cost > budget:  # proposed on a wrong cost table
+                fixed = tuple(int(i) for i in self.repair(key, constraint_type, budget))
+                return self.evaluate_k(fixed, objective, constraint_type)
             self.evaluated[key] = self._evaluate(self.scheme_of(key), objective, cost)
         return self.evaluated[key]
 

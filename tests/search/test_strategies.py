@@ -279,6 +279,22 @@ def test_costs_that_do_not_add_up_are_computed_exactly():
     assert all(ev.eval_size(s) <= budget for s, _ in ev.history)
 
 
+@pytest.mark.parametrize("name", NEW)
+def test_a_cost_with_interactions_never_lets_an_over_budget_scheme_be_evaluated(name):
+    class Coupled(FakeEval):
+        def eval_bops(self, scheme: Any) -> float:  # layers 1 and 2 at 8 bits cost extra
+            extra = 60000.0 if scheme[1] == 8 and scheme[2] == 8 else 0.0
+            return super().eval_bops(scheme) + extra
+
+    ev = Coupled()
+    budget = _half(ev, "bops")
+    searcher = STRATEGIES[name](ev, n_inits=5, qtypes=QTYPES, seed=0)
+    best_x, _ = searcher.search(10, "ptq_acc", "bops", budget)
+    assert searcher.exact_only("bops")  # found out, from the probes or an evaluated scheme
+    assert all(ev.eval_bops(scheme) <= budget for scheme, _ in ev.history)
+    assert ev.eval_bops(best_x) <= budget
+
+
 # ------------------------------------------------------------------------- Pareto
 def test_pareto_front_keeps_exactly_the_non_dominated():
     history = [
