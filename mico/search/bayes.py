@@ -24,7 +24,9 @@ SAMPLERS = ("tpe", "gp")
 
 
 class BayesSearcher(SpaceSearcher):
-    """Optuna TPE or GP search; ``n_inits + n_iterations`` evaluations at most, and at most
+    """Bayesian optimisation with Optuna (TPE or GP sampler), the budget as a constraint.
+
+    ``n_inits + n_iterations`` evaluations at most, and at most
     ``trial_factor`` times as many trials (repeated or infeasible proposals cost no evaluation);
     ``patience`` trials in a row without a new scheme end the search (a spent budget)."""
 

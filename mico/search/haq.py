@@ -21,9 +21,10 @@ from mico.search.searchers import DEFAULT_QTYPES
 
 
 class HAQSearcher(SpaceSearcher):
-    """Policy-gradient search: ``n_inits + n_iterations`` episodes, one scheme each (a scheme
-    seen before is not evaluated again). ``lr`` is the policy's step, ``decay`` the baseline's
-    memory."""
+    """HAQ-style RL: REINFORCE over per-layer widths with HAQ's budget enforcement.
+
+    ``n_inits + n_iterations`` episodes, one scheme each (a scheme seen before is not evaluated
+    again). ``lr`` is the policy's step, ``decay`` the baseline's memory."""
 
     def __init__(
         self,

@@ -61,8 +61,8 @@ def pareto_front(
 
 
 class ParetoSearcher(MiCoSearcher):
-    """Surrogate search over ``n_levels`` budget levels; ``front`` holds accuracy against the
-    constraint (and ``second_cost``, e.g. ``"size"``, when given)."""
+    """Multi-objective surrogate search: the Pareto front of accuracy against the constraint
+    (and ``second_cost``, e.g. ``"size"``) in ``front``, over ``n_levels`` budget levels."""
 
     def __init__(
         self,

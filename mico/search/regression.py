@@ -24,7 +24,8 @@ MODELS = ("linear", "quadratic", "exp")
 
 
 class RegressionSearcher(SpaceSearcher):
-    """Model-based search with a per-dimension regression (``model``) and ridge ``alpha``."""
+    """Regression of accuracy on the per-layer widths, maximised within the budget (``model``:
+    linear, quadratic or exp; ridge ``alpha``)."""
 
     def __init__(
         self,

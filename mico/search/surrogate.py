@@ -25,7 +25,7 @@ _ALIASES = {"random_forest": "rf", "xgboost": "xgb", "bayes": "gp", "gaussian_pr
 
 
 class MiCoSearcher(SpaceSearcher):
-    """Surrogate-guided search over feasible schemes (``surrogate``: rf, xgb or gp).
+    """Seed 003's surrogate search over feasible schemes (``surrogate``: rf, xgb or gp).
 
     ``explore`` weighs the surrogate's uncertainty (the spread of the forest's trees, the GP's
     standard deviation, or for XGBoost the distance to the nearest evaluated scheme);
