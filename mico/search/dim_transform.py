@@ -30,6 +30,7 @@ from mico.errors import PlanError
 from mico.search.searchers import DEFAULT_QTYPES, QSearcher
 
 FIXED = -1  # group index of a scheme position held at a fixed width
+NOT_COSTS = ("f", "constraint", "ptq_acc", "qat_acc")  # eval_* methods that are not costs
 
 
 class DimTransform:
@@ -475,6 +476,16 @@ class SpaceSearcher(QSearcher):
             raise PlanError(
                 "search needs a constraint type and value, e.g. search(40, 'ptq_acc', 'bops', "
                 "0.5 * evaluator.eval_bops([8] * 2 * n))"
+            )
+        if not callable(getattr(self.evaluator, f"eval_{constraint_type}", None)):
+            known = sorted(
+                name[5:]
+                for name in dir(self.evaluator)
+                if name.startswith("eval_") and name[5:] not in NOT_COSTS
+            )
+            raise PlanError(
+                f"unknown constraint {constraint_type!r}; this evaluator costs schemes in: "
+                f"{', '.join(known)}"
             )
         budget = float(constraint_value)
         if 0 < budget <= 1:  # the seed's "constraint_value=0.5  # 50% of INT8 BOPs"
