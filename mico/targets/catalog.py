@@ -143,10 +143,12 @@ def builtin_dir() -> Path:
     return Path(str(resources.files("mico.targets") / "files"))
 
 
-def target_dirs(extra: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+def target_dirs(
+    extra: Sequence[str | os.PathLike[str]] = (), include_env: bool = True
+) -> list[Path]:
     """Folders searched for target files: mico's own, ``$MICO_TARGETS_DIR``, then ``extra``."""
     dirs = [builtin_dir()]
-    env = os.environ.get(ENV_DIRS, "")
+    env = os.environ.get(ENV_DIRS, "") if include_env else ""
     dirs += [Path(p) for p in env.split(os.pathsep) if p.strip()]
     dirs += [Path(p) for p in extra]
     return dirs
@@ -329,10 +331,12 @@ def load_target_file(path: str | os.PathLike[str]) -> TargetSpec:
     )  # fmt: skip
 
 
-def load_catalog(extra_dirs: Sequence[str | os.PathLike[str]] = ()) -> dict[str, TargetSpec]:
+def load_catalog(
+    extra_dirs: Sequence[str | os.PathLike[str]] = (), include_env: bool = True
+) -> dict[str, TargetSpec]:
     """Every target file of :func:`target_dirs`, by name; a name declared twice is an error."""
     targets: dict[str, TargetSpec] = {}
-    for folder in target_dirs(extra_dirs):
+    for folder in target_dirs(extra_dirs, include_env):
         if not folder.is_dir():
             raise ConfigError(
                 f"targets folder '{folder}' does not exist or is not a directory; check "

@@ -160,3 +160,32 @@ def test_targets_are_registered():
     names = {m.name for m in ModuleRegistry.list_modules(category="target")}
     assert {"host", "rv32", "rv64", "vexriscv", "bitfusion"} <= names
     assert ModuleRegistry.get_metadata("bitfusion").hardware_support == ["bitfusion"]
+
+
+def test_user_targets_are_registered_and_a_broken_one_is_named(tmp_path, monkeypatch):
+    from mico.targets import registration
+
+    ModuleRegistry.list_modules()  # mico's own modules, registered once per process
+    _board(tmp_path)
+    monkeypatch.setenv(catalog.ENV_DIRS, str(tmp_path))
+    with ModuleRegistry.scoped():
+        registration.register(ModuleRegistry)
+        board = ModuleRegistry.get_metadata("gd32")
+        assert board.extra["ram"] == "32768 B" and board.author == "user"
+        assert board.extra["target_file"] == str(tmp_path / "gd32.yaml")
+        assert ModuleRegistry.get_metadata("rv32").extra["target_file"] == "rv32.yaml"
+    _board(tmp_path, BOARD.replace("runner: qemu-rv32", "runner: spike"))
+    with ModuleRegistry.scoped():
+        for name in ("host", "rv32", "rv64", "vexriscv", "bitfusion"):
+            ModuleRegistry.unregister(name)
+        with pytest.raises(ConfigError, match="field 'runner': unknown runner 'spike'"):
+            registration.register(ModuleRegistry)
+        assert ModuleRegistry.get_metadata("rv32").category == "target"  # mico's own first
+
+
+def test_targets_available_filter(monkeypatch):
+    monkeypatch.delenv(catalog.ENV_DIRS, raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    result = runner.invoke(app, ["targets", "--available"])
+    assert result.exit_code == 0, result.output
+    assert "│ bitfusion " in result.output and "│ rv32 " not in result.output
