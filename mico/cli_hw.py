@@ -314,8 +314,10 @@ def latency(
             compiled, inputs = compile_from_options(options(project_dir, c_mode or default), log)
             log(f"measuring {compiled.project.name} on {target} ({spec.runner})")
             report = program_report(compiled, inputs, spec, layers, repeats=repeats)
-    what = model or str(checkpoint)
-    title = f"{what} ({plan or 'default plan'}) on {target}"
+    if checkpoint is not None:
+        title = f"{checkpoint} (its plan) on {target}"
+    else:
+        title = f"{model} ({plan or '8/8'}) on {target}"
     typer.echo(f"latency of {title}: {report.unit}, {mode}")
     typer.echo(report.table())
     if png is not None:
