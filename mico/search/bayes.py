@@ -33,7 +33,7 @@ class BayesSearcher(SpaceSearcher):
     def __init__(
         self,
         evaluator: Any,
-        n_inits: int = 10,
+        n_inits: int | None = None,
         qtypes: Sequence[int | float] = DEFAULT_QTYPES,
         seed: int = 0,
         *,

@@ -194,7 +194,9 @@ class SpaceSearcher(QSearcher):
     ``search`` takes the seed's call; ``constraint=`` is accepted for ``constraint_type=``, and a
     ``constraint_value`` in (0, 1] is read as a share of the W8A8 cost (no real cost of a model
     is below 1). Evaluations: ``n_inits`` initial schemes, then ``n_iterations`` proposals (at
-    most; a budget that leaves fewer distinct schemes ends the search early).
+    most; a budget that leaves fewer distinct schemes ends the search early). Without
+    ``n_inits``, a third of ``n_iterations`` (2 to 10), so that a trial budget such as
+    ``mico tune --trials 10`` leaves room for the model's proposals.
     """
 
     REPAIR_DRAWS = 64  # uniform draws per wanted sample before repairing
@@ -210,14 +212,16 @@ class SpaceSearcher(QSearcher):
     def __init__(
         self,
         evaluator: Any,
-        n_inits: int = 10,
+        n_inits: int | None = None,
         qtypes: Sequence[int | float] = DEFAULT_QTYPES,
         seed: int = 0,
         *,
         dim_trans: DimTransform | None = None,
         fixed_layers: Mapping[int, Any] | None = None,
     ) -> None:
-        super().__init__(evaluator, n_inits=n_inits, qtypes=qtypes, seed=seed)
+        super().__init__(evaluator, n_inits=10 if n_inits is None else n_inits, qtypes=qtypes,
+                         seed=seed)  # fmt: skip
+        self.auto_inits = n_inits is None
         self.seed = int(seed)
         transform = dim_trans if dim_trans is not None else DimTransform.full(self.n)
         if transform.out_dim != 2 * self.n:
@@ -492,6 +496,8 @@ class SpaceSearcher(QSearcher):
             budget *= self.cost([8] * (2 * self.n), constraint_type)
         self._check_budget(constraint_type, budget)
         self.constraint_type, self.budget = constraint_type, budget
+        if self.auto_inits:
+            self.n_inits = min(10, max(2, int(n_iterations) // 3))
         self._search(max(0, int(n_iterations)), objective, constraint_type, budget)
         if not any(c <= budget for _, _, c in self.history):
             self.evaluate_k([0] * self.dim, objective, constraint_type)

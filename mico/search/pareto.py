@@ -67,7 +67,7 @@ class ParetoSearcher(MiCoSearcher):
     def __init__(
         self,
         evaluator: Any,
-        n_inits: int = 10,
+        n_inits: int | None = None,
         qtypes: Sequence[int | float] = DEFAULT_QTYPES,
         seed: int = 0,
         *,

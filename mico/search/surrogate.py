@@ -36,7 +36,7 @@ class MiCoSearcher(SpaceSearcher):
     def __init__(
         self,
         evaluator: Any,
-        n_inits: int = 10,
+        n_inits: int | None = None,
         qtypes: Sequence[int | float] = DEFAULT_QTYPES,
         seed: int = 0,
         *,

@@ -87,8 +87,7 @@ def _half(ev: FakeEval, constraint: str) -> float:
 def test_every_strategy_fits_half_the_w8a8_budget(name, constraint):
     ev = FakeEval()
     budget = _half(ev, constraint)
-    searcher = STRATEGIES[name](ev, qtypes=QTYPES, seed=0)
-    searcher.n_inits = 4
+    searcher = STRATEGIES[name](ev, n_inits=4, qtypes=QTYPES, seed=0)
     best_x, best_y = searcher.search(6, "ptq_acc", constraint, budget)
     assert len(best_x) == 10 and set(best_x) <= set(QTYPES)
     assert _cost(ev, constraint)(best_x) <= budget
@@ -189,6 +188,17 @@ def test_impossible_budget_is_refused_before_evaluating(name):
     with pytest.raises(PlanError, match=rf"at least {cheapest:g}"):
         searcher.search(5, "ptq_acc", "bops", cheapest - 1)
     assert ev.history == []
+
+
+def test_initial_samples_default_to_a_third_of_the_iterations():
+    ev = FakeEval()
+    searcher = MiCoSearcher(ev, qtypes=QTYPES)
+    searcher.search(9, "ptq_acc", "bops", _half(ev, "bops"))
+    assert searcher.n_inits == 3 and len(ev.history) == 12
+    ev = FakeEval()
+    searcher = MiCoSearcher(ev, n_inits=5, qtypes=QTYPES)  # as given, the seed's way
+    searcher.search(3, "ptq_acc", "bops", _half(ev, "bops"))
+    assert searcher.n_inits == 5 and len(ev.history) == 8
 
 
 def test_unknown_constraint_is_refused_before_evaluating():
