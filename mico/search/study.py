@@ -12,7 +12,8 @@ Protocol of one evaluation (:class:`TrialRunner`), safe with several worker proc
 2. otherwise the worker asks for a trial and labels it with the scheme (``user_attrs``); a
    WAITING trial (the retry of a stale one) comes first and is evaluated as labelled;
 3. the claim holds when no lower-numbered live trial has the same scheme and fewer than
-   ``max_trials`` live trials precede it; a losing claim is failed (``mico_void``) and retried;
+   ``max_trials`` live trials precede it (a lower trial not labelled yet is waited for); a
+   losing claim is failed (``mico_void``) and the worker starts over;
 4. while evaluating, a thread records Optuna heartbeats; a trial whose worker died is failed
    after the grace period (:func:`optuna.storages.fail_stale_trials`, run by every worker while
    it waits and before it asks) and retried (:class:`~optuna.storages.RetryFailedTrialCallback`).
@@ -270,14 +271,36 @@ class TrialRunner:
 
     def _void_reason(self, number: int, key: str) -> str | None:
         """Why trial ``number`` must not run: a lower live trial holds its scheme, or the
-        trials before it fill the budget."""
-        before = [t for t in self._trials() if t.number < number]
+        trials before it fill the budget. A lower trial not yet labelled (another worker between
+        asking and labelling) is waited for, so two claims of one scheme always see each other;
+        one left unlabelled past the grace period (its worker died there) is failed."""
+        while True:
+            before = [t for t in self._trials() if t.number < number]
+            unlabelled = [t for t in before if "scheme" not in t.user_attrs]
+            if not unlabelled:
+                break
+            self._fail_unlabelled(unlabelled)
+            time.sleep(self.config.poll / 4)
         owner = [t.number for t in before if t.user_attrs.get("scheme") == key]
         if owner:
             return f"duplicate of trial {owner[0]}"
         if not self.force and len(before) >= self.max_trials:
             return f"{self.max_trials} trials already claimed"
         return None
+
+    def _fail_unlabelled(self, trials: list[Any]) -> None:
+        """Fail trials asked for but never labelled for longer than the grace period."""
+        import datetime
+
+        grace = self.config.grace or 2 * self.config.heartbeat
+        now = datetime.datetime.now()
+        for t in trials:
+            if t.datetime_start is not None and (now - t.datetime_start).total_seconds() > grace:
+                with contextlib.suppress(Exception):  # another worker failed it first
+                    self._storage.set_trial_state_values(
+                        t._trial_id, state=_optuna().trial.TrialState.FAIL
+                    )
+        self._fail_stale()
 
     def _progress(self, number: int, value: float, costs: dict[str, float], ok: bool) -> None:
         best = best_feasible(self.study)

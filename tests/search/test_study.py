@@ -195,3 +195,19 @@ def test_two_workers_share_one_postgresql_study(postgres_url, tmp_path):
     out = tmp_path / "pgrun"
     _two_workers(out, postgres_url, "pg-study", "--storage", postgres_url, "--study", "pg-study")
     assert not (out / "study.db").exists()
+
+
+def test_a_claim_waits_for_a_lower_unlabelled_trial(trained_cnn, digits_split, tmp_path):
+    """A trial asked for but not labelled yet may be about to claim the same scheme: the next
+    claim waits for its label; one never labelled (its worker died) is failed after the grace
+    period, and the claim goes on."""
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s", heartbeat=1, poll=0.05)
+    ev = _evaluator(trained_cnn, digits_split)
+    limits = {"bops": 1e12}
+    study = open_study(config, study_settings(ev, "random", [2, 4, 8], limits, 0), False)
+    study.ask()  # a worker killed between asking and labelling
+    runner = TrialRunner(study, config, ev, limits, 5, [2, 4, 8], log=lambda _m: None)
+    start = time.monotonic()
+    runner([8] * 6)
+    assert time.monotonic() - start >= 1.5
+    assert [t.state.name for t in study.get_trials()] == ["FAIL", "COMPLETE"]
