@@ -85,9 +85,8 @@ class ParetoSearcher(MiCoSearcher):
         self.n_levels = max(1, int(n_levels))
         self.front: list[ParetoPoint] = []
 
-    def _iteration_budget(self, iteration: int, budget: float) -> float:
-        assert self.constraint_type is not None
-        cheapest = self.cost_of([0] * self.dim, self.constraint_type)
+    def _iteration_budget(self, iteration: int, constraint_type: str, budget: float) -> float:
+        cheapest = self.cost_of([0] * self.dim, constraint_type)
         share = (iteration % self.n_levels + 1) / self.n_levels  # the last level is the budget
         return cheapest + share * (budget - cheapest)
 

@@ -115,7 +115,8 @@ class MiCoSearcher(SpaceSearcher):
         return mean + self.explore * spread + self.boundary_bonus * scale * near
 
     # ----------------------------------------------------------------- the search
-    def _iteration_budget(self, iteration: int, budget: float) -> float:
+    def _iteration_budget(self, iteration: int, constraint_type: str, budget: float) -> float:
+        """The budget the proposal of ``iteration`` aims at (the budget itself here)."""
         return budget
 
     def _candidates(self, constraint_type: str, budget: float) -> np.ndarray:
@@ -134,7 +135,7 @@ class MiCoSearcher(SpaceSearcher):
         for k in self.sample_feasible(max(1, self.n_inits), constraint_type, budget):
             self.evaluate_k(k, objective, constraint_type)
         for it in range(n_iterations):
-            level = self._iteration_budget(it, budget)
+            level = self._iteration_budget(it, constraint_type, budget)
             ks = self._candidates(constraint_type, level)
             if not len(ks):  # every feasible scheme found is evaluated: the space is spent
                 if level < budget:
