@@ -176,3 +176,24 @@ def test_verilator_failures_raise_build_error(tmp_path, monkeypatch):
     ):
         vexriscv.simulator("IMAC")
     assert not any((tmp_path / "cache" / "vexriscv").iterdir())
+
+
+def test_full_variant_runs_the_rv32im_build(project, vex_elf, samples, reference):
+    """Full (no C, no A): the project rebuilt for rv32im gives the same outputs and, here, the
+    same instruction counts as rv32imac (compression changes sizes, not counts)."""
+    imac = vexriscv.run(project, samples[:3])
+    elf = vexriscv.build(project, "Full")
+    assert not int.from_bytes(elf.read_bytes()[36:40], "little") & 1  # no EF_RISCV_RVC
+    full = vexriscv.run(project, samples[:3], variant="Full")
+    np.testing.assert_array_equal(full.outputs, reference[:3])
+    np.testing.assert_array_equal(full.instructions, imac.instructions)
+    assert (full.cycles >= full.instructions).all()
+    vexriscv.build(project)  # back to IMAC for the module's other tests
+
+
+def test_makefile_needs_the_bench_directory(project):
+    result = subprocess.run(
+        ["make", "-C", str(project.directory), "TARGET=vexriscv"], capture_output=True, text=True
+    )
+    assert result.returncode != 0
+    assert "TARGET=vexriscv needs MICO_VEXRISCV=" in result.stderr
