@@ -235,6 +235,7 @@ def profile(
         # about 1e9 instructions a second: enough inferences for TIMED_RUN_SECONDS of work
         per = max(1, int(instructions.max()))
         tiles = max(1, min(100_000 // count, math.ceil(TIMED_RUN_SECONDS * 1e9 / per / count)))
+        tiles = max(tiles, 2 if count == 1 else 1)  # at least two inferences: start-up cancels
         many = Path(tmp) / "many.bin"
         write_samples(project, np.concatenate([x] * tiles), many)
         one = Path(tmp) / "one.bin"
@@ -245,8 +246,8 @@ def profile(
             t_many.append(_timed(exe, many, Path(tmp), timeout))
             t_one.append(_timed(exe, one, Path(tmp), timeout))
     # start-up is a fixed cost: its best estimate is the fastest one-sample run
-    start_up = min(t_one) if n > 1 else 0.0
-    walls = [max(t - start_up, 0.0) / max(n - 1, 1) for t in t_many]
+    start_up = min(t_one)
+    walls = [max(t - start_up, 0.0) / (n - 1) for t in t_many]
     return HostProfile(instructions, np.array(walls, dtype=np.float64), n)
 
 
