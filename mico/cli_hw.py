@@ -207,8 +207,8 @@ def latency(
     mode: Annotated[
         str,
         typer.Option(
-            help="measured: run the program (host, rv32) or the analytic model (bitfusion); "
-            "proxy: a fitted latency proxy's predictions."
+            help="measured: run the program (host, rv32, vexriscv) or the analytic model "
+            "(bitfusion); proxy: a fitted latency proxy's predictions."
         ),
     ] = "measured",
     png: Annotated[Path | None, typer.Option(help="Also draw a bar chart into this PNG.")] = None,
