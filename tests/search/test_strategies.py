@@ -338,17 +338,23 @@ def test_pareto_searcher_front_is_non_dominated_and_spread():
     assert ev.eval_bops(best_x) <= budget
     front = searcher.front
     assert len(front) >= 3
+    evaluated = {tuple(s): (v, (ev.eval_bops(s), ev.eval_size(s))) for s, v, _ in searcher.history}
+
+    def dominates(a: tuple, b: tuple) -> bool:
+        (va, ca), (vb, cb) = a, b
+        no_worse = va >= vb and all(x <= y for x, y in zip(ca, cb, strict=True))
+        return no_worse and a != b
+
+    on_front = {tuple(p.scheme) for p in front}
+    for p in front:
+        assert evaluated[tuple(p.scheme)] == (p.value, p.costs)  # accuracy, bops, size
+        assert p.costs[0] <= budget
+        assert not any(dominates(other, (p.value, p.costs)) for other in evaluated.values())
+    for scheme, point in evaluated.items():  # everything else is dominated by the front
+        if scheme not in on_front:
+            assert any(dominates((p.value, p.costs), point) or (p.value, p.costs) == point
+                       for p in front)  # fmt: skip
     points = [(p.value, p.costs) for p in front]
-    for value, costs in points:
-        assert costs[0] == ev.eval_bops(front[0].scheme) or costs[0] <= budget
-        dominated = [
-            (v, c)
-            for v, c in points
-            if v >= value
-            and all(x <= y for x, y in zip(c, costs, strict=True))
-            and (v, c) != (value, costs)
-        ]
-        assert not dominated
     assert best_y == max(v for v, c in points if c[0] <= budget)
     evaluated_costs = [c for _, _, c in searcher.history]
     assert min(evaluated_costs) < 0.6 * budget  # lower budget levels were explored
