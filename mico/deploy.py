@@ -207,7 +207,9 @@ def compile_from_options(
         if options.mode == "static" and options.checkpoint is None:
             model.eval()
             calibrate(model, batches)
-        log(f"compiling {type(model).__name__} ({options.mode} mode) into {options.out_dir}")
+        shown = getattr(model, "model", model)  # a user's module inside mico's wrapper
+        kind = type(shown if isinstance(shown, nn.Module) else model).__name__
+        log(f"compiling {kind} ({options.mode} mode) into {options.out_dir}")
         compiled = compile_model(
             model,
             example,

@@ -150,9 +150,11 @@ def _check_types(graph: Graph) -> None:
                     f"'{node.name}' has a dynamic shape {value.type}; export with static shapes"
                 )
             if value.type.dtype != DataType.FP32:
+                where = f", in {node.origin}," if node.origin else ""
                 raise CompileError(
-                    f"'{node.name}' ({node.op}) produces {value.type.dtype}; the dynamic C "
-                    "backend computes in float32 only"
+                    f"'{node.name}' ({node.op}){where} produces {value.type.dtype}; the dynamic "
+                    "C backend computes in float32 only (return float tensors: e.g. the logits "
+                    "instead of their argmax)"
                 )
 
 

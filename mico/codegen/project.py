@@ -62,9 +62,10 @@ def emit_rule(node: Node) -> Callable[[Node, EmitContext], list[str]]:
     """The ``emit`` rule of ``node``'s op (overloads matched explicitly), or a clear error."""
     rule = find_rule(node.op, "emit")
     if rule is None:
+        where = f", in {node.origin}," if node.origin else ""
         raise UnsupportedOpError(
-            f"op '{node.op}' at '{node.name}' has no C implementation (no emit rule). Register "
-            "one with @MiCoOpRegistry.register_function(<torch function>) or "
+            f"op '{node.op}' at '{node.name}'{where} has no C implementation (no emit rule). "
+            "Register one with @MiCoOpRegistry.register_function(<torch function>) or "
             "register_module(<module class>) from mico.codegen, or attach it with "
             f"OpRegistry.attach('{node.op}', 'emit', fn)"
         )

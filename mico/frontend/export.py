@@ -18,8 +18,13 @@ with ``torch.export`` so the result is an ordinary ``ExportedProgram``.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import operator
-from collections.abc import Sequence
+import re
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -115,7 +120,7 @@ def export_model(
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), _quiet_torch():
             if specialize:
                 return _export_specialized(model, args, strict)
             if _active_quant_layers(model):
@@ -127,12 +132,73 @@ def export_model(
     except MicoError:
         raise
     except Exception as exc:  # torch raises many types here; name the model and the cause
-        raise UnsupportedOpError(
-            f"torch.export could not trace {type(model).__name__}: {exc}. Data-dependent Python "
-            "control flow is the usual cause; make forward() a straight-line computation"
-        ) from exc
+        raise UnsupportedOpError(_trace_failure(model, exc)) from exc
     finally:
         model.train(was_training)
+
+
+_WRAPPERS = ("mico.models.wrap.TorchModel", "mico.models.resolve.ExportedModel")
+
+
+def _origin(node: torch.fx.Node) -> str:
+    """The user's module an FX node was traced in: "layer 'block.conv' (Conv2d)"."""
+    stack = list((node.meta.get("nn_module_stack") or {}).values())
+    if not stack:
+        return ""
+    path, kind = stack[-1][0], str(stack[-1][1]).rsplit(".", 1)[-1]
+    if str(stack[0][1]) in _WRAPPERS:  # mico's wrapper around a plain module: hide it
+        if len(stack) == 1:
+            return ""
+        path = path.removeprefix("model").removeprefix(".")
+        if len(stack) == 2:
+            return f"forward() of {kind}"
+    return f"layer '{path}' ({kind})" if path else f"forward() of {kind}"
+
+
+@contextlib.contextmanager
+def _quiet_torch() -> Iterator[None]:
+    """Keep torch's tracing chatter (graph dumps, guard logs, export warnings) off stderr.
+
+    A failed trace becomes one mico error naming the cause; torch's own multi-page log of it
+    would bury that line.
+    """
+    loggers = [logging.getLogger(name) for name in ("torch", "torch._dynamo", "torch.export")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.CRITICAL)
+    try:
+        # torch.export prints the partial graph of a failed trace straight to stderr
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+_USER_CALL = re.compile(r'File "([^"]+)", line (\d+), in (\w+)\n\s*(.+)')
+
+
+def _trace_failure(model: nn.Module, exc: Exception) -> str:
+    """One readable line for a failed ``torch.export``: the user's line that caused it, and why."""
+    inner = getattr(model, "model", None)  # mico's TorchModel wrapper: name the user's class
+    name = type(inner if isinstance(inner, nn.Module) else model).__name__
+    raw = str(exc)
+    text = " ".join(raw.split())
+    data_dependent = "data-dependent" in text or "guard on" in text
+    where = _USER_CALL.search(raw)
+    if data_dependent:
+        cause = "forward() reads the value of a tensor to decide shapes or control flow"
+    else:
+        cause = text.split(". ")[0][:300]
+    line = f" at {where.group(1)}:{where.group(2)} (`{where.group(4).strip()}`)" if where else ""
+    fix = (
+        "make forward() a straight-line tensor computation (torch.where instead of `if` on "
+        "values, fixed sizes instead of sizes read from data)"
+        if data_dependent
+        else "make forward() a straight-line tensor computation that torch.export can trace"
+    )
+    return f"torch.export could not trace {name}{line}: {cause}; {fix}"
 
 
 def _export_specialized(model: nn.Module, args: tuple[Any, ...], strict: bool) -> ExportedProgram:
@@ -353,6 +419,7 @@ class _Converter:
                 f"node '{node.name}' calls {target}, which is not a torch operator with a "
                 f"schema; register a convert rule with @register_op('{op}')"
             )
+        ir_node.origin = ir_node.origin or _origin(node)
         self.graph.add(ir_node)
         self.define(node.name, structure)
 

@@ -55,6 +55,9 @@ class Node:
     #: memory-planning annotations set by the C backend's passes (scratch bytes, in-place
     #: execution): read by the arena planner, never part of the op's semantics or attributes
     plan: dict[str, Any] = field(default_factory=dict)
+    #: where the op came from in the user's model, for error messages ("layer 'encoder.0'
+    #: (Conv2d)"); not part of the op, not serialized, not compared
+    origin: str = field(default="", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for out in self.outputs:

@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 
 from mico.errors import CompileError, UnsupportedOpError
+from mico.ir.analyzer import find_rule
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Node, Value
 from mico.ir.ops import mico_ops
@@ -537,9 +538,16 @@ class _StaticLowering:
                 continue
             kind = self.kind(node)
             if kind is None:
+                where = f", in {node.origin}," if node.origin else ""
+                hint = (
+                    "compile in dynamic mode (float C: --mode dynamic, mode='dynamic') or "
+                    "replace it"
+                    if find_rule(node.op, "emit") is not None
+                    else "replace it"
+                )
                 raise UnsupportedOpError(
-                    f"{node.op} at '{node.name}' is not supported by the static (integer-only) "
-                    f"C backend (supported: {SUPPORTED})"
+                    f"{node.op} at '{node.name}'{where} is not supported by the static "
+                    f"(integer-only) C backend; {hint} (supported: {SUPPORTED})"
                 )
             handlers[kind](node)
         self.dst.outputs = [self.output(v) for v in self.src.outputs]
@@ -884,6 +892,16 @@ class _StaticLowering:
         x = self.env[id(node.inputs[0])]
         self.env[id(node.output)] = self.view(x, node.output.type.shape, node.output.name)
 
+    def permuted(self, x: Value, perm: list[int], name: str) -> Value:
+        """``x`` (codes) with its dims reordered by ``perm`` (batch first): one strided copy."""
+        strides = _contiguous_strides(x.type.shape[1:])
+        shape = [int(x.type.shape[p]) for p in perm[1:]]
+        attrs = {"shape": shape, "strides": [strides[p - 1] for p in perm[1:]], "offset": 0,
+                 "out": None}  # fmt: skip
+        fmt = (x.qformat, x.scale)
+        out = self.codes_value(name, (int(x.type.shape[0]), *shape), fmt)  # type: ignore[arg-type]
+        return self.emit(name, mico_ops.COPY, [x], out, attrs)
+
     def lower_permute(self, node: Node) -> None:
         where = f"{node.op} at '{node.name}'"
         x = self.codes(node.inputs[0], where)
@@ -1135,16 +1153,23 @@ class _StaticLowering:
                 self.lower_avgpool(node, kernel=kernel)
                 return
             dims = list(range(2, rank))
-        if not dims or dims[0] == 0 or dims != list(range(dims[0], rank)):
+        if not dims or dims[0] == 0:
             raise UnsupportedOpError(
-                f"{where} averages over dims {dims}; only trailing non-batch dims (global "
-                "average pooling) are supported"
+                f"{where} averages over dims {dims}, the batch dimension included; only "
+                "per-sample means are supported"
             )
         x = self.codes(src, where)
         count = int(np.prod([int(src.type.shape[d]) for d in dims]))
         result, lo, hi = self.fuse_activation(node.output)
         s_in = x.scale or 1.0
         shape = tuple(result.type.shape)
+        final_shape = None
+        if dims != list(range(dims[0], rank)):  # e.g. mean over tokens of (B, T, D)
+            kept = [d for d in range(1, rank) if d not in dims]
+            x = self.permuted(x, [0, *kept, *dims], f"{node.name}_to_last")
+            dims = list(range(1 + len(kept), rank))
+            final_shape = shape
+            shape = (int(src.type.shape[0]), *(int(src.type.shape[d]) for d in kept))
         if self.feeds_output_only(result):
             scale = s_in / count
             spec = out_spec(None, scale, clamp=self.clamp_codes(None, scale, lo, hi))
@@ -1155,7 +1180,10 @@ class _StaticLowering:
             spec = out_spec(fmt[0], fmt[1], [m], [shift], self.clamp_codes(*fmt, lo, hi))
             out = self.codes_value(result.name, shape, fmt)
         attrs = {"dims": dims, "count": count, "keepdim": len(shape) == rank, "out": spec}
-        self.env[id(result)] = self.emit(node.name, mico_ops.MEAN, [x], out, attrs)
+        mean = self.emit(node.name, mico_ops.MEAN, [x], out, attrs)
+        if final_shape is not None and tuple(final_shape) != tuple(shape):
+            mean = self.view(mean, final_shape, result.name)  # the kept dims, in their order
+        self.env[id(result)] = mean
 
     # ----------------------------------------------------------------- add, cat
     def lower_add(self, node: Node) -> None:

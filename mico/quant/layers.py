@@ -431,7 +431,15 @@ class _BitConv(BitLayer):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.mode == "quant" and torch.compiler.is_exporting():
             return self._exported_call(x)
-        if self._uses_integer_path() and self.padding_mode == "zeros":
+        if self._uses_integer_path():
+            padded = self._explicit_padding(x)
+            if padded is not None:
+                return self._integer_forward(
+                    padded,
+                    lambda xc, wc: self._unpadded_conv(xc, wc, None),
+                    lambda xq, wq: self._unpadded_conv(xq, wq, self.bias),
+                    channel_dim=1,
+                )
             return self._integer_forward(
                 x,
                 lambda xc, wc: self._conv_forward(xc, wc, None),
@@ -440,19 +448,40 @@ class _BitConv(BitLayer):
             )
         return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
 
+    def _explicit_padding(self, x: torch.Tensor) -> torch.Tensor | None:
+        """``x`` padded as torch pads it for ``padding='same'`` or a non-zero padding mode.
+
+        Such convolutions compute as an explicit ``F.pad`` followed by an unpadded convolution
+        (torch does the same), so the quantized kernel only ever sees zero-padding-free input
+        and the pad is an op of its own in the exported graph. None when no pre-padding is needed.
+        """
+        if self.padding_mode == "zeros" and not isinstance(self.padding, str):
+            return None
+        pads = list(self._reversed_padding_repeated_twice)
+        if not any(pads):
+            return x
+        mode = "constant" if self.padding_mode == "zeros" else self.padding_mode
+        return F.pad(x, pads, mode=mode)
+
+    def _unpadded_conv(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+    ) -> torch.Tensor:
+        conv = F.conv1d if isinstance(self, nn.Conv1d) else F.conv2d
+        return conv(x, weight, bias, self.stride, 0, self.dilation, self.groups)
+
     def _exported_call(self, x: torch.Tensor) -> torch.Tensor:
         """One ``mico.bit_conv1d`` / ``mico.bit_conv2d`` call (see mico.quant.export_ops)."""
         from mico.quant import export_ops
 
-        if self.padding_mode != "zeros" or isinstance(self.padding, str):
-            return self._conv_forward(self.quant_input(x), self.quant_weight(), self.bias)
+        padded = self._explicit_padding(x)
+        padding = [0] * len(self.stride) if padded is not None else list(self.padding)
         op = export_ops.bit_conv1d if isinstance(self, nn.Conv1d) else export_ops.bit_conv2d
         return op(
-            x,
+            x if padded is None else padded,
             self.weight,
             self.bias,
             list(self.stride),
-            list(self.padding),
+            padding,
             list(self.dilation),
             self.groups,
             *self._export_quant_args(),
