@@ -91,6 +91,16 @@ def test_ram_budget_is_the_compiled_arena(tmp_path):
     report = json.loads((out / "report.json").read_text())
     assert report["costs"]["ram"] <= 400
     assert report["verification"]["arena_bytes"] == report["costs"]["ram"]
+    assert report["cached"] == 0
+    # the same model, weights and data again (a new study): every value comes from the cache
+    again = runner.invoke(app, ["tune", "small_cnn", "--budget", "ram=400B", "--epochs", "0",
+                                "--strategy", "random", "--trials", "3", "-o", str(out),
+                                "--force", "--no-compile", "-q"])  # fmt: skip
+    assert again.exit_code == 0, again.output
+    second = json.loads((out / "report.json").read_text())
+    assert second["cached"] == second["evaluations"] == report["evaluations"]
+    assert second["best_accuracy"] == report["best_accuracy"]
+    assert "not compiled" in (out / "report.md").read_text()
 
 
 def test_impossible_budget_is_refused_before_training(tmp_path):
