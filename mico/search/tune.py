@@ -107,6 +107,16 @@ def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dic
     }
 
 
+def evaluations_needed(searcher: Any) -> int | None:
+    """Evaluations a strategy cannot stop short of, when it has such a count: the NLP
+    searcher's reference, one probe per layer and lower width, and its answer."""
+    from mico.search.searchers import NLPSearcher
+
+    if type(searcher) is NLPSearcher:
+        return searcher.n * (len(searcher.qtypes) - 1) + 2
+    return None
+
+
 def tune(
     evaluator: Any,
     budgets: list[Budget],
@@ -126,7 +136,8 @@ def tune(
     ``study`` (:class:`~mico.search.study.StudyConfig`) is where the trials go (default: a
     study in a temporary SQLite file); ``resume`` continues it; ``workers`` > 1 runs that many
     processes (``spec``, a :class:`~mico.search.study.WorkerSpec`, says how to rebuild them).
-    At most ``trials`` trials finish (all workers together, resumes included).
+    At most ``trials`` trials finish (all workers together, resumes included); the NLP
+    strategy gets at least the evaluations it needs (:func:`evaluations_needed`).
     """
     from mico.search.strategies import STRATEGIES as strategies
     from mico.search.study import StudyConfig, open_study, run_worker, run_workers, sqlite_url
@@ -145,6 +156,11 @@ def tune(
     for cost, limit in limits.items():
         searcher._check_budget(cost, limit)  # refused before any training or evaluation
     primary = budgets[0].cost
+    needed = evaluations_needed(searcher)
+    if needed is not None and needed > trials:
+        log(f"{strategy} needs {needed} evaluations for {n} layers x {len(qtypes)} widths: "
+            f"--trials {trials} raised to {needed}")  # fmt: skip
+        trials = needed
     log(f"searching {n} layers x {qtypes} with {strategy} under "
         + ", ".join(f"{k} <= {v:g}" for k, v in limits.items()))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mico-study-") as scratch:

@@ -211,3 +211,14 @@ def test_a_claim_waits_for_a_lower_unlabelled_trial(trained_cnn, digits_split, t
     runner([8] * 6)
     assert time.monotonic() - start >= 1.5
     assert [t.state.name for t in study.get_trials()] == ["FAIL", "COMPLETE"]
+
+
+def test_nlp_gets_the_evaluations_it_needs(trained_cnn, digits_split, tmp_path):
+    lines: list[str] = []
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s")
+    result = tune(_evaluator(trained_cnn, digits_split), parse_budgets("bops=50%"), "nlp", 2,
+                  [2, 4, 8], 0, lines.append, study=config)  # fmt: skip
+    assert any("--trials 2 raised to 8" in line for line in lines)
+    done = _complete(_trials(config.url, "s"))  # the reference, 6 probes, the answer (if new)
+    assert len(done) in (7, 8) and len(result.trials) == len(done)
+    assert result.costs["bops"] <= result.budgets["bops"]
