@@ -171,6 +171,32 @@ def test_sigkill_then_resume_keeps_every_finished_trial(tmp_path):
     assert (out / "best_plan.yaml").is_file()
 
 
+def test_ctrl_c_on_the_command_line_keeps_the_study(tmp_path):
+    out = tmp_path / "run"
+    url, name = sqlite_url(out / "study.db"), "run"
+    proc = subprocess.Popen(_tune_cmd(out, "--trials", "6"), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                if len(_complete(_trials(url, name))) >= 1:
+                    break
+            except Exception:  # not created yet
+                pass
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "keeps every finished trial" in err and "--resume" in err
+    trials = _trials(url, name)
+    assert len(_complete(trials)) >= 1
+    assert all(t.state.name in ("COMPLETE", "FAIL") for t in trials)  # nothing left running
+
+
 def _two_workers(out: Path, url: str, name: str, *extra: str) -> None:
     run = subprocess.run(_tune_cmd(out, "--trials", "5", "--workers", "2", *extra),
                          capture_output=True, text=True, timeout=600, env=ENV)  # fmt: skip
