@@ -145,7 +145,7 @@ def lenet_evaluator(tmp_path_factory):
     model = LeNet(in_channels=1)
     model.set_qscheme([[8] * model.n_layers, [8] * model.n_layers])
     train_loader, test_loader = digits_loaders(batch_size=64, resize=28)
-    model.train_loop(2, train_loader, test_loader, verbose=False)
+    model.train_loop(1, train_loader, test_loader, verbose=False)  # enough to search on
     path = tmp_path_factory.mktemp("ckpt") / "lenet_mnist.pth"
     torch.save(model.state_dict(), path)
     return MiCoEval(model, 1, train_loader, test_loader, path)
@@ -161,7 +161,10 @@ def test_example_1_mpq_search_and_its_variants(lenet_evaluator) -> None:
     max_bops = evaluator.eval_bops([8] * model.n_layers * 2)
     best_config, best_acc = searcher.search(40, "ptq_acc", "bops", max_bops * 0.5)
     assert evaluator.eval_bops(best_config) <= max_bops * 0.5
-    assert 0.7 < best_acc <= 1.0 and len(evaluator.history) == 50
+    assert len(evaluator.history) == 50
+    w8a8 = evaluator.eval_f([8] * model.n_layers * 2)
+    assert 0.9 * w8a8 < best_acc <= 1.0  # half the BOPs, nearly all of W8A8's accuracy
+    print(f"W8A8 {w8a8:.4f}; best at half the BOPs {best_acc:.4f}: {best_config}")
     assert best_acc == max(h["ptq_acc"] for h in evaluator.history
                            if evaluator.eval_bops(h["qscheme"]) <= max_bops * 0.5)  # fmt: skip
 
