@@ -110,6 +110,8 @@ class MiCoSearcher(SpaceSearcher):
         seen, _ = self._data()
         mean, spread = self._predict(model, self.choices[ks], seen)
         scale = max(float(np.std(y)), 1e-3)
+        if self.surrogate == "xgb":  # a distance in [0, 1]: in units of the accuracies' spread
+            spread = spread * scale
         slack = (budget - self.costs_of(ks, constraint_type)) / budget
         near = np.clip(1.0 - slack / self.boundary_width, 0.0, 1.0)
         return mean + self.explore * spread + self.boundary_bonus * scale * near
