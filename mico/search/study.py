@@ -455,10 +455,13 @@ def _load_net(weights: str, model: str | None) -> Any:
     return net
 
 
-def run_workers(spec: WorkerSpec, workers: int) -> None:
+def run_workers(spec: WorkerSpec, workers: int, log: Log = print) -> None:
     """Run ``workers`` worker processes on the study and wait for them all.
 
-    A worker that fails is reported by exit code; the study keeps what it finished."""
+    A worker that dies (killed, crashed) leaves its running trial to the others, which fail it
+    after the grace period and retry it. When the study still finished ``spec.trials`` trials
+    that is logged; otherwise it is an error naming the workers (the study keeps every
+    finished trial for ``--resume``)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
@@ -477,12 +480,16 @@ def run_workers(spec: WorkerSpec, workers: int) -> None:
             p.join()
         raise
     bad = [(p.name, p.exitcode) for p in procs if p.exitcode != 0]
-    if bad:
-        raise ConfigError(
-            "worker(s) failed: "
-            + ", ".join(f"{n} (exit {c})" for n, c in bad)
-            + "; the study keeps every finished trial: rerun with --resume"
-        )
+    if not bad:
+        return
+    done = sum(1 for t in load(spec.study).get_trials(deepcopy=False) if _state(t) == "COMPLETE")
+    shown = ", ".join(f"{n} (exit {c})" for n, c in bad)
+    if done >= spec.trials and len(bad) < len(procs):
+        log(f"{shown} stopped early; the other workers finished all {done} trials")
+        return
+    raise ConfigError(
+        f"worker(s) failed: {shown}; the study keeps every finished trial: rerun with --resume"
+    )
 
 
 def _plain(value: Any) -> Any:

@@ -171,7 +171,7 @@ def tune(
             spec.study, spec.limits, spec.primary, spec.trials = config, limits, primary, trials
             spec.qtypes = qtypes
             log(f"{workers} workers on study '{config.name}'")
-            run_workers(spec, workers)
+            run_workers(spec, workers, log)
         else:
             run_worker(evaluator, handle, config, strategy, qtypes, limits, primary, trials,
                        seed, 0, log)  # fmt: skip

@@ -197,24 +197,71 @@ def test_ctrl_c_on_the_command_line_keeps_the_study(tmp_path):
     assert all(t.state.name in ("COMPLETE", "FAIL") for t in trials)  # nothing left running
 
 
+def _workers_of(pid: int) -> list[int]:
+    """The spawned worker processes of ``pid`` (not multiprocessing's resource tracker)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            cmdline = (entry / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid and b"spawn_main" in cmdline and b"resource_tracker" not in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _check_workers_study(out: Path, url: str, name: str, trials: int) -> list:
+    trials_ = _trials(url, name)
+    done = _complete(trials_)
+    assert len(done) == trials  # no loss ...
+    assert len({s for s, _ in done.values()}) == trials  # ... and no scheme evaluated twice
+    assert {t.user_attrs["worker"] for t in trials_ if t.state.name == "COMPLETE"} <= {1, 2}
+    retried = {t.system_attrs.get("failed_trial") for t in trials_ if t.state.name == "COMPLETE"}
+    for t in trials_:  # anything else lost a claim race, or was killed and then retried
+        assert t.state.name == "COMPLETE" or "mico_void" in t.user_attrs or t.number in retried
+    assert len((out / "trials.csv").read_text().splitlines()) == 1 + len(
+        [t for t in trials_ if "mico_void" not in t.user_attrs]
+    )
+    return trials_
+
+
 def _two_workers(out: Path, url: str, name: str, *extra: str) -> None:
     run = subprocess.run(_tune_cmd(out, "--trials", "5", "--workers", "2", *extra),
                          capture_output=True, text=True, timeout=600, env=ENV)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
-    trials = _trials(url, name)
-    done = _complete(trials)
-    assert len(done) == 5  # no loss ...
-    assert len({s for s, _ in done.values()}) == 5  # ... and no scheme evaluated twice
-    assert {t.user_attrs["worker"] for t in trials if t.state.name == "COMPLETE"} <= {1, 2}
-    for t in trials:  # anything else is a claim that lost a race, never a finished evaluation
-        assert t.state.name == "COMPLETE" or "mico_void" in t.user_attrs, t
-    lines = (out / "trials.csv").read_text().splitlines()
-    assert len(lines) == 1 + 5
+    _check_workers_study(out, url, name, 5)
 
 
-def test_two_workers_share_one_sqlite_study(tmp_path):
+def test_two_workers_share_one_sqlite_study_one_killed(tmp_path):
+    """Two workers on one SQLite study; one is killed (SIGKILL) once a trial has finished: the
+    other fails its running trial after the grace period, retries it and finishes the run."""
     out = tmp_path / "run"
-    _two_workers(out, sqlite_url(out / "study.db"), "run")
+    url, name = sqlite_url(out / "study.db"), "run"
+    proc = subprocess.Popen(_tune_cmd(out, "--trials", "5", "--workers", "2"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        victim = None
+        while time.monotonic() < deadline and proc.poll() is None and victim is None:
+            try:
+                if len(_complete(_trials(url, name))) >= 1:
+                    victim = _workers_of(proc.pid)[0]
+            except Exception:  # the study is not there yet
+                pass
+            time.sleep(0.05)
+        assert victim is not None, "no worker was seen finishing a trial"
+        os.kill(victim, signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr[-3000:]
+    assert "exit -9" in stdout and "finished all 5 trials" in stdout
+    _check_workers_study(out, url, name, 5)
 
 
 def test_two_workers_share_one_postgresql_study(postgres_url, tmp_path):
