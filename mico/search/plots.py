@@ -69,7 +69,7 @@ def plot_trajectory(rows: Sequence[dict[str, Any]], path: str | Path, objective:
     ax.set_ylabel(objective)
     ax.set_title(f"mico tune: {len(rows)} evaluations")
     if rows:
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="best", fontsize=8)
     return _save(fig, Path(path))
 
 
@@ -97,7 +97,7 @@ def plot_pareto(
     ax.set_xlabel(cost)
     ax.set_ylabel(objective)
     ax.set_title(f"{objective} vs {cost}")
-    ax.legend(loc="lower right", fontsize=8)
+    ax.legend(loc="best", fontsize=8)
     return _save(fig, Path(path))
 
 
