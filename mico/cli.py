@@ -217,8 +217,13 @@ def datasets() -> None:
 @app.command()
 @_friendly_errors
 def train(
-    model: Annotated[str, typer.Argument(help="Zoo model name (see `mico models`).")],
+    model: Annotated[
+        str,
+        typer.Argument(help="Zoo model name (see `mico models`) or path/to/file.py:ClassName."),
+    ],
     out: Annotated[Path, typer.Option("--out", "-o", help="Output directory.")] = Path("out/train"),
+    model_args: ModelArgsOpt = None,
+    input_shape: InputShapeOpt = None,
     dataset: Annotated[
         str | None, typer.Option(help="Dataset (default: the model's own, see `mico models`).")
     ] = None,
@@ -243,7 +248,8 @@ def train(
     quiet: QuietOpt = False,
     force: ForceOpt = False,
 ) -> None:
-    """Train a zoo model, quantize it (PTQ or QAT) and save checkpoints, plan and costs.
+    """Train a zoo model (or your own, from a file), quantize it (PTQ or QAT) and save
+    checkpoints, plan and costs.
 
     Example: mico train small_cnn --epochs 5 --plan 4/4 --method qat -o out/train
     """
@@ -269,6 +275,8 @@ def train(
 
     options = TrainOptions(
         model=model,
+        model_args=model_args,
+        input_shape=input_shape,
         out_dir=out,
         dataset=dataset,
         dataset_options=dataset_options,

@@ -113,6 +113,22 @@ def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
 
     if options.mode is not None and options.mode not in MODES:
         raise CompileError(f"unknown mode '{options.mode}'; use --mode {' or --mode '.join(MODES)}")
+    from mico.models.resolve import is_model_spec
+
+    if options.model is not None and options.checkpoint is not None:
+        if not is_model_spec(options.model):
+            raise CompileError(
+                "give a zoo model name or --checkpoint, not both (a checkpoint of a zoo model "
+                "rebuilds it); only a model from a file is named beside its checkpoint"
+            )
+        from mico.train.checkpoint import load_file_model_checkpoint
+
+        model = load_file_model_checkpoint(
+            options.checkpoint, options.model, options.model_args, options.input_shape
+        )
+        if options.mode is None:
+            options.mode = checkpoint_mode(model)
+        return model, None
     if (options.model is None) == (options.checkpoint is None):
         raise CompileError("give a zoo model name or --checkpoint (one of them)")
     if options.checkpoint is not None:

@@ -103,3 +103,65 @@ def test_bad_user_models_are_one_line_errors(user_dir, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not (user_dir / "x").exists()
+
+
+TRAINABLE_PY = textwrap.dedent(
+    """
+    import torch
+    from torch import nn
+
+    class Net(nn.Module):
+        def __init__(self, num_classes: int = 10):
+            super().__init__()
+            self.conv = nn.Conv2d(1, 4, 3, padding=1)
+            self.fc = nn.Linear(4 * 8 * 8, num_classes)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.conv(x)).flatten(1))
+    """
+)
+
+
+@pytest.fixture
+def trained_file_model(tmp_path, monkeypatch):
+    (tmp_path / "net.py").write_text(TRAINABLE_PY)
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "net.py:Net", "--input-shape", "1,8,8", "--model-args", '{"num_classes": 4}']
+    args += ["--dataset", "synthetic", "--epochs", "1", "--plan", "4/8", "--no-progress"]
+    args += ["-o", "tr"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    return tmp_path
+
+
+def test_a_model_from_a_file_trains_and_its_checkpoint_verifies(trained_file_model):
+    assert (trained_file_model / "tr" / "quantized.pt").is_file()
+    # the checkpoint recorded the arguments and shape: naming the file is enough
+    result = runner.invoke(app, ["verify", "net.py:Net", "--checkpoint", "tr/quantized.pt",
+                                 "--samples", "6", "-o", "c", "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "host: 6/6 bit-exact" in result.output  # trained static scales: the static mode
+
+
+def test_a_file_model_checkpoint_alone_names_the_command_that_rebuilds_it(trained_file_model):
+    result = runner.invoke(app, ["compile", "--checkpoint", "tr/quantized.pt", "-o", "c"])
+    assert result.exit_code == 2
+    assert "never imports a file a checkpoint names" in result.output
+    assert f"{trained_file_model / 'net.py'}:Net --checkpoint" in result.output
+    assert not (trained_file_model / "c").exists()
+
+
+def test_a_file_model_checkpoint_refuses_another_class(trained_file_model):
+    (trained_file_model / "other.py").write_text(TRAINABLE_PY.replace("class Net", "class Other"))
+    result = runner.invoke(app, ["compile", "other.py:Other", "--checkpoint", "tr/quantized.pt",
+                                 "-o", "c"])  # fmt: skip
+    assert result.exit_code == 2 and "holds Net" in result.output and "not Other" in result.output
+
+
+def test_training_a_file_model_needs_a_dataset(user_dir):
+    result = runner.invoke(app, ["train", "my_model.py:Net", "--input-shape", "3,16,16",
+                                 "-o", "t"])  # fmt: skip
+    assert result.exit_code == 2
+    assert "has no default dataset" in result.output and "--dataset synthetic" in result.output
+    result = runner.invoke(app, ["train", "small_cnn", "--input-shape", "1,8,8", "-o", "t"])
+    assert result.exit_code == 2 and "apply to models from files only" in result.output

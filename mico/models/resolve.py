@@ -188,16 +188,27 @@ def resolve_model(
                 raise ConfigError(f"{_brief(spec)} holds no example input; pass --input-shape")
             shape = tuple(example[0].shape[1:])
         return ExportedModel(program.module(), shape), None
-    model = _build(_load_class(spec), parse_model_args(model_args))
+    args = parse_model_args(model_args)
+    model = _build(_load_class(spec), args)
     if isinstance(model, MiCoModel) and getattr(model, "default_input_shape", ()):
         if shape is not None:
             model.default_input_shape = shape
-        return model, None
-    if shape is None:
-        shape = tuple(getattr(model, "default_input_shape", ()) or ())
-    if not shape:
-        raise ConfigError(
-            f"{type(model).__name__} has no default_input_shape; pass --input-shape, e.g. "
-            "--input-shape 3,32,32 (one sample, no batch)"
-        )
-    return from_torch(model, shape), None
+        wrapped: nn.Module = model
+    else:
+        if shape is None:
+            shape = tuple(getattr(model, "default_input_shape", ()) or ())
+        if not shape:
+            raise ConfigError(
+                f"{type(model).__name__} has no default_input_shape; pass --input-shape, e.g. "
+                "--input-shape 3,32,32 (one sample, no batch)"
+            )
+        wrapped = from_torch(model, shape)
+    file_part, _, class_name = spec.rpartition(":")
+    # how to rebuild it: recorded in checkpoints, used only when the user names the file again
+    wrapped.model_source = {  # type: ignore[assignment]
+        "file": str(Path(file_part).resolve()),
+        "class": class_name,
+        "model_args": args,
+        "input_shape": list(wrapped.default_input_shape),
+    }
+    return wrapped, None

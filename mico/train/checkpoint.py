@@ -51,8 +51,12 @@ class Checkpoint:
     state_dict: dict[str, torch.Tensor]
     mico_version: str
     extra: dict[str, Any] = field(default_factory=dict)
+    #: a model from a file: {file, class, model_args, input_shape} (see mico.models.resolve)
+    source: dict[str, Any] | None = None
 
     def describe(self) -> str:
+        if self.source:
+            return f"{self.source['class']} (from {self.source['file']})"
         zoo = f" (zoo '{self.zoo_name}')" if self.zoo_name else ""
         return f"{self.model_class}{zoo}"
 
@@ -65,6 +69,13 @@ class Checkpoint:
         from mico.models import from_zoo, zoo_entry
 
         what = f"the checkpoint's {self.describe()}"
+        if self.source is not None:
+            raise CheckpointError(
+                f"the checkpoint holds {self.describe()}, a model from a file; mico never imports "
+                "a file a checkpoint names: name it to rebuild the model, e.g. `mico compile "
+                f"{self.source['file']}:{self.source['class']} --checkpoint CHECKPOINT` (Python: "
+                "load_checkpoint(path, model) with the model built yourself)"
+            )
         if self.zoo_name is None:
             cls = _mico_model_class(self.model_class)
             if cls is None:
@@ -118,6 +129,8 @@ def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
     """Write ``model``'s checkpoint to ``path`` atomically; ``extra`` is stored alongside."""
     path = Path(path)
     args, kwargs = getattr(model, "init_args", ((), {}))
+    if getattr(model, "model_source", None) is not None:
+        args, kwargs = (), {}  # a model from a file is rebuilt from its source, not its wrapper
     plan = _plan_of(model)
     config = _config_of(model)
     payload = {
@@ -129,6 +142,7 @@ def save_checkpoint(model: nn.Module, path: str | Path, **extra: Any) -> Path:
             "zoo_name": getattr(model, "zoo_name", None),
             "args": list(args),
             "kwargs": dict(kwargs),
+            "source": getattr(model, "model_source", None),
         },
         "plan": None
         if plan is None
@@ -204,6 +218,12 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         )
     if not isinstance(model.get("zoo_name"), str | None):
         raise CheckpointError(f"checkpoint '{path}' is damaged: its zoo name is not a string")
+    source = model.get("source")
+    if source is not None and not _valid_source(source):
+        raise CheckpointError(
+            f"checkpoint '{path}' is damaged: its model source is not {{file, class, "
+            "model_args, input_shape}; save it again"
+        )
     try:
         plan = QuantPlan.from_dict(data["plan"]) if data.get("plan") else None
         config = QuantConfig.from_dict(data["quant_config"]) if data.get("quant_config") else None
@@ -219,7 +239,49 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
         data["state_dict"],
         str(data.get("mico_version", "unknown"))[:40],
         dict(data.get("extra", {})),
+        source,
     )
+
+
+def _valid_source(source: Any) -> bool:
+    """Whether a recorded model source has the fields and types save_checkpoint writes."""
+    return (
+        isinstance(source, dict)
+        and isinstance(source.get("file"), str)
+        and isinstance(source.get("class"), str)
+        and source["class"].isidentifier()
+        and isinstance(source.get("model_args"), dict)
+        and isinstance(source.get("input_shape"), list)
+        and all(isinstance(d, int) and d > 0 for d in source["input_shape"])
+    )
+
+
+def load_file_model_checkpoint(
+    path: str | Path,
+    spec: str,
+    model_args: str | dict[str, Any] | None = None,
+    input_shape: str | list[int] | None = None,
+) -> nn.Module:
+    """Rebuild the model of ``spec`` (``file.py:Class``, named by the user) and load ``path``.
+
+    The constructor arguments and sample shape default to those the checkpoint recorded, so
+    ``mico compile net.py:Net --checkpoint quantized.pt`` needs nothing else.
+    """
+    from mico.models.resolve import resolve_model
+
+    ckpt = read_checkpoint(path)
+    recorded = ckpt.source or {}
+    class_name = spec.rpartition(":")[2]
+    if recorded and recorded["class"] != class_name:
+        raise CheckpointError(
+            f"checkpoint '{path}' holds {ckpt.describe()}, not {class_name}; name the class it "
+            f"was trained from ({recorded['file']}:{recorded['class']})"
+        )
+    args = model_args if model_args is not None else recorded.get("model_args")
+    shape = input_shape if input_shape is not None else recorded.get("input_shape")
+    model, _ = resolve_model(spec, args, shape)
+    _load_into(ckpt, model, strict=True, source=f"checkpoint '{path}'")
+    return model
 
 
 def _unpickling_detail(exc: Exception) -> str:

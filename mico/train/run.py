@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from mico.atomic import atomic_directory, check_output_dir
 from mico.data import load_dataset
-from mico.errors import DatasetError, PlanError
+from mico.errors import ConfigError, DatasetError, PlanError
 from mico.models import from_zoo, zoo_entry
 from mico.quant import QuantConfig, QuantPlan, apply_plan, as_plan, calibrate, model_costs
 from mico.train.checkpoint import save_checkpoint
@@ -29,6 +29,8 @@ class TrainOptions:
     dataset: str | None = None  # default: the zoo entry's dataset
     dataset_options: dict[str, Any] = field(default_factory=dict)
     model_options: dict[str, Any] = field(default_factory=dict)
+    model_args: str | dict[str, Any] | None = None  # a model from a file: its constructor args
+    input_shape: str | None = None  # a model from a file: one sample's shape
     epochs: int = 10
     lr: float = 1e-3
     batch_size: int = 64
@@ -54,14 +56,28 @@ def run_train(options: TrainOptions, log: Log = print) -> TrainResult:
     check_train_numbers(vars(options))  # before any work
     check_output_dir(options.out_dir, force=options.force)
     seed_everything(options.seed)
-    entry = zoo_entry(options.model)
-    model = from_zoo(options.model, **options.model_options)
+    from mico.models.resolve import is_model_spec, resolve_model
+
+    if is_model_spec(options.model):  # path/to/file.py:Class
+        entry = None
+        model, _ = resolve_model(options.model, options.model_args, options.input_shape)
+        if options.dataset is None:
+            raise DatasetError(
+                f"{options.model} is a model from a file, which has no default dataset; pass "
+                "--dataset (see `mico datasets`), e.g. --dataset synthetic for data shaped to "
+                "the model"
+            )
+    else:
+        if options.model_args is not None or options.input_shape is not None:
+            raise ConfigError("--model-args and --input-shape apply to models from files only")
+        entry = zoo_entry(options.model)
+        model = from_zoo(options.model, **options.model_options)
     if options.method not in ("ptq", "qat"):
         raise PlanError(f"method must be 'ptq' or 'qat', got {options.method!r}")
     plan = None
     if options.plan is not None:  # check the plan before any training
         plan = as_plan(options.plan, model.quantize_layer_names())
-    dataset = options.dataset or entry.dataset
+    dataset = options.dataset or entry.dataset  # type: ignore[union-attr]
     if dataset == "synthetic" and getattr(model, "task", "") == "language":
         dataset = "synthetic_tokens"  # a language model learns token sequences
     split = load_dataset(dataset, seed=options.seed, **_shaped(dataset, model, options))
