@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import signal
 import threading
 import time
 import warnings
@@ -41,6 +42,64 @@ _LIVE = ("RUNNING", "COMPLETE")
 
 class BudgetReached(Exception):
     """The study holds ``max_trials`` finished trials: the strategy stops here."""
+
+
+_STOP = threading.Event()  # Ctrl-C was pressed
+_DEFER = threading.Event()  # the study is being written: Ctrl-C waits for the next safe point
+
+
+@contextlib.contextmanager
+def interrupt_guard() -> Iterator[None]:
+    """Ctrl-C raises KeyboardInterrupt as usual and is also remembered: Python drops one that
+    lands in a garbage-collection callback (SQLAlchemy has some), so the runner raises it again
+    at its next safe point (:func:`check_interrupt`), after the running trial is recorded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous in (signal.SIG_IGN, None):
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        _STOP.set()
+        if not _DEFER.is_set():
+            raise KeyboardInterrupt
+
+    _STOP.clear()
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _STOP.clear()
+
+
+def check_interrupt() -> None:
+    """Raise the KeyboardInterrupt of a Ctrl-C that was deferred or swallowed on its way."""
+    if _STOP.is_set():
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _deferred() -> Iterator[None]:
+    """Study writes: a Ctrl-C meanwhile is raised after the block, never half-way through."""
+    _DEFER.set()
+    try:
+        yield
+    finally:
+        _DEFER.clear()
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """An evaluation inside :func:`_deferred`: Ctrl-C interrupts it at once."""
+    _DEFER.clear()
+    try:
+        check_interrupt()
+        yield
+    finally:
+        _DEFER.set()
 
 
 def sqlite_url(path: str | Path) -> str:
@@ -202,6 +261,7 @@ class TrialRunner:
     def __call__(self, qscheme: list[Any]) -> float:
         key = self.evaluator.scheme_key(qscheme)
         while True:
+            check_interrupt()
             trials = self._trials()
             done = [t for t in trials if _state(t) == "COMPLETE"]
             same = [t for t in trials if t.user_attrs.get("scheme") == key]
@@ -219,36 +279,42 @@ class TrialRunner:
                 return value
 
     def _claim_and_run(self, key: str, qscheme: list[Any]) -> float | None:
-        """Ask for a trial and run it; the value when it was ``key``'s, else None (retry)."""
-        trial = self.study.ask()
-        with heartbeat(self._storage, trial._trial_id, self.config.heartbeat):
-            label = trial.user_attrs.get("scheme")
-            if label is None:  # a fresh trial: ours
-                label, scheme = key, list(qscheme)
-                self._label(trial, key, scheme)
-            else:  # the retry of a trial whose worker died
-                scheme = list(trial.user_attrs.get("qscheme") or qscheme)
-            void = self._void_reason(trial.number, label)
-            if void is not None:
-                trial.set_user_attr("mico_void", void)
-                self.study.tell(trial, state=_optuna().trial.TrialState.FAIL)
-                return None
+        """Ask for a trial and run it; the value when it was ``key``'s, else None (retry).
+
+        Only the evaluation itself is interruptible: a Ctrl-C while the study is written waits
+        until the trial is recorded (finished, or failed if its evaluation was cut short)."""
+        fail = _optuna().trial.TrialState.FAIL
+        with _deferred():
+            trial = self.study.ask()
             try:
-                value = self.evaluator.objective_value(scheme)
-                costs = {c: float(self.evaluator_cost(scheme, c)) for c in self.limits}
+                with heartbeat(self._storage, trial._trial_id, self.config.heartbeat):
+                    label = trial.user_attrs.get("scheme")
+                    if label is None:  # a fresh trial: ours
+                        label, scheme = key, list(qscheme)
+                        self._label(trial, key, scheme)
+                    else:  # the retry of a trial whose worker died
+                        scheme = list(trial.user_attrs.get("qscheme") or qscheme)
+                    void = self._void_reason(trial.number, label)
+                    if void is not None:
+                        trial.set_user_attr("mico_void", void)
+                        self.study.tell(trial, state=fail)
+                        return None
+                    with _interruptible():
+                        value = self.evaluator.objective_value(scheme)
+                        costs = {c: float(self.evaluator_cost(scheme, c)) for c in self.limits}
+                    feasible = all(costs[c] <= lim for c, lim in self.limits.items())
+                    trial.set_user_attr("costs", costs)
+                    trial.set_user_attr("feasible", feasible)
+                    trial.set_user_attr("cached", bool(self.evaluator.last_from_cache))
+                    trial.set_user_attr("worker", self.worker)
+                    self.study.tell(trial, value)
             except BaseException:  # Ctrl-C or an error: the trial failed, nothing half-written
                 with contextlib.suppress(Exception):
-                    self.study.tell(trial, state=_optuna().trial.TrialState.FAIL,
-                                    skip_if_finished=True)  # fmt: skip
+                    self.study.tell(trial, state=fail, skip_if_finished=True)
                 raise
-            feasible = all(costs[c] <= lim for c, lim in self.limits.items())
-            trial.set_user_attr("costs", costs)
-            trial.set_user_attr("feasible", feasible)
-            trial.set_user_attr("cached", bool(self.evaluator.last_from_cache))
-            trial.set_user_attr("worker", self.worker)
-            self.study.tell(trial, value)
         self.new_trials += 1
         self._progress(trial.number, value, costs, feasible)
+        check_interrupt()  # the trial is recorded: now stop if Ctrl-C was pressed
         return value if label == key else None
 
     def evaluator_cost(self, scheme: list[Any], cost: str) -> float:
@@ -387,10 +453,31 @@ def run_worker(
 ) -> TrialRunner:
     """Run ``strategy`` as one worker of the study until it holds ``trials`` finished trials
     or a round of the strategy finds nothing new (deterministic strategies end after one)."""
-    from mico.search.strategies import STRATEGIES
 
     runner = TrialRunner(study, config, evaluator, limits, trials, qtypes, worker, log)
     evaluator.trial_runner = runner
+    with interrupt_guard():
+        _run_rounds(runner, evaluator, study, strategy, qtypes, limits, primary, trials, seed,
+                    worker, log)  # fmt: skip
+        check_interrupt()
+    return runner
+
+
+def _run_rounds(
+    runner: TrialRunner,
+    evaluator: Any,
+    study: Any,
+    strategy: str,
+    qtypes: list[Any],
+    limits: dict[str, float],
+    primary: str,
+    trials: int,
+    seed: int,
+    worker: int,
+    log: Log,
+) -> None:
+    from mico.search.strategies import STRATEGIES
+
     try:
         for round_ in range(1000):
             before = runner.new_trials
@@ -407,7 +494,6 @@ def run_worker(
                 break
     finally:
         evaluator.trial_runner = None
-    return runner
 
 
 def _worker_main(spec: WorkerSpec, worker: int) -> None:
