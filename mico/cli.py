@@ -430,7 +430,8 @@ def verify_cmd(
     seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
     target: Annotated[
-        list[str] | None, typer.Option(help="host, rv32 or rv64 (repeat for several).")
+        list[str] | None,
+        typer.Option(help="host, rv32, rv64 or vexriscv (cycle-accurate RTL core); repeatable."),
     ] = None,
     cc: Annotated[str, typer.Option(help="Host C compiler (gcc or clang).")] = "gcc",
     sanitize: Annotated[bool, typer.Option(help="Host build with ASan and UBSan.")] = False,

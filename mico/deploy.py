@@ -34,7 +34,7 @@ from mico.execute.verify import Agreement, compare_outputs
 from mico.userfiles import path_kind
 
 Log = Callable[[str], None]
-TARGETS = ("host", "rv32", "rv64")
+TARGETS = ("host", "rv32", "rv64", "vexriscv")
 
 
 @dataclass
@@ -67,6 +67,7 @@ class TargetResult:
     target: str
     agreement: Agreement
     instructions_per_inference: int | None = None
+    cycles_per_inference: int | None = None  # cycle-accurate targets (vexriscv)
     difference: LayerDifference | None = None
 
     @property
@@ -272,23 +273,44 @@ def _write_compile_report(compiled: CompiledModel) -> None:
     plot_memory_map(arena, project.directory / "memory_map.png", title=project.name)
 
 
+@dataclass
+class TargetRun:
+    """One target's outputs and, where it counts them, instructions and cycles per inference."""
+
+    outputs: np.ndarray
+    instructions: int | None = None
+    cycles: int | None = None
+
+
 def run_on_target(
     compiled: CompiledModel, samples: np.ndarray, target: str, options: DeployOptions
-) -> tuple[np.ndarray, int | None]:
-    """Build for ``target`` and run ``samples``; return outputs and instructions/inference."""
+) -> TargetRun:
+    """Build for ``target`` and run ``samples`` (instructions and cycles: the largest count of
+    one inference, as counts differ only where kernels branch on data)."""
     from mico.targets import host, rv32, rv64
 
     project = compiled.project
     if target == "host":
         host.build(project, cc=options.cc, sanitize=options.sanitize)
-        return host.run(project, samples), None
+        return TargetRun(host.run(project, samples))
     if target == "rv32":
         rv32.build(project)
         run = rv32.run(project, samples)
-        return run.outputs, run.instructions_per_inference
+        return TargetRun(run.outputs, run.instructions_per_inference)
     if target == "rv64":
         rv64.build(project)
-        return rv64.run(project, samples), None
+        return TargetRun(rv64.run(project, samples))
+    if target == "vexriscv":
+        from mico.targets import vexriscv
+
+        vexriscv.build(project)
+        vex = vexriscv.run(project, samples)
+        counted = len(vex.instructions) > 0  # the largest counts, as rv32 reports them
+        return TargetRun(
+            vex.outputs,
+            int(np.max(vex.instructions)) if counted else None,
+            int(np.max(vex.cycles)) if counted else None,
+        )
     raise BuildError(f"unknown target '{target}'; use one of {', '.join(TARGETS)}")
 
 
@@ -314,9 +336,10 @@ def verify_compiled(
     )
     result = DeployResult(compiled)
     for target in options.targets:
-        outputs, instructions = run_on_target(compiled, samples, target, options)
+        run = run_on_target(compiled, samples, target, options)
+        outputs, instructions = run.outputs, run.instructions
         agreement = compare_outputs(outputs, reference, rtol=options.rtol)
-        entry = TargetResult(target, agreement, instructions)
+        entry = TargetResult(target, agreement, instructions, run.cycles)
         _log_segments(compiled, outputs, reference, options.rtol, target, log)
         if not entry.ok:
             c = np.asarray(outputs).reshape(len(outputs), -1)
@@ -327,6 +350,8 @@ def verify_compiled(
             entry.difference = first_difference(compiled.graph, records, samples[bad], options.rtol)
         result.results.append(entry)
         extra = f", {instructions} instructions/inference" if instructions else ""
+        if entry.cycles_per_inference:
+            extra += f", {entry.cycles_per_inference} cycles/inference"
         log(f"{target}: {agreement.summary()}{extra}")
         if entry.difference is not None:
             log(f"{target}: {entry.difference}")
@@ -376,6 +401,7 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
             "max_abs_diff": float(a.max_abs_diff),
             "rtol": a.rtol,
             "instructions_per_inference": r.instructions_per_inference,
+            "cycles_per_inference": r.cycles_per_inference,
             "first_difference": None if r.difference is None else str(r.difference),
         })  # fmt: skip
     data = {
@@ -398,14 +424,15 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
         "",
         f"Samples: {options.samples_origin or 'as given'}.",
         "",
-        "| target | bit-exact | top-1 | max abs diff | instructions / inference |",
-        "|---|---:|---:|---:|---:|",
+        "| target | bit-exact | top-1 | max abs diff | instructions / inference | cycles / "
+        "inference |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row['target']} | {row['exact']}/{row['samples']} | {row['top1']}/"
             f"{row['samples']} | {row['max_abs_diff']:.3g} | "
-            f"{row['instructions_per_inference'] or '-'} |"
+            f"{row['instructions_per_inference'] or '-'} | {row['cycles_per_inference'] or '-'} |"
         )
     for row in rows:
         if row["first_difference"]:

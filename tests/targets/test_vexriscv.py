@@ -197,3 +197,25 @@ def test_makefile_needs_the_bench_directory(project):
     )
     assert result.returncode != 0
     assert "TARGET=vexriscv needs MICO_VEXRISCV=" in result.stderr
+
+
+def test_mico_verify_runs_on_the_rtl_core_and_reports_cycles(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from mico.cli import app
+
+    out = tmp_path / "v"
+    result = CliRunner().invoke(app, ["verify", "small_cnn", "--plan", "4/8", "--mode", "static",
+                                      "--samples", "3", "--target", "rv32", "--target",
+                                      "vexriscv", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "vexriscv: 3/3 bit-exact" in result.output and "cycles/inference" in result.output
+    rows = {r["target"]: r for r in json.loads((out / "verify.json").read_text())["targets"]}
+    # the same program retires the same instructions on the core as under qemu
+    assert (
+        rows["vexriscv"]["instructions_per_inference"] == rows["rv32"]["instructions_per_inference"]
+    )
+    assert rows["vexriscv"]["cycles_per_inference"] > rows["vexriscv"]["instructions_per_inference"]
+    assert "cycles / inference" in (out / "verify.md").read_text()
