@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mico.errors import ConfigError, brief
+from mico.errors import ConfigError, MicoError, brief
 
 TARGETS = ("host", "rv32", "rv64")
 MODES = ("static", "dynamic")
@@ -35,7 +35,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "data": ("dataset", "batch_size", "options"),
     "train": ("epochs", "lr"),
     "quantize": ("plan", "method", "qat_epochs", "calibration_batches", "per_channel"),
-    "search": ("strategy", "trials", "budget", "objective", "storage"),
+    "search": ("strategy", "trials", "budget", "objective", "bits"),
     "compile": ("mode", "name"),
     "verify": ("samples",),
 }
@@ -65,6 +65,44 @@ class RunConfig:
     targets: tuple[str, ...] = ("host",)
     samples: int = 32
     source: Path | None = None
+
+
+def _check_search(check: _Checker, search: dict[str, Any]) -> dict[str, Any]:
+    """The search section with defaults: strategy, trials, budget (required), objective, bits."""
+    from mico.search.evaluator import OBJECTIVES
+    from mico.search.strategies import STRATEGIES
+    from mico.search.tune import parse_budgets
+
+    checked: dict[str, Any] = {
+        "strategy": check.choice(
+            "search.strategy", search.get("strategy", "nlp"), tuple(sorted(STRATEGIES))
+        ),
+        "trials": check.integer("search.trials", search.get("trials", 10), 1, 10000),
+        "objective": check.choice(
+            "search.objective", search.get("objective", "ptq_acc"), OBJECTIVES
+        ),
+        "budget": None,
+        "bits": [2, 4, 8],
+    }
+    budget = search.get("budget")
+    if not isinstance(budget, str) or not budget.strip():
+        check.fail("search.budget", "budgets such as 'bops=50%' or 'size=4KB,latency=2M'", budget)
+    else:
+        try:
+            parse_budgets(budget)
+            checked["budget"] = budget
+        except MicoError as exc:
+            check.errors.append(f"'search.budget': {exc}")
+    bits = search.get("bits", [2, 4, 8])
+    if (
+        not isinstance(bits, list)
+        or not bits
+        or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= 8 for b in bits)
+    ):
+        check.fail("search.bits", "a list of bit-widths from 1 to 8, e.g. [2, 4, 8]", bits)
+    else:
+        checked["bits"] = sorted(set(bits))
+    return checked
 
 
 def read_yaml(path: str | Path, what: str = "run config") -> Any:
@@ -182,7 +220,7 @@ def parse_run_config(raw: Any, source: Path | None = None) -> RunConfig:
         search = check.section(raw, "search")
         if plan is not None:
             check.errors.append("'search': give either quantize.plan or a search section, not both")
-        cfg.search = search
+        cfg.search = _check_search(check, search)
 
     comp = check.section(raw, "compile")
     cfg.mode = check.choice("compile.mode", comp.get("mode", "static"), MODES)

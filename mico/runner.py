@@ -86,6 +86,60 @@ def _output_size(model: nn.Module, shape: tuple[int, ...]) -> int:
     return int(out.reshape(1, -1).shape[1])
 
 
+def _search_setup(config: RunConfig, model: nn.Module, train_loader: Any, test_loader: Any) -> Any:
+    """The search's budgets, checked against the model before any training: an impossible
+    budget is refused with the smallest feasible figure."""
+    from mico.search import MiCoEval
+    from mico.search.searchers import RandomSearcher
+    from mico.search.tune import parse_budgets
+
+    search = config.search or {}
+    budgets = parse_budgets(search["budget"])
+    probe = MiCoEval(model, 1, train_loader, test_loader, None, objective=search["objective"])
+    checker = RandomSearcher(probe, qtypes=search["bits"])
+    full = [8] * (2 * probe.n_layers)
+    for b in budgets:
+        checker._check_budget(b.cost, b.resolve(checker.cost(full, b.cost)))
+    return budgets
+
+
+def _run_search(
+    config: RunConfig,
+    budgets: Any,
+    model: nn.Module,
+    train_loader: Any,
+    test_loader: Any,
+    names: list[str],
+    log: Log,
+) -> tuple[Any, dict[str, Any]]:
+    """Search the bit-widths of the trained model; its best plan is the one quantized next."""
+    import copy
+
+    from mico.quant import as_plan
+    from mico.search import MiCoEval
+    from mico.search.tune import tune
+
+    search = config.search or {}
+    log(f"      searching bit-widths: {search['strategy']}, {search['trials']} trial(s), "
+        f"budget {search['budget']}")  # fmt: skip
+    evaluator = MiCoEval(copy.deepcopy(model), 1, train_loader,
+                         test_loader, None, objective=search["objective"])  # fmt: skip
+    result = tune(evaluator, budgets, search["strategy"], search["trials"], search["bits"],
+                  config.seed, log=lambda m: log("      " + m))  # fmt: skip
+    plan = as_plan(list(result.best_scheme), names)
+    log(f"      best plan {plan.to_string()}: {search['objective']} {result.best_accuracy:.4f}")
+    summary = {
+        "strategy": search["strategy"],
+        "trials": len(result.trials),
+        "budget": search["budget"],
+        "budgets": result.budgets,
+        "costs": result.costs,
+        "best_accuracy": result.best_accuracy,
+        "plan": plan.to_string(),
+    }
+    return plan, summary
+
+
 def run_config(
     config: RunConfig, out_dir: Path, force: bool = False, log: Log = print
 ) -> RunResult:
@@ -100,11 +154,6 @@ def run_config(
 
     check_model_name(config.c_name)
     final = check_output_dir(out_dir, force=force)
-    if config.search is not None:
-        raise ConfigError(
-            "'search': run the search with `mico tune` and put its best_plan.yaml in "
-            "quantize.plan (a search section in run configs is not supported yet)"
-        )
     seed_everything(config.seed)
     model, zoo_name, default_dataset = build_model(config)
     names = model.quantize_layer_names() if hasattr(model, "quantize_layer_names") else None
@@ -119,12 +168,20 @@ def run_config(
     dataset = config.dataset or default_dataset
     split = _split(config, model, dataset)
     train_loader, test_loader = split.loaders(config.batch_size, seed=config.seed)
+    searcher = None
+    if config.search is not None:  # budgets checked before any training
+        searcher = _search_setup(config, model, train_loader, test_loader)
     label = zoo_name or type(model).__name__
     log(f"[1/5] training {label} on {dataset} for {config.epochs} epoch(s)")
     fit(model, train_loader, config.epochs, lr=config.lr, log=lambda m: log("      " + m))
     fp32_acc = accuracy(model, test_loader)
     log(f"      FP32 test accuracy {fp32_acc:.4f}")
 
+    search_summary: dict[str, Any] | None = None
+    if searcher is not None:
+        plan, search_summary = _run_search(
+            config, searcher, model, train_loader, test_loader, names, log
+        )
     log(f"[2/5] quantizing ({config.method}, {config.mode} activations): {plan.to_string()}")
     quant = QuantConfig(
         act_mode="static" if config.mode == "static" else "dynamic",
@@ -194,6 +251,8 @@ def run_config(
             "arena_lower_bound": project.arena.lower_bound,
             "bops": costs.to_dict()["total"].get("bops"),
         }
+        if search_summary is not None:
+            metrics["search"] = search_summary
         if zoo_name:  # checkpoints rebuild zoo models; other models keep their weights
             save_checkpoint(model, tmp / "fp32.pt", dataset=dataset)
             save_checkpoint(qmodel, tmp / "quantized.pt", dataset=dataset)
@@ -231,4 +290,15 @@ def _report(metrics: dict[str, Any]) -> str:
     for target, entry in metrics["targets"].items():
         instructions = entry["instructions_per_inference"] or "-"
         lines.append(f"| {target} | {entry['exact']}/{entry['samples']} | {instructions} |")
+    search = metrics.get("search")
+    if search:
+        costs = ", ".join(
+            f"{k} {v:g} (budget {search['budgets'][k]:g})" for k, v in search["costs"].items()
+        )
+        lines += [
+            "",
+            f"Plan searched with `{search['strategy']}` over {search['trials']} trial(s) under "
+            f"`{search['budget']}`: {search['plan']}, {costs}; accuracy in the search "
+            f"{search['best_accuracy']:.4f}.",
+        ]
     return "\n".join(lines) + "\n"

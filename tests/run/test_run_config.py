@@ -57,6 +57,11 @@ def test_defaults_are_filled_in():
         ({"data": [1]}, "'data': expected a mapping"),
         ({"seed": True}, "'seed': expected an integer"),
         ({"quantize": {"plan": "4/4"}, "search": {"trials": 3}}, "not both"),
+        ({"search": {"trials": 3}}, "'search.budget': expected budgets such as 'bops=50%'"),
+        ({"search": {"budget": "bops=50%", "strategy": "annealing"}}, "'search.strategy'"),
+        ({"search": {"budget": "speed=3"}}, "'search.budget': "),
+        ({"search": {"budget": "bops=1%", "bits": [2, 9]}}, "'search.bits': expected a list"),
+        ({"search": {"budget": "bops=1%", "trials": 0}}, "'search.trials': expected an integer"),
         ([1, 2], "a run config must be a mapping of sections"),
     ],
 )
@@ -178,3 +183,35 @@ def test_layers_config_with_a_residual_runs(tmp_path):
     assert result.ok
     assert result.metrics["targets"]["host"]["exact"] == 6
     assert (tmp_path / "out" / "fp32_state_dict.pt").exists()
+
+
+SEARCHED = """
+name: searched
+model: small_cnn
+data: {dataset: digits, batch_size: 128}
+train: {epochs: 1}
+search: {strategy: random, trials: 3, budget: "bops=50%", bits: [2, 4, 8]}
+compile: {mode: static}
+verify: {samples: 8}
+"""
+
+
+def test_a_search_section_picks_the_plan_within_its_budget(tmp_path):
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(write(tmp_path, SEARCHED)), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    search = metrics["search"]
+    assert search["strategy"] == "random" and search["plan"] == metrics["plan"]
+    assert search["costs"]["bops"] <= search["budgets"]["bops"]
+    assert metrics["bops"] == search["costs"]["bops"]  # the compiled plan is the searched one
+    assert metrics["targets"]["host"]["exact"] == 8
+    assert "Plan searched with `random` over 3 trial(s)" in (out / "report.md").read_text()
+
+
+def test_an_impossible_search_budget_is_refused_before_training(tmp_path):
+    config = SEARCHED.replace("bops=50%", "bops=1")
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(write(tmp_path, config)), "-o", str(out)])
+    assert result.exit_code == 2 and "raise the budget to at least" in result.output
+    assert "training" not in result.output and not out.exists()
