@@ -20,7 +20,7 @@ from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import code_range
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, inv_scale_f32
-from mico.quant.packing import pack
+from mico.quant.packing import lane_channels, lane_plan, pack, pack_lanes
 
 
 def c_int(value: int) -> str:
@@ -87,17 +87,26 @@ def c_out(
     return "{ " + _fields(fields) + " }"
 
 
-def _weights(ctx: EmitContext, node: Node) -> tuple[str, str, int]:
-    """Emit packed weights and int32 bias; return their symbols and the weight bit-width."""
+def _weights(ctx: EmitContext, node: Node, lanes: bool = False) -> tuple[str, str, int]:
+    """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
+
+    ``lanes``: the weights as channel-lanes words (``pack_lanes``, the same bytes reordered).
+    """
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
     assert fmt is not None and weight.data is not None and bias.data is not None
-    w_sym = ctx.const_bytes(
-        f"{weight.name}",
-        pack(weight.data, fmt),
-        kind="weights",
-        comment=f"{weight.type.shape} {fmt}, packed",
-    )
+    if lanes:
+        words = pack_lanes(np.asarray(weight.data).reshape(weight.type.shape[0], -1), fmt)
+        w_sym = "(const uint8_t *)" + ctx.const_int32(
+            f"{weight.name}", words.view(np.int32), kind="weights"
+        )
+    else:
+        w_sym = ctx.const_bytes(
+            f"{weight.name}",
+            pack(weight.data, fmt),
+            kind="weights",
+            comment=f"{weight.type.shape} {fmt}, packed",
+        )
     b_sym = ctx.const_int32(f"{bias.name}", np.asarray(bias.data))
     return w_sym, b_sym, fmt.bits
 
@@ -137,13 +146,53 @@ def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
     return [f"mico_quantize_f32({', '.join(args)});"]
 
 
+#: layers of fewer MACs keep the plain kernels: the lanes path adds about 3 KB of code (driver,
+#: block kernel, requantization) to a program, more flash than a small layer's saved
+#: instructions are worth
+LANES_MIN_MACS = 32768
+
+
+def lanes_plan(
+    w_fmt: QFormat | None,
+    a_fmt: QFormat | None,
+    out_per_group: int,
+    pixels: int = 4,
+    macs: int | None = None,
+) -> dict[str, int] | None:
+    """The ``MicoLanes`` of a conv / linear layer whose weights take channel lanes, or None.
+
+    Lanes need weights of 1, 2, 4 or 8 bits whose output channels (per group) fill words of
+    F = 32 / bits, activations of at most 8 bits, fewer estimated instructions per MAC than
+    the plain kernels (mico.quant.packing.lane_plan) and, when ``macs`` is given, at least
+    :data:`LANES_MIN_MACS` of them.
+    """
+    if w_fmt is None or a_fmt is None or w_fmt.bits not in (1, 2, 4, 8):
+        return None
+    if out_per_group % lane_channels(w_fmt.bits):
+        return None
+    if macs is not None and macs < LANES_MIN_MACS:
+        return None
+    return lane_plan(w_fmt, a_fmt, pixels)
+
+
+def lanes_kernel(layer: str, plan: dict[str, int], w_bits: int) -> str:
+    """The entry point of a lanes layer: its weight width and G = s / w_bits field groups."""
+    return f"{layer}_lanes_w{w_bits}g{plan['s'] // w_bits}"
+
+
+def _lanes_struct(ctx: EmitContext, node: Node, plan: dict[str, int]) -> str:
+    return ctx.const_struct("MicoLanes", f"{node.name}_lanes", _fields(plan))
+
+
 def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
-    w_sym, b_sym, w_bits = _weights(ctx, node)
     _, in_c, in_h, in_w = x.type.shape
     _, out_c, out_h, out_w = out.type.shape
     k_h, k_w = node.inputs[1].type.shape[2:]
     a = node.attrs
+    macs = out_c * out_h * out_w * (in_c // a["groups"]) * k_h * k_w
+    lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None)
     params = ctx.const_struct(
         "MicoConv2d",
         f"{node.name}_params",
@@ -168,6 +217,10 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_conv2d.c")
+    if lanes is not None:
+        sym = _lanes_struct(ctx, node, lanes)
+        kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)
+        return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
     in_bits = fmt_of(x)[0]
     kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1])
     return _call(ctx, kernel, params, x, out)
@@ -190,9 +243,12 @@ def conv2d_kernel(
 
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
-    w_sym, b_sym, w_bits = _weights(ctx, node)
     out_features, in_features = node.inputs[1].type.shape
     a = node.attrs
+    rows = x.type.numel // (in_features * x.type.shape[0])
+    macs = rows * in_features * out_features
+    lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs)
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None)
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",
@@ -210,6 +266,10 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_linear.c")
+    if lanes is not None:
+        sym = _lanes_struct(ctx, node, lanes)
+        kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
+        return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
     return _call(ctx, "mico_qlinear", params, x, out)
 
 

@@ -371,6 +371,106 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     }
 }
 
+/* ------------------------------------------------------------------------ channel lanes */
+
+#define MICO_LANES_PATCH 512 /* int16 elements of the lanes path's patch */
+#define MICO_LANES_TILE 512  /* int32 sums of the channel blocks waiting between chunks */
+
+/* Requantize and store the F channels of one block (sums tile[c * pp + j], np pixels). */
+static MICO_NOINLINE void mico_lanes_store(const MicoConv2d *p, void *out, int32_t *tile,
+                                           int32_t pp, int32_t np, int32_t oc0, int32_t pix0,
+                                           const int32_t *cs)
+{
+    const int32_t f = 32 / p->w_bits;
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    const uint32_t sw = p->w_bits == 1 ? 2u : 1u;
+    const uint32_t qw = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
+    int32_t c;
+    for (c = 0; c < f; c++) {
+        const MicoRq rq = mico_rq(&p->out, oc0 + c);
+        mico_lanes_requant(tile + c * pp, cs, np, (uint32_t)p->bias[oc0 + c], sw, qw, &rq);
+        mico_pack(out, (size_t)(oc0 + c) * npix + (size_t)pix0, tile + c * pp, np, p->out.fmt);
+    }
+}
+
+/* Weights in channel lanes (mico_nn.h), F = 32 / w_bits output channels per word: for a
+ * block of up to 16 pixels, the im2col patch of a chunk of kernel rows (mico_patch) is built
+ * once and every block of F channels of the group runs over it; when the taps take several
+ * chunks, the sums of as many blocks as the tile holds wait between chunks (the patch is then
+ * built once per such pass). Stack: about 3.2 KB. */
+static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *l,
+                                          const void *in, void *out, MicoLanesFn fn)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
+    const int32_t npix = p->out_h * p->out_w, f = 32 / p->w_bits, nblk = opg / f;
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    int16_t patch[MICO_LANES_PATCH];
+    int32_t tile[MICO_LANES_TILE];
+    int32_t cs[16];
+    int32_t pp = npix < 16 ? (npix + 3) & ~3 : 16, rpc, multi, bpp, g, pix0, b0, r0, j, t;
+    while (pp > 4 && MICO_LANES_PATCH / (kw * pp) == 0) {
+        pp -= 4;
+    }
+    rpc = MICO_LANES_PATCH / (kw * pp);
+    if (rpc == 0 || p->in_fmt.bits > 8) { /* kernel rows longer than the patch, int32 inputs */
+        mico_qconv2d_generic(p, in, out);
+        return;
+    }
+    rpc = rpc < rows ? rpc : rows;
+    multi = rpc < rows;
+    bpp = multi ? MICO_LANES_TILE / (f * pp) : nblk;
+    for (g = 0; g < p->groups; g++) {
+        for (pix0 = 0; pix0 < npix; pix0 += pp) {
+            const int32_t np = npix - pix0 < pp ? npix - pix0 : pp;
+            for (b0 = 0; b0 < nblk; b0 += bpp) {
+                const int32_t b1 = b0 + bpp < nblk ? b0 + bpp : nblk;
+                int32_t b;
+                for (j = 0; j < pp; j++) {
+                    cs[j] = 0;
+                }
+                for (r0 = 0; r0 < rows; r0 += rpc) {
+                    const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, taps = (r1 - r0) * kw;
+                    mico_patch(p, in, g * ipg, r0, r1, pix0, np, pp, patch);
+                    for (t = 0; t < taps; t++) { /* column sums: the weights' offset */
+                        const int16_t *x = patch + t * pp;
+                        for (j = 0; j < np; j++) {
+                            cs[j] += x[j];
+                        }
+                    }
+                    for (b = b0; b < b1; b++) {
+                        const int32_t oc0 = g * opg + b * f;
+                        int32_t *tb = multi ? tile + (b - b0) * f * pp : tile;
+                        if (r0 == 0) {
+                            for (j = 0; j < f * pp; j++) {
+                                tb[j] = 0;
+                            }
+                        }
+                        mico_lanes_block(fn, w + (size_t)(oc0 / f) * (size_t)k_all +
+                                             (size_t)(r0 * kw),
+                                         patch, taps, pp, np, l, tb);
+                        if (!multi) {
+                            mico_lanes_store(p, out, tb, pp, np, oc0, pix0, cs);
+                        }
+                    }
+                }
+                for (b = b0; multi && b < b1; b++) {
+                    mico_lanes_store(p, out, tile + (b - b0) * f * pp, pp, np,
+                                     g * opg + b * f, pix0, cs);
+                }
+            }
+        }
+    }
+}
+
+#define MICO_CONV_LANES_ENTRY(BITS, G, NPX)                                                 \
+    void mico_qconv2d_lanes_w##BITS##g##G(const MicoConv2d *p, const MicoLanes *l, const void *in,\
+                                     void *out)                                             \
+    {                                                                                       \
+        mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                           \
+    }
+MICO_LANES_EACH(MICO_CONV_LANES_ENTRY)
+
 /* ------------------------------------------------------------------------ depthwise path */
 
 /* vals[i] = bias + 3x3 window sum of n consecutive outputs; x0, x1, x2 point at the first

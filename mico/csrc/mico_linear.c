@@ -181,3 +181,61 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
         }
     }
 }
+
+/* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of
+ * input codes is unpacked once (with its sum, the weights' offset) and every block of F outputs
+ * runs over it; the sums of up to MICO_LIN_O outputs wait between chunks. */
+static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes *l,
+                                            const void *in, void *out, MicoLanesFn fn)
+{
+    const int32_t wb = p->w_bits, nf = p->in_features, f = 32 / wb;
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    int16_t x[MICO_LIN_K];
+    int32_t acc[MICO_LIN_O];
+    int32_t r, o0, k0, j, b;
+    if (p->in_fmt.bits > 8) {
+        mico_qlinear_generic(p, in, out);
+        return;
+    }
+    for (r = 0; r < p->rows; r++) {
+        const size_t x_base = (size_t)r * (size_t)nf;
+        const size_t y_base = (size_t)r * (size_t)p->out_features;
+        for (o0 = 0; o0 < p->out_features; o0 += MICO_LIN_O) {
+            const int32_t o1 =
+                o0 + MICO_LIN_O < p->out_features ? o0 + MICO_LIN_O : p->out_features;
+            int32_t xsum = 0;
+            for (j = 0; j < o1 - o0; j++) {
+                acc[j] = 0;
+            }
+            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
+                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
+                mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
+                for (j = 0; j < kc; j++) {
+                    xsum += x[j];
+                }
+                for (b = o0; b < o1; b += f) {
+                    mico_lanes_block(fn, w + (size_t)(b / f) * (size_t)nf + (size_t)k0, x, kc,
+                                     1, 1, l, acc + (b - o0));
+                }
+            }
+            for (b = o0; b < o1; b += f) {
+                mico_lanes_finish(acc + (b - o0), 1, 1, wb, p->bias + b, &xsum);
+            }
+            for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
+                const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;
+                const MicoRq rq = mico_rq(&p->out, o0 + j);
+                mico_rq_run(&rq, acc + j, len);
+                j += len;
+            }
+            mico_pack(out, y_base + (size_t)o0, acc, o1 - o0, p->out.fmt);
+        }
+    }
+}
+
+#define MICO_LINEAR_LANES_ENTRY(BITS, G, NPX)                                               \
+    void mico_qlinear_lanes_w##BITS##g##G(const MicoLinear *p, const MicoLanes *l, const void *in,\
+                                     void *out)                                             \
+    {                                                                                       \
+        mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                     \
+    }
+MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)

@@ -29,8 +29,12 @@
 /* MICO_NOINLINE keeps a hot inner loop in its own function (and its own registers). */
 #if defined(__GNUC__)
 #define MICO_NOINLINE __attribute__((noinline))
+#define MICO_UNUSED __attribute__((unused))
+#define MICO_UNROLL _Pragma("GCC unroll 16")
 #else
 #define MICO_NOINLINE
+#define MICO_UNUSED
+#define MICO_UNROLL
 #endif
 
 /* Storage of a tensor's elements. */
@@ -286,6 +290,20 @@ typedef struct {
     MicoFmt fmt; /* input and output */
 } MicoMaxPool2d;
 
+/* Channel lanes (mico_nn.h): weights of 1, 2, 4 or 8 bits stored as words of F = 32 / bits
+ * output channels per tap (mico.quant.packing.pack_lanes), multiplied k = 32 / s at a time;
+ * lanes of s bits hold n products of the layer's widths (chosen at generation time, signed
+ * when the activations are). */
+typedef struct {
+    int32_t s;         /* lane width: 4, 8 or 16 bits (G = s / bits field groups per word) */
+    int32_t n;         /* taps summed in the lanes between flushes */
+    int32_t is_signed; /* lanes hold signed sums (signed activation codes) */
+} MicoLanes;
+
+/* mico_lanes_block: tile[c * pp + j] += lane sums of the F channels of one block; then
+ * mico_lanes_finish: tile = bias + s_w * tile - q_w * cs (defined below; static so that every kernel source carries what it uses, and a
+ * program without channel lanes carries none). */
+
 /* 2-D average pooling (NCHW, batch 1): window sums; a window covering `count` inputs is
  * stored with multiplier count - 1 (out.n_mult = k_h * k_w). count_include_pad counts the
  * padding too (every window then uses the last multiplier). */
@@ -358,6 +376,15 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
+/* The channel-lane paths (weights in the lanes layout): conv (any kernel, groups whose output
+ * channels are a multiple of F) and linear (out_features a multiple of F), one entry point per
+ * weight width and field-group count G = s / w_bits (mico_q*_lanes_w<bits>g<G>, declared with
+ * the kernels below): the generator calls the one a layer needs, so a program links no other. */
+#define MICO_LANES_DECLARE(BITS, G, NPX)                                                    \
+    void mico_qconv2d_lanes_w##BITS##g##G(const MicoConv2d *p, const MicoLanes *l,            \
+                                          const void *in, void *out);                         \
+    void mico_qlinear_lanes_w##BITS##g##G(const MicoLinear *p, const MicoLanes *l,            \
+                                          const void *in, void *out);
 void mico_maxpool2d(const MicoMaxPool2d *p, const void *in, void *out);
 void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out);
 void mico_mean(const MicoMean *p, const void *in, void *out);
@@ -398,5 +425,241 @@ void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_
 void mico_add(const MicoAdd *p, const void *a, const void *b, void *out);
 void mico_concat_part(const MicoConcatPart *p, const void *in, void *out);
 void mico_copy(const MicoCopy *p, const void *in, void *out);
+
+/* ---------------------------------------------------------------- channel lanes
+ * Several low-bit products per 32-bit multiply ("channel lanes").
+ *
+ * A layer with 1-, 2- or 4-bit weights (8-bit with narrow activations) keeps its weights in
+ * flash as words of F = 32 / bits output channels: word (block, tap t) holds, at bits
+ * [c * bits, (c + 1) * bits), the weight field of channel block * F + c at tap t (see
+ * mico.quant.packing.pack_lanes; as many bytes as the plain packing), each as w' = w + 2^(bits-1)
+ * >= 0 (binary weights: w' = field, w = 2w' - 1). One AND with a mask of fields S bits apart
+ * (S = G * bits) takes k = 32 / S of them at once, each in its own S-bit lane; multiplying
+ * that word by an activation code x gives k products w' * x in one multiply. G shifted masks cover the word's F channels, so one tap of F channels and one
+ * pixel costs G multiplies and G adds.
+ *
+ * Lanes add up without carries for n taps (chosen at generation time so that n products fit
+ * S bits: unsigned, or signed for signed activations); then each lane is added into an int32
+ * sum ("flush"). The caller turns the lane sums L into the layer's sums:
+ *   sum_t w_t x_t = s_w * L - q_w * sum_t x_t   (s_w, q_w) = (1, 2^(bits-1)), binary (2, 1).
+ */
+
+/* Add the k = 32 / s lanes of word v into t[0], t[step], t[2 * step], ... (the lanes of field
+ * group g hold channels g, g + G, g + 2G, ...: step = G rows of the tile). */
+static inline void mico_lane_flush(uint32_t v, int32_t *t, int32_t step, uint32_t s,
+                                   int32_t is_signed)
+{
+    const uint32_t lm = s < 32u ? (1u << s) - 1u : 0xffffffffu;
+    uint32_t left;
+    if (!is_signed && s == 16u) {
+        t[0] += (int32_t)(v & 0xffffu);
+        t[step] += (int32_t)(v >> 16);
+        return;
+    }
+    if (!is_signed && s == 8u) {
+        t[0] += (int32_t)(v & 0xffu);
+        t[step] += (int32_t)((v >> 8) & 0xffu);
+        t[2 * step] += (int32_t)((v >> 16) & 0xffu);
+        t[3 * step] += (int32_t)(v >> 24);
+        return;
+    }
+    if (!is_signed) {
+        for (left = 32u; left >= s; left -= s, t += step, v >>= s) {
+            *t += (int32_t)(v & lm);
+        }
+        return;
+    }
+    for (left = 32u; left >= s; left -= s, t += step) {
+        const int32_t lane = (int32_t)(v << (32u - s)) >> (32u - s);
+        *t = (int32_t)((uint32_t)*t + (uint32_t)lane);
+        v = (uint32_t)((int32_t)(v - (uint32_t)lane) >> s);
+    }
+}
+
+/* Fields of `bits` bits at every s-th bit: the weights that share a lane word. */
+static inline uint32_t mico_lane_mask(uint32_t bits, uint32_t s)
+{
+    uint32_t mask = 0, i;
+    for (i = 0; i < 32u; i += s) {
+        mask |= ((1u << bits) - 1u) << i;
+    }
+    return mask;
+}
+
+/* After a segment of taps: the G x NPX lane words `sums` (word g * npx + q: field group g,
+ * pixel q) go into the tile: lane 0 of word (g, q) into tile[g * pp + q], lane i `step`
+ * further (tile: pixel 0 of the group; `left` pixels are real). */
+static MICO_UNUSED MICO_NOINLINE void mico_lanes_settle(const uint32_t *sums, int32_t g_n,
+                                                        int32_t npx, int32_t *tile, int32_t pp,
+                                                        int32_t step, int32_t left, uint32_t s,
+                                                        int32_t is_signed)
+{
+    int32_t g, q;
+    for (g = 0; g < g_n; g++) {
+        for (q = 0; q < npx && q < left; q++) {
+            mico_lane_flush(sums[g * npx + q], tile + g * pp + q, step, s, is_signed);
+        }
+    }
+}
+
+/* The same for unsigned lanes of 4 or 8 bits, through lanes twice as wide (`wide`: even and
+ * odd lanes of each word), which go into the tile once 2^s + 1 segments or the last one are
+ * in (lane 2i + e of field group g: channel (2i + e) G + g). Returns the segments waiting. */
+static MICO_UNUSED MICO_NOINLINE int32_t mico_lanes_widen(const uint32_t *sums, uint32_t *wide,
+                                                          int32_t segs, int32_t last,
+                                                          int32_t g_n, int32_t npx,
+                                                          int32_t *tile, int32_t pp,
+                                                          int32_t left, uint32_t s)
+{
+    const uint32_t m2 = s == 4u ? 0x0f0f0f0fu : 0x00ff00ffu;
+    const int32_t words = g_n * npx;
+    int32_t i;
+    for (i = 0; i < words; i++) {
+        const uint32_t even = sums[i] & m2, odd = (sums[i] >> s) & m2;
+        wide[i] = segs ? wide[i] + even : even;
+        wide[words + i] = segs ? wide[words + i] + odd : odd;
+    }
+    if (++segs < (1 << s) + 1 && !last) {
+        return segs;
+    }
+    mico_lanes_settle(wide, g_n, npx, tile, pp, 2 * g_n * pp, left, 2u * s, 0);
+    mico_lanes_settle(wide + words, g_n, npx, tile + g_n * pp, pp, 2 * g_n * pp, left, 2u * s, 0);
+    return 0;
+}
+
+/* One pixel group of NPX pixels and G field groups: the body of the block kernels. */
+#define MICO_LANES_BODY(BITS, G, NPX)                                                              \
+    {                                                                                              \
+        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                              \
+        int32_t j0, t0, g, q;                                                                      \
+        for (j0 = 0; j0 < np; j0 += (NPX)) {                                                       \
+            uint32_t wide[2 * (G) * (NPX)];                                                        \
+            int32_t segs = 0;                                                                      \
+            for (t0 = 0; t0 < taps; t0 += n) {                                                     \
+                const int32_t seg = taps - t0 < n ? taps - t0 : n;                                 \
+                const uint32_t *wp = w + t0, *const wend = wp + seg;                               \
+                const int16_t *xp = x + t0 * pp + j0;                                              \
+                uint32_t acc[G][NPX], sums[(G) * (NPX)];                                           \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                            \
+                    MICO_UNROLL for (q = 0; q < (NPX); q++) {                                      \
+                        acc[g][q] = 0;                                                             \
+                    }                                                                              \
+                }                                                                                  \
+                for (; wp < wend; wp++, xp += pp) {                                                \
+                    const uint32_t wv = *wp;                                                       \
+                    uint32_t wl[G], xv[NPX];                                                       \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                        \
+                        wl[g] = (wv >> (g * (BITS))) & m;                                          \
+                    }                                                                              \
+                    MICO_UNROLL for (q = 0; q < (NPX); q++) {                                      \
+                        xv[q] = (uint32_t)(int32_t)xp[q];                                          \
+                    }                                                                              \
+                    MICO_UNROLL for (q = 0; q < (NPX); q++) {                                      \
+                        MICO_UNROLL for (g = 0; g < (G); g++) {                                    \
+                            acc[g][q] += wl[g] * xv[q];                                            \
+                        }                                                                          \
+                    }                                                                              \
+                }                                                                                  \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                            \
+                    MICO_UNROLL for (q = 0; q < (NPX); q++) {                                      \
+                        sums[g * (NPX) + q] = acc[g][q];                                           \
+                    }                                                                              \
+                }                                                                                  \
+                if (s <= 8u && !is_signed) {                                                       \
+                    segs = mico_lanes_widen(sums, wide, segs, t0 + seg >= taps, (G), (NPX),        \
+                                            tile + j0, pp, np - j0, s);                            \
+                } else {                                                                           \
+                    mico_lanes_settle(sums, (G), (NPX), tile + j0, pp, (G) * pp, np - j0, s,       \
+                                      is_signed);                                                  \
+                }                                                                                  \
+            }                                                                                      \
+        }                                                                                          \
+    }
+
+/* A block kernel: weights of BITS bits, G field groups (lanes of s = BITS * G bits), NPX
+ * pixels at a time (see MICO_LANES_BODY); n and is_signed from the layer's MicoLanes. */
+typedef void (*MicoLanesFn)(const uint32_t *w, const int16_t *x, int32_t taps, int32_t pp,
+                            int32_t np, int32_t n, int32_t is_signed, int32_t *tile);
+
+#define MICO_LANES_FN(NAME, BITS, G, NPX)                                                   \
+    static MICO_UNUSED MICO_NOINLINE void NAME(const uint32_t *w, const int16_t *x,         \
+                                               int32_t taps, int32_t pp, int32_t np,        \
+                                               int32_t n, int32_t is_signed, int32_t *tile) \
+    MICO_LANES_BODY(BITS, G, NPX)
+
+/* The (bits, G) pairs mico.quant.packing.lane_plan picks: kernels of 4 pixels (2 for G = 8:
+ * 16 lane words in registers) for convolutions, of one for linear layers. */
+#define MICO_LANES_EACH(X)                                                                  \
+    X(1, 4, 4) X(1, 8, 2) X(2, 4, 4) X(2, 8, 2) X(4, 2, 4) X(4, 4, 4) X(8, 2, 4)
+#define MICO_LANES_DEFINE(BITS, G, NPX)                                                     \
+    MICO_LANES_FN(mico_lanes_w##BITS##g##G, BITS, G, NPX)                                   \
+    MICO_LANES_FN(mico_lanes_w##BITS##g##G##_1, BITS, G, 1)
+MICO_LANES_EACH(MICO_LANES_DEFINE)
+
+/* tile[c * pp + j] += lane sums of the F channels of one block (w: a word per tap) over `taps`
+ * taps of patch x (x[t * pp + j], np pixels; pp a multiple of the kernel's pixel group, zero
+ * columns np .. pp - 1), through block kernel fn. */
+static MICO_UNUSED void mico_lanes_block(MicoLanesFn fn, const uint32_t *w, const int16_t *x,
+                                         int32_t taps, int32_t pp, int32_t np,
+                                         const MicoLanes *l, int32_t *tile)
+{
+    fn(w, x, taps, pp, np, l->n, l->is_signed, tile);
+}
+
+/* tile[c * pp + j] = bias[c] + s_w * tile[c * pp + j] - q_w * cs[j] for F channels, np pixels:
+ * the lane sums to the layer's sums (modulo 2^32, as the final value fits int32). */
+static MICO_UNUSED void mico_lanes_finish(int32_t *tile, int32_t pp, int32_t np, int32_t bits,
+                                          const int32_t *bias, const int32_t *cs)
+{
+    const uint32_t sw = bits == 1 ? 2u : 1u, qw = bits == 1 ? 1u : 1u << (bits - 1);
+    const int32_t f = 32 / bits;
+    int32_t c, j;
+    for (c = 0; c < f; c++, tile += pp) {
+        const uint32_t b = (uint32_t)bias[c];
+        for (j = 0; j < np; j++) {
+            tile[j] = (int32_t)(b + sw * (uint32_t)tile[j] - qw * (uint32_t)cs[j]);
+        }
+    }
+}
+
+/* The same for one channel, requantized as q says (mico_rq_apply; the usual case, a ReLU or
+ * not, a multiplier with a shift above 32 and no binary output, in one tight loop). */
+static MICO_UNUSED MICO_NOINLINE void mico_lanes_requant(int32_t *v, const int32_t *cs, int32_t n,
+                                                         uint32_t b, uint32_t sw, uint32_t qw,
+                                                         const MicoRq *q)
+{
+    int32_t j;
+    if (q->scaled && !q->binary && q->shift > 32) {
+        const uint32_t m = (uint32_t)q->m, s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+        const int32_t lo = q->lo, hi = q->hi;
+        if (q->relu && lo >= 0) { /* the magnitude of a non-negative sum */
+            for (j = 0; j < n; j++) {
+                const int32_t r = (int32_t)(b + sw * (uint32_t)v[j] - qw * (uint32_t)cs[j]);
+                int32_t y = r <= 0 ? 0
+                                   : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) +
+                                                rnd) >> s);
+                y = y < lo ? lo : y;
+                v[j] = y > hi ? hi : y;
+            }
+            return;
+        }
+        for (j = 0; j < n; j++) {
+            int32_t r = (int32_t)(b + sw * (uint32_t)v[j] - qw * (uint32_t)cs[j]), y;
+            uint32_t mag;
+            r = q->relu && r < 0 ? 0 : r;
+            mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+            y = r < 0 ? -(int32_t)mag : (int32_t)mag;
+            y = y < lo ? lo : y;
+            v[j] = y > hi ? hi : y;
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) {
+        v[j] = mico_rq_apply(q, (int32_t)(b + sw * (uint32_t)v[j] - qw * (uint32_t)cs[j]));
+    }
+}
+
+MICO_LANES_EACH(MICO_LANES_DECLARE)
 
 #endif /* MICO_NN_H */

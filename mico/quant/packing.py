@@ -48,3 +48,78 @@ def unpack(data: np.ndarray, count: int, fmt: QFormat) -> np.ndarray:
         sign_bit = 1 << (fmt.bits - 1)
         return np.where(fields & sign_bit, fields - (1 << fmt.bits), fields)
     return fields
+
+
+# ----------------------------------------------------------------------------- channel lanes
+#: weight widths the channel-lanes kernels read (F = 32 / bits output channels per word)
+LANE_WEIGHT_BITS = (1, 2, 4, 8)
+#: lane widths, and the (weight bits, field groups per word = lane width / bits) pairs the C
+#: block kernels are compiled for (MICO_LANES_EACH in mico_nn.h)
+LANE_WIDTHS = (4, 8, 16)
+LANE_KERNELS = ((1, 4), (1, 8), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2))
+#: estimated instructions per MAC of the plain kernels' inner loops: lanes are used below it
+PLAIN_INNER_COST = 2.5
+
+
+def lane_channels(w_bits: int) -> int:
+    """Output channels per lanes word (F)."""
+    return 32 // w_bits
+
+
+def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int] | None:
+    """The lanes (``MicoLanes``) for weights ``w_fmt`` times activations ``a_fmt``, or None.
+
+    A lane of s bits holds n products |w'| * |x| (w' = w + 2^(bits-1) in [1, 2^bits - 1],
+    binary: {0, 1}) without carrying into the next: n * max|x| * max w' < 2^s (2^(s-1) for
+    signed activations, whose lanes hold signed sums). Of the lane widths the kernels take,
+    the one with the fewest estimated instructions per MAC wins (``pixels``: 1 for a layer that
+    multiplies one input row at a time, else 4); None when no lane width fits, the widths are
+    not ones the kernels read, or the plain kernels would be as fast.
+    """
+    b = w_fmt.bits
+    if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
+        return None
+    w_max = 1 if b == 1 else 2**b - 1
+    x_max = a_fmt.qmax if not a_fmt.signed else max(a_fmt.qmax, -a_fmt.qmin)
+    best: tuple[float, dict[str, int]] | None = None
+    for s in LANE_WIDTHS:
+        groups = s // b
+        if s % b or (b, groups) not in LANE_KERNELS:
+            continue
+        cap = 2 ** (s - 1) - 1 if a_fmt.signed else 2**s - 1
+        n = cap // (x_max * w_max)
+        if n < 1:
+            continue
+        npx = 1 if pixels == 1 else (2 if groups == 8 else 4)
+        # a flush: each lane into its sum, plus the call and loop around them (about 40)
+        flush = (groups * npx * (32 // s) * (7 if a_fmt.signed else 5) + 40) / n
+        per_tap = 2 + (2 * groups - 1) + npx * (1 + 2 * groups) + flush
+        cost = per_tap / (lane_channels(b) * npx)
+        if best is None or cost < best[0]:
+            best = (cost, {"s": s, "n": min(n, 1 << 20), "is_signed": int(a_fmt.signed)})
+    if best is None or best[0] >= PLAIN_INNER_COST:
+        return None
+    return best[1]
+
+
+def pack_lanes(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
+    """Signed weight codes ``(out, taps)`` as lanes words (uint32, ``out / F * taps`` of them).
+
+    Word ``(block, t)`` holds channel ``block * F + c`` at tap ``t`` in its bits
+    ``[c * bits, (c + 1) * bits)`` as the offset weight ``w + 2^(bits-1)`` (in [1, 2^bits - 1];
+    binary {-1, +1} as 0 / 1): as many bytes as :func:`pack` takes, ready to multiply.
+    ``out`` must be a multiple of F = 32 / bits.
+    """
+    q = np.asarray(codes).astype(np.int64)
+    q = q.reshape(q.shape[0], -1)
+    f = lane_channels(fmt.bits)
+    if fmt.bits not in LANE_WEIGHT_BITS or q.shape[0] % f:
+        raise ValueError(f"{q.shape[0]} channels of {fmt} do not fill words of {f} channels")
+    if q.size and (q.min() < fmt.qmin or q.max() > fmt.qmax):
+        raise ValueError(f"codes outside {fmt} range [{fmt.qmin}, {fmt.qmax}]")
+    offset = 0 if fmt.binary else 1 << (fmt.bits - 1)
+    fields = ((q > 0) if fmt.binary else q + offset).astype(np.uint64)
+    blocks = fields.reshape(q.shape[0] // f, f, q.shape[1])  # (block, c, t)
+    shifts = (np.arange(f, dtype=np.uint64) * np.uint64(fmt.bits))[None, :, None]
+    words = (blocks << shifts).sum(axis=1, dtype=np.uint64)  # (block, t)
+    return words.astype(np.uint32).ravel()

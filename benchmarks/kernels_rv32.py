@@ -1,0 +1,424 @@
+"""Instructions per MAC of the integer conv / linear kernels, layer by layer, on rv32imac.
+
+Run on demand (not a test; tests/codegen/test_lowbit_kernels.py uses its harness):
+
+    python benchmarks/kernels_rv32.py [--out benchmarks/results] [--plans 8/8,4/4,...]
+
+Each case is one layer (a shape x weight / activation widths) with seeded random codes, bias
+and per-channel multipliers. A generated C program holds the layer's constants as the code
+generator emits them, calls the kernel the generator picks (``mico.codegen.emitters``:
+channel lanes where they apply) and, for comparison, the plain kernel on plainly packed
+weights, and prints the instructions each call retired (the ``instret`` CSR, qemu
+``-icount shift=0``) and the output bytes. Both outputs are held to the Python integer
+reference (numpy, exact): a case whose C differs is reported as such.
+Results: ``kernels_rv32.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan
+from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
+from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
+from mico.quant.packing import pack, pack_lanes, unpack
+
+KERNEL_SOURCES = ("mico_nn_run.c", "mico_conv2d.c", "mico_linear.c")
+
+
+@dataclass
+class Layer:
+    """One conv (NCHW, batch 1) or linear layer with its codes and requantization."""
+
+    kind: str  # "conv" or "linear"
+    w_fmt: QFormat
+    a_fmt: QFormat
+    o_fmt: QFormat
+    weight: np.ndarray  # codes: (out, in/groups, kh, kw) or (out, in)
+    x: np.ndarray  # codes: (c, h, w) or (rows, in)
+    bias: np.ndarray
+    m: np.ndarray
+    shift: np.ndarray
+    relu: bool = True
+    stride: int = 1
+    pad: int = 0
+    groups: int = 1
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def macs(self) -> int:
+        if self.kind == "linear":
+            return int(self.x.shape[0] * self.weight.size)
+        out_c, ipg, kh, kw = self.weight.shape
+        oh, ow = self.out_hw
+        return int(out_c * ipg * kh * kw * oh * ow)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        _, h, w = self.x.shape
+        kh, kw = self.weight.shape[2:]
+        return (
+            (h + 2 * self.pad - kh) // self.stride + 1,
+            (w + 2 * self.pad - kw) // self.stride + 1,
+        )
+
+    def reference(self) -> np.ndarray:
+        """Output codes: bias + exact integer sums, ReLU, per-channel requantization."""
+        w = self.weight.astype(np.int64)
+        if self.kind == "linear":
+            acc = self.x.astype(np.int64) @ w.T + self.bias[None, :]
+            ch_axis = 1
+        else:
+            c, h, wd = self.x.shape
+            xp = np.zeros((c, h + 2 * self.pad, wd + 2 * self.pad), dtype=np.int64)
+            xp[:, self.pad : self.pad + h, self.pad : self.pad + wd] = self.x
+            out_c, ipg, kh, kw = w.shape
+            oh, ow = self.out_hw
+            s = self.stride
+            acc = np.zeros((out_c, oh, ow), dtype=np.int64)
+            opg = out_c // self.groups
+            for ky in range(kh):
+                for kx in range(kw):
+                    win = xp[:, ky : ky + s * (oh - 1) + 1 : s, kx : kx + s * (ow - 1) + 1 : s]
+                    for g in range(self.groups):
+                        xs = win[g * ipg : (g + 1) * ipg]  # (ipg, oh, ow)
+                        ws = w[g * opg : (g + 1) * opg, :, ky, kx]  # (opg, ipg)
+                        acc[g * opg : (g + 1) * opg] += np.einsum("oi,ihw->ohw", ws, xs)
+            acc += self.bias[:, None, None]
+            ch_axis = 0
+        if self.relu:
+            acc = np.maximum(acc, 0)
+        out = np.empty_like(acc)
+        for c in range(acc.shape[ch_axis]):
+            idx = (slice(None), c) if ch_axis == 1 else (c,)
+            out[idx] = requantize(acc[idx], int(self.m[c]), int(self.shift[c]), self.o_fmt)
+        return out
+
+
+def random_layer(
+    kind: str,
+    w_fmt: QFormat,
+    a_fmt: QFormat,
+    *,
+    in_c: int,
+    out_c: int,
+    hw: int = 1,
+    k: int = 1,
+    pad: int = 0,
+    stride: int = 1,
+    groups: int = 1,
+    rows: int = 1,
+    o_fmt: QFormat | None = None,
+    seed: int = 0,
+    extreme: bool = False,
+    relu: bool = True,
+) -> Layer:
+    """A layer of seeded random codes; multipliers put the sums' spread across the output range.
+
+    ``extreme``: weights and inputs at their code limits and multipliers that saturate.
+    """
+    rng = np.random.default_rng(seed)
+    o_fmt = o_fmt or a_fmt
+    if kind == "linear":
+        wshape, xshape = (out_c, in_c), (rows, in_c)
+    else:
+        wshape, xshape = (out_c, in_c // groups, k, k), (in_c, hw, hw)
+    w, x = _codes(rng, w_fmt, wshape, extreme), _codes(rng, a_fmt, xshape, extreme)
+    taps = int(np.prod(wshape[1:]))
+    spread = max(
+        1.0, np.sqrt(taps) * max(abs(w_fmt.qmin), w_fmt.qmax) * max(abs(a_fmt.qmin), a_fmt.qmax) / 2
+    )
+    bias = rng.integers(-int(spread), int(spread) + 1, size=out_c)
+    if extreme:
+        bias = rng.choice([-(2**31) + 2**20, 2**31 - 1 - 2**20, 0], size=out_c)
+    real = (o_fmt.qmax - o_fmt.qmin + 1) / (2 * spread) * rng.uniform(0.5, 2.0, size=out_c)
+    if extreme:
+        real = real * 1000.0
+    shift = np.clip(np.floor(30 - np.log2(real)).astype(np.int64), 1, 62)
+    m = np.clip(np.round(real * 2.0**shift), 0, 2**31 - 1).astype(np.int64)
+    return Layer(kind, w_fmt, a_fmt, o_fmt, w.astype(np.int64), x.astype(np.int64),
+                 bias.astype(np.int64), m, shift, relu=relu, stride=stride, pad=pad,
+                 groups=groups)  # fmt: skip
+
+
+def _codes(rng: np.random.Generator, fmt: QFormat, shape: tuple, extreme: bool) -> np.ndarray:
+    """Random codes of a format (binary: {-1, +1}); ``extreme``: only its two limits."""
+    if extreme or fmt.binary:
+        return rng.choice([fmt.qmin, fmt.qmax], size=shape)
+    return rng.integers(fmt.qmin, fmt.qmax + 1, size=shape)
+
+
+# ----------------------------------------------------------------------------- C program
+def _array(ctype: str, name: str, values) -> str:
+    items = ", ".join(str(int(v)) for v in values) or "0"
+    return f"static const {ctype} {name}[] = {{ {items} }};"
+
+
+def _fmt(f: QFormat) -> str:
+    return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)} }}"
+
+
+INSTRET = """static unsigned long mico_instret(void)
+{
+#if defined(__riscv)
+    unsigned long v;
+    __asm__ volatile(".insn i 0x73, 2, %0, zero, -1022" : "=r"(v));
+    return v;
+#else
+    return 0;
+#endif
+}"""
+
+
+def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[str], list]:
+    """Constants of one layer (symbols prefixed ``tag``) and its calls [(kernel, args)]."""
+    lo, hi = layer.o_fmt.qmin, layer.o_fmt.qmax
+    out_c = layer.weight.shape[0]
+    lines = [_array("uint8_t", f"{tag}x", pack(layer.x, layer.a_fmt)),
+             _array("int32_t", f"{tag}bias", layer.bias), _array("int32_t", f"{tag}m", layer.m),
+             _array("int32_t", f"{tag}sh", layer.shift)]  # fmt: skip
+    out = (f"{{ .fmt = {_fmt(layer.o_fmt)}, .relu = {int(layer.relu)}, .n_mult = {out_c}, "
+           f".m = {tag}m, .shift = {tag}sh, .lo = {lo}, .hi = {hi} }}")  # fmt: skip
+    pixels = 1 if layer.kind == "linear" else 4
+    plan = lanes_plan(layer.w_fmt, layer.a_fmt, out_c // layer.groups, pixels)
+    calls = []
+    for path in paths:
+        lanes = plan if path == "chosen" else None
+        w, p, lp = f"{tag}w_{path}", f"{tag}p_{path}", f"{tag}l_{path}"
+        if lanes is not None:
+            words = pack_lanes(layer.weight.reshape(out_c, -1), layer.w_fmt)
+            lines.append(_array("uint32_t", w, words))
+            lines.append(f"static const MicoLanes {lp} = {{ .s = {lanes['s']}, "
+                         f".n = {lanes['n']}, .is_signed = {lanes['is_signed']} }};")  # fmt: skip
+        else:
+            lines.append(_array("uint8_t", w, pack(layer.weight, layer.w_fmt)))
+        common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {layer.w_fmt.bits}, "
+                  f".weight = (const uint8_t *){w}, .bias = {tag}bias, .out = {out}")  # fmt: skip
+        if layer.kind == "linear":
+            rows, in_f = layer.x.shape
+            lines.append(
+                f"static const MicoLinear {p} = {{ .rows = {rows}, .in_features = {in_f}, "
+                f".out_features = {out_c}, {common} }};"
+            )
+            kernel = (
+                lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits) if lanes else "mico_qlinear"
+            )
+        else:
+            in_c, h, wd = layer.x.shape
+            oh, ow = layer.out_hw
+            kh, kw = layer.weight.shape[2:]
+            s, pd = layer.stride, layer.pad
+            lines.append(
+                f"static const MicoConv2d {p} = {{ .in_c = {in_c}, .in_h = {h}, "
+                f".in_w = {wd}, .out_c = {out_c}, .out_h = {oh}, .out_w = {ow}, .k_h = {kh}, "
+                f".k_w = {kw}, .stride_h = {s}, .stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, "
+                f".dil_h = 1, .dil_w = 1, .groups = {layer.groups}, {common} }};"
+            )
+            plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw), 1)
+            kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
+        args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
+        calls.append((kernel, args))
+    return lines, calls
+
+
+def layers_program(layers: list[Layer], paths: tuple[str, ...] = ("chosen", "plain")) -> str:
+    """A C program running each layer through each path, printing per call
+    ``instret <count> <output bytes in hex>``.
+
+    "chosen" is the call the code generator emits (lanes where they apply), "plain" the plain
+    kernel (the one mico_qconv2d / mico_qlinear dispatch to) on plainly packed weights.
+    """
+    out_bytes = [(layer.reference().size * layer.o_fmt.bits + 7) // 8 for layer in layers]
+    lines = ["#include <stdio.h>", '#include "mico_nn.h"',
+             f"static uint8_t y[{max(out_bytes) + 4}];", INSTRET]  # fmt: skip
+    body = []
+    for i, layer in enumerate(layers):
+        code, calls = _layer_code(layer, f"L{i}_", paths)
+        lines += code
+        for kernel, args in calls:
+            body.append(f"""    t0 = mico_instret();
+    {kernel}({args});
+    t1 = mico_instret();
+    printf("instret %lu ", t1 - t0);
+    for (i = 0; i < {out_bytes[i]}; i++) {{
+        printf("%02x", y[i]);
+    }}
+    printf("\\n");""")
+    lines.append("int main(void)\n{\n    unsigned long t0, t1;\n    size_t i;\n" + "\n".join(body)
+                 + "\n    return 0;\n}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _sources(work: Path) -> list[str]:
+    csrc = resources.files("mico.csrc")
+    (work / "mico_nn.h").write_text((csrc / "mico_nn.h").read_text())
+    for name in KERNEL_SOURCES:
+        (work / name).write_text((csrc / name).read_text())
+    return [str(work / name) for name in KERNEL_SOURCES]
+
+
+def run_layers(
+    layers: list[Layer], target: str = "host", paths=("chosen", "plain"), cc: str = "gcc"
+) -> list[list[tuple[str, int, np.ndarray]]]:
+    """Build and run one program for the layers; per layer [(kernel, instructions, codes)]."""
+    program = layers_program(layers, paths)
+    with tempfile.TemporaryDirectory(prefix="mico-kernels-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        sources = [str(work / "main.c"), *_sources(work)]
+        if target == "host":
+            exe = work / "main"
+            cmd = [cc, "-std=c99", "-O2", "-Wall", "-Werror", "-I", str(work), *sources,
+                   "-o", str(exe)]  # fmt: skip
+            run = [str(exe)]
+        else:
+            exe = work / "main.elf"
+            flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
+            cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
+            run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=1800)
+    text = (res.stdout + res.stderr).split()
+    marks = iter([i for i, token in enumerate(text) if token == "instret"])
+    results = []
+    for i, layer in enumerate(layers):
+        _, calls = _layer_code(layer, f"L{i}_", paths)
+        n = layer.reference().size
+        per_layer = []
+        for kernel, _ in calls:
+            j = next(marks)
+            raw = np.frombuffer(bytes.fromhex(text[j + 2]), dtype=np.uint8)
+            per_layer.append((kernel, int(text[j + 1]), unpack(raw, n, layer.o_fmt)))
+        results.append(per_layer)
+    return results
+
+
+def run_layer(layer: Layer, target: str = "host", paths=("chosen", "plain"), cc: str = "gcc"):
+    """One layer: [(kernel, instructions, output codes)] per path."""
+    return run_layers([layer], target, paths, cc)[0]
+
+
+# ----------------------------------------------------------------------------- benchmark
+SHAPES = {
+    "conv3x3 16→16 16×16 pad1": dict(kind="conv", in_c=16, out_c=16, hw=16, k=3, pad=1),
+    "conv1x1 32→32 16×16": dict(kind="conv", in_c=32, out_c=32, hw=16, k=1),
+    "depthwise3x3 32ch 16×16 pad1": dict(
+        kind="conv", in_c=32, out_c=32, hw=16, k=3, pad=1, groups=32
+    ),
+    "FC 256→64": dict(kind="linear", in_c=256, out_c=64),
+}
+#: (label, weight bits, activation bits, activations signed); activations after a ReLU are
+#: unsigned, as mico stores them; "±1" activations are binary
+PLANS = [
+    ("8/8", 8, 8, False),
+    ("4/4", 4, 4, False),
+    ("2/2", 2, 2, False),
+    ("1/1", 1, 1, False),
+    ("1/±1", 1, 1, True),
+    ("8/4", 8, 4, False),
+    ("4/8", 4, 8, False),
+    ("ternary/8", TERNARY, 8, False),
+    ("ternary/4", TERNARY, 4, False),
+    ("2/4", 2, 4, False),
+    ("4/2", 4, 2, False),
+    ("4/4 signed", 4, 4, True),
+]
+
+
+def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
+    label, wb, ab, signed = plan
+    spec = dict(shape)
+    kind = spec.pop("kind")
+    layer = random_layer(kind, QFormat.for_bits(wb, True), QFormat.for_bits(ab, signed), **spec)
+    ref = layer.reference().ravel()
+    (chosen, c_count, c_out), (plain, p_count, p_out) = run_layer(layer, target)
+    return {
+        "plan": label,
+        "w_bits": format_bits(wb),
+        "a_bits": ab,
+        "a_signed": signed,
+        "macs": layer.macs,
+        "kernel": chosen,
+        "instructions": c_count,
+        "per_mac": c_count / layer.macs,
+        "plain_kernel": plain,
+        "plain_instructions": p_count,
+        "plain_per_mac": p_count / layer.macs,
+        "exact": bool(np.array_equal(c_out, ref) and np.array_equal(p_out, ref)),
+    }
+
+
+def _markdown(results: dict, meta: dict) -> str:
+    out = [
+        "# Integer kernels on rv32imac (benchmarks/kernels_rv32.py)",
+        "",
+        f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
+        "-icount shift=0: instructions retired by one call of the kernel (instret), per MAC. "
+        "**plain**: the kernels before channel lanes (mico_qconv2d_tiled / _depthwise3x3, "
+        "mico_qlinear on plainly packed weights), **chosen**: the call the code generator emits "
+        "now. Seeded random codes, per-channel requantization, ReLU; every output is held to "
+        "the Python integer reference (✓ = both paths bit-exact).",
+        "",
+    ]
+    for shape, rows in results.items():
+        base = next((r["per_mac"] for r in rows if r["plan"] == "8/8"), None)
+        out += [f"## {shape}", "",
+                "| w/a | MACs | plain instr/MAC | chosen instr/MAC | chosen kernel | "
+                "speed-up vs plain | vs W8A8 chosen | exact |",
+                "|---|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
+        for r in rows:
+            vs8 = f"{base / r['per_mac']:.2f}×" if base else "-"
+            out.append(
+                f"| {r['plan']} | {r['macs']:,} | {r['plain_per_mac']:.2f} | {r['per_mac']:.2f} "
+                f"| {r['kernel']} | {r['plain_per_mac'] / r['per_mac']:.2f}× | {vs8} | "
+                f"{'✓' if r['exact'] else '✗'} |"
+            )
+        out.append("")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--plans", default="", help="comma-separated labels (default: all)")
+    ap.add_argument("--shapes", default="", help="comma-separated shape labels (default: all)")
+    args = ap.parse_args(argv)
+    plans = [p for p in PLANS if not args.plans or p[0] in args.plans.split(",")]
+    shapes = {k: v for k, v in SHAPES.items() if not args.shapes or k in args.shapes.split(",")}
+    results: dict[str, list] = {}
+    for name, shape in shapes.items():
+        results[name] = []
+        for plan in plans:
+            r = measure(shape, plan)
+            print(f"{name:32s} {r['plan']:12s} plain {r['plain_per_mac']:6.2f}  chosen "
+                  f"{r['per_mac']:6.2f} ({r['kernel']}) {'exact' if r['exact'] else 'MISMATCH'}",
+                  flush=True)  # fmt: skip
+            results[name].append(r)
+    cc = subprocess.run([RV32_CC, "--version"], capture_output=True, text=True).stdout
+    meta = {
+        "date": __import__("datetime").date.today().isoformat(),
+        "host": f"{platform.machine()} {platform.system()}",
+        "cc": cc.splitlines()[0] if cc else RV32_CC,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "kernels_rv32.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
+    (out / "kernels_rv32.md").write_text(_markdown(results, meta) + "\n")
+    return 0 if all(r["exact"] for rows in results.values() for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,219 @@
+"""The channel-lanes kernels (mico_qconv2d_lanes_w* / mico_qlinear_lanes_w*) against the Python
+integer arithmetic, layer by layer, through the C program of benchmarks/kernels_rv32.py: every
+weight width the lanes take (1, 2, 4, 8 and ternary) against activations of 1..8 bits, signed
+and unsigned, odd tap counts and pixel counts that fill no word or block, code extremes and
+saturating multipliers; the lane plan and the weight layout; one case on rv32 under qemu."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mico.codegen.emitters import lanes_plan
+from mico.quant.arithmetic import TERNARY, QFormat
+from mico.quant.packing import LANE_KERNELS, lane_plan, pack, pack_lanes
+from mico.targets import rv32
+
+_PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
+_spec = importlib.util.spec_from_file_location("kernels_rv32", _PATH)
+assert _spec is not None and _spec.loader is not None
+kernels_rv32 = importlib.util.module_from_spec(_spec)
+sys.modules["kernels_rv32"] = kernels_rv32
+_spec.loader.exec_module(kernels_rv32)
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+W_FMTS = [QFormat(1, True), QFormat.for_bits(TERNARY, True), QFormat(4, True), QFormat(8, True)]
+
+
+def check(layers, target: str = "host") -> list[str]:
+    """Run every layer's chosen and plain paths (one program); all must equal the reference
+    exactly. Returns the chosen kernel of each layer."""
+    chosen = []
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers, target), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
+        chosen.append(results[0][0])
+    return chosen
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_conv_every_activation_width(w_fmt):
+    """3x3 conv (padding, odd 5x7 plane: pixel blocks and words left partly empty)."""
+    out_c = 32 // w_fmt.bits
+    layers = []
+    for a_bits in range(1, 9):
+        for signed in (False, True):
+            a_fmt = QFormat(a_bits, signed)
+            layer = kernels_rv32.random_layer(
+                "conv", w_fmt, a_fmt, in_c=3, out_c=out_c, hw=5, k=3, pad=1,
+                seed=a_bits * 2 + signed,
+            )  # fmt: skip
+            layer.x = np.concatenate([layer.x, layer.x[:, :, :2]], axis=2)  # 5 x 7 inputs
+            layers.append(layer)
+    used = sum(k.startswith("mico_qconv2d_lanes") for k in check(layers))
+    assert used >= 6  # the lanes take most pairs of narrow widths
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_linear_every_activation_width(w_fmt):
+    """Linear layers with 37 inputs (no whole word) and 3 rows, and with 300 (two chunks)."""
+    out_c = 32 // w_fmt.bits * 2
+    layers = [
+        kernels_rv32.random_layer(
+            "linear", w_fmt, QFormat(a_bits, signed), in_c=in_c, out_c=out_c, rows=rows,
+            seed=a_bits + 10 * signed + in_c,
+        )
+        for a_bits in range(1, 9)
+        for signed in (False, True)
+        for in_c, rows in ((37, 3), (300, 1))
+    ]  # fmt: skip
+    check(layers)
+
+
+@pytest.mark.parametrize(
+    ("w_bits", "a_bits", "a_signed"),
+    [(1, 1, False), (1, 1, True), (2, 2, False), (4, 4, False), (4, 4, True), (8, 4, False),
+     (TERNARY, 8, False), (2, 3, True)],
+)  # fmt: skip
+def test_extremes_and_long_reductions(w_bits, a_bits, a_signed):
+    """Codes at their limits (lanes filled to capacity between flushes), saturating
+    multipliers, biases near the int32 limits, a reduction of 40 channels x 3x3 (chunks)."""
+    w_fmt, a_fmt = QFormat.for_bits(w_bits, True), QFormat(a_bits, a_signed)
+    out_c = 32 // w_fmt.bits
+    layers = []
+    for seed, extreme in ((1, True), (2, False)):
+        layers.append(
+            kernels_rv32.random_layer(
+                "conv",
+                w_fmt,
+                a_fmt,
+                in_c=40,
+                out_c=out_c,
+                hw=4,
+                k=3,
+                pad=1,
+                stride=1,
+                seed=seed,
+                extreme=extreme,
+                o_fmt=QFormat(8, True),
+                relu=False,
+            )
+        )
+        layers.append(kernels_rv32.random_layer(
+            "linear", w_fmt, a_fmt, in_c=1000, out_c=out_c, seed=seed, extreme=extreme,
+            o_fmt=QFormat(4, False),
+        ))  # fmt: skip
+    chosen = check(layers)
+    assert chosen[0].startswith("mico_qconv2d_lanes") and chosen[0] == chosen[2]
+
+
+def test_pointwise_strided_and_grouped():
+    """1x1 (the pointwise patch), stride 2 with padding, and groups of F channels."""
+    w4, a4 = QFormat(4, True), QFormat(4, False)
+    layers = [
+        kernels_rv32.random_layer("conv", w4, a4, in_c=24, out_c=16, hw=9, k=1, seed=3),
+        kernels_rv32.random_layer("conv", w4, a4, in_c=8, out_c=8, hw=9, k=3, pad=1, stride=2,
+                                  seed=4),
+        kernels_rv32.random_layer("conv", w4, a4, in_c=16, out_c=16, hw=6, k=3, pad=1, groups=2,
+                                  seed=5),
+    ]  # fmt: skip
+    assert all(k.startswith("mico_qconv2d_lanes_w4g") for k in check(layers))
+
+
+def test_lane_plan_capacity():
+    """n products of the largest magnitudes fit a lane (signed lanes: half of it)."""
+    for wb in (1, 2, 4, 8):
+        w_fmt = QFormat(wb, True)
+        for ab in range(1, 9):
+            for signed in (False, True):
+                a_fmt = QFormat(ab, signed)
+                plan = lane_plan(w_fmt, a_fmt)
+                if plan is None:
+                    continue
+                s = plan["s"]
+                assert (wb, s // wb) in LANE_KERNELS
+                w_max = 1 if wb == 1 else 2**wb - 1
+                x_max = max(a_fmt.qmax, -a_fmt.qmin)
+                cap = 2 ** (s - 1) if signed else 2**s
+                assert plan["n"] * w_max * x_max < cap
+    assert lane_plan(QFormat(8, True), QFormat(8, False)) is None  # 8x8: the plain kernels
+    assert lane_plan(QFormat(3, True), QFormat(3, False)) is None  # no word of 3-bit fields
+    assert lanes_plan(QFormat(4, True), QFormat(4, False), 12) is None  # 12 channels: no words
+    assert lanes_plan(QFormat(4, True), QFormat(4, False), 16) is not None
+
+
+def test_pack_lanes_layout():
+    """Word (block, tap) holds the offset weights w + 2^(bits-1) (binary: 0 / 1) of the block's
+    F channels, where the kernels look; as many bytes as the plain packing."""
+    rng = np.random.default_rng(0)
+    for fmt in (QFormat(1, True), QFormat(2, True), QFormat(4, True), QFormat(8, True)):
+        f = 32 // fmt.bits
+        codes = rng.integers(fmt.qmin, fmt.qmax + 1, size=(2 * f, 5))
+        if fmt.binary:
+            codes = np.where(codes > 0, 1, -1)
+        words = pack_lanes(codes, fmt)
+        assert words.nbytes == pack(codes, fmt).nbytes
+        for c in range(2 * f):
+            for t in range(5):
+                field = (int(words[(c // f) * 5 + t]) >> ((c % f) * fmt.bits)) & (2**fmt.bits - 1)
+                want = (codes[c, t] + 1) // 2 if fmt.binary else codes[c, t] + 2 ** (fmt.bits - 1)
+                assert field == want
+    with pytest.raises(ValueError):
+        pack_lanes(np.zeros((12, 3), dtype=int), QFormat(4, True))
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_rv32_lanes_bit_exact_and_cheaper():
+    """On rv32imac: W2A2 conv and W1A1 linear bit-exact, and fewer instructions than plain."""
+    conv = kernels_rv32.random_layer(
+        "conv", QFormat(2, True), QFormat(2, False), in_c=8, out_c=16, hw=6, k=3, pad=1, seed=7
+    )
+    fc = kernels_rv32.random_layer("linear", QFormat(1, True), QFormat(1, False), in_c=96,
+                                   out_c=32, seed=8)  # fmt: skip
+    results_all = kernels_rv32.run_layers([conv, fc], "rv32")
+    for layer, results in zip((conv, fc), results_all, strict=True):
+        ref = layer.reference().ravel()
+        (_, lanes_count, lanes_out), (_, plain_count, plain_out) = results
+        assert np.array_equal(lanes_out, ref) and np.array_equal(plain_out, ref)
+        assert lanes_count < plain_count
+
+
+@pytest.mark.parametrize("bits", [4, 2, 1])
+def test_generated_dscnn_uses_lanes_and_is_bit_exact(bits, tmp_path):
+    """End to end: the code generator emits the lanes layout and entry points for dscnn's
+    wide layers at uniform W<b>A<b>; the program (ASan + UBSan) equals the Python reference."""
+    import torch
+
+    from mico.codegen import emit_c_project
+    from mico.execute import run_graph
+    from mico.ir import extract_ir
+    from mico.models import from_zoo
+    from mico.passes import lower_static
+    from mico.quant import calibrate, fuse_model
+    from mico.targets import host
+
+    torch.manual_seed(bits)
+    model = from_zoo("dscnn")
+    n = model.n_layers
+    model.set_qscheme([[bits] * n, [8] + [bits] * (n - 1)], act_mode="static")
+    example = model.example_input()
+    gen = torch.Generator().manual_seed(bits)
+    batches = [torch.randn((4, *example.shape[1:]), generator=gen)]
+    model = fuse_model(model, example).eval()
+    calibrate(model, batches)
+    graph = lower_static(extract_ir(model, example), batches)
+    project = emit_c_project(graph, tmp_path / "c", "m")
+    source = (project.directory / "m.c").read_text()
+    assert "_lanes_w" in source
+    host.build(project, sanitize=True)
+    samples = torch.randn((2, *example.shape[1:]), generator=gen)
+    reference = run_graph(graph, samples)[0].numpy()
+    c_out = host.run(project, samples.numpy())
+    assert np.array_equal(c_out.reshape(reference.shape), reference)
