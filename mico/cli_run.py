@@ -57,14 +57,24 @@ def generate(
     ] = None,
     prompt: Annotated[str, typer.Option(help="The text to continue.")] = "Once upon a time",
     tokens: Annotated[int, typer.Option(help="How many tokens to generate.")] = 16,
-    target: Annotated[str, typer.Option(help="Where the C program runs: host.")] = "host",
+    target: Annotated[
+        str, typer.Option(help="Where the C generation loop runs: host, or rv32 (qemu).")
+    ] = "host",
+    top_k: Annotated[
+        int, typer.Option(help="Sample among the K most likely tokens (1: greedy).")
+    ] = 1,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0: greedy).")] = 1.0,
+    sample_seed: Annotated[
+        int, typer.Option(help="Seed of the sampler's integer generator (same in C).")
+    ] = 0,
     seed: Annotated[int, typer.Option(help="Seed of an untrained zoo model's weights.")] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
 ) -> None:
-    """Generate text greedily in Python and in the model's C program; show both and where
-    they part (if they do). Exits 1 when they differ.
+    """Generate text in Python and with a C program that runs the whole loop on the target;
+    show both and where they part (if they do). Exits 1 when they differ.
 
     Example: mico generate --checkpoint out/llm/fp32.pt --prompt "Once upon a time" --tokens 32
+    --top-k 8 --temperature 0.8 --target rv32
     """
     import torch
 
@@ -85,12 +95,18 @@ def generate(
 
         torch.manual_seed(seed)
         net = from_zoo(model)
+    from mico.sampling import Sampler
+
+    sampler = Sampler(top_k, temperature, sample_seed)  # checked before any work
     tokenizer = tokenizer_for(net, extra)
     ids = tokenizer.encode(prompt)
     log = (lambda _m: None) if quiet else typer.echo
-    result = run_generation(net, ids, tokens, target=target, log=log)
+    text = [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]
+    result = run_generation(
+        net, ids, tokens, target=target, log=log, sampler=sampler, token_text=text
+    )
     python_text = decode(tokenizer, result.python_ids)
-    c_text = decode(tokenizer, result.c_ids)
+    c_text = result.c_text.decode("utf-8", "replace")  # as the C program printed it
     typer.echo(f"prompt: {prompt!r}")
     typer.echo(f"python: {python_text!r}  ids {result.python_ids}")
     typer.echo(f"C ({target}): {c_text!r}  ids {result.c_ids}")

@@ -1,26 +1,31 @@
-"""``mico generate``: greedy text generation with a language model, from Python and from its C
-program, token for token, and the first token where they part.
+"""``mico generate``: text generation with a language model, from Python and from a C program
+that runs the whole loop on the target (host, or rv32 under qemu), token for token, and the
+first token where they part.
 
 Each step runs the model on the window of the last ``seq_len`` tokens (right-padded: a causal
-model's logits at a position never see the positions after it) and takes the most likely next
-token. The C program is the dynamic-mode project of the model, built for the host and run on
-every window; the Python side is the graph the C was emitted from (the reference executor), so
-the two must agree exactly. Without a tokenizer of its own the model reads UTF-8 bytes (ids
-0..255).
+model's logits at a position never see the positions after it) and chooses the next token with
+:mod:`mico.sampling` (greedy, or seeded top-k sampling whose integer arithmetic C shares). The C
+program (:mod:`mico.codegen.generate_c`) is built from the model's dynamic-mode project; the
+Python side runs the graph the C was emitted from (the reference executor). Without a tokenizer
+of its own the model reads UTF-8 bytes (ids 0..255).
 """
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
 
-from mico.errors import ConfigError
+from mico.errors import BuildError, ConfigError
+from mico.sampling import Sampler
 
 Log = Callable[[str], None]
 
@@ -32,6 +37,7 @@ class Generation:
     prompt_ids: list[int]
     python_ids: list[int] = field(default_factory=list)
     c_ids: list[int] = field(default_factory=list)
+    c_text: bytes = b""  # the text the C program printed (its own decoding of c_ids)
 
     @property
     def first_difference(self) -> int | None:
@@ -61,15 +67,22 @@ def generate(
     target: str = "host",
     work_dir: str | Path | None = None,
     log: Log = print,
+    sampler: Sampler | None = None,
+    token_text: list[bytes] | None = None,
+    timeout: float = 900,
 ) -> Generation:
-    """Greedily continue ``prompt_ids`` by ``tokens`` tokens in Python and in C (host)."""
-    from mico.codegen.compile import compile_model, token_vocabulary
-    from mico.targets import host
+    """Continue ``prompt_ids`` by ``tokens`` tokens in Python and in C on ``target``.
 
-    if target != "host":
+    The C side is one program (``generate.c``) that runs the whole loop on the target: windows,
+    the model, the sampler (greedy by default; ``sampler`` for seeded top-k sampling) and the
+    text (``token_text``: each id's bytes). Python runs the same loop on the reference graph.
+    """
+    from mico.codegen.compile import compile_model, token_vocabulary
+
+    if target not in GENERATE_TARGETS:
         raise ConfigError(
-            f"mico generate runs on the host for now, got --target {target}; the rv32 program "
-            "computes the same logits (mico verify --target rv32) but steps take seconds each"
+            f"--target {target!r} is not one mico generate runs on; use "
+            f"{' or '.join(GENERATE_TARGETS)}"
         )
     vocab = token_vocabulary(model)
     seq_len = int(getattr(model, "default_input_shape", (0,))[-1])
@@ -81,27 +94,91 @@ def generate(
         raise ConfigError(f"the prompt has token ids beyond the model's vocabulary of {vocab}")
     if not 1 <= tokens <= 10_000:
         raise ConfigError(f"--tokens must be from 1 to 10000, got {tokens}")
+    if len(prompt_ids) > 100_000:
+        raise ConfigError(f"the prompt has {len(prompt_ids)} tokens; at most 100000")
+    sampler = sampler or Sampler()
     model = model.eval()
     example = torch.from_numpy(_window(prompt_ids, seq_len)[0])
     with tempfile.TemporaryDirectory(prefix="mico-generate-") as tmp:
         out_dir = Path(work_dir) if work_dir is not None else Path(tmp) / "model"
         log(f"compiling the model to C (dynamic mode) in {out_dir}")
         compiled = compile_model(model, example, out_dir, "lm", mode="dynamic", force=False)
-        host.build(compiled.project)
         result = Generation(list(prompt_ids))
-        for side, ids in (("python", result.python_ids), ("c", result.c_ids)):
-            context = list(prompt_ids)
-            for _ in range(tokens):
-                window, last = _window(context, seq_len)
-                if side == "python":
-                    logits = compiled.reference(window)
-                else:
-                    logits = host.run(compiled.project, window)
-                logits = np.asarray(logits).reshape(seq_len, -1)
-                next_id = int(np.argmax(logits[last]))
-                ids.append(next_id)
-                context.append(next_id)
+        python_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
+        context = list(prompt_ids)
+        for _ in range(tokens):
+            window, last = _window(context, seq_len)
+            logits = np.asarray(compiled.reference(window)).reshape(seq_len, -1)
+            next_id = python_side.pick(logits[last])
+            result.python_ids.append(next_id)
+            context.append(next_id)
+        c_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
+        text = token_text if token_text is not None else [bytes([i]) for i in range(256)]
+        log(f"running the generation loop in C on {target}")
+        result.c_ids, result.c_text = _run_in_c(
+            compiled.project, prompt_ids, tokens, c_side, vocab, seq_len, text[:vocab], target,
+            timeout,
+        )  # fmt: skip
     return result
+
+
+GENERATE_TARGETS = ("host", "rv32")
+
+
+def _run_in_c(
+    project: Any,
+    prompt_ids: list[int],
+    tokens: int,
+    sampler: Sampler,
+    vocab: int,
+    seq_len: int,
+    token_text: list[bytes],
+    target: str,
+    timeout: float,
+) -> tuple[list[int], bytes]:
+    """Build ``generate.c`` with the model's sources for ``target``, run it, read its ids."""
+    from mico.codegen.generate_c import IDS_TAG, TEXT_TAG, write_generation_program
+    from mico.targets.io import TAIL, exit_status, require_tools, run_make
+
+    directory = Path(project.directory)
+    source = write_generation_program(
+        directory, project.name, prompt_ids, tokens, sampler, vocab, seq_len, token_text
+    )
+    model_sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
+    srcs = "SRCS=" + " ".join([*model_sources, source])
+    if target == "host":
+        from mico.targets import host
+
+        require_tools("host", host.TOOLS)
+        exe = "lm_generate"
+        run_make(project, ["TARGET=host", srcs, f"EXE={exe}"], 300, f"building {source}")
+        command = [str(directory / exe)]
+    else:
+        from mico.targets import rv32
+
+        require_tools("rv32", rv32.TOOLS)
+        exe = "lm_generate.elf"
+        run_make(project, ["TARGET=rv32", srcs, f"EXE={exe}"], 300, f"building {source}")
+        command = [*shlex.split(rv32.QEMU_RV32), "-kernel", str(directory / exe)]
+    try:
+        done = subprocess.run(command, cwd=directory, capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise BuildError(
+            f"the generation program ran for more than {timeout:g} s on {target} and was "
+            "stopped; ask for fewer --tokens"
+        ) from None
+    console = done.stdout + done.stderr  # qemu's semihosting console is stderr
+    if done.returncode != 0:
+        raise BuildError(
+            f"the generation program failed on {target} ({exit_status(done.returncode)}):\n"
+            f"{console.decode('utf-8', 'replace')[-TAIL:]}"
+        )
+    ids_line = next((ln for ln in console.splitlines() if ln.startswith(IDS_TAG.encode())), None)
+    text_line = next((ln for ln in console.splitlines() if ln.startswith(TEXT_TAG.encode())), b"")
+    if ids_line is None:
+        raise BuildError(f"the generation program on {target} printed no {IDS_TAG} line")
+    ids = [int(t) for t in ids_line[len(IDS_TAG) :].split()]
+    return ids, text_line[len(TEXT_TAG) + 1 :]
 
 
 def tokenizer_for(model: nn.Module, checkpoint_extra: dict | None = None):

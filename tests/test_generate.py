@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mico.cli import app
 from mico.errors import ConfigError
 from mico.generate import Generation, decode, generate
 from mico.models import from_zoo
+from mico.models.wrap import from_torch
+from mico.sampling import EXP2_LUT, Sampler, _weight
+from mico.targets import rv32
 
 runner = CliRunner()
 
@@ -47,7 +53,10 @@ def test_first_difference_and_decoding():
         (["generate", "small_cnn"], "needs a language model"),
         (["generate", "tinyllama", "--tokens", "0"], "--tokens must be from 1 to 10000"),
         (["generate", "tinyllama", "--prompt", ""], "the prompt is empty"),
-        (["generate", "tinyllama", "--target", "rv32"], "runs on the host for now"),
+        (["generate", "tinyllama", "--target", "arm"], "is not one mico generate runs on"),
+        (["generate", "tinyllama", "--top-k", "0"], "--top-k must be an integer from 1"),
+        (["generate", "tinyllama", "--temperature", "-1"], "--temperature must be from 0"),
+        (["generate", "tinyllama", "--sample-seed", "-3"], "--sample-seed must be from 0"),
         (["generate"], "give a zoo model name or --checkpoint"),
     ],
 )
@@ -60,3 +69,80 @@ def test_bad_requests_are_one_line_errors(args, message):
 def test_generate_refuses_models_without_tokens():
     with pytest.raises(ConfigError, match="needs a language model"):
         generate(from_zoo("mlp"), [1, 2], 2, log=lambda _m: None)
+
+
+class TinyLM(torch.nn.Module):
+    """A causal toy language model: embedding, a per-position mixer, logits over 40 tokens."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(40, 8)
+        self.mix = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(8, 40)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.mix(self.embed(ids.long()))) * 4)
+
+
+def tiny_lm():
+    torch.manual_seed(3)
+    model = from_torch(TinyLM(), (6,), input_dtype=torch.long)
+    model.task = "language"
+    return model
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [Sampler(), Sampler(top_k=5, temperature=0.7, seed=11), Sampler(top_k=40, temperature=3.0)],
+    ids=["greedy", "top5", "all-hot"],
+)
+def test_the_c_loop_samples_the_same_tokens_as_python(tmp_path, sampler):
+    text = [bytes([97 + i % 26]) for i in range(30)]  # ids 30..39 have no text: <id>
+    result = generate(tiny_lm(), [1, 2, 3], 12, work_dir=tmp_path / "lm", log=lambda _m: None,
+                      sampler=sampler, token_text=text)  # fmt: skip
+    assert result.python_ids == result.c_ids and len(result.c_ids) == 12
+    expected = b"".join(text[i] if i < 30 else f"<{i}>".encode() for i in result.c_ids)
+    assert result.c_text == expected  # the C program decodes its own tokens
+    if not sampler.greedy:  # the seed makes sampling reproducible
+        again = generate(tiny_lm(), [1, 2, 3], 12, work_dir=tmp_path / "again",
+                         log=lambda _m: None, sampler=Sampler(sampler.top_k, sampler.temperature,
+                                                              sampler.seed))  # fmt: skip
+        assert again.c_ids == result.c_ids
+
+
+def test_sampling_draws_from_the_top_k_only_and_follows_the_seed():
+    logits = np.linspace(-3, 3, 50).astype(np.float32)
+    top = set(np.argsort(-logits)[:4].tolist())
+    draws = [Sampler(top_k=4, temperature=1.0, seed=s).pick(logits) for s in range(1, 200)]
+    assert set(draws) <= top and len(set(draws)) == 4  # all four drawn, nothing else
+    counts = np.bincount(draws, minlength=50)
+    assert counts[49] > counts[48] > counts[46]  # likelier tokens drawn more often
+    a, b = Sampler(top_k=4, seed=9), Sampler(top_k=4, seed=9)
+    assert [a.pick(logits) for _ in range(20)] == [b.pick(logits) for _ in range(20)]
+
+
+def test_ties_and_greedy_take_the_lowest_id():
+    logits = np.array([0.5, 2.0, 2.0, 1.0], dtype=np.float32)
+    assert Sampler().pick(logits) == 1
+    assert Sampler(top_k=3, temperature=0).pick(logits) == 1  # temperature 0: greedy
+
+
+@given(st.integers(-256 * 20, 0))
+def test_weights_are_powers_of_two_in_fixed_point(q):
+    w = _weight(q)
+    if q < -256 * 16:
+        assert w == 0
+    else:
+        exact = 65536 * 2 ** (q / 256)
+        assert abs(w - exact) <= 1 + exact * 2**-15  # table rounding, then shifts
+    assert EXP2_LUT[0] == 65536 and EXP2_LUT[255] < 131072
+
+
+@pytest.mark.slow
+def test_the_c_loop_runs_on_rv32(tmp_path):
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing: " + rv32.missing_tools_hint())
+    sampler = Sampler(top_k=6, temperature=0.9, seed=5)
+    result = generate(tiny_lm(), [4, 5], 6, target="rv32", work_dir=tmp_path / "lm",
+                      log=lambda _m: None, sampler=sampler)  # fmt: skip
+    assert result.c_ids == result.python_ids and (tmp_path / "lm" / "lm_generate.elf").is_file()
