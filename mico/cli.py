@@ -439,6 +439,14 @@ def verify_cmd(
     input_shape: InputShapeOpt = None,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
+    per_layer: Annotated[
+        bool,
+        typer.Option(
+            "--per-layer",
+            help="Also count every node of sample 0 (rv32: instructions, vexriscv: cycles, host: "
+            "callgrind instructions if valgrind is installed) into verify.md/json.",
+        ),
+    ] = False,
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
@@ -452,7 +460,7 @@ def verify_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
-        model_args=model_args, input_shape=input_shape,
+        model_args=model_args, input_shape=input_shape, per_layer=per_layer,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target

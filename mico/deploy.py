@@ -60,6 +60,7 @@ class DeployOptions:
     samples_origin: str = ""  # set by samples_for: which data the samples are (for reports)
     model_args: str | None = None  # constructor arguments of a model from a file (JSON/YAML)
     input_shape: str | None = None  # one sample's shape, for models from files
+    per_layer: bool = False  # verify: count every node of sample 0 (host, rv32, vexriscv)
 
 
 @dataclass
@@ -69,6 +70,7 @@ class TargetResult:
     instructions_per_inference: int | None = None
     cycles_per_inference: int | None = None  # cycle-accurate targets (vexriscv)
     difference: LayerDifference | None = None
+    per_layer: dict[str, Any] | None = None  # options.per_layer: rows and check (or why none)
 
     @property
     def ok(self) -> bool:
@@ -348,6 +350,8 @@ def verify_compiled(
             bad = int(np.argmax(np.nan_to_num(gap, nan=np.inf).max(axis=1)))
             records = host.run_debug(compiled.project, samples[bad])
             entry.difference = first_difference(compiled.graph, records, samples[bad], options.rtol)
+        if options.per_layer:
+            entry.per_layer = per_layer_hook(compiled, samples, target, log)
         result.results.append(entry)
         extra = f", {instructions} instructions/inference" if instructions else ""
         if entry.cycles_per_inference:
@@ -356,6 +360,28 @@ def verify_compiled(
         if entry.difference is not None:
             log(f"{target}: {entry.difference}")
     return result
+
+
+def per_layer_hook(
+    compiled: CompiledModel, samples: np.ndarray, target: str, log: Log
+) -> dict[str, Any]:
+    """``mico verify --per-layer``: every node of sample 0 counted on ``target``
+    (:func:`mico.hw.latency.per_layer`), or why it is not (rv64; host without valgrind)."""
+    import shutil
+
+    from mico.hw.latency import PER_LAYER_RUNNERS, per_layer
+
+    if target not in PER_LAYER_RUNNERS:
+        why = "qemu-user counts no instructions" if target == "rv64" else "it counts nothing"
+        log(f"{target}: no per-layer figures ({why})")
+        return {"skipped": why}
+    if target == "host" and shutil.which("valgrind") is None:
+        why = "valgrind is not installed (apt-get install valgrind): callgrind counts the host"
+        log(f"{target}: no per-layer figures ({why})")
+        return {"skipped": why}
+    measured = per_layer(compiled, samples[0], target)
+    log(f"{target}: per layer: {measured.check_text()}")
+    return measured.to_dict()
 
 
 def _log_segments(
@@ -385,6 +411,35 @@ def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:
     return result
 
 
+def _per_layer_lines(target: str, per_layer: dict[str, Any]) -> list[str]:
+    """The per-layer section of ``verify.md`` for one target."""
+    if "skipped" in per_layer:
+        return ["", f"## {target}: per layer", "", f"Not measured: {per_layer['skipped']}."]
+    unit = per_layer["unit"]
+    lines = [
+        "", f"## {target}: per layer ({unit}, sample 0)", "",
+        f"| # | node | op | layer | {unit} | share |", "|---:|---|---|---|---:|---:|",
+    ]  # fmt: skip
+    for i, row in enumerate(per_layer["layers"], start=1):
+        lines.append(
+            f"| {i} | {row['node']} | {row['op']} | {row['layer'] or '-'} | {row['value']:,.0f} | "
+            f"{row['share']:.1f}% |"
+        )
+    low, high = per_layer["glue_bounds"]
+    lines += [
+        f"| | **total** | | | **{per_layer['total']:,.0f}** | 100.0% |",
+        "",
+        f"Includes: {per_layer['includes']}.",
+        "",
+        f"Check: the rows sum to {per_layer['total']:,.0f} {unit}, the release build counts "
+        f"{per_layer['release']:,} on the same sample; the difference (glue) is "
+        f"{per_layer['glue']:+,} ({per_layer['glue_per_node']:+.1f} per node), accepted "
+        f"{low:+,}..{high:+,}: **{'ok' if per_layer['ok'] else 'FAILED'}**. The glue is "
+        f"{per_layer['glue_is']}.",
+    ]
+    return lines
+
+
 def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[Path, Path]:
     """``verify.md`` and ``verify.json`` in the project folder: per target, agreement with the
     Python reference, instructions per inference and the first differing layer, if any."""
@@ -404,6 +459,8 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
             "cycles_per_inference": r.cycles_per_inference,
             "first_difference": None if r.difference is None else str(r.difference),
         })  # fmt: skip
+        if r.per_layer is not None:
+            rows[-1]["per_layer"] = r.per_layer
     data = {
         "model": options.model or str(options.checkpoint),
         "mode": result.compiled.mode,
@@ -437,6 +494,9 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
     for row in rows:
         if row["first_difference"]:
             lines += ["", f"{row['target']}: {row['first_difference']}"]
+    for row in rows:
+        if "per_layer" in row:
+            lines += _per_layer_lines(row["target"], row["per_layer"])
     md, js = project.directory / "verify.md", project.directory / "verify.json"
     for path, text in ((md, "\n".join(lines) + "\n"), (js, json.dumps(data, indent=2) + "\n")):
         tmp = path.with_name(f".{path.name}.tmp")

@@ -336,3 +336,143 @@ def plot_report(report: LatencyReport, path: str | Path, title: str = "") -> Pat
         Path(tmp).unlink(missing_ok=True)
         raise
     return out
+
+
+#: ``mico verify`` names of the targets whose programs are counted per node, and their runners
+PER_LAYER_RUNNERS = {"host": "host", "rv32": "qemu-rv32", "vexriscv": "verilator-vexriscv"}
+#: the check of per-layer rows against the release build. Instruction counts (host, rv32) are
+#: exact and the glue is the markers' call sequences: at most this many instructions per marker
+#: (measured: 8.4 per marker on rv32, 17 on the host, on every model tried)
+GLUE_INSTRUCTIONS_PER_NODE = 32
+#: cycles (VexRiscv) also move with the code layout (the instrumented program's code sits at
+#: other addresses, so its 4 KiB caches conflict differently) and the stalls the markers cause:
+#: the glue may be negative, and the check accepts this share of the release count either way
+#: (measured: -2.8 % to +0.8 % on small_cnn, lenet and dscnn)
+GLUE_CYCLES_SHARE = 0.05
+GLUE = {
+    "instructions": "the per-node markers' call sequences: passing the node's name, buffer and "
+    "size, the call and the return, and the marker's entry and exit around its counter reads",
+    "cycles": "the per-node markers' call sequences (as for instructions), the stalls they "
+    "cause and the instrumented program's other code layout (its caches conflict differently): "
+    "either sign",
+}
+
+
+@dataclass(frozen=True)
+class PerLayer:
+    """One inference of a compiled program counted node by node, held to the release build.
+
+    ``report`` has one row per node of ``<name>_run`` (the instrumented build, sample 0) plus
+    the output copy, each row's ``bits`` holding the node's plan layer name (or "");
+    ``release`` is the release build's count for the same sample; ``glue`` = the rows' sum
+    minus ``release``: what the per-node markers add (:data:`GLUE`).
+    """
+
+    report: LatencyReport
+    release: int
+    nodes: int
+
+    @property
+    def glue(self) -> int:
+        return int(self.report.total) - self.release
+
+    @property
+    def bounds(self) -> tuple[int, int]:
+        """The glue the check accepts: 0 to :data:`GLUE_INSTRUCTIONS_PER_NODE` per marker for
+        instructions, :data:`GLUE_CYCLES_SHARE` of the release count either way for cycles."""
+        if self.report.unit == "cycles":
+            share = int(GLUE_CYCLES_SHARE * self.release)
+            return -share, share
+        return 0, GLUE_INSTRUCTIONS_PER_NODE * self.nodes
+
+    @property
+    def ok(self) -> bool:
+        """The rows sum to the release figure plus a glue within :attr:`bounds`."""
+        low, high = self.bounds
+        return low <= self.glue <= high
+
+    def check_text(self) -> str:
+        unit, glue = self.report.unit, self.glue
+        low, high = self.bounds
+        return (
+            f"the rows sum to {int(self.report.total):,} {unit}; the release build counts "
+            f"{self.release:,} on the same sample: glue {glue:+,} ({glue / max(self.nodes, 1):+.1f}"
+            f" per node marker, {100 * glue / max(self.release, 1):+.2f} %), accepted "
+            f"{low:+,}..{high:+,}: {'ok' if self.ok else 'FAILED'}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self.report.to_dict()
+        return {
+            "unit": data["unit"],
+            "sample": 0,
+            "layers": [
+                {
+                    "node": r["name"],
+                    "op": r["op"],
+                    "layer": r["bits"],
+                    "value": r["value"],
+                    "share": r["share"],
+                }
+                for r in data["layers"]
+            ],
+            "total": data["total"],
+            "release": self.release,
+            "glue": self.glue,
+            "glue_per_node": self.glue / max(self.nodes, 1),
+            "glue_bounds": list(self.bounds),
+            "glue_is": GLUE[self.report.unit],
+            "ok": self.ok,
+            "includes": data["includes"],
+        }
+
+
+def per_layer(compiled: Any, sample: np.ndarray, target: str, timeout: float = 600) -> PerLayer:
+    """Count every node of one inference of ``compiled`` on ``target`` (a ``mico verify``
+    target: host under callgrind, rv32 under qemu, vexriscv on the RTL core) and the release
+    build's count for the same sample. The release build must be built already (verify did)."""
+    from mico.hw.nodes import node_costs, vexriscv_variant
+    from mico.targets import host, rv32
+    from mico.targets.catalog import get_target
+
+    if target not in PER_LAYER_RUNNERS:
+        raise ConfigError(
+            f"per-layer counts are measured on {', '.join(PER_LAYER_RUNNERS)}, not '{target}'"
+            + (" (qemu-user counts no instructions)" if target == "rv64" else "")
+        )
+    spec = get_target(target)
+    project = compiled.project
+    sample = np.asarray(sample, dtype=np.float32)
+    costs = node_costs(project, spec.runner, sample, isa=spec.isa, timeout=timeout)
+    by_node = {node.name: node for node in compiled.graph.nodes}
+    rows = []
+    for name, count in costs.nodes:
+        node = by_node.get(name)
+        layer = node.attrs.get("layer") if node is not None else None
+        op = node.op.removeprefix("mico.") if node is not None else "?"
+        rows.append(LatencyRow(name, op, layer or "", float(count)))
+    rows.append(LatencyRow("(output copy)", "memcpy", "", float(costs.tail)))
+    one = sample[None]
+    if spec.runner == "host":
+        from mico.codegen.makefile import executable
+        from mico.targets.io import write_samples
+
+        with tempfile.TemporaryDirectory(prefix="mico-per-layer-") as tmp:
+            inputs = Path(tmp) / "inputs.bin"
+            write_samples(project, one, inputs)
+            exe = project.directory / executable(project.name, "host")
+            release = int(host.callgrind_counts(exe, f"{project.name}_run", inputs, 1, timeout)[0])
+    elif spec.runner == "verilator-vexriscv":
+        from mico.targets import vexriscv
+
+        release = int(vexriscv.run(project, one, vexriscv_variant(spec.isa), timeout).cycles[0])
+    else:
+        release = int(rv32.run(project, one, timeout).instructions[0])
+    unit = "cycles" if spec.runner == "verilator-vexriscv" else "instructions"
+    report = LatencyReport(
+        spec, "measured", unit, tuple(rows),
+        f"everything {project.name}_run executes for one inference (sample 0) in a build with a "
+        "marker after every node: the first row also holds the input check, the last the copy "
+        "of the output to the caller",
+    )  # fmt: skip
+    return PerLayer(report, release, len(costs.nodes))
