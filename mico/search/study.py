@@ -126,27 +126,37 @@ class StudyConfig:
     max_retry: int = 3  # retries of a trial whose worker died
     poll: float = 0.2  # seconds between looks at another worker's running trial
 
+    @property
+    def grace_seconds(self) -> int:
+        """Seconds without a heartbeat before a running trial is stale (at least a beat + 1)."""
+        return max(int(self.grace or 2 * self.heartbeat), int(self.heartbeat) + 1)
+
     def storage(self) -> Any:
         optuna = _optuna()
         kwargs: dict[str, Any] = {}
         if self.url.startswith("sqlite"):
             kwargs = {"connect_args": {"timeout": 60}}
-        try:
-            return optuna.storages.RDBStorage(
-                self.url,
-                engine_kwargs=kwargs,
-                heartbeat_interval=max(1, int(self.heartbeat)),
-                grace_period=max(int(self.grace or 2 * self.heartbeat), int(self.heartbeat) + 1),
-                heartbeat_stale_trial_callback=optuna.storages.RetryFailedTrialCallback(
-                    max_retry=self.max_retry
-                ),
-            )
-        except Exception as exc:  # SQLAlchemy: bad URL, missing driver, server down
-            raise ConfigError(
-                f"cannot open the study storage {_safe_url(self.url)}: "
-                f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}; give a SQLAlchemy URL "
-                "such as sqlite:///run/study.db or postgresql+psycopg://user@host/db"
-            ) from None
+        error = ""
+        for attempt in range(3):  # another process creating the tables at the same moment
+            try:
+                return optuna.storages.RDBStorage(
+                    self.url,
+                    engine_kwargs=kwargs,
+                    heartbeat_interval=max(1, int(self.heartbeat)),
+                    grace_period=self.grace_seconds,
+                    heartbeat_stale_trial_callback=optuna.storages.RetryFailedTrialCallback(
+                        max_retry=self.max_retry
+                    ),
+                )
+            except Exception as exc:  # SQLAlchemy: bad URL, missing driver, server down
+                error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
+                if "already exists" not in str(exc):
+                    break
+                time.sleep(0.2 * (attempt + 1))
+        raise ConfigError(
+            f"cannot open the study storage {_safe_url(self.url)}: {error}; give a SQLAlchemy "
+            "URL such as sqlite:///run/study.db or postgresql+psycopg://user@host/db"
+        )
 
 
 def _safe_url(url: str) -> str:
@@ -358,7 +368,7 @@ class TrialRunner:
         """Fail trials asked for but never labelled for longer than the grace period."""
         import datetime
 
-        grace = self.config.grace or 2 * self.config.heartbeat
+        grace = self.config.grace_seconds
         now = datetime.datetime.now()
         for t in trials:
             if t.datetime_start is not None and (now - t.datetime_start).total_seconds() > grace:
