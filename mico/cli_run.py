@@ -132,6 +132,16 @@ def tune(
     checkpoint: Annotated[
         Path | None, typer.Option(help="A trained checkpoint (fp32.pt of mico train).")
     ] = None,
+    model_args: Annotated[
+        str | None,
+        typer.Option(
+            help="Constructor arguments of a file's model: JSON object or YAML/JSON file."
+        ),
+    ] = None,
+    input_shape: Annotated[
+        str | None,
+        typer.Option(help="One sample's shape for a model from a file, e.g. 3,32,32 (no batch)."),
+    ] = None,
     budget: Annotated[
         str,
         typer.Option(
@@ -236,8 +246,14 @@ def tune(
     if not qtypes or qtypes[0] < 1 or qtypes[-1] > 8:
         raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8")
     final = check_output_dir(out, force=force)
-    if (model is None) == (checkpoint is None):
-        raise ConfigError("give a model (zoo name or file.py:Class) or --checkpoint (one of them)")
+    from mico.models.resolve import is_model_spec
+
+    file_model = model is not None and is_model_spec(model) and not model.endswith(".pt2")
+    if (model is None) == (checkpoint is None) and not (file_model and checkpoint is not None):
+        raise ConfigError(
+            "give a model (zoo name or file.py:Class) or --checkpoint (one of them; a model "
+            "from a file is named beside its checkpoint)"
+        )
     weights = final / "fp32.pt"
     if not resume and not force and (final / STUDY_FILE).is_file() and is_mico_output(final):
         raise ConfigError(
@@ -250,13 +266,18 @@ def tune(
             "--resume first"
         )
     seed_everything(seed)
-    if checkpoint is not None:
+    from mico.models.resolve import resolve_model
+
+    if checkpoint is not None and file_model:
+        from mico.train.checkpoint import load_file_model_checkpoint
+
+        net = load_file_model_checkpoint(checkpoint, model, model_args, input_shape)
+        zoo = None
+    elif checkpoint is not None:
         net = load_checkpoint(checkpoint)
         zoo = getattr(net, "zoo_name", None)
     else:
-        from mico.models.resolve import resolve_model
-
-        net, zoo = resolve_model(model)
+        net, zoo = resolve_model(model, model_args, input_shape)
     from mico.models import zoo_entry
 
     name = dataset or (zoo_entry(zoo).dataset if zoo else "synthetic")

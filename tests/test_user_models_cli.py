@@ -165,3 +165,14 @@ def test_training_a_file_model_needs_a_dataset(user_dir):
     assert "has no default dataset" in result.output and "--dataset synthetic" in result.output
     result = runner.invoke(app, ["train", "small_cnn", "--input-shape", "1,8,8", "-o", "t"])
     assert result.exit_code == 2 and "apply to models from files only" in result.output
+
+
+def test_a_file_model_and_its_checkpoint_tune_with_workers(trained_file_model):
+    # workers rebuild the model from the run's checkpoint: the file named, its args recorded
+    args = ["tune", "net.py:Net", "--checkpoint", "tr/fp32.pt", "--dataset", "synthetic"]
+    args += ["--strategy", "random", "--trials", "2", "--workers", "2", "--no-compile"]
+    args += ["--no-cache", "-o", "t", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "best plan: accuracy" in result.output
+    assert (trained_file_model / "t" / "best_plan.yaml").is_file()

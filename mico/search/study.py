@@ -535,8 +535,12 @@ def _worker_main(spec: WorkerSpec, worker: int) -> None:
 
 
 def _load_net(weights: str, model: str | None) -> Any:
-    from mico.train.checkpoint import load_checkpoint
+    from mico.models.resolve import is_model_spec
+    from mico.train.checkpoint import load_checkpoint, load_file_model_checkpoint
 
+    if model is not None and is_model_spec(model) and not model.endswith(".pt2"):
+        # a model from a file: its checkpoint records the arguments and shape it was built with
+        return load_file_model_checkpoint(weights, model)
     try:
         return load_checkpoint(weights)
     except MicoError:
