@@ -160,6 +160,17 @@ def tune(
         ),
     ] = 10,
     bits: Annotated[str, typer.Option(help="Bit-widths to choose from, e.g. 2,4,8.")] = "2,4,8",
+    latency_target: Annotated[
+        str,
+        typer.Option(
+            help="What a latency budget measures: bitfusion (cycle model), rv32 (qemu "
+            "instructions), host (callgrind instructions) or vexriscv (RTL cycles)."
+        ),
+    ] = "bitfusion",
+    latency_mode: Annotated[
+        str,
+        typer.Option(help="measured (run the scheme's C) or proxy (the target's fitted proxy)."),
+    ] = "measured",
     epochs: Annotated[int, typer.Option(min=0, max=10_000, help="FP32 training first.")] = 5,
     dataset: Annotated[str | None, typer.Option(help="Data set (default: the model's).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of data and search.")] = 0,
@@ -289,10 +300,13 @@ def tune(
             f"{tuple(split.input_shape)}; pick one with --dataset"
         )
     train_loader, test_loader = split.loaders(64, seed=seed)
-    probe = MiCoEval(net, 1, train_loader, test_loader, None)
+    latency = {"latency_target": latency_target, "latency_mode": latency_mode}
+    probe = MiCoEval(net, 1, train_loader, test_loader, None, **latency)
     from mico.search.searchers import RandomSearcher
 
     checker = RandomSearcher(probe, qtypes=qtypes)
+    if any(b.cost == "latency" for b in budgets):
+        probe.check_latency_falls_with_bits(qtypes)
     for b in budgets:  # impossible budgets: refused before any training
         checker._check_budget(b.cost, b.resolve(checker.cost([8] * 2 * probe.n_layers, b.cost)))
     if not resume:  # a fresh run directory (a former mico output there is replaced)
@@ -306,7 +320,7 @@ def tune(
             _save_weights(net, weights, name)
         model_name = model or zoo or type(net).__name__
         store = None if no_cache else EvalCache(cache or default_cache_path())
-        extra = {"data_name": f"{name}:seed={seed}", "model_name": model_name}
+        extra = {"data_name": f"{name}:seed={seed}", "model_name": model_name, **latency}
         # fresh loaders: the calibration batches are the first shuffle of the seed, as in workers
         train_loader, test_loader = split.loaders(64, seed=seed)
         evaluator = MiCoEval(net, 1, train_loader, test_loader, weights, cache=store, **extra)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import itertools
 import json
 import os
 import tempfile
@@ -23,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader
@@ -35,8 +37,11 @@ from mico.train.loop import accuracy, fit
 
 OBJECTIVES = ("ptq_acc", "qat_acc")
 CONSTRAINTS = ("bops", "size", "macs", "latency", "ram")
-#: latency targets eval_latency computes without running anything (analytic models)
-LATENCY_TARGETS = ("bitfusion",)
+#: latency targets: bitfusion is analytic; the others run the scheme's C program (measured:
+#: rv32 instructions under qemu -icount, host instructions under callgrind, VexRiscv cycles)
+#: or ask the target's fitted proxy (mode "proxy", see mico profile)
+LATENCY_TARGETS = ("bitfusion", "rv32", "host", "vexriscv")
+LATENCY_MODES = ("measured", "proxy")
 
 
 class MiCoEval:
@@ -58,6 +63,7 @@ class MiCoEval:
         config: QuantConfig | None = None,
         example_inputs: Any = None,
         latency_target: str = "bitfusion",
+        latency_mode: str = "measured",
         cache: Any = None,
         data_name: str | None = None,
         model_name: str | None = None,
@@ -73,7 +79,13 @@ class MiCoEval:
                 f"latency target must be one of {', '.join(LATENCY_TARGETS)}; got "
                 f"{latency_target!r}"
             )
+        if latency_mode not in LATENCY_MODES:
+            raise PlanError(
+                f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {latency_mode!r}"
+            )
         self.latency_target = latency_target
+        self.latency_mode = latency_mode
+        self._latency: dict[tuple[str, str, str], float] = {}
         self.model = model
         self.epochs = epochs
         self.train_loader = train_loader
@@ -217,23 +229,99 @@ class MiCoEval:
             self._ram[key] = float(plan_graph(graph).size)
         return self._ram[key]
 
-    def eval_latency(self, qscheme: Sequence[Any], target: str | None = None) -> float:
-        """Cycles of one inference on ``target`` (default: the evaluator's latency target).
+    def eval_latency(
+        self, qscheme: Sequence[Any], target: str | None = None, mode: str | None = None
+    ) -> float:
+        """Latency of one inference on ``target`` (default: the evaluator's latency target).
 
-        ``bitfusion``: the analytic cycle model of :mod:`mico.hw.bitfusion` over the layers'
-        geometry and widths (weights and activations of each layer as the scheme says).
+        ``bitfusion``: cycles of the analytic model of :mod:`mico.hw.bitfusion` over the layers'
+        geometry and widths. ``rv32`` / ``host`` / ``vexriscv`` in ``mode="measured"``: the
+        scheme's C program (the evaluator's mode), built and run on one sample — rv32
+        instructions (qemu ``-icount``), host instructions (callgrind), VexRiscv cycles (RTL).
+        ``mode="proxy"``: the target's fitted proxy (``mico profile --target T``). Remembered
+        per scheme, target and mode.
         """
         target = target or self.latency_target
+        mode = mode or self.latency_mode
         if target not in LATENCY_TARGETS:
             raise UnsupportedOpError(
                 f"latency target '{target}' is not available in MiCoEval; use "
-                f"{', '.join(LATENCY_TARGETS)} (measured targets: mico latency / mico verify)"
+                f"{', '.join(LATENCY_TARGETS)}"
             )
+        if mode not in LATENCY_MODES:
+            raise PlanError(f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {mode!r}")
+        key = (self.scheme_key(qscheme), target, mode if target != "bitfusion" else "measured")
+        if key in self._latency:
+            return self._latency[key]
         from mico.hw import model_cycles, model_layer_shapes
 
-        bits = self._plan_bits(qscheme)
-        layers = model_layer_shapes(self.model, self.example, bits)
-        return float(model_cycles(layers).cycles)
+        layers = model_layer_shapes(self.model, self.example, self._plan_bits(qscheme))
+        if target == "bitfusion" and mode == "measured":
+            value = float(model_cycles(layers).cycles)
+        elif mode == "proxy":
+            from mico.hw.latency import proxy_report
+            from mico.targets.catalog import get_target
+
+            value = float(sum(row.value for row in proxy_report(layers, get_target(target)).rows))
+        else:
+            value = self._measured_latency(qscheme, target)
+        self._latency[key] = value
+        return value
+
+    def check_latency_falls_with_bits(self, qtypes: Sequence[Any]) -> None:
+        """Refuse a latency search the searchers would get wrong: they assume fewer bits never
+        cost more (they repair a scheme by lowering widths). On a measured target whose kernels
+        are slower at fewer bits that is false, so say so with the figures."""
+        if self.latency_target == "bitfusion" and self.latency_mode == "measured":
+            return  # the analytic model falls with the widths by construction
+        widths = sorted(qtypes)
+        costs = {q: self.eval_latency([q] * (2 * self.n_layers)) for q in widths}
+        for low, high in itertools.pairwise(widths):
+            if costs[low] > costs[high]:
+                keep = [widths[-1]]  # from the widest down, each narrower one cheaper
+                for q in reversed(widths[:-1]):
+                    if costs[q] <= costs[keep[0]]:
+                        keep.insert(0, q)
+                figures = ", ".join(f"W{q}A{q} {costs[q]:,.0f}" for q in widths)
+                raise PlanError(
+                    f"latency on {self.latency_target} ({self.latency_mode}) does not fall with "
+                    f"fewer bits for this model ({figures}); the searchers assume fewer bits "
+                    "cost less. Search with --latency-target bitfusion, or only the widths that "
+                    f"do: --bits {','.join(str(q) for q in keep)}"
+                )
+
+    def _measured_latency(self, qscheme: Sequence[Any], target: str) -> float:
+        """Compile the scheme's C program into a temporary folder and count one inference."""
+        from mico.codegen.compile import compile_model
+
+        plan = as_plan(list(qscheme), self.layer_names)
+        model = copy.deepcopy(self.model).eval()
+        quantize_model(model, plan, self.config, self.example)
+        batches = self._calibration[:1] or [self.example]
+        if self.mode == "static":
+            calibrate(model, batches)
+        sample = np.asarray(self.example[:1], dtype=np.float32)
+        with tempfile.TemporaryDirectory(prefix="mico-latency-") as tmp:
+            compiled = compile_model(model, self.example[:1], Path(tmp) / "c", "model",
+                                     self.mode, calibration=batches)  # fmt: skip
+            project = compiled.project
+            if target == "rv32":
+                from mico.targets import rv32
+
+                rv32.build(project)
+                return float(rv32.run(project, sample).instructions_per_inference)
+            if target == "vexriscv":
+                from mico.targets import vexriscv
+
+                vexriscv.build(project)
+                return float(vexriscv.run(project, sample).cycles_per_inference)
+            from mico.targets import host
+
+            exe = host.build(project)
+            inputs = Path(tmp) / "latency_inputs.bin"
+            sample.tofile(inputs)
+            counts = host.callgrind_counts(exe, f"{project.name}_run", inputs, 1)
+            return float(counts.max())
 
     def eval_constraint(self, qscheme: Sequence[Any]) -> float:
         if self.constraint == "latency":

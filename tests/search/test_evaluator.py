@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
 import torch
 
 from mico.data import digits_loaders
-from mico.errors import PlanError, UnsupportedOpError
+from mico.errors import MicoError, PlanError, UnsupportedOpError
 from mico.models import LeNet, SmallCNN
 from mico.search import MiCoEval
 
@@ -106,3 +107,55 @@ def test_ram_and_size_equal_what_compile_reports(mode, scheme, digits_split, tmp
     assert evaluator.eval_ram(scheme) == project.arena.size
     assert evaluator.eval_size(scheme) == project.flash["weights"]
     assert evaluator.mode == mode
+
+
+def test_measured_latency_is_the_schemes_own_c_program_on_rv32(trained, tmp_path) -> None:
+    from mico.targets import rv32
+
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing: " + rv32.missing_tools_hint())
+    from mico.codegen import compile_model
+    from mico.quant import calibrate, quantize_model
+
+    model, train_loader, test_loader, ckpt = trained
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt, constraint="latency",
+                         latency_target="rv32")  # fmt: skip
+    scheme = [8, 4, 2, 8, 8, 4]
+    measured = evaluator.eval_latency(scheme)
+    assert evaluator.eval_latency(scheme) == measured  # remembered, not re-run
+    # the same program compiled by hand retires the same instructions
+    q = quantize_model(copy.deepcopy(model), scheme, evaluator.config, evaluator.example)
+    batches = evaluator._calibration[:1]
+    if evaluator.mode == "static":
+        calibrate(q, batches)
+    compiled = compile_model(q, evaluator.example[:1], tmp_path / "c", "model", evaluator.mode,
+                             calibration=batches)  # fmt: skip
+    rv32.build(compiled.project)
+    run = rv32.run(compiled.project, evaluator.example[:1].numpy())
+    assert measured == run.instructions_per_inference
+    assert evaluator.eval_constraint(scheme) == measured
+
+
+def test_latency_modes_and_targets_are_checked(trained, tmp_path, monkeypatch) -> None:
+    model, train_loader, test_loader, ckpt = trained
+    with pytest.raises(PlanError, match="latency mode must be one of measured, proxy"):
+        MiCoEval(model, 1, train_loader, test_loader, ckpt, latency_mode="guess")
+    monkeypatch.setenv("HOME", str(tmp_path))  # no fitted proxy in this home
+    monkeypatch.setenv("MICO_CACHE", str(tmp_path / "cache"))
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt, latency_target="rv32",
+                         latency_mode="proxy")  # fmt: skip
+    with pytest.raises(MicoError, match=r"no latency proxy for target 'rv32'.*mico profile"):
+        evaluator.eval_latency([8] * 6)
+
+
+def test_a_latency_that_grows_at_fewer_bits_is_refused_with_the_figures(trained, monkeypatch):
+    model, train_loader, test_loader, ckpt = trained
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt, latency_target="rv32")
+    per_width = {2: 300.0, 4: 250.0, 8: 200.0}
+    monkeypatch.setattr(evaluator, "eval_latency", lambda scheme, *a: per_width[scheme[0]])
+    with pytest.raises(PlanError) as info:
+        evaluator.check_latency_falls_with_bits([2, 4, 8])
+    message = str(info.value)
+    assert "W2A2 300, W4A4 250, W8A8 200" in message and "--bits 8" in message
+    per_width.update({2: 100.0, 4: 150.0})
+    evaluator.check_latency_falls_with_bits([2, 4, 8])  # falls with the widths: accepted
