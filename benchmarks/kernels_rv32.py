@@ -312,6 +312,7 @@ def run_layer(layer: Layer, target: str = "host", paths=("chosen", "plain"), cc:
 # ----------------------------------------------------------------------------- benchmark
 SHAPES = {
     "conv3x3 16→16 16×16 pad1": dict(kind="conv", in_c=16, out_c=16, hw=16, k=3, pad=1),
+    "conv3x3 32→32 16×16 pad1": dict(kind="conv", in_c=32, out_c=32, hw=16, k=3, pad=1),
     "conv1x1 32→32 16×16": dict(kind="conv", in_c=32, out_c=32, hw=16, k=1),
     "depthwise3x3 32ch 16×16 pad1": dict(
         kind="conv", in_c=32, out_c=32, hw=16, k=3, pad=1, groups=32
@@ -367,10 +368,29 @@ def _markdown(results: dict, meta: dict) -> str:
         "-icount shift=0: instructions retired by one call of the kernel (instret), per MAC. "
         "**plain**: the kernels before channel lanes (mico_qconv2d_tiled / _depthwise3x3, "
         "mico_qlinear on plainly packed weights), **chosen**: the call the code generator emits "
-        "now. Seeded random codes, per-channel requantization, ReLU; every output is held to "
-        "the Python integer reference (✓ = both paths bit-exact).",
+        "now (channel lanes where they apply: several low-bit products per 32-bit multiply; "
+        "depthwise layers and W8A8 keep the plain kernels, so there before = now). Seeded "
+        "random codes, per-channel requantization, ReLU; every output is held to the Python "
+        "integer reference (✓ = both paths bit-exact). Activations are unsigned (after a "
+        "ReLU, as mico stores them) unless marked signed; ±1: binary activations.",
         "",
     ]
+    plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
+    out += [
+        "## Summary: instructions per MAC, now (before)",
+        "",
+        "| layer | " + " | ".join(plans) + " |",
+        "|---|" + "---:|" * len(plans),
+    ]
+    for shape, rows in results.items():
+        by_plan = {r["plan"]: r for r in rows}
+        cells = [
+            f"{by_plan[p]['per_mac']:.2f} ({by_plan[p]['plain_per_mac']:.2f})" if p in by_plan
+            else "-"
+            for p in plans
+        ]  # fmt: skip
+        out.append(f"| {shape} | " + " | ".join(cells) + " |")
+    out.append("")
     for shape, rows in results.items():
         base = next((r["per_mac"] for r in rows if r["plan"] == "8/8"), None)
         out += [f"## {shape}", "",

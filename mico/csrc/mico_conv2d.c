@@ -373,7 +373,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
 
 /* ------------------------------------------------------------------------ channel lanes */
 
-#define MICO_LANES_PATCH 512 /* int16 elements of the lanes path's patch */
+#define MICO_LANES_PATCH 768 /* int16 elements of the lanes path's patch */
 #define MICO_LANES_TILE 512  /* int32 sums of the channel blocks waiting between chunks */
 
 /* Requantize and store the F channels of one block (sums tile[c * pp + j], np pixels). */
@@ -394,10 +394,10 @@ static MICO_NOINLINE void mico_lanes_store(const MicoConv2d *p, void *out, int32
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits output channels per word: for a
- * block of up to 16 pixels, the im2col patch of a chunk of kernel rows (mico_patch) is built
+ * block of up to 32 pixels, the im2col patch of a chunk of kernel rows (mico_patch) is built
  * once and every block of F channels of the group runs over it; when the taps take several
  * chunks, the sums of as many blocks as the tile holds wait between chunks (the patch is then
- * built once per such pass). Stack: about 3.2 KB. */
+ * built once per such pass). Stack: about 4.2 KB. */
 static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *l,
                                           const void *in, void *out, MicoLanesFn fn)
 {
@@ -407,8 +407,20 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     int16_t patch[MICO_LANES_PATCH];
     int32_t tile[MICO_LANES_TILE];
-    int32_t cs[16];
-    int32_t pp = npix < 16 ? (npix + 3) & ~3 : 16, rpc, multi, bpp, g, pix0, b0, r0, j, t;
+    int32_t cs[32];
+    /* pixels per block: as many as let the patch hold every tap (one chunk: the patch built
+     * once), up to 32 and the tile's room for a block of F channels; when no 8 pixels let it,
+     * as many as let the sums of every block of the group wait in the tile (one pass per
+     * chunk). A multiple of 4 (of 8 for 1-bit inputs, so that their runs start on a byte). */
+    const int32_t align = p->in_fmt.bits == 1 ? ~7 : ~3;
+    int32_t pp = (MICO_LANES_PATCH / k_all) & align, rpc, multi, bpp, g, pix0, b0, r0, j, t;
+    if (pp < 8) {
+        pp = (MICO_LANES_TILE / (f * nblk)) & align;
+        pp = pp < 8 ? 8 : pp;
+    }
+    pp = pp < 32 ? pp : 32;
+    pp = pp < MICO_LANES_TILE / f ? pp : MICO_LANES_TILE / f;
+    pp = npix < pp ? (npix + 3) & ~3 : pp;
     while (pp > 4 && MICO_LANES_PATCH / (kw * pp) == 0) {
         pp -= 4;
     }

@@ -622,8 +622,9 @@ static MICO_UNUSED void mico_lanes_finish(int32_t *tile, int32_t pp, int32_t np,
     }
 }
 
-/* The same for one channel, requantized as q says (mico_rq_apply; the usual case, a ReLU or
- * not, a multiplier with a shift above 32 and no binary output, in one tight loop). */
+/* The same for one channel, requantized as q says (mico_rq_apply: a multiplier and no binary
+ * output, the usual case, in tight loops: the high word of the product for shifts above 32,
+ * the 64-bit product below). */
 static MICO_UNUSED MICO_NOINLINE void mico_lanes_requant(int32_t *v, const int32_t *cs, int32_t n,
                                                          uint32_t b, uint32_t sw, uint32_t qw,
                                                          const MicoRq *q)
@@ -650,6 +651,22 @@ static MICO_UNUSED MICO_NOINLINE void mico_lanes_requant(int32_t *v, const int32
             mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
             mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
             y = r < 0 ? -(int32_t)mag : (int32_t)mag;
+            y = y < lo ? lo : y;
+            v[j] = y > hi ? hi : y;
+        }
+        return;
+    }
+    if (q->scaled && !q->binary) { /* a shift of at most 32: the full 64-bit product */
+        const uint64_t m = (uint32_t)q->m, rnd = (uint64_t)1 << (q->shift - 1);
+        const uint32_t s = (uint32_t)q->shift;
+        const int32_t lo = q->lo, hi = q->hi;
+        for (j = 0; j < n; j++) {
+            int32_t r = (int32_t)(b + sw * (uint32_t)v[j] - qw * (uint32_t)cs[j]), y;
+            uint64_t mag;
+            r = q->relu && r < 0 ? 0 : r;
+            mag = ((uint64_t)(r < 0 ? 0u - (uint32_t)r : (uint32_t)r) * m + rnd) >> s;
+            y = mag >= 0x80000000u ? (r < 0 ? INT32_MIN : INT32_MAX)
+                                   : (r < 0 ? -(int32_t)mag : (int32_t)mag);
             y = y < lo ? lo : y;
             v[j] = y > hi ? hi : y;
         }
