@@ -8,7 +8,12 @@
  * is read again. (Input rows the current or later rows need may be cached on the stack before
  * storing; outputs may be stored later than computed.) Every path below keeps that order.
  *
- * Three paths, all bit-identical to the element-by-element definition:
+ * Four paths, all bit-identical to the element-by-element definition:
+ *  - channel lanes (mico_qconv2d_lanes_w<bits>g<G>, chosen by the code generator for 1-, 2-,
+ *    4- and 8-bit weights whose output channels per group fill words of F = 32 / bits, when
+ *    the widths make it pay): weights stored as words of F channels per tap, several low-bit
+ *    products per 32-bit multiply (see the channel-lanes section of mico_nn.h), over the same
+ *    im2col patch as below. Stack: about 4.2 KB.
  *  - im2col + micro-kernels (most convolutions): for a block of up to 12 output pixels (raster
  *    order, across rows), the taps of a chunk of (ic, ky) kernel rows are unpacked once into a
  *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
@@ -24,7 +29,7 @@
  *    channel); each output is a register dot product of its window and the 9 unpacked taps.
  *  - int32 inputs and kernel rows longer than the patch allows (72 or 96 taps): element by
  *    element.
- * Stack (rv32, deepest call chain): about 1.5 KB. */
+ * Stack (rv32, deepest call chain; the plain paths): about 1.5 KB. */
 #include "mico_nn.h"
 
 #define MICO_CONV_PATCH 384 /* int16 elements of the im2col patch (taps x pixels) */

@@ -6,7 +6,11 @@
  * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
  * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise.
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
- * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB. */
+ * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
+ *
+ * Weights in channel lanes (mico_qlinear_lanes_w<bits>g<G>, chosen by the code generator):
+ * words of F = 32 / bits outputs per input, several low-bit products per 32-bit multiply (see
+ * the channel-lanes section of mico_nn.h). */
 #include "mico_nn.h"
 
 #define MICO_LIN_K 128 /* input codes unpacked at once */
