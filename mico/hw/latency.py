@@ -342,7 +342,7 @@ def plot_report(report: LatencyReport, path: str | Path, title: str = "") -> Pat
 PER_LAYER_RUNNERS = {"host": "host", "rv32": "qemu-rv32", "vexriscv": "verilator-vexriscv"}
 #: the check of per-layer rows against the release build. Instruction counts (host, rv32) are
 #: exact and the glue is the markers' call sequences: at most this many instructions per marker
-#: (measured: 8.4 per marker on rv32, 17 on the host, on every model tried)
+#: (measured: 8-9 per marker on rv32, 17 on the host, on small_cnn, lenet and dscnn)
 GLUE_INSTRUCTIONS_PER_NODE = 32
 #: cycles (VexRiscv) also move with the code layout (the instrumented program's code sits at
 #: other addresses, so its 4 KiB caches conflict differently) and the stalls the markers cause:

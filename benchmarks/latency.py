@@ -1,0 +1,408 @@
+"""Measured latency of zoo models per target and plan, next to the latency proxies' predictions.
+
+Run on demand (not a test; minutes):
+    python benchmarks/latency.py [--models small_cnn,lenet,dscnn] [--profile-csv rv32.csv]
+
+For each model and plan (W8A8, W4A4, W2A2 and a mixed plan: 8 bits at both ends, W2A4 and
+W4A4 alternating inside, from W2A4) the static C program is compiled once and measured on
+sample 0 of the model's test data:
+
+* **rv32**: instructions retired under qemu-system-riscv32 ``-icount`` (``instret``), and the
+  same program counted node by node (``mico.hw.latency.per_layer``): the conv and linear
+  nodes' share is what a layer proxy predicts;
+* **vexriscv**: clock cycles of the VexRiscv IMAC RTL core under verilator (``mcycle``), and
+  its instructions (the same as qemu's): cycles per instruction (CPI);
+* **host**: x86-64 instructions under callgrind (gcc -O2), when valgrind is installed;
+* **bitfusion**: BitFusion's analytic cycle model of the conv and linear layers.
+
+Per MAC of the model's conv and linear layers: instructions (rv32, host) and cycles
+(vexriscv, bitfusion) side by side. Proxies: BitFusion's, fitted on Latin-hypercube layer
+shapes of its cycle model, and rv32's, fitted on a profile of single-layer programs measured
+on rv32 (``mico profile --target rv32 --no-zoo``, given as ``--profile-csv``; neither proxy saw
+the zoo's layers). Each predicts the sum of the conv and linear layers; the rv32 prediction is
+held to the measured sum of those nodes and to the whole program.
+
+Figures go to ``benchmarks/results/latency.json``, ``.md`` and ``.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from mico.deploy import DeployOptions, compile_from_options, load_model
+from mico.hw import fit_proxy, mape
+from mico.hw.latency import analytic_report, per_layer
+from mico.hw.layers import model_layer_shapes
+from mico.hw.measure import backend
+from mico.hw.profile import bit_pairs, read_profile, sample_shapes
+from mico.hw.programs import kernels_hash
+from mico.targets import host, rv32
+from mico.targets.catalog import get_target
+
+ROOT = Path(__file__).resolve().parent.parent
+PLANS = ("W8A8", "W4A4", "W2A2", "mixed")
+KINDS = ("conv2d", "dwconv2d", "linear")
+
+
+def _plan(name: str, layers: list[str]) -> str:
+    if name != "mixed":
+        w, a = name[1], name[3]
+        return ",".join(f"{layer}={w}/{a}" for layer in layers)
+    bits = ["2/4" if i % 2 else "4/4" for i in range(len(layers))]
+    bits[0] = bits[-1] = "8/8"
+    return ",".join(f"{layer}={b}" for layer, b in zip(layers, bits, strict=True))
+
+
+def _layers(model: str, plan: str | None) -> list[Any]:
+    options = DeployOptions(model=model, plan=plan, mode="dynamic", out_dir=Path("unused"))
+    quantized, _ = load_model(options)
+    return model_layer_shapes(quantized, quantized.example_input())
+
+
+def _git(*args: str) -> str:
+    result = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False)
+    return result.stdout.strip()
+
+
+def measure(model: str, plan_name: str, work: Path, samples: int, targets: list[str],
+            proxies: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    names = [layer.name for layer in _layers(model, None)]
+    plan = _plan(plan_name, names)
+    layers = _layers(model, plan)
+    macs = sum(layer.macs for layer in layers)
+    options = DeployOptions(model=model, plan=plan, mode="static", out_dir=work / model,
+                            samples=samples, force=True)  # fmt: skip
+    compiled, inputs = compile_from_options(options, log=lambda _m: None)
+    project = compiled.project
+    reference = np.asarray(compiled.reference(inputs[:1])).reshape(-1)
+    row: dict[str, Any] = {"model": model, "plan_name": plan_name, "plan": plan, "macs": macs}
+
+    def exact(outputs: np.ndarray) -> bool:
+        return bool(np.array_equal(np.asarray(outputs).reshape(-1), reference))
+
+    if "rv32" in targets:
+        start = time.perf_counter()
+        rv32.build(project)
+        run = rv32.run(project, inputs[:1])
+        nodes = per_layer(compiled, inputs[0], "rv32")
+        layer_nodes = sum(r.value for r in nodes.report.rows if r.bits)  # bits: the plan layer
+        row["rv32"] = {
+            "instructions": int(run.instructions[0]), "bit_exact": exact(run.outputs),
+            "layer_instructions": int(layer_nodes), "per_layer_glue": nodes.glue,
+            "seconds": round(time.perf_counter() - start, 1),
+        }  # fmt: skip
+    if "vexriscv" in targets:
+        from mico.targets import vexriscv
+
+        start = time.perf_counter()
+        vexriscv.build(project)
+        run = vexriscv.run(project, inputs[:1])
+        row["vexriscv"] = {
+            "cycles": int(run.cycles[0]), "instructions": int(run.instructions[0]),
+            "bit_exact": exact(run.outputs), "seconds": round(time.perf_counter() - start, 1),
+        }  # fmt: skip
+    if "host" in targets and shutil.which("valgrind"):
+        start = time.perf_counter()
+        host.build(project)
+        with tempfile.TemporaryDirectory() as tmp:
+            from mico.codegen.makefile import executable
+            from mico.targets.io import write_samples
+
+            data = Path(tmp) / "inputs.bin"
+            write_samples(project, inputs[:1], data)
+            exe = project.directory / executable(project.name, "host")
+            count = host.callgrind_counts(exe, f"{project.name}_run", data, 1)
+        row["host"] = {"instructions": int(count[0]),
+                       "seconds": round(time.perf_counter() - start, 1)}  # fmt: skip
+    if "bitfusion" in targets:
+        report = analytic_report(layers, get_target("bitfusion"))
+        row["bitfusion"] = {"cycles": int(report.total)}
+    predict(row, layers, proxies)
+    return row
+
+
+def predict(row: dict[str, Any], layers: list[Any], proxies: dict[str, Any]) -> None:
+    """Each proxy's prediction of the conv and linear layers, and its error where measured."""
+    for target, proxy in proxies.items():
+        if any(layer.kind not in proxy.kinds for layer in layers):
+            row[f"proxy_{target}"] = {
+                "missing_kinds": sorted(
+                    {layer.kind for layer in layers if layer.kind not in proxy.kinds}
+                )
+            }
+            continue
+        predicted = float(sum(proxy.predict_layers(layers)))
+        entry: dict[str, Any] = {"predicted": round(predicted, 1)}
+        if target == "bitfusion" and "bitfusion" in row:
+            entry["error_pct"] = round(mape([predicted], [row["bitfusion"]["cycles"]]), 2)
+        if target == "rv32" and "rv32" in row:
+            layers_measured = row["rv32"]["layer_instructions"]
+            entry["error_pct"] = round(mape([predicted], [layers_measured]), 2)
+            entry["error_vs_total_pct"] = round(mape([predicted], [row["rv32"]["instructions"]]), 2)
+        row[f"proxy_{target}"] = entry
+
+
+def fit_proxies(profile_csvs: list[Path], seed: int, bf_samples: int) -> dict[str, Any]:
+    proxies: dict[str, Any] = {}
+    info: dict[str, Any] = {}
+    bf = backend("bitfusion")
+    shapes = sample_shapes(KINDS, bf_samples, seed=seed, include_zoo=False)
+    rows = [(s.with_bits(w, a), bf.measure(s.with_bits(w, a)))
+            for s in shapes for w, a in bit_pairs(bf.bits)]  # fmt: skip
+    proxies["bitfusion"] = fit_proxy(rows, "bitfusion", bf.unit, seed=seed)
+    info["bitfusion"] = {"rows": len(rows), "shapes": len(shapes)}
+    rows = [row for csv in profile_csvs for row in read_profile(csv)]
+    if rows:
+        proxies["rv32"] = fit_proxy(rows, "rv32", "instructions", seed=seed)
+        shapes = len({(layer.kind, layer.in_channels, layer.out_channels, layer.kernel,
+                       layer.stride, layer.in_size) for layer, _ in rows})  # fmt: skip
+        info["rv32"] = {"rows": len(rows), "shapes": shapes,
+                        "csv": [csv.name for csv in profile_csvs]}  # fmt: skip
+    for target, proxy in proxies.items():
+        info[target]["holdout_mape"] = {
+            kind: {k: round(v, 1) for k, v in m.holdout_mape.items()} | {"kept": m.algorithm}
+            for kind, m in sorted(proxy.kinds.items())
+        }
+    return {"proxies": proxies, "info": info}
+
+
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} %"
+
+
+def _n(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    lines = [
+        "# Measured latency per target, and the proxies",
+        "",
+        f"Written by `benchmarks/latency.py` on {results['date']} (mico {results['commit']}"
+        f"{', C kernels modified in the working tree' if results['kernels_dirty'] else ''}; "
+        f"kernels hash {results['kernels_hash'][:12]}); {results['seconds']:.0f} s. Each "
+        "figure is one inference of sample 0 of the model's test data by the static C program "
+        "(whose outputs agree with the Python reference bit for bit: "
+        f"{'yes, on every run' if results['all_bit_exact'] else 'NO, see the JSON'}). "
+        "MACs are the conv and linear layers'.",
+        "",
+        "| model | plan | MACs | rv32 instructions | host instructions | VexRiscv cycles | "
+        "BitFusion cycles |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    rows = results["rows"]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['plan_name']} | {_n(r['macs'])} | "
+            f"{_n(r.get('rv32', {}).get('instructions'))} | "
+            f"{_n(r.get('host', {}).get('instructions'))} | "
+            f"{_n(r.get('vexriscv', {}).get('cycles'))} | "
+            f"{_n(r.get('bitfusion', {}).get('cycles'))} |"
+        )
+    lines += [
+        "",
+        "## Per MAC",
+        "",
+        "One whole inference over the conv and linear layers' MACs: instructions per MAC (rv32 "
+        "under qemu, host under callgrind) beside cycles per MAC "
+        "(VexRiscv RTL, BitFusion's model), and VexRiscv's cycles per instruction (CPI: how far "
+        "qemu's instruction count is from the core's cycles; VexRiscv retires exactly qemu's "
+        "instructions).",
+        "",
+        "| model | plan | rv32 instr/MAC | host instr/MAC | VexRiscv cycles/MAC | CPI | "
+        "BitFusion cycles/MAC |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        macs = r["macs"]
+        rv = r["rv32"]["instructions"] / macs if "rv32" in r else None
+        hi = r["host"]["instructions"] / macs if "host" in r else None
+        vex = r.get("vexriscv")
+        cpi = vex["cycles"] / vex["instructions"] if vex else None
+        vc = vex["cycles"] / macs if vex else None
+        bf = r["bitfusion"]["cycles"] / macs if "bitfusion" in r else None
+        lines.append(
+            f"| {r['model']} | {r['plan_name']} | {_f(rv)} | {_f(hi)} | {_f(vc)} | {_f(cpi)} | "
+            f"{_f(bf, 4)} |"
+        )
+    info = results["proxies"]
+    lines += [
+        "",
+        "## Proxies",
+        "",
+        "Each proxy predicts the sum of the conv and linear layers from their shapes and widths "
+        "(it never saw these models' layers). BitFusion's is held to its cycle model; rv32's to "
+        "the measured instructions of the conv and linear nodes (the per-layer rows of the same "
+        "program) and, beside it, to the whole program (which also quantizes the input, pools "
+        "and copies the output: the proxy does not predict those).",
+        "",
+    ]
+    for target, i in info.items():
+        held = ", ".join(
+            f"{kind} {min(v for k, v in m.items() if k != 'kept'):.1f} % ({m['kept']})"
+            if len(m) > 1
+            else f"{kind} not held out (under 5 shapes)"
+            for kind, m in i["holdout_mape"].items()
+        )
+        lines.append(f"- **{target}**: fitted on {i['rows']} layer x bit cases ({i['shapes']} "
+                     "shapes); held-out-shape "
+                     f"MAPE per kind: {held}.")  # fmt: skip
+    if "rv32" not in info:
+        lines.append("- **rv32**: no profile was given (`--profile-csv`): no rv32 proxy.")
+    lines += [
+        "",
+        "| model | plan | BitFusion predicted | error | rv32 predicted | rv32 layers measured | "
+        "error | error vs whole program |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        bf, rp = r.get("proxy_bitfusion", {}), r.get("proxy_rv32", {})
+        lines.append(
+            f"| {r['model']} | {r['plan_name']} | {_n(bf.get('predicted'))} | "
+            f"{_pct(bf.get('error_pct'))} | {_n(rp.get('predicted'))} | "
+            f"{_n(r.get('rv32', {}).get('layer_instructions'))} | {_pct(rp.get('error_pct'))} "
+            f"| {_pct(rp.get('error_vs_total_pct'))} |"
+        )
+    for target in info:
+        errors = [r[f"proxy_{target}"]["error_pct"] for r in rows if f"proxy_{target}" in r
+                  and "error_pct" in r[f"proxy_{target}"]]  # fmt: skip
+        if errors:
+            lines.append(f"\nMean {target} proxy error: **{np.mean(errors):.1f} %** "
+                         f"({min(errors):.1f}-{max(errors):.1f} %).")  # fmt: skip
+    for note in results.get("notes", []):
+        lines += ["", note]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    from matplotlib.figure import Figure
+
+    rows = results["rows"]
+    fig = Figure(figsize=(12, 5), dpi=100, layout="constrained")
+    left, right = fig.subplots(1, 2, width_ratios=[2, 1])
+    labels = [f"{r['model']}\n{r['plan_name']}" for r in rows]
+    x = np.arange(len(rows))
+    series = [
+        ("rv32 instr/MAC", lambda r: r.get("rv32", {}).get("instructions")),
+        ("host instr/MAC", lambda r: r.get("host", {}).get("instructions")),
+        ("VexRiscv cycles/MAC", lambda r: r.get("vexriscv", {}).get("cycles")),
+        ("BitFusion cycles/MAC", lambda r: r.get("bitfusion", {}).get("cycles")),
+    ]
+    width = 0.8 / len(series)
+    for k, (name, get) in enumerate(series):
+        values = [(get(r) or np.nan) / r["macs"] for r in rows]
+        left.bar(x + (k - 1.5) * width, values, width, label=name)
+    left.set_yscale("log")
+    left.set_xticks(x, labels, fontsize=7)
+    left.set_ylabel("per MAC (log)")
+    left.legend(fontsize=8, loc="center right")
+    left.set_title("one inference per MAC (of the conv and linear layers)", fontsize=10)
+    for target, marker in (("rv32", "o"), ("bitfusion", "s")):
+        pairs = []
+        for r in rows:
+            p = r.get(f"proxy_{target}")
+            measured = (r.get("rv32", {}).get("layer_instructions") if target == "rv32"
+                        else r.get("bitfusion", {}).get("cycles"))  # fmt: skip
+            if p and "predicted" in p and measured:
+                pairs.append((measured, p["predicted"]))
+        if pairs:
+            m, p = np.array(pairs).T
+            right.scatter(m, p, marker=marker, label=target, alpha=0.8)
+    lims = right.get_xlim()
+    low = min(lims[0], right.get_ylim()[0])
+    high = max(lims[1], right.get_ylim()[1])
+    right.plot([low, high], [low, high], color="grey", lw=0.8)
+    right.set_xscale("log")
+    right.set_yscale("log")
+    right.set_xlabel("measured (instructions or cycles)")
+    right.set_ylabel("proxy prediction")
+    right.legend(fontsize=8)
+    right.set_title("proxies vs measured (conv + linear layers)", fontsize=10)
+    fig.savefig(path, format="png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="small_cnn,lenet,dscnn")
+    parser.add_argument("--targets", default="rv32,vexriscv,host,bitfusion")
+    parser.add_argument("--plans", default=",".join(PLANS))
+    parser.add_argument("--samples", type=int, default=8, help="calibration samples")
+    parser.add_argument(
+        "--profile-csv",
+        type=Path,
+        action="append",
+        default=[],
+        help="an rv32 profile (mico profile --target rv32 --no-zoo --out CSV); repeatable",
+    )
+    parser.add_argument("--bitfusion-shapes", type=int, default=300)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--reuse",
+        type=Path,
+        default=None,
+        help="take the measurements from this latency.json; refit the proxies",
+    )
+    parser.add_argument("--note", action="append", default=[], help="a line for the report")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    args = parser.parse_args()  # fmt: skip
+    torch.set_num_threads(1)
+    start = time.perf_counter()
+    targets = args.targets.split(",")
+    fitted = fit_proxies(args.profile_csv, args.seed, args.bitfusion_shapes)
+    rows = []
+    if args.reuse is not None:
+        previous = json.loads(args.reuse.read_text())
+        for old in previous["rows"]:
+            row = {k: v for k, v in old.items() if not k.startswith("proxy_")}
+            predict(row, _layers(row["model"], row["plan"]), fitted["proxies"])
+            rows.append(row)
+        start -= previous["seconds"]
+    else:
+        with tempfile.TemporaryDirectory(prefix="mico-latency-bench-") as tmp:
+            for model in args.models.split(","):
+                for plan in args.plans.split(","):
+                    row = measure(model, plan, Path(tmp), args.samples, targets,
+                                  fitted["proxies"])  # fmt: skip
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    exact = [r[t]["bit_exact"] for r in rows for t in ("rv32", "vexriscv") if t in r]
+    results = {
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": _git("rev-parse", "--short", "HEAD"),
+        "kernels_dirty": bool(_git("status", "--porcelain", "mico/csrc", "mico/codegen")),
+        "kernels_hash": kernels_hash(),
+        "python": platform.python_version(),
+        "seconds": time.perf_counter() - start,
+        "all_bit_exact": all(exact),
+        "proxies": fitted["info"],
+        "notes": args.note,
+        "rows": rows,
+    }
+    if args.reuse is not None:  # the measurements' own provenance
+        for key in ("date", "commit", "kernels_dirty", "kernels_hash"):
+            results[key] = previous[key]
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "latency.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "latency.md").write_text(markdown(results))
+    plot(results, args.out / "latency.png")
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
