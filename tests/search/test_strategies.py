@@ -400,3 +400,16 @@ def test_costs_computed_scheme_by_scheme_are_few(name):
     assert evaluations == 8
     # schemes costed: a bounded allowance per evaluation, plus the evaluated and the cheapest
     assert ev.ram_calls <= searcher.EXACT_PER_EVAL * (evaluations + 1) + evaluations + 2
+
+
+def test_nlp_never_evaluates_a_scheme_twice():
+    from mico.search import NLPSearcher
+
+    ev = FakeEval()
+    full = ev.eval_bops([8] * 10)
+    # a budget where only the tiny last layer can drop: the program's answer is a probe
+    budget = full - 0.5 * ev.macs[4] * 64
+    best_x, _ = NLPSearcher(ev, qtypes=[2, 8]).search(10, "ptq_acc", "bops", budget)
+    evaluated = [tuple(s) for s, _ in ev.history]
+    assert len(evaluated) == len(set(evaluated))  # no scheme paid for twice
+    assert ev.eval_bops(best_x) <= budget and tuple(best_x) in set(evaluated)
