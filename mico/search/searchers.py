@@ -83,11 +83,16 @@ class RandomSearcher(QSearcher):
 
     MAX_TRIES = 2_000
 
-    def sample_feasible(self, constraint_type: str, constraint_value: float) -> list[Any] | None:
+    def sample_feasible(
+        self, constraint_type: str, constraint_value: float, seen: set[tuple] | None = None
+    ) -> list[Any] | None:
+        """A random scheme within the budget, not one of ``seen``; None after MAX_TRIES draws."""
         for _ in range(self.MAX_TRIES):
             w = list(self.rng.choice(self.qtypes, self.n))
             a = list(self.rng.choice(self.qtypes, self.n))
             scheme = [_plain(b) for b in w + a]
+            if seen is not None and tuple(scheme) in seen:
+                continue
             if self.cost(scheme, constraint_type) <= constraint_value:
                 return scheme
         return None
@@ -95,14 +100,16 @@ class RandomSearcher(QSearcher):
     def search(
         self, n_iterations: int, objective: str, constraint_type: str, constraint_value: float
     ) -> tuple[list[Any], float]:
+        """``n_iterations`` distinct feasible schemes evaluated (fewer only when the budget
+        admits fewer, or MAX_TRIES draws find no new one)."""
         self._check_budget(constraint_type, constraint_value)
         seen: set[tuple] = set()
         for _ in range(max(1, int(n_iterations))):
-            scheme = self.sample_feasible(constraint_type, constraint_value)
+            scheme = self.sample_feasible(constraint_type, constraint_value, seen)
             if scheme is None:  # a tight budget: fall back to the cheapest scheme, never spin
                 scheme = [self.qtypes[0]] * (2 * self.n)
-            if tuple(scheme) in seen:
-                continue
+                if tuple(scheme) in seen:
+                    break  # the feasible region is spent
             seen.add(tuple(scheme))
             self._evaluate(scheme, objective, self.cost(scheme, constraint_type))
         return self._best(constraint_value)

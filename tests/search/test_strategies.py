@@ -413,3 +413,16 @@ def test_nlp_never_evaluates_a_scheme_twice():
     evaluated = [tuple(s) for s, _ in ev.history]
     assert len(evaluated) == len(set(evaluated))  # no scheme paid for twice
     assert ev.eval_bops(best_x) <= budget and tuple(best_x) in set(evaluated)
+
+
+def test_random_search_evaluates_as_many_distinct_schemes_as_asked():
+    from mico.search import RandomSearcher
+
+    ev = FakeEval()
+    budget = ev.eval_bops([8] * 10)  # everything fits: 3^10 schemes
+    RandomSearcher(ev, qtypes=QTYPES, seed=0).search(40, "ptq_acc", "bops", budget)
+    assert len(ev.history) == 40 == len({tuple(s) for s, _ in ev.history})
+    tight = FakeEval()  # a budget only the cheapest scheme meets: one evaluation, no spin
+    cheapest = tight.eval_bops([2] * 10)
+    RandomSearcher(tight, qtypes=QTYPES, seed=0).search(40, "ptq_acc", "bops", cheapest)
+    assert [tuple(s) for s, _ in tight.history] == [tuple([2] * 10)]
