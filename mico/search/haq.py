@@ -23,8 +23,12 @@ from mico.search.searchers import DEFAULT_QTYPES
 class HAQSearcher(SpaceSearcher):
     """HAQ-style RL: REINFORCE over per-layer widths with HAQ's budget enforcement.
 
-    ``n_inits + n_iterations`` episodes, one scheme each (a scheme seen before is not evaluated
-    again). ``lr`` is the policy's step, ``decay`` the baseline's memory."""
+    Episodes run until ``n_inits + n_iterations`` distinct schemes are evaluated (a scheme seen
+    before is not evaluated again but still rewards the policy), at most
+    ``EPISODES_PER_EVALUATION`` times that many episodes. ``lr`` is the policy's step, ``decay``
+    the baseline's memory."""
+
+    EPISODES_PER_EVALUATION = 20
 
     def __init__(
         self,
@@ -67,7 +71,12 @@ class HAQSearcher(SpaceSearcher):
         self, n_iterations: int, objective: str, constraint_type: str, budget: float
     ) -> None:
         mean = var = None
-        for _ in range(max(1, self.n_inits) + n_iterations):
+        wanted = max(1, self.n_inits) + n_iterations
+        episodes = 0
+        # a repeated scheme costs no evaluation (its reward is known) but still teaches the
+        # policy: episodes go on until ``wanted`` distinct schemes are evaluated, bounded
+        while len(self.evaluated) < wanted and episodes < self.EPISODES_PER_EVALUATION * wanted:
+            episodes += 1
             k = self.episode(constraint_type, budget)
             reward = self.evaluate_k(k, objective, constraint_type)
             self.rewards.append(reward)

@@ -150,8 +150,9 @@ def test_haq_policy_learns_from_rewards():
     ev = FakeEval()
     searcher = HAQSearcher(ev, n_inits=5, qtypes=QTYPES, seed=0)
     searcher.search(95, "ptq_acc", "bops", _half(ev, "bops"))
-    rewards = searcher.rewards
-    assert len(rewards) == 100
+    rewards = searcher.rewards  # one per episode; repeated schemes are rewarded, not evaluated
+    assert len(rewards) >= len(searcher.evaluated) and len(searcher.evaluated) <= 100
+    assert len(rewards) <= HAQSearcher.EPISODES_PER_EVALUATION * 100
     assert np.mean(rewards[-20:]) > np.mean(rewards[:20]) + 0.05
     assert np.allclose(searcher.policy().sum(axis=1), 1.0)
 
@@ -426,3 +427,10 @@ def test_random_search_evaluates_as_many_distinct_schemes_as_asked():
     cheapest = tight.eval_bops([2] * 10)
     RandomSearcher(tight, qtypes=QTYPES, seed=0).search(40, "ptq_acc", "bops", cheapest)
     assert [tuple(s) for s, _ in tight.history] == [tuple([2] * 10)]
+
+
+def test_haq_spends_its_whole_evaluation_budget():
+    ev = FakeEval()
+    budget = 0.5 * ev.eval_bops([8] * 10)
+    STRATEGIES["haq"](ev, qtypes=QTYPES, seed=0, n_inits=2).search(18, "ptq_acc", "bops", budget)
+    assert len({tuple(s) for s, _ in ev.history}) == len(ev.history) == 20
