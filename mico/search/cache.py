@@ -31,9 +31,10 @@ CREATE TABLE IF NOT EXISTS evaluations (
 
 
 def default_cache_path() -> Path:
-    """``$MICO_CACHE`` if set, else ``$XDG_CACHE_HOME/mico/evaluations.sqlite`` (``~/.cache``)."""
+    """``$MICO_CACHE/evaluations.sqlite`` (``$MICO_CACHE`` is mico's cache folder, as for the
+    profiles and simulators), else ``$XDG_CACHE_HOME/mico/evaluations.sqlite`` (``~/.cache``)."""
     if os.environ.get("MICO_CACHE"):
-        return Path(os.environ["MICO_CACHE"])
+        return Path(os.environ["MICO_CACHE"]) / "evaluations.sqlite"
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base) / "mico" / "evaluations.sqlite"
 

@@ -23,7 +23,7 @@ MISSING = "PostgreSQL server binaries not found: apt-get install postgresql"
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``mico tune``'s default evaluation cache goes to the test's folder, never ~/.cache."""
-    monkeypatch.setenv("MICO_CACHE", str(tmp_path / "mico-cache.sqlite"))
+    monkeypatch.setenv("MICO_CACHE", str(tmp_path / "mico-cache"))
 
 
 def _bindir() -> Path | None:

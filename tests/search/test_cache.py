@@ -45,8 +45,8 @@ def test_values_are_kept_under_the_whole_key(tmp_path):
 
 
 def test_default_path_and_unusable_file(tmp_path, monkeypatch):
-    monkeypatch.setenv("MICO_CACHE", str(tmp_path / "x.sqlite"))
-    assert default_cache_path() == tmp_path / "x.sqlite"
+    monkeypatch.setenv("MICO_CACHE", str(tmp_path / "x"))  # the cache folder
+    assert default_cache_path() == tmp_path / "x" / "evaluations.sqlite"
     monkeypatch.delenv("MICO_CACHE")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_cache_path() == tmp_path / "xdg" / "mico" / "evaluations.sqlite"
