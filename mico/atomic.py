@@ -416,24 +416,28 @@ def atomic_directory(
     ``target`` is left exactly as it was. ``command`` is recorded in the marker file.
     """
     final = check_output_dir(target, force=force)
-    with _interrupts_deferred(), contextlib.ExitStack() as stack:
-        try:
-            created = _make_parents(final.parent)
-        except OSError as exc:
-            raise _os_error(exc, final, "creating the parent folder") from None
-        stack.callback(_remove_empty, created)
-        stack.enter_context(_target_lock(final))
-        _clean_strays(final)
-        _check_target(final, force)  # again, now that the lock is held
-        tmp = final.parent / f".{final.name}.tmp-{secrets.token_hex(4)}"
-        try:
-            tmp.mkdir()
-            stack.callback(shutil.rmtree, tmp, ignore_errors=True)
-            _write_marker(tmp, command)
-        except OSError as exc:
-            raise _os_error(exc, final, "creating the temporary directory") from None
-        cleanup = stack.pop_all()
+    # what to undo (the temporary directory, the lock, new parents), closed in the outer
+    # ``finally``: an interrupt deferred during the set-up is delivered inside the ``try``, so
+    # it still cleans up
+    cleanup = contextlib.ExitStack()
+    created: list[Path] = []
     try:
+        with _interrupts_deferred():
+            try:
+                created = _make_parents(final.parent)
+            except OSError as exc:
+                raise _os_error(exc, final, "creating the parent folder") from None
+            cleanup.callback(_remove_empty, created)
+            cleanup.enter_context(_target_lock(final))
+            _clean_strays(final)
+            _check_target(final, force)  # again, now that the lock is held
+            tmp = final.parent / f".{final.name}.tmp-{secrets.token_hex(4)}"
+            try:
+                tmp.mkdir()
+                cleanup.callback(shutil.rmtree, tmp, ignore_errors=True)
+                _write_marker(tmp, command)
+            except OSError as exc:
+                raise _os_error(exc, final, "creating the temporary directory") from None
         try:
             yield tmp
         except OSError as exc:
