@@ -273,17 +273,11 @@ def litert_model(model: nn.Module, calib: np.ndarray, x: np.ndarray, path: Path)
     )
     from litert_torch.quantize.quant_config import QuantConfig
 
-    prepare_pt2e, convert_pt2e = pt2e_functions()
     quantizer = PT2EQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False)
     )
     example = (torch.from_numpy(x[:1]),)
-    graph = torch.export.export(copy.deepcopy(model).eval(), example).module()
-    graph = prepare_pt2e(graph, quantizer)
-    with torch.no_grad():
-        for sample in calib:  # exported for batch 1
-            graph(torch.from_numpy(sample[None]))
-    graph = convert_pt2e(graph, fold_quantize=False)
+    graph = pt2e_quantized(model, quantizer, calib, x, fold_quantize=False)
     edge = litert_torch.convert(graph, example, quant_config=QuantConfig(pt2e_quantizer=quantizer))
     edge.export(str(path))
     return graph
@@ -295,6 +289,21 @@ def pt2e_functions():
     except ImportError:
         from torch.ao.quantization.quantize_pt2e import convert_pt2e, prepare_pt2e
     return prepare_pt2e, convert_pt2e
+
+
+def pt2e_quantized(
+    model: nn.Module, quantizer: Any, calib: np.ndarray, x: np.ndarray, **convert: Any
+) -> Any:
+    """``model`` exported for batch 1, prepared with ``quantizer``, calibrated on ``calib``
+    one sample at a time and converted (PT2E): the int8 graph both peers lower."""
+    prepare_pt2e, convert_pt2e = pt2e_functions()
+    example = (torch.from_numpy(x[:1]),)
+    graph = torch.export.export(copy.deepcopy(model).eval(), example).module()
+    graph = prepare_pt2e(graph, quantizer)
+    with torch.no_grad():
+        for sample in calib:
+            graph(torch.from_numpy(sample[None]))
+    return convert_pt2e(graph, **convert)
 
 
 def batch_of_one(graph: Callable, x: np.ndarray) -> np.ndarray:
@@ -462,17 +471,11 @@ def executorch_programs(model: nn.Module, calib: np.ndarray, x: np.ndarray):
     )
     from executorch.exir import to_edge_transform_and_lower
 
-    prepare_pt2e, convert_pt2e = pt2e_functions()
     quantizer = XNNPACKQuantizer().set_global(
         get_symmetric_quantization_config(is_per_channel=True, is_dynamic=False)
     )
     example = (torch.from_numpy(x[:1]),)
-    graph = torch.export.export(copy.deepcopy(model).eval(), example).module()
-    graph = prepare_pt2e(graph, quantizer)
-    with torch.no_grad():
-        for sample in calib:  # exported for batch 1
-            graph(torch.from_numpy(sample[None]))
-    graph = convert_pt2e(graph)
+    graph = pt2e_quantized(model, quantizer, calib, x)
     programs: dict[str, Any] = {}
     for tool, partitioner in (
         ("ExecuTorch portable", []),
