@@ -68,10 +68,14 @@ def generate(
         int, typer.Option(help="Seed of the sampler's integer generator (same in C).")
     ] = 0,
     seed: Annotated[int, typer.Option(help="Seed of an untrained zoo model's weights.")] = 0,
+    max_prompt_bytes: Annotated[
+        int, typer.Option(help="The longest prompt the C program takes (bytes; sizes its buffers).")
+    ] = 512,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
 ) -> None:
-    """Generate text in Python and with a C program that runs the whole loop on the target;
-    show both and where they part (if they do). Exits 1 when they differ.
+    """Generate text in Python and with a C program that runs the whole loop on the target
+    (the prompt is encoded in C, from text read at run time); show both and where they part
+    (if they do). Exits 1 when they differ.
 
     Example: mico generate --checkpoint out/llm/fp32.pt --prompt "Once upon a time" --tokens 32
     --top-k 8 --temperature 0.8 --target rv32
@@ -99,17 +103,23 @@ def generate(
 
     sampler = Sampler(top_k, temperature, sample_seed)  # checked before any work
     tokenizer = tokenizer_for(net, extra)
-    ids = tokenizer.encode(prompt)
     log = (lambda _m: None) if quiet else typer.echo
-    text = [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]
     result = run_generation(
-        net, ids, tokens, target=target, log=log, sampler=sampler, token_text=text
-    )
+        net, prompt, tokens, target=target, log=log, sampler=sampler, tokenizer=tokenizer,
+        max_prompt_bytes=max_prompt_bytes,
+    )  # fmt: skip
     python_text = decode(tokenizer, result.python_ids)
     c_text = result.c_text.decode("utf-8", "replace")  # as the C program printed it
-    typer.echo(f"prompt: {prompt!r}")
+    typer.echo(f"prompt: {prompt!r}  ids {result.prompt_ids}")
     typer.echo(f"python: {python_text!r}  ids {result.python_ids}")
     typer.echo(f"C ({target}): {c_text!r}  ids {result.c_ids}")
+    if not result.prompt_agrees:
+        typer.echo(
+            f"error: the C encoder gave the prompt ids {result.c_prompt_ids}, Python "
+            f"{result.prompt_ids}",
+            err=True,
+        )
+        raise typer.Exit(1)
     diff = result.first_difference
     if diff is None:
         typer.echo(f"the C program generated the same {tokens} tokens")

@@ -8,6 +8,12 @@ model's logits at a position never see the positions after it) and chooses the n
 program (:mod:`mico.codegen.generate_c`) is built from the model's dynamic-mode project; the
 Python side runs the graph the C was emitted from (the reference executor). Without a tokenizer
 of its own the model reads UTF-8 bytes (ids 0..255).
+
+The prompt reaches the C program as text at run time (stdin on the host, ``prompt.txt`` through
+semihosting on rv32) and is encoded there by the tokenizer's BPE encoder in C; Python encodes
+the same bytes with :meth:`~mico.data.ByteBPETokenizer.encode_bytes` and both prompt ids are
+kept (:attr:`Generation.c_prompt_ids`). A prompt longer than the window is not cut: the windows
+slide over it, on both sides alike (the model sees the last ``seq_len`` tokens).
 """
 
 from __future__ import annotations
@@ -24,20 +30,29 @@ import numpy as np
 import torch
 from torch import nn
 
+from mico.data import ByteBPETokenizer
 from mico.errors import BuildError, ConfigError
 from mico.sampling import Sampler
 
 Log = Callable[[str], None]
+#: the longest prompt a generation program takes unless asked (bytes; it sizes its buffers)
+DEFAULT_MAX_PROMPT_BYTES = 512
 
 
 @dataclass
 class Generation:
-    """The prompt's ids and the tokens each side generated."""
+    """The prompt's ids (Python's encoder and C's) and the tokens each side generated."""
 
     prompt_ids: list[int]
     python_ids: list[int] = field(default_factory=list)
     c_ids: list[int] = field(default_factory=list)
     c_text: bytes = b""  # the text the C program printed (its own decoding of c_ids)
+    c_prompt_ids: list[int] | None = None  # the prompt as the C program encoded it
+
+    @property
+    def prompt_agrees(self) -> bool:
+        """Whether C encoded the prompt into the ids Python did (True before C has run)."""
+        return self.c_prompt_ids is None or self.c_prompt_ids == self.prompt_ids
 
     @property
     def first_difference(self) -> int | None:
@@ -62,7 +77,7 @@ def _window(ids: list[int], seq_len: int) -> tuple[np.ndarray, int]:
 
 def generate(
     model: nn.Module,
-    prompt_ids: list[int],
+    prompt: str | bytes,
     tokens: int,
     target: str = "host",
     work_dir: str | Path | None = None,
@@ -70,12 +85,16 @@ def generate(
     sampler: Sampler | None = None,
     token_text: list[bytes] | None = None,
     timeout: float = 900,
+    tokenizer: ByteBPETokenizer | None = None,
+    max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES,
 ) -> Generation:
-    """Continue ``prompt_ids`` by ``tokens`` tokens in Python and in C on ``target``.
+    """Continue ``prompt`` by ``tokens`` tokens in Python and in C on ``target``.
 
-    The C side is one program (``generate.c``) that runs the whole loop on the target: windows,
-    the model, the sampler (greedy by default; ``sampler`` for seeded top-k sampling) and the
-    text (``token_text``: each id's bytes). Python runs the same loop on the reference graph.
+    The C side is one program (``generate.c``) that runs the whole loop on the target: the
+    prompt's encoding (``tokenizer``, default bytes), windows, the model, the sampler (greedy by
+    default; ``sampler`` for seeded top-k sampling) and the text (``token_text``: each id's
+    bytes, default the tokenizer's). Python runs the same loop on the reference graph. A prompt
+    (``str``: its UTF-8 bytes) may have up to ``max_prompt_bytes`` bytes.
     """
     from mico.codegen.compile import compile_model, token_vocabulary
 
@@ -88,14 +107,11 @@ def generate(
     seq_len = int(getattr(model, "default_input_shape", (0,))[-1])
     if vocab is None or not seq_len or getattr(model, "task", "") != "language":
         raise ConfigError("mico generate needs a language model (token ids in, logits out)")
-    if not prompt_ids:
-        raise ConfigError("the prompt is empty; give at least one character")
-    if max(prompt_ids) >= vocab:
-        raise ConfigError(f"the prompt has token ids beyond the model's vocabulary of {vocab}")
     if not 1 <= tokens <= 10_000:
         raise ConfigError(f"--tokens must be from 1 to 10000, got {tokens}")
-    if len(prompt_ids) > 100_000:
-        raise ConfigError(f"the prompt has {len(prompt_ids)} tokens; at most 100000")
+    tokenizer = tokenizer if tokenizer is not None else ByteBPETokenizer(special_tokens=())
+    data = prompt_bytes(prompt)
+    prompt_ids = check_prompt(data, tokenizer, vocab, max_prompt_bytes)
     sampler = sampler or Sampler()
     model = model.eval()
     example = torch.from_numpy(_window(prompt_ids, seq_len)[0])
@@ -113,37 +129,83 @@ def generate(
             result.python_ids.append(next_id)
             context.append(next_id)
         c_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
-        text = token_text if token_text is not None else [bytes([i]) for i in range(256)]
+        text = token_text if token_text is not None else token_texts(tokenizer)
         log(f"running the generation loop in C on {target}")
-        result.c_ids, result.c_text = _run_in_c(
-            compiled.project, prompt_ids, tokens, c_side, vocab, seq_len, text[:vocab], target,
-            timeout,
-        )  # fmt: skip
+        program = _Program(tokenizer, max_prompt_bytes, tokens, c_side, vocab, seq_len,
+                           text[:vocab])  # fmt: skip
+        result.c_prompt_ids, result.c_ids, result.c_text = _run_in_c(
+            compiled.project, program, data, target, timeout
+        )
     return result
+
+
+def prompt_bytes(prompt: str | bytes) -> bytes:
+    """The bytes of a prompt: a ``str``'s UTF-8 (an undecodable command-line byte, which Python
+    holds as a lone surrogate, becomes that byte again)."""
+    if isinstance(prompt, bytes | bytearray):
+        return bytes(prompt)
+    return prompt.encode("utf-8", "surrogateescape")
+
+
+def check_prompt(
+    data: bytes, tokenizer: ByteBPETokenizer, vocab: int, max_prompt_bytes: int
+) -> list[int]:
+    """The prompt's ids, or ConfigError for what the C program would refuse too: an empty
+    prompt, one over ``max_prompt_bytes`` bytes, a token beyond the model's vocabulary."""
+    if not 1 <= max_prompt_bytes <= 1 << 20:
+        raise ConfigError(f"--max-prompt-bytes must be from 1 to {1 << 20}, got {max_prompt_bytes}")
+    if not data:
+        raise ConfigError("the prompt is empty; give at least one character")
+    if len(data) > max_prompt_bytes:
+        raise ConfigError(
+            f"the prompt has {len(data)} bytes; the generation program takes at most "
+            f"{max_prompt_bytes} (raise the limit with --max-prompt-bytes)"
+        )
+    ids = tokenizer.encode_bytes(data)
+    if max(ids) >= vocab:
+        raise ConfigError(
+            f"the prompt has token id {max(ids)}, beyond the model's vocabulary of {vocab} "
+            "(is the tokenizer the model's?)"
+        )
+    return ids
+
+
+def token_texts(tokenizer: ByteBPETokenizer) -> list[bytes]:
+    """Each id's bytes, for the C program's decoding table."""
+    return [tokenizer.decode_bytes([i]) for i in range(tokenizer.vocab_size)]
+
+
+@dataclass
+class _Program:
+    """What the generation program is compiled with."""
+
+    tokenizer: ByteBPETokenizer
+    max_prompt_bytes: int
+    tokens: int
+    sampler: Sampler
+    vocab: int
+    seq_len: int
+    token_text: list[bytes]
 
 
 GENERATE_TARGETS = ("host", "rv32")
 
 
 def _run_in_c(
-    project: Any,
-    prompt_ids: list[int],
-    tokens: int,
-    sampler: Sampler,
-    vocab: int,
-    seq_len: int,
-    token_text: list[bytes],
-    target: str,
-    timeout: float,
-) -> tuple[list[int], bytes]:
-    """Build ``generate.c`` with the model's sources for ``target``, run it, read its ids."""
-    from mico.codegen.generate_c import IDS_TAG, TEXT_TAG, write_generation_program
+    project: Any, program: _Program, prompt: bytes, target: str, timeout: float
+) -> tuple[list[int], list[int], bytes]:
+    """Build ``generate.c`` with the model's sources for ``target``, run it on ``prompt``
+    (stdin on the host, ``prompt.txt`` on rv32), read its prompt ids, ids and text."""
+    from mico.codegen.bpe_c import PROMPT_FILE
+    from mico.codegen.generate_c import IDS_TAG, PROMPT_TAG, TEXT_TAG, write_generation_program
     from mico.targets.io import TAIL, exit_status, require_tools, run_make
 
     directory = Path(project.directory)
     source = write_generation_program(
-        directory, project.name, prompt_ids, tokens, sampler, vocab, seq_len, token_text
-    )
+        directory, project.name, program.tokenizer, program.max_prompt_bytes, program.tokens,
+        program.sampler, program.vocab, program.seq_len, program.token_text,
+    )  # fmt: skip
+    (directory / PROMPT_FILE).write_bytes(prompt)
     model_sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
     srcs = "SRCS=" + " ".join([*model_sources, source])
     if target == "host":
@@ -161,7 +223,13 @@ def _run_in_c(
         run_make(project, ["TARGET=rv32", srcs, f"EXE={exe}"], 300, f"building {source}")
         command = [*shlex.split(rv32.QEMU_RV32), "-kernel", str(directory / exe)]
     try:
-        done = subprocess.run(command, cwd=directory, capture_output=True, timeout=timeout)
+        done = subprocess.run(
+            command,
+            cwd=directory,
+            input=prompt if target == "host" else b"",
+            capture_output=True,
+            timeout=timeout,
+        )
     except subprocess.TimeoutExpired:
         raise BuildError(
             f"the generation program ran for more than {timeout:g} s on {target} and was "
@@ -173,18 +241,22 @@ def _run_in_c(
             f"the generation program failed on {target} ({exit_status(done.returncode)}):\n"
             f"{console.decode('utf-8', 'replace')[-TAIL:]}"
         )
-    ids_line = next((ln for ln in console.splitlines() if ln.startswith(IDS_TAG.encode())), None)
-    text_line = next((ln for ln in console.splitlines() if ln.startswith(TEXT_TAG.encode())), b"")
-    if ids_line is None:
+    lines = console.splitlines()
+
+    def line(tag: str) -> bytes | None:
+        return next((ln[len(tag) :] for ln in lines if ln.startswith(tag.encode())), None)
+
+    prompt_line, ids_line = line(PROMPT_TAG), line(IDS_TAG)
+    at = console.find(TEXT_TAG.encode())
+    if prompt_line is None or ids_line is None or at < 0:
         raise BuildError(f"the generation program on {target} printed no {IDS_TAG} line")
-    ids = [int(t) for t in ids_line[len(IDS_TAG) :].split()]
-    return ids, text_line[len(TEXT_TAG) + 1 :]
+    size, _, rest = console[at + len(TEXT_TAG) + 1 :].partition(b" ")  # "<bytes> <text>"
+    ids = [int(t) for t in ids_line.split()]
+    return [int(t) for t in prompt_line.split()], ids, rest[: int(size)]
 
 
-def tokenizer_for(model: nn.Module, checkpoint_extra: dict | None = None):
+def tokenizer_for(model: nn.Module, checkpoint_extra: dict | None = None) -> ByteBPETokenizer:
     """The model's tokenizer: the one its checkpoint carries, else bytes (ids 0..255)."""
-    from mico.data import ByteBPETokenizer
-
     extra = checkpoint_extra or {}
     path = extra.get("tokenizer")
     if isinstance(path, str) and Path(path).is_file():

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from mico.cli import app
+from mico.codegen.bpe_c import ENCODE_TAG, PROMPT_FILE, build_encoder
+from mico.codegen.generate_c import PROMPT_TAG
+from mico.data import ByteBPETokenizer
 from mico.errors import ConfigError
-from mico.generate import Generation, decode, generate
+from mico.generate import Generation, check_prompt, decode, generate
 from mico.models import from_zoo
 from mico.models.wrap import from_torch
 from mico.sampling import EXP2_LUT, Sampler, _weight
@@ -24,9 +29,10 @@ runner = CliRunner()
 def test_c_generates_the_same_tokens_as_python(tmp_path):
     torch.manual_seed(0)
     model = from_zoo("tinyllama")
-    result = generate(model, [79, 110, 99, 101], 6, work_dir=tmp_path / "lm", log=lambda _m: None)
+    result = generate(model, "Once", 6, work_dir=tmp_path / "lm", log=lambda _m: None)
     assert len(result.python_ids) == len(result.c_ids) == 6
     assert result.python_ids == result.c_ids and result.first_difference is None
+    assert result.c_prompt_ids == result.prompt_ids == [79, 110, 99, 101]
     assert all(0 <= t < 512 for t in result.c_ids)
     assert (tmp_path / "lm" / "lm.c").is_file()
 
@@ -53,6 +59,7 @@ def test_first_difference_and_decoding():
         (["generate", "small_cnn"], "needs a language model"),
         (["generate", "tinyllama", "--tokens", "0"], "--tokens must be from 1 to 10000"),
         (["generate", "tinyllama", "--prompt", ""], "the prompt is empty"),
+        (["generate", "tinyllama", "--prompt", "x" * 513], "at most 512"),
         (["generate", "tinyllama", "--target", "arm"], "is not one mico generate runs on"),
         (["generate", "tinyllama", "--top-k", "0"], "--top-k must be an integer from 1"),
         (["generate", "tinyllama", "--temperature", "-1"], "--temperature must be from 0"),
@@ -68,25 +75,25 @@ def test_bad_requests_are_one_line_errors(args, message):
 
 def test_generate_refuses_models_without_tokens():
     with pytest.raises(ConfigError, match="needs a language model"):
-        generate(from_zoo("mlp"), [1, 2], 2, log=lambda _m: None)
+        generate(from_zoo("mlp"), "ab", 2, log=lambda _m: None)
 
 
 class TinyLM(torch.nn.Module):
-    """A causal toy language model: embedding, a per-position mixer, logits over 40 tokens."""
+    """A causal toy language model: embedding, a per-position mixer, logits over ``vocab``."""
 
-    def __init__(self) -> None:
+    def __init__(self, vocab: int = 40) -> None:
         super().__init__()
-        self.embed = torch.nn.Embedding(40, 8)
+        self.embed = torch.nn.Embedding(vocab, 8)
         self.mix = torch.nn.Linear(8, 8)
-        self.head = torch.nn.Linear(8, 40)
+        self.head = torch.nn.Linear(8, vocab)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head(torch.tanh(self.mix(self.embed(ids.long()))) * 4)
 
 
-def tiny_lm():
+def tiny_lm(vocab: int = 40):
     torch.manual_seed(3)
-    model = from_torch(TinyLM(), (6,), input_dtype=torch.long)
+    model = from_torch(TinyLM(vocab), (6,), input_dtype=torch.long)
     model.task = "language"
     return model
 
@@ -98,13 +105,13 @@ def tiny_lm():
 )
 def test_the_c_loop_samples_the_same_tokens_as_python(tmp_path, sampler):
     text = [bytes([97 + i % 26]) for i in range(30)]  # ids 30..39 have no text: <id>
-    result = generate(tiny_lm(), [1, 2, 3], 12, work_dir=tmp_path / "lm", log=lambda _m: None,
+    result = generate(tiny_lm(), b"\x01\x02\x03", 12, work_dir=tmp_path / "lm", log=lambda _m: None,
                       sampler=sampler, token_text=text)  # fmt: skip
     assert result.python_ids == result.c_ids and len(result.c_ids) == 12
     expected = b"".join(text[i] if i < 30 else f"<{i}>".encode() for i in result.c_ids)
     assert result.c_text == expected  # the C program decodes its own tokens
     if not sampler.greedy:  # the seed makes sampling reproducible
-        again = generate(tiny_lm(), [1, 2, 3], 12, work_dir=tmp_path / "again",
+        again = generate(tiny_lm(), b"\x01\x02\x03", 12, work_dir=tmp_path / "again",
                          log=lambda _m: None, sampler=Sampler(sampler.top_k, sampler.temperature,
                                                               sampler.seed))  # fmt: skip
         assert again.c_ids == result.c_ids
@@ -143,6 +150,102 @@ def test_the_c_loop_runs_on_rv32(tmp_path):
     if not rv32.available():
         pytest.skip("rv32 toolchain missing: " + rv32.missing_tools_hint())
     sampler = Sampler(top_k=6, temperature=0.9, seed=5)
-    result = generate(tiny_lm(), [4, 5], 6, target="rv32", work_dir=tmp_path / "lm",
+    result = generate(tiny_lm(), b"\x04\x05", 6, target="rv32", work_dir=tmp_path / "lm",
                       log=lambda _m: None, sampler=sampler)  # fmt: skip
     assert result.c_ids == result.python_ids and (tmp_path / "lm" / "lm_generate.elf").is_file()
+    assert result.c_prompt_ids == [4, 5]  # read from prompt.txt through semihosting
+
+
+# --- the prompt's BPE encoding in C -------------------------------------------------------------
+
+CORPUS = (
+    'Once upon a time, Lily saw a big dog. She said: "Hello!" The dog ran away...\n\n'
+    "Ünïcödé wörds, café crème; naïve 日本語の話 — and  spaces\t\ttoo.   Ends with spaces.  "
+)
+LIMIT = 64  # bytes the encoder-only program takes
+
+
+@pytest.fixture(scope="module")
+def bpe() -> ByteBPETokenizer:
+    tokenizer = ByteBPETokenizer.train(CORPUS * 4, vocab_size=360, special_tokens=())
+    assert len(tokenizer.merges) > 60  # merges across words, spaces and non-ASCII letters
+    return tokenizer
+
+
+@pytest.fixture(scope="module")
+def encoder(bpe, tmp_path_factory) -> list[str]:
+    return build_encoder(tmp_path_factory.mktemp("bpe"), bpe, LIMIT)
+
+
+def c_encode(command: list[str], data: bytes) -> tuple[int, list[int] | str]:
+    done = subprocess.run(command, input=data, capture_output=True, check=False)
+    out = done.stdout.decode()
+    if done.returncode:
+        return done.returncode, out
+    return 0, [int(t) for t in out.split(ENCODE_TAG)[1].split()]
+
+
+PIECES = ["a", "e", "Lily", "café", " ", "  ", "\n", "\t", "é", "日本", ".", "!", "_", "1",
+          "\u00a0", "\u2003", "\u3000", "😀", "—"]  # fmt: skip
+RAW = [b"\xff", b"\x80", b"\xc3", b"\xed\xa0\x80", b"\xe0\x80\xaf", b"\xf4\x90\x80\x80", b"\x00"]
+prompts = st.one_of(
+    st.binary(max_size=LIMIT),  # any bytes, mostly invalid UTF-8
+    st.text(max_size=20).map(lambda t: t.encode("utf-8")[:LIMIT]),  # any code points
+    st.lists(st.sampled_from([p.encode() for p in PIECES] + RAW), max_size=24).map(
+        lambda parts: b"".join(parts)[:LIMIT]
+    ),  # what the merges and the chunk rules care about
+)
+
+
+@settings(max_examples=250, deadline=None)
+@given(prompts)
+def test_the_c_encoder_gives_pythons_ids(encoder, bpe, data):
+    assert c_encode(encoder, data) == (0, bpe.encode_bytes(data))
+
+
+def test_the_c_encoder_on_text_empty_and_over_the_limit(encoder, bpe):
+    text = "Once upon a time, Lily said: café!  日本語\n"
+    assert bpe.encode_bytes(text.encode()) == bpe.encode(text)  # bytes and str agree
+    status, ids = c_encode(encoder, text.encode())
+    assert status == 0 and ids == bpe.encode(text) and len(ids) < len(text.encode()) // 2
+    assert c_encode(encoder, b"") == (0, [])
+    assert c_encode(encoder, b"x" * LIMIT)[0] == 0
+    status, message = c_encode(encoder, b"x" * (LIMIT + 1))
+    assert status == 4 and f"more than {LIMIT} bytes" in message
+    with pytest.raises(ConfigError, match=f"at most {LIMIT} .*--max-prompt-bytes"):
+        check_prompt(b"x" * (LIMIT + 1), bpe, 512, LIMIT)
+    with pytest.raises(ConfigError, match="the prompt is empty"):
+        check_prompt(b"", bpe, 512, LIMIT)
+
+
+def test_generation_encodes_the_prompt_in_c(tmp_path, bpe):
+    """A BPE prompt longer than the window (6 tokens): both sides slide over it alike; the
+    program also takes the prompt as its argument and refuses one over its limit."""
+    prompt = "Once upon a time, Lily said: café crème, 日本語の話!"
+    result = generate(tiny_lm(bpe.vocab_size), prompt, 5, work_dir=tmp_path / "lm",
+                      log=lambda _m: None, tokenizer=bpe, max_prompt_bytes=80)  # fmt: skip
+    assert result.c_prompt_ids == result.prompt_ids == bpe.encode(prompt)
+    assert len(result.prompt_ids) > 6 and result.c_ids == result.python_ids
+    assert result.c_text == bpe.decode_bytes(result.c_ids)
+    program = str(tmp_path / "lm" / "lm_generate")
+    argument = subprocess.run([program, prompt], capture_output=True, check=True).stdout
+    assert f"{PROMPT_TAG} {' '.join(map(str, result.prompt_ids))}\n".encode() in argument
+    too_long = subprocess.run([program], input=b"y" * 81, capture_output=True, check=False)
+    assert too_long.returncode == 4 and b"--max-prompt-bytes" in too_long.stdout
+    with pytest.raises(ConfigError, match="at most 80"):
+        generate(tiny_lm(bpe.vocab_size), "y" * 81, 1, log=lambda _m: None, tokenizer=bpe,
+                 max_prompt_bytes=80)  # fmt: skip
+    with pytest.raises(ConfigError, match="beyond the model's vocabulary of 40"):
+        generate(tiny_lm(), "Lily", 1, log=lambda _m: None, tokenizer=bpe)
+
+
+@pytest.mark.slow
+def test_the_c_encoder_on_rv32(tmp_path, bpe):
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing: " + rv32.missing_tools_hint())
+    command = build_encoder(tmp_path, bpe, LIMIT, target="rv32")
+    data = "Lily: café 日本!\t\t ".encode() + b"\xff\xc3"
+    (tmp_path / PROMPT_FILE).write_bytes(data)
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=120, check=True)
+    line = next(ln for ln in (done.stdout + done.stderr).decode().splitlines() if ENCODE_TAG in ln)
+    assert [int(t) for t in line.split(ENCODE_TAG)[1].split()] == bpe.encode_bytes(data)

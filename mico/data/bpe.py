@@ -105,6 +105,15 @@ class ByteBPETokenizer:
                 ids.extend(self._encode_plain(piece))
         return ids
 
+    def encode_bytes(self, data: bytes) -> list[int]:
+        """Token ids of raw bytes, as the generated C encoder computes them (no special tokens).
+
+        Valid UTF-8 gives the ids of :meth:`encode` on its text. A byte outside a well-formed
+        UTF-8 sequence is kept as itself and chunked as punctuation (``surrogateescape``: such a
+        byte reads as a lone surrogate, neither ``\\w`` nor ``\\s``), so every byte string has ids.
+        """
+        return self._encode_plain(bytes(data).decode("utf-8", "surrogateescape"))
+
     def decode_bytes(self, ids: Iterable[int]) -> bytes:
         """The bytes the ids stand for."""
         out = bytearray()
@@ -166,7 +175,7 @@ class ByteBPETokenizer:
         for chunk in CHUNK_PATTERN.findall(text):
             tokens = cache.get(chunk)
             if tokens is None:
-                tokens = self._merge_chunk(list(chunk.encode("utf-8")))
+                tokens = self._merge_chunk(list(chunk.encode("utf-8", "surrogateescape")))
                 if len(cache) < 1_000_000:
                     cache[chunk] = tokens
             ids.extend(tokens)
