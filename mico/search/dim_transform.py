@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mico.errors import PlanError
-from mico.search.searchers import DEFAULT_QTYPES, QSearcher
+from mico.search.base import DEFAULT_QTYPES, QSearcher
 
 FIXED = -1  # group index of a scheme position held at a fixed width
 NOT_COSTS = ("f", "constraint", "ptq_acc", "qat_acc")  # eval_* methods that are not costs

@@ -6,154 +6,176 @@ A scheme is MiCo's flat ``[w bits..., a bits...]``. Costs (``bops``, ``size``, `
 (accuracy) is what evaluations pay for. A budget smaller than the cheapest scheme of the bit
 choices is refused before any evaluation, with the smallest feasible figure in the message.
 
-* :class:`RandomSearcher` samples schemes that fit the budget (rejection, bounded attempts)
-  and keeps the most accurate;
-* :class:`NLPSearcher` measures each layer's sensitivity (the accuracy lost when only that
-  layer takes a width) and solves an integer program (``scipy.optimize.milp``) for the widths
-  of least total loss within the budget, then evaluates the answer.
+Both searchers here take the search space as every strategy does (``dim_trans=``, a
+:class:`~mico.search.DimTransform`, and ``fixed_layers=``):
+
+* :class:`RandomSearcher` samples search vectors that fit the budget (rejection, bounded
+  attempts) and keeps the most accurate;
+* :class:`NLPSearcher` measures each search dimension's sensitivity (the accuracy lost when
+  only that dimension takes a width) and solves an integer program (``scipy.optimize.milp``)
+  for the widths of least total loss within the budget, then evaluates the answer.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from mico.errors import PlanError
+from mico.search.base import DEFAULT_QTYPES, QSearcher, plain_bits
+from mico.search.dim_transform import DimTransform, SpaceSearcher
 
-DEFAULT_QTYPES = (2, 4, 6, 8)
+__all__ = ["DEFAULT_QTYPES", "NLPSearcher", "QSearcher", "RandomSearcher"]
 
 
-class QSearcher:
-    """The seed's searcher base: an evaluator, initial samples and the bit choices."""
+class RandomSearcher(SpaceSearcher):
+    """Feasible random sampling: the most accurate of ``n_iterations`` distinct search
+    vectors drawn uniformly among those within the budget (``dim_trans``: the space drawn
+    from, default every weight and activation width)."""
+
+    MAX_TRIES = 2_000  # draws per sample when each cost is computed scheme by scheme
+    TABLE_TRIES = 50_000  # draws per sample when costs come from per-layer tables (vectorised)
+    BATCH = 256
 
     def __init__(
         self,
         evaluator: Any,
-        n_inits: int = 10,
+        n_inits: int | None = None,
         qtypes: Sequence[int | float] = DEFAULT_QTYPES,
         seed: int = 0,
+        *,
+        dim_trans: DimTransform | None = None,
+        fixed_layers: Mapping[int, Any] | None = None,
     ) -> None:
-        if not qtypes:
-            raise PlanError("qtypes must hold at least one bit-width, e.g. [2, 4, 8]")
-        self.evaluator = evaluator
-        self.n_inits = int(n_inits)
-        self.qtypes = sorted(qtypes)
-        self.rng = np.random.default_rng(seed)
-        self.n = evaluator.n_layers
-        self.history: list[tuple[list[Any], float, float]] = []  # (scheme, objective, cost)
+        super().__init__(
+            evaluator, n_inits, qtypes, seed, dim_trans=dim_trans, fixed_layers=fixed_layers
+        )
 
-    # ----------------------------------------------------------------- helpers
-    def cost(self, scheme: Sequence[Any], constraint_type: str) -> float:
-        if constraint_type == "latency":
-            return float(self.evaluator.eval_latency(list(scheme), self.evaluator.latency_target))
-        return float(getattr(self.evaluator, f"eval_{constraint_type}")(list(scheme)))
-
-    def _check_budget(self, constraint_type: str, constraint_value: float) -> None:
-        low = [self.qtypes[0]] * (2 * self.n)
-        cheapest = self.cost(low, constraint_type)
-        if cheapest > constraint_value:
-            raise PlanError(
-                f"the {constraint_type} budget {constraint_value:g} is below the cheapest scheme "
-                f"of bit-widths {self.qtypes} ({cheapest:g} at {self.qtypes[0]} bits everywhere); "
-                f"raise the budget to at least {cheapest:g} or allow fewer bits"
-            )
-
-    def _evaluate(self, scheme: list[Any], objective: str, cost: float) -> float:
-        self.evaluator.objective = objective
-        value = float(self.evaluator.eval_f(scheme))
-        self.history.append((list(scheme), value, cost))
-        return value
-
-    def _best(self, constraint_value: float) -> tuple[list[Any], float]:
-        feasible = [h for h in self.history if h[2] <= constraint_value]
-        scheme, value, _ = max(feasible, key=lambda h: h[1])
-        return scheme, value
-
-    def search(
-        self, n_iterations: int, objective: str, constraint_type: str, constraint_value: float
-    ) -> tuple[list[Any], float]:
-        raise NotImplementedError
-
-
-class RandomSearcher(QSearcher):
-    """Feasible random sampling: the most accurate of ``n_iterations`` schemes in budget."""
-
-    MAX_TRIES = 2_000
-
-    def sample_feasible(
-        self, constraint_type: str, constraint_value: float, seen: set[tuple] | None = None
-    ) -> list[Any] | None:
-        """A random scheme within the budget, not one of ``seen``; None after MAX_TRIES draws."""
-        for _ in range(self.MAX_TRIES):
-            w = list(self.rng.choice(self.qtypes, self.n))
-            a = list(self.rng.choice(self.qtypes, self.n))
-            scheme = [_plain(b) for b in w + a]
-            if seen is not None and tuple(scheme) in seen:
-                continue
-            if self.cost(scheme, constraint_type) <= constraint_value:
-                return scheme
+    def draw_feasible(
+        self, constraint_type: str, budget: float, seen: set[tuple[int, ...]] | None = None
+    ) -> np.ndarray | None:
+        """A uniform search vector within the budget, not one of ``seen``; None when the
+        bounded number of draws finds none."""
+        seen = seen if seen is not None else set()
+        exact = self.exact_only(constraint_type)
+        tries = self.MAX_TRIES if exact else self.TABLE_TRIES
+        while tries > 0:
+            count = 1 if exact else min(self.BATCH, tries)
+            draws = self.rng.integers(0, self.m, (count, self.dim))
+            if exact:
+                costs = np.array([self.cost_of(draws[0], constraint_type)])
+            else:
+                costs = self.costs_of(draws, constraint_type)
+            for k, cost in zip(draws, costs, strict=True):
+                tries -= 1
+                self._draws += 1
+                if cost > budget:
+                    continue
+                self._feasible_draws += 1
+                key = tuple(int(i) for i in k)
+                self._feasible_seen.add(key)
+                if key not in seen:
+                    return k
         return None
 
-    def search(
-        self, n_iterations: int, objective: str, constraint_type: str, constraint_value: float
-    ) -> tuple[list[Any], float]:
-        """``n_iterations`` distinct feasible schemes evaluated (fewer only when the budget
-        admits fewer, or MAX_TRIES draws find no new one)."""
-        self._check_budget(constraint_type, constraint_value)
-        seen: set[tuple] = set()
-        for _ in range(max(1, int(n_iterations))):
-            scheme = self.sample_feasible(constraint_type, constraint_value, seen)
-            if scheme is None:  # a tight budget: fall back to the cheapest scheme, never spin
-                scheme = [self.qtypes[0]] * (2 * self.n)
-                if tuple(scheme) in seen:
+    def _search(
+        self, n_iterations: int, objective: str, constraint_type: str, budget: float
+    ) -> None:
+        """``n_iterations`` distinct feasible vectors evaluated (fewer only when the budget
+        admits fewer, or the draws find no new one); a tight budget falls back to the cheapest
+        vector and never spins."""
+        seen: set[tuple[int, ...]] = set()
+        for _ in range(max(1, n_iterations)):
+            k = self.draw_feasible(constraint_type, budget, seen)
+            if k is None:
+                k = np.zeros(self.dim, dtype=int)
+                if tuple(int(i) for i in k) in seen:
                     break  # the feasible region is spent
-            seen.add(tuple(scheme))
-            self._evaluate(scheme, objective, self.cost(scheme, constraint_type))
-        return self._best(constraint_value)
+            seen.add(tuple(int(i) for i in k))
+            self.evaluate_k(k, objective, constraint_type)
 
 
-class NLPSearcher(QSearcher):
-    """Per-layer sensitivity and an integer program (the seed's NLP searcher, solved exactly
-    with HiGHS through ``scipy.optimize.milp``). Weights and activations of a layer take the
-    same width here; the costs are additive over layers, as BOPs, size and MACs are."""
+class NLPSearcher(SpaceSearcher):
+    """Sensitivity per search dimension and an integer program (the seed's NLP searcher,
+    solved exactly with HiGHS through ``scipy.optimize.milp``).
 
-    def sensitivities(self, objective: str, top: int | float) -> np.ndarray:
-        """``loss[i, k]``: accuracy lost when only layer i takes width qtypes[k]."""
-        reference = self._evaluate([top] * (2 * self.n), objective, math.inf)
-        loss = np.zeros((self.n, len(self.qtypes)))
-        for i in range(self.n):
-            for k, bits in enumerate(self.qtypes):
-                if bits == top:
+    The default space is one width per layer for its weights and activations
+    (``DimTransform.w_eq_a``); any ``dim_trans`` works. The program adds the costs of the
+    dimensions, which is exact for BOPs, size and MACs when weights and activations share a
+    dimension; when its answer is over the budget all the same (W and A apart, or a cost that
+    does not add up), widths are lowered one step at a time where the least accuracy is lost
+    per unit of cost saved, until it fits. ``n_iterations`` is not used: the search evaluates
+    the all-highest reference, one probe per dimension and lower width, and the answer."""
+
+    def __init__(
+        self,
+        evaluator: Any,
+        n_inits: int | None = None,
+        qtypes: Sequence[int | float] = DEFAULT_QTYPES,
+        seed: int = 0,
+        *,
+        dim_trans: DimTransform | None = None,
+        fixed_layers: Mapping[int, Any] | None = None,
+    ) -> None:
+        if dim_trans is None:
+            dim_trans = DimTransform.w_eq_a(evaluator.n_layers)
+        super().__init__(
+            evaluator, n_inits, qtypes, seed, dim_trans=dim_trans, fixed_layers=fixed_layers
+        )
+        self.loss: np.ndarray | None = None
+
+    @property
+    def evaluations_needed(self) -> int:
+        """Evaluations a search makes: the reference, the probes and the answer."""
+        return self.dim * (self.m - 1) + 2
+
+    def _probe(self, k: Sequence[int], objective: str) -> float:
+        """The objective of a sensitivity probe (over the budget or not), evaluated once."""
+        key = tuple(int(i) for i in k)
+        if key not in self.evaluated:
+            table = self._tables.get(self.constraint_type or "")
+            cost = math.inf  # unknown unless cheap: a probe is not meant as an answer
+            if table is not None and self.constraint_type is not None:
+                cost = float(self.costs_of(np.array(key), self.constraint_type)[0])
+            self.evaluated[key] = self._evaluate(self.scheme_of(key), objective, cost)
+        return self.evaluated[key]
+
+    def sensitivities(self, objective: str, top: int | float | None = None) -> np.ndarray:
+        """``loss[d, k]``: accuracy lost when only dimension d takes width qtypes[k] (every
+        other at ``top``, default the widest)."""
+        t = self.m - 1 if top is None else self.qtypes.index(plain_bits(top))
+        reference = self._probe([t] * self.dim, objective)
+        loss = np.zeros((self.dim, self.m))
+        for d in range(self.dim):
+            for k in range(self.m):
+                if k == t:
                     continue
-                w = [top] * self.n
-                w[i] = bits
-                value = self._evaluate(w + w, objective, math.inf)
-                loss[i, k] = max(0.0, reference - value)
+                vector = [t] * self.dim
+                vector[d] = k
+                loss[d, k] = max(0.0, reference - self._probe(vector, objective))
+        self.loss = loss
         return loss
 
-    def layer_costs(self, constraint_type: str) -> np.ndarray:
-        """``cost[i, k]``: the cost of layer i at width qtypes[k] (others at the lowest)."""
-        low = self.qtypes[0]
-        base = self.cost([low] * (2 * self.n), constraint_type)
-        costs = np.zeros((self.n, len(self.qtypes)))
-        for i in range(self.n):
-            for k, bits in enumerate(self.qtypes):
-                w = [low] * self.n
-                w[i] = bits
-                costs[i, k] = self.cost(w + w, constraint_type) - base + base / self.n
-        return costs
+    def dim_costs(self, constraint_type: str) -> np.ndarray:
+        """``cost[d, k]``: the cost of dimension d at width qtypes[k] (others at the lowest),
+        the lowest scheme's cost shared evenly, so that the costs of a vector add up to it."""
+        base = self.cost_of([0] * self.dim, constraint_type)
+        vectors = np.zeros((self.dim * self.m, self.dim), dtype=int)
+        for d in range(self.dim):
+            vectors[d * self.m : (d + 1) * self.m, d] = np.arange(self.m)
+        if self.exact_only(constraint_type):
+            costs = np.array([self.cost_of(v, constraint_type) for v in vectors])
+        else:
+            costs = self.costs_of(vectors, constraint_type)
+        return costs.reshape(self.dim, self.m) - base + base / self.dim
 
-    def search(
-        self, n_iterations: int, objective: str, constraint_type: str, constraint_value: float
-    ) -> tuple[list[Any], float]:
+    def solve(self, loss: np.ndarray, costs: np.ndarray, budget: float) -> np.ndarray | None:
+        """The widths (indices per dimension) of least total loss whose costs add up to at
+        most ``budget``; None when the program has no answer."""
         from scipy.optimize import Bounds, LinearConstraint, milp
 
-        self._check_budget(constraint_type, constraint_value)
-        loss = self.sensitivities(objective, self.qtypes[-1])
-        costs = self.layer_costs(constraint_type)
         n, m = loss.shape
         one_each = np.zeros((n, n * m))
         for i in range(n):
@@ -162,29 +184,52 @@ class NLPSearcher(QSearcher):
             c=loss.ravel(),
             constraints=[
                 LinearConstraint(one_each, 1, 1),
-                LinearConstraint(costs.ravel()[None], -np.inf, constraint_value),
+                LinearConstraint(costs.ravel()[None], -np.inf, budget),
             ],
             integrality=np.ones(n * m),
             bounds=Bounds(0, 1),
         )
         if result.x is None:
-            scheme = [self.qtypes[0]] * (2 * n)
-        else:
-            choice = result.x.reshape(n, m).argmax(axis=1)
-            widths = [_plain(self.qtypes[k]) for k in choice]
-            scheme = widths + widths
-        cost = self.cost(scheme, constraint_type)
-        if cost > constraint_value:  # additive costs are exact for BOPs/size/MACs; be safe
-            scheme = [self.qtypes[0]] * (2 * n)
-            cost = self.cost(scheme, constraint_type)
-        probed = [h for h in self.history if list(h[0]) == list(scheme)]
-        if probed:  # the program chose a sensitivity probe: its accuracy is known already
-            self.history.append((list(scheme), probed[0][1], cost))
-        else:
-            self._evaluate(scheme, objective, cost)
-        return self._best(constraint_value)
+            return None
+        return result.x.reshape(n, m).argmax(axis=1).astype(int)
 
+    def fit_budget(
+        self, k: np.ndarray, loss: np.ndarray, constraint_type: str, budget: float
+    ) -> np.ndarray:
+        """Lower widths until ``k`` fits, each step where the least accuracy is lost per unit
+        of exact cost saved (bounded; the all-lowest vector fits, as the budget check proved)."""
+        k = np.array(k, dtype=int)
+        for _ in range(self.dim * self.m):
+            cost = self.cost_of(k, constraint_type)
+            if cost <= budget:
+                return k
+            best, pick = math.inf, -1
+            for d in np.flatnonzero(k > 0):
+                lower = k.copy()
+                lower[d] -= 1
+                saved = cost - self.cost_of(lower, constraint_type)
+                if saved <= 0:
+                    continue
+                ratio = (loss[d, lower[d]] - loss[d, k[d]]) / saved
+                if ratio < best:
+                    best, pick = ratio, int(d)
+            if pick < 0:
+                break
+            k[pick] -= 1
+        return np.zeros(self.dim, dtype=int)
 
-def _plain(bits: Any) -> int | float:
-    value = float(bits)
-    return int(value) if value.is_integer() else value
+    def _search(
+        self, n_iterations: int, objective: str, constraint_type: str, budget: float
+    ) -> None:
+        loss = self.sensitivities(objective)
+        costs = self.dim_costs(constraint_type)
+        k = self.solve(loss, costs, budget)
+        k = np.zeros(self.dim, dtype=int) if k is None else k
+        k = self.fit_budget(k, loss, constraint_type, budget)
+        key = tuple(int(i) for i in k)
+        cost = self.cost_of(key, constraint_type)
+        if key in self.evaluated:  # the answer is a probe: its accuracy is known already
+            if not any(list(s) == self.scheme_of(key) and c <= budget for s, _, c in self.history):
+                self.history.append((self.scheme_of(key), self.evaluated[key], cost))
+        else:
+            self.evaluate_k(key, objective, constraint_type)

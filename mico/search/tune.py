@@ -109,11 +109,11 @@ def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dic
 
 def evaluations_needed(searcher: Any) -> int | None:
     """Evaluations a strategy cannot stop short of, when it has such a count: the NLP
-    searcher's reference, one probe per layer and lower width, and its answer."""
+    searcher's reference, one probe per search dimension and lower width, and its answer."""
     from mico.search.searchers import NLPSearcher
 
     if type(searcher) is NLPSearcher:
-        return searcher.n * (len(searcher.qtypes) - 1) + 2
+        return searcher.evaluations_needed
     return None
 
 
