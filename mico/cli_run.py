@@ -71,6 +71,14 @@ def generate(
     max_prompt_bytes: Annotated[
         int, typer.Option(help="The longest prompt the C program takes (bytes; sizes its buffers).")
     ] = 512,
+    kv_cache: Annotated[
+        bool | None,
+        typer.Option(
+            "--kv-cache/--no-kv-cache",
+            help="Decode one position per token from a KV cache (default: where the model "
+            "allows: LLaMA layout, float layers).",
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
 ) -> None:
     """Generate text in Python and with a C program that runs the whole loop on the target
@@ -106,13 +114,23 @@ def generate(
     log = (lambda _m: None) if quiet else typer.echo
     result = run_generation(
         net, prompt, tokens, target=target, log=log, sampler=sampler, tokenizer=tokenizer,
-        max_prompt_bytes=max_prompt_bytes,
+        max_prompt_bytes=max_prompt_bytes, kv_cache=kv_cache,
     )  # fmt: skip
     python_text = decode(tokenizer, result.python_ids)
     c_text = result.c_text.decode("utf-8", "replace")  # as the C program printed it
     typer.echo(f"prompt: {prompt!r}  ids {result.prompt_ids}")
     typer.echo(f"python: {python_text!r}  ids {result.python_ids}")
     typer.echo(f"C ({target}): {c_text!r}  ids {result.c_ids}")
+    m = result.memory
+    cache = (
+        f"KV cache {m['kv_cache']} B + scratch {m['decode_scratch']} B "
+        f"({'inside the arena' if m['kv_in_arena'] else 'beside the arena'})"
+        if result.kv_cache
+        else "no KV cache"
+    )
+    log(f"memory: arena {m['model_arena']} B, {cache}, prompt buffers {m['prompt_buffers']} B")
+    if result.instructions:
+        log(f"instructions per token on {target}: {result.instructions}")
     if not result.prompt_agrees:
         typer.echo(
             f"error: the C encoder gave the prompt ids {result.c_prompt_ids}, Python "

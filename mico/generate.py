@@ -48,6 +48,10 @@ class Generation:
     c_ids: list[int] = field(default_factory=list)
     c_text: bytes = b""  # the text the C program printed (its own decoding of c_ids)
     c_prompt_ids: list[int] | None = None  # the prompt as the C program encoded it
+    c_logit_hashes: list[int] = field(default_factory=list)  # per step, bit-exact fingerprint
+    instructions: list[int] = field(default_factory=list)  # per step on rv32 (qemu instret)
+    kv_cache: bool = False  # whether the C program decoded from a KV cache
+    memory: dict[str, int | bool] = field(default_factory=dict)  # the program's RAM, in bytes
 
     @property
     def prompt_agrees(self) -> bool:
@@ -87,6 +91,7 @@ def generate(
     timeout: float = 900,
     tokenizer: ByteBPETokenizer | None = None,
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES,
+    kv_cache: bool | None = None,
 ) -> Generation:
     """Continue ``prompt`` by ``tokens`` tokens in Python and in C on ``target``.
 
@@ -94,9 +99,12 @@ def generate(
     prompt's encoding (``tokenizer``, default bytes), windows, the model, the sampler (greedy by
     default; ``sampler`` for seeded top-k sampling) and the text (``token_text``: each id's
     bytes, default the tokenizer's). Python runs the same loop on the reference graph. A prompt
-    (``str``: its UTF-8 bytes) may have up to ``max_prompt_bytes`` bytes.
+    (``str``: its UTF-8 bytes) may have up to ``max_prompt_bytes`` bytes. ``kv_cache``: decode
+    one position per token from a KV cache (:mod:`mico.codegen.decode_c`) while the context fits
+    the window; None uses it where the model allows, True insists (ConfigError if it cannot).
     """
     from mico.codegen.compile import compile_model, token_vocabulary
+    from mico.codegen.decode_c import decode_plan
 
     if target not in GENERATE_TARGETS:
         raise ConfigError(
@@ -120,6 +128,20 @@ def generate(
         log(f"compiling the model to C (dynamic mode) in {out_dir}")
         compiled = compile_model(model, example, out_dir, "lm", mode="dynamic", force=False)
         result = Generation(list(prompt_ids))
+        plan = None
+        if kv_cache is not False:
+            project = compiled.project
+            plan = decode_plan(model, project.directory, project.name, project.arena.size)
+            if isinstance(plan, str):
+                if kv_cache:
+                    raise ConfigError(f"--kv-cache: {plan}")
+                log(f"no KV cache: {plan}")
+                plan = None
+            elif plan.seq_len != seq_len:
+                plan = None
+        result.kv_cache = plan is not None
+        result.memory = generation_memory(compiled.project.arena.size, plan, max_prompt_bytes,
+                                          tokens)  # fmt: skip
         python_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
         context = list(prompt_ids)
         for _ in range(tokens):
@@ -132,11 +154,26 @@ def generate(
         text = token_text if token_text is not None else token_texts(tokenizer)
         log(f"running the generation loop in C on {target}")
         program = _Program(tokenizer, max_prompt_bytes, tokens, c_side, vocab, seq_len,
-                           text[:vocab])  # fmt: skip
-        result.c_prompt_ids, result.c_ids, result.c_text = _run_in_c(
-            compiled.project, program, data, target, timeout
-        )
+                           text[:vocab], plan)  # fmt: skip
+        out = _run_in_c(compiled.project, program, data, target, timeout)
+        result.c_prompt_ids, result.c_ids, result.c_text = out.prompt_ids, out.ids, out.text
+        result.c_logit_hashes, result.instructions = out.hashes, out.instructions
     return result
+
+
+def generation_memory(
+    arena: int, plan: Any, max_prompt_bytes: int, tokens: int
+) -> dict[str, int | bool]:
+    """The generation program's RAM beside the model's arena: the KV cache and its scratch
+    (laid over the arena when they fit, see :mod:`mico.codegen.decode_c`) and the prompt and
+    context buffers (the prompt's bytes, then one int32 id per prompt byte and token)."""
+    memory: dict[str, int | bool] = {"model_arena": arena, "kv_cache": 0, "decode_scratch": 0,
+                                     "kv_in_arena": False, "kv_extra_ram": 0}  # fmt: skip
+    if plan is not None:
+        memory.update(plan.memory())
+    memory["prompt_buffers"] = (max_prompt_bytes + 1) + 4 * (max_prompt_bytes + tokens)
+    memory["total_ram"] = arena + int(memory["kv_extra_ram"]) + memory["prompt_buffers"]
+    return memory
 
 
 def prompt_bytes(prompt: str | bytes) -> bytes:
@@ -186,6 +223,18 @@ class _Program:
     vocab: int
     seq_len: int
     token_text: list[bytes]
+    decode: Any = None  # a mico.codegen.decode_c.DecodePlan: the KV-cached decode step
+
+
+@dataclass
+class _COutput:
+    """What the generation program printed."""
+
+    prompt_ids: list[int]
+    ids: list[int]
+    text: bytes
+    hashes: list[int]
+    instructions: list[int]
 
 
 GENERATE_TARGETS = ("host", "rv32")
@@ -193,20 +242,28 @@ GENERATE_TARGETS = ("host", "rv32")
 
 def _run_in_c(
     project: Any, program: _Program, prompt: bytes, target: str, timeout: float
-) -> tuple[list[int], list[int], bytes]:
+) -> _COutput:
     """Build ``generate.c`` with the model's sources for ``target``, run it on ``prompt``
     (stdin on the host, ``prompt.txt`` on rv32), read its prompt ids, ids and text."""
     from mico.codegen.bpe_c import PROMPT_FILE
-    from mico.codegen.generate_c import IDS_TAG, PROMPT_TAG, TEXT_TAG, write_generation_program
+    from mico.codegen.generate_c import (
+        HASH_TAG,
+        IDS_TAG,
+        INSTRET_TAG,
+        PROMPT_TAG,
+        TEXT_TAG,
+        write_generation_program,
+    )
     from mico.targets.io import TAIL, exit_status, require_tools, run_make
 
     directory = Path(project.directory)
     source = write_generation_program(
         directory, project.name, program.tokenizer, program.max_prompt_bytes, program.tokens,
-        program.sampler, program.vocab, program.seq_len, program.token_text,
+        program.sampler, program.vocab, program.seq_len, program.token_text, program.decode,
     )  # fmt: skip
     (directory / PROMPT_FILE).write_bytes(prompt)
-    model_sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
+    skip = {"main.c", f"{project.name}.c"} if program.decode is not None else {"main.c"}
+    model_sources = [f for f in project.files if f.endswith(".c") and f not in skip]
     srcs = "SRCS=" + " ".join([*model_sources, source])
     if target == "host":
         from mico.targets import host
@@ -251,8 +308,9 @@ def _run_in_c(
     if prompt_line is None or ids_line is None or at < 0:
         raise BuildError(f"the generation program on {target} printed no {IDS_TAG} line")
     size, _, rest = console[at + len(TEXT_TAG) + 1 :].partition(b" ")  # "<bytes> <text>"
-    ids = [int(t) for t in ids_line.split()]
-    return [int(t) for t in prompt_line.split()], ids, rest[: int(size)]
+    numbers = [[int(t) for t in (line(tag) or b"").split()] for tag in (HASH_TAG, INSTRET_TAG)]
+    return _COutput([int(t) for t in prompt_line.split()], [int(t) for t in ids_line.split()],
+                    rest[: int(size)], *numbers)  # fmt: skip
 
 
 def tokenizer_for(model: nn.Module, checkpoint_extra: dict | None = None) -> ByteBPETokenizer:

@@ -18,7 +18,9 @@ from mico.data import ByteBPETokenizer
 from mico.errors import ConfigError
 from mico.generate import Generation, check_prompt, decode, generate
 from mico.models import from_zoo
+from mico.models.llama import LLaMa
 from mico.models.wrap import from_torch
+from mico.quant import QuantConfig, quantize_model
 from mico.sampling import EXP2_LUT, Sampler, _weight
 from mico.targets import rv32
 
@@ -249,3 +251,56 @@ def test_the_c_encoder_on_rv32(tmp_path, bpe):
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, timeout=120, check=True)
     line = next(ln for ln in (done.stdout + done.stderr).decode().splitlines() if ENCODE_TAG in ln)
     assert [int(t) for t in line.split(ENCODE_TAG)[1].split()] == bpe.encode_bytes(data)
+
+
+# --- the KV cache -------------------------------------------------------------------------------
+
+
+def small_llama():
+    torch.manual_seed(5)
+    return LLaMa(dim=16, n_layers=2, n_heads=2, vocab_size=300, max_seq_len=8, hidden_dim=24)
+
+
+def test_the_kv_cache_decodes_bit_for_bit(tmp_path):
+    """Cached and uncached C programs print bit-identical logits at every step (also after the
+    window slides, where the cached one runs the full window), and Python's tokens."""
+    runs = {}
+    for cached in (True, False):
+        runs[cached] = generate(small_llama(), b"Hi \xc3\xa9", 7, work_dir=tmp_path / str(cached),
+                                log=lambda _m: None, kv_cache=cached,
+                                sampler=Sampler(top_k=4, temperature=0.8, seed=2))  # fmt: skip
+    on, off = runs[True], runs[False]
+    assert on.kv_cache and not off.kv_cache
+    assert on.c_ids == off.c_ids == on.python_ids and len(on.c_logit_hashes) == 7
+    assert on.c_logit_hashes == off.c_logit_hashes  # 5 prompt + 7 tokens: slides past 8
+    memory = on.memory
+    assert memory["kv_cache"] == 2 * 2 * 2 * 8 * 8 * 4  # k and v, layers, heads, positions, hd
+    assert memory["kv_in_arena"] and memory["kv_extra_ram"] == 0
+    assert memory["decode_scratch"] == 4 * (7 * 16 + 2 * 8 + 2 * 24 + 2 + 300)
+    assert off.memory["kv_cache"] == 0
+    assert "#define GEN_KV_CACHE 0" in (tmp_path / "False" / "generate.c").read_text()
+
+
+def test_the_kv_cache_is_refused_where_it_cannot_be_exact(tmp_path):
+    with pytest.raises(ConfigError, match=r"--kv-cache: .*LLaMA layout, not"):
+        generate(tiny_lm(), b"\x01", 1, log=lambda _m: None, kv_cache=True)
+    notes: list[str] = []
+    result = generate(tiny_lm(), b"\x01", 2, work_dir=tmp_path / "auto", log=notes.append)
+    assert not result.kv_cache and any("no KV cache" in n for n in notes)
+    assert result.c_ids == result.python_ids
+    quantized = small_llama()  # activation scales over the window: no exact one-row decode
+    quantize_model(quantized, "8/8", QuantConfig(act_mode="dynamic"))
+    with pytest.raises(ConfigError, match="not a float layer"):
+        generate(quantized, b"Hi", 1, work_dir=tmp_path / "q", log=lambda _m: None, kv_cache=True)
+
+
+@pytest.mark.slow
+def test_the_kv_cache_on_rv32_costs_fewer_instructions(tmp_path):
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing: " + rv32.missing_tools_hint())
+    runs = [generate(small_llama(), "ab", 3, target="rv32", work_dir=tmp_path / str(kv),
+                     log=lambda _m: None, kv_cache=kv) for kv in (True, False)]  # fmt: skip
+    on, off = runs
+    assert on.c_ids == off.c_ids == on.python_ids and on.c_logit_hashes == off.c_logit_hashes
+    assert len(on.instructions) == len(off.instructions) == 3
+    assert max(on.instructions[1:]) * 3 < min(off.instructions)  # one position, not eight

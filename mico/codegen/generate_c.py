@@ -16,11 +16,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from mico.codegen.bpe_c import EXIT_PROMPT_TOO_LONG, HEADER, read_prompt_c, tokenizer_header
+from mico.codegen.decode_c import DecodePlan, decode_source
 from mico.data import ByteBPETokenizer
 from mico.sampling import EXP2_LUT, MAX_OCTAVES, Sampler
 
 PROMPT_TAG = "mico-gen-prompt-ids:"
 IDS_TAG = "mico-gen-ids:"
+HASH_TAG = "mico-gen-logits-hash:"  # per step: FNV-1a of the logits' float bits
+INSTRET_TAG = "mico-gen-instret:"  # per step on RISC-V: instructions retired
 TEXT_TAG = "mico-gen-text:"
 SOURCE = "generate.c"
 CONFIG = "generate_config.h"
@@ -41,8 +44,13 @@ def write_generation_program(
     vocab: int,
     seq_len: int,
     token_text: list[bytes],
+    decode: DecodePlan | None = None,
 ) -> str:
     """Write ``generate.c`` and its config into the project; return the program's source name.
+
+    With ``decode`` (a KV cache, :mod:`mico.codegen.decode_c`) ``generate.c`` includes
+    ``<name>.c`` (so the decode step reads the model's weights and arena), and is built without
+    it; while the context fits the window each step decodes one position from the cache.
 
     ``token_text[i]`` is the bytes token ``i`` decodes to (ids beyond it print as ``<id>``);
     prompts are encoded with ``tokenizer`` and may have up to ``max_prompt_bytes`` bytes.
@@ -86,7 +94,7 @@ static const unsigned char gen_text[{max(len(text), 1)}] = {{
 #include <stdio.h>
 #include <string.h>
 
-#include "{name}.h"
+#include "{f"{name}.c" if decode else f"{name}.h"}"
 #include "{CONFIG}"
 #include "{HEADER}"
 
@@ -95,6 +103,29 @@ static {name}_output_t logits[{upper}_OUTPUT_SIZE];
 static int32_t context[GEN_MAX_PROMPT + GEN_TOKENS];
 {read_prompt_c("GEN_MAX_PROMPT")}
 static uint32_t rng_state = GEN_SEED;
+#define GEN_KV_CACHE {1 if decode else 0}
+{decode_source(decode) if decode else ""}
+#if defined(__riscv)
+static unsigned long gen_instret[GEN_TOKENS];
+static unsigned long read_instret(void) {{
+    unsigned long value;
+    __asm__ volatile(".insn i 0x73, 2, %0, zero, -1022" : "=r"(value)); /* csrr instret */
+    return value;
+}}
+#endif
+static uint32_t gen_hash[GEN_TOKENS];
+
+/* FNV-1a over the float bits of one row of logits: a bit-exact fingerprint */
+static uint32_t hash_row(const {name}_output_t *row) {{
+    uint32_t h = 2166136261u;
+    for (int32_t i = 0; i < GEN_VOCAB; i++) {{
+        uint32_t bits;
+        float v = (float)row[i];
+        memcpy(&bits, &v, sizeof bits);
+        h = (h ^ bits) * 16777619u;
+    }}
+    return h;
+}}
 
 static uint32_t next_random(void) {{
     uint32_t x = rng_state;
@@ -187,20 +218,48 @@ int main(int argc, char **argv) {{
             return 5;
         }}
     printf("{IDS_TAG}");
+#if GEN_KV_CACHE
+    int32_t cached = 0; /* positions in the cache */
+    kv_reset();
+#endif
     for (int32_t t = 0; t < GEN_TOKENS; t++) {{
-        int32_t start = n > GEN_SEQ_LEN ? n - GEN_SEQ_LEN : 0;
-        int32_t len = n - start;
-        for (int32_t i = 0; i < GEN_SEQ_LEN; i++)
-            window[i] = i < len ? (float)context[start + i] : 0.0f;
-        int status = {name}_run(window, logits);
-        if (status != {upper}_OK) {{
-            printf("\\nmico-gen-error: {name}_run returned %d at token %ld\\n", status, (long)t);
-            return 3;
+#if defined(__riscv)
+        unsigned long before = read_instret();
+#endif
+        const {name}_output_t *row;
+#if GEN_KV_CACHE
+        if (n <= GEN_SEQ_LEN) {{ /* the prompt's positions first, then one per token */
+            for (; cached < n; cached++) gen_decode(context[cached], cached, cached == n - 1);
+            row = KV->logits;
+        }} else
+#endif
+        {{
+            int32_t start = n > GEN_SEQ_LEN ? n - GEN_SEQ_LEN : 0;
+            int32_t len = n - start;
+            for (int32_t i = 0; i < GEN_SEQ_LEN; i++)
+                window[i] = i < len ? (float)context[start + i] : 0.0f;
+            int status = {name}_run(window, logits);
+            if (status != {upper}_OK) {{
+                printf("\\nmico-gen-error: {name}_run returned %d at token %ld\\n", status,
+                       (long)t);
+                return 3;
+            }}
+            row = logits + (size_t)(len - 1) * GEN_VOCAB;
         }}
-        int32_t next = pick(logits + (size_t)(len - 1) * GEN_VOCAB);
+        int32_t next = pick(row);
+        gen_hash[t] = hash_row(row);
+#if defined(__riscv)
+        gen_instret[t] = read_instret() - before;
+#endif
         context[n++] = next;
         printf(" %ld", (long)next);
     }}
+    printf("\\n{HASH_TAG}");
+    for (int32_t t = 0; t < GEN_TOKENS; t++) printf(" %lu", (unsigned long)gen_hash[t]);
+#if defined(__riscv)
+    printf("\\n{INSTRET_TAG}");
+    for (int32_t t = 0; t < GEN_TOKENS; t++) printf(" %lu", gen_instret[t]);
+#endif
     long text_bytes = 0; /* the text may hold newlines: its length comes first */
     for (int32_t i = prompt_len; i < n; i++) text_bytes += token_bytes(context[i]);
     printf("\\n{TEXT_TAG} %ld ", text_bytes);
@@ -209,6 +268,8 @@ int main(int argc, char **argv) {{
     return 0;
 }}
 """
+    if decode is not None and decode.seq_len != seq_len:
+        raise ValueError(f"the decode step's window ({decode.seq_len}) is not {seq_len}")
     (directory / HEADER).write_text(tokenizer_header(tokenizer, max_prompt_bytes))
     (directory / CONFIG).write_text(config)
     (directory / SOURCE).write_text(program)
