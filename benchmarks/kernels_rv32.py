@@ -29,12 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
 from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
 from mico.quant.packing import pack, pack_lanes, unpack
 
-KERNEL_SOURCES = ("mico_nn_run.c", "mico_conv2d.c", "mico_linear.c")
+KERNEL_SOURCES = ("mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c")
 
 
 @dataclass
@@ -192,9 +193,17 @@ def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[st
            f".m = {tag}m, .shift = {tag}sh, .lo = {lo}, .hi = {hi} }}")  # fmt: skip
     pixels = 1 if layer.kind == "linear" else 4
     plan = lanes_plan(layer.w_fmt, layer.a_fmt, out_c // layer.groups, pixels)
+    dw = None
+    if layer.kind == "conv" and layer.groups == layer.x.shape[0] == out_c:
+        dw = dw_lane_plan(layer.weight, layer.a_fmt, layer.x.shape[1:], layer.out_hw,
+                          (layer.stride,) * 2, (layer.pad,) * 2, (1, 1))  # fmt: skip
     calls = []
     for path in paths:
         lanes = plan if path == "chosen" else None
+        if path == "chosen" and dw is not None:
+            lines += _dw_code(layer, tag, dw, out)
+            calls.append((dw_kernel(dw), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
+            continue
         w, p, lp = f"{tag}w_{path}", f"{tag}p_{path}", f"{tag}l_{path}"
         if lanes is not None:
             words = pack_lanes(layer.weight.reshape(out_c, -1), layer.w_fmt)
@@ -230,6 +239,22 @@ def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[st
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
     return lines, calls
+
+
+def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
+    """Constants of a depthwise layer through pixel lanes (plainly packed weights)."""
+    in_c, h, wd = layer.x.shape
+    oh, ow = layer.out_hw
+    s, pd = layer.stride, layer.pad
+    return [
+        _array("uint8_t", f"{tag}w_dw", pack(layer.weight, layer.w_fmt)),
+        f"static const MicoDwLanes {tag}l_dw = {{ .s = {dw['s']}, .q = {dw['q']} }};",
+        f"static const MicoConv2d {tag}p_dw = {{ .in_c = {in_c}, .in_h = {h}, .in_w = {wd}, "
+        f".out_c = {in_c}, .out_h = {oh}, .out_w = {ow}, .k_h = 3, .k_w = 3, .stride_h = {s}, "
+        f".stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, .dil_h = 1, .dil_w = 1, "
+        f".groups = {in_c}, .in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {layer.w_fmt.bits}, "
+        f".weight = {tag}w_dw, .bias = {tag}bias, .out = {out} }};",
+    ]
 
 
 def layers_program(layers: list[Layer], paths: tuple[str, ...] = ("chosen", "plain")) -> str:

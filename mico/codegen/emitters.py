@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from mico.codegen import dwconv_plan
 from mico.codegen.context import EmitContext
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
@@ -217,6 +218,9 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_conv2d.c")
+    dw = dwconv_plan.node_plan(node)  # depthwise 3x3: pixel lanes (mico_dwconv.c)
+    if dw is not None:
+        return dwconv_plan.emit_call(ctx, node, params, dw)
     if lanes is not None:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)

@@ -375,6 +375,16 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
+/* Depthwise 3x3 in pixel lanes (mico_dwconv.c): s-bit lanes of k = 32 / s pixels of a row, q
+ * lane words per chunk of the row (mico.codegen.dwconv_plan), one entry point per lane width. */
+typedef struct {
+    int32_t s, q;
+} MicoDwLanes;
+#define MICO_DWL_DECLARE(S)                                                                 \
+    void mico_qconv2d_dwl_s##S(const MicoConv2d *p, const MicoDwLanes *l, const void *in,    \
+                               void *out);
+MICO_DWL_DECLARE(4) MICO_DWL_DECLARE(6) MICO_DWL_DECLARE(8) MICO_DWL_DECLARE(12)
+MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* The channel-lane paths (weights in the lanes layout): conv (any kernel, groups whose output
  * channels are a multiple of F) and linear (out_features a multiple of F), one entry point per

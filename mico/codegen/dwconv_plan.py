@@ -1,0 +1,127 @@
+"""Pixel lanes for depthwise 3x3 convolutions: the lane width, chosen at generation time.
+
+A depthwise layer's output channel reads only its own input channel, so the channel lanes
+(:func:`mico.quant.packing.lane_plan`) do not apply. ``mico_dwconv.c`` puts the lanes along a
+row instead: a 32-bit word holds ``k = 32 / s`` pixels of one channel in ``s``-bit lanes, and
+one multiply by a tap's weight gives ``k`` products. This module picks ``s`` (and the ``q``
+lane words per chunk of the row) for a layer, or says the kernel does not take it.
+
+Why the chosen width never overflows (the bound the kernel relies on). For channel ``c`` with
+taps ``w_t`` and activation codes ``x`` in ``[x_min, x_max]`` (a range holding 0), every
+window sum over any subset of the 9 taps (padding drops taps) lies in ``[lo_c, hi_c]`` with
+``lo_c = sum_t min(w_t x_min, w_t x_max)`` and ``hi_c = sum_t max(w_t x_min, w_t x_max)``,
+since each dropped term's range holds 0. The kernel starts every lane at ``B_c = -lo_c``, so
+lane values end in ``[0, hi_c - lo_c]``. The arithmetic on a lane word is exact modulo 2^32
+(products and sums of ``sum_i v_i 2^(s i)``), and a lane's final value below ``2^s`` is
+therefore read back exactly as ``(acc >> (s i)) & (2^s - 1)``, whatever carries or borrows
+happened on the way. So ``s`` is valid when ``max_c (hi_c - lo_c) <= 2^s - 1`` (``s = 32``:
+one lane per word, always valid for int32 sums). The check uses the layer's actual weights,
+which makes it exact, not a worst case over the weight format.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mico.codegen.context import EmitContext
+from mico.ir.graph import Node
+from mico.quant.arithmetic import QFormat
+
+#: lane widths the C kernel is compiled for (MICO_DWL_EACH in mico_dwconv.c)
+DW_LANE_WIDTHS = (4, 6, 8, 12, 16, 32)
+#: uint32 words of the kernel's ring of three input rows, int32 sums of one output row
+DW_RING_WORDS = 640
+DW_VALS = 320
+
+
+def window_range(weight: np.ndarray, a_fmt: QFormat) -> int:
+    """The widest span ``hi_c - lo_c`` of a channel's window sums (see the module docstring)."""
+    w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
+    a, b = w * int(a_fmt.qmin), w * int(a_fmt.qmax)
+    return int((np.maximum(a, b).sum(axis=1) - np.minimum(a, b).sum(axis=1)).max(initial=0))
+
+
+def dw_lane_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The ``MicoDwLanes`` (``s``, ``q``) of a depthwise 3x3 layer, or None.
+
+    ``weight``: the layer's weight codes ``(C, 1, 3, 3)``. The kernel takes activations of
+    1..8 bits, signed or not (not binary {-1, +1}, not asymmetric), unit dilation, stride_w 1
+    or 2, pad_w 0 or 1, rows whose lane words fit its ring. Of the widths that fit the bound,
+    the one of fewest estimated instructions wins (more lanes per multiply, but whole chunks
+    of ``k * q`` pixels are computed: a row that fills few of them wastes lanes); ``s = 32``
+    (one pixel per word, the W8A8 case) is the plain form of the same kernel.
+    """
+    if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
+        return None
+    w = np.asarray(weight)
+    if w.ndim != 4 or w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1):
+        return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    sw, pw = int(stride[1]), int(padding[1])
+    if sw not in (1, 2) or pw not in (0, 1) or int(stride[0]) < 1:
+        return None
+    b, span = a_fmt.bits, window_range(w, a_fmt)
+    rows_per_out = max(1, -(-in_h // max(out_h, 1)))
+    best: tuple[float, dict[str, int]] | None = None
+    for s in DW_LANE_WIDTHS:
+        k = 32 // s
+        if k > 1:
+            if s % b or span > 2**s - 1 or s // b < 2 or (s // b) % sw:
+                continue
+            q = s // b
+            nch = -(-out_w // (k * q // sw))
+            nrow = max(nch, -(-in_w // (k * q)))
+            if nrow * (q + 3) * 3 > DW_RING_WORDS or nch * k * (q // sw) > DW_VALS:
+                continue
+            build = nrow * (45 + 4 * q)
+        else:  # one pixel per word, the whole row one chunk (the kernel sizes it)
+            q = -(-in_w // sw) * sw
+            nch = 1
+            if (q + 3) * 3 > DW_RING_WORDS or q // sw > DW_VALS:
+                continue
+            build = 4 * in_w + 20
+        # estimated instructions per output row: output words (9 taps, a requantization per
+        # lane) and the input rows built for it (each once per channel)
+        cost = nch * (q // sw) * (32 + 11 * k) + build * rows_per_out
+        if best is None or cost < best[0]:
+            best = (cost, {"s": s, "q": q})
+    return None if best is None else best[1]
+
+
+def dw_kernel(plan: dict[str, int]) -> str:
+    """The entry point of a pixel-lanes layer."""
+    return f"mico_qconv2d_dwl_s{plan['s']}"
+
+
+def node_plan(node: Node) -> dict[str, int] | None:
+    """The pixel lanes of a ``mico.qconv2d`` node, or None when it is not a depthwise 3x3
+    layer the kernel takes (asymmetric input or output codes keep the plain kernel)."""
+    x, weight, out = node.inputs[0], node.inputs[1], node.output
+    a = node.attrs
+    if weight.data is None or x.qformat is None or x.type.rank != 4:
+        return None
+    _, in_c, in_h, in_w = x.type.shape
+    _, out_c, out_h, out_w = out.type.shape
+    if not a["groups"] == in_c == out_c or getattr(out.qformat, "zero", 0):
+        return None
+    return dw_lane_plan(
+        np.asarray(weight.data), x.qformat, (in_h, in_w), (out_h, out_w),
+        a["stride"], a["padding"], a["dilation"],
+    )  # fmt: skip
+
+
+def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -> list[str]:
+    """The call of a pixel-lanes layer (``params``: its ``MicoConv2d``, plainly packed weights)."""
+    sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", f".s = {plan['s']}, .q = {plan['q']}")
+    ctx.need("mico_dwconv.c")
+    ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold
+    x, out = ctx.buffer(node.inputs[0]), ctx.buffer(node.output)
+    return [f"{dw_kernel(plan)}(&{params}, &{sym}, {x}, {out});"]

@@ -1,0 +1,412 @@
+/* Depthwise 3x3 convolution in "pixel lanes" (NCHW, batch 1, groups == in_c == out_c).
+ *
+ * Each output channel reads its own input channel, so the channel lanes of mico_conv2d.c
+ * (F output channels per weight word) do not apply. Here the lanes run along a row instead:
+ * one 32-bit word holds k = 32 / s pixels of one channel, each in its own s-bit lane, and ONE
+ * multiply by the tap's scalar weight gives k products at once.
+ *
+ * Layout of an input row (built once per row and channel, from its packed codes): the row is
+ * cut into chunks of P = k * Q pixels (Q = s / b for b-bit codes, so that a chunk is k * s
+ * bits of the packed stream: one read). Word q of a chunk (q < Q) holds, in lane i, the pixel
+ * i * Q + q of the chunk: it is (chunk bits >> (b * q)) & M, M the b-bit fields every s bits --
+ * two instructions. A horizontal tap moves to the next word (pixel + 1), and across the ends
+ * of the chunk to the neighbour word shifted by one lane; those neighbours are built once per
+ * chunk (E(-1), E(Q), E(Q + 1)), so every tap of every output is a word load:
+ *   chunk words [E(-1), R(0) .. R(Q - 1), E(Q), E(Q + 1)]  (Q + 3 words).
+ * An output word (k outputs: output pixel c * Po + i * Qo + q of chunk c, Qo = Q / stride_w,
+ * Po = k * Qo) reads word stride_w * q + kx - pad_w of the three input rows' chunks c.
+ *
+ * Lanes hold signed sums without any weight offset: with lane values v_i (signed activation
+ * codes are made v = (f ^ h) - h after the words are built, so padding stays 0), a word is
+ * sum_i v_i 2^(s i) modulo 2^32, and multiplying by a signed weight and adding are exact modulo
+ * 2^32. The accumulator starts at B * (1 + 2^s + ...), B = -(the channel's smallest possible
+ * sum); every lane then ends in [0, 2^s) (mico.codegen.dwconv_plan proves the width fits for
+ * every channel of the layer), so lane i is (acc >> (s i)) & (2^s - 1), and the channel's sum
+ * is that plus bias - B. Taps outside the image (padding rows) take weight 0; padding columns
+ * and columns past the row are zero lanes. Lanes of 32 bits (k = 1) are the plain case, which
+ * W8A8 layers take (Q = 32 / b pixels per chunk, each in its own word).
+ *
+ * Outputs are requantized straight from the lanes (a multiplier with shift above 32 and a
+ * ReLU, the usual case; any other MicoOut through mico_rq_run_fast) and packed row by row.
+ *
+ * IN-PLACE CONTRACT: as mico_conv2d.c (channel by channel, output rows in increasing order;
+ * an input row is read when the first output row under it is computed, never after a later
+ * output row was stored). Stack: about 3.5 KB (a ring of three rows of lane words, a row of
+ * sums). Entry points mico_qconv2d_dwl_s<s>, one per lane width, chosen at generation time
+ * (mico.codegen.dwconv_plan); layers the ring cannot hold go to mico_qconv2d_depthwise3x3. */
+#include "mico_nn.h"
+
+#define MICO_DWL_RING 640 /* uint32 lane words of the three cached input rows */
+#define MICO_DWL_VALS 320 /* int32 sums of one output row (whole chunks) */
+
+/* x << n and x >> n for n in [0, 32] (a shift by 32 is zero). */
+static inline uint32_t mico_dwl_shl(uint32_t x, uint32_t n)
+{
+    return n >= 32u ? 0u : x << n;
+}
+
+static inline uint32_t mico_dwl_shr(uint32_t x, uint32_t n)
+{
+    return n >= 32u ? 0u : x >> n;
+}
+
+/* n (<= 32) bits of a packed stream from bit `bit`, reading only the bytes that hold them. */
+static inline uint32_t mico_dwl_bits(const uint8_t *buf, size_t bit, uint32_t n)
+{
+    const uint8_t *p = buf + (bit >> 3);
+    const uint32_t off = (uint32_t)(bit & 7u), bytes = (off + n + 7u) >> 3;
+    uint32_t v = (uint32_t)p[0] >> off, sh = 8u - off, j;
+    for (j = 1; j < bytes; j++, sh += 8u) {
+        v |= mico_dwl_shl((uint32_t)p[j], sh);
+    }
+    return n >= 32u ? v : v & ((1u << n) - 1u);
+}
+
+/* What one layer's lanes share. */
+typedef struct {
+    const MicoConv2d *p;
+    uint32_t s, k, q, qo, b;  /* lane width, lanes, words and output words per chunk, bits */
+    int32_t nch;               /* output chunks of a row */
+    int32_t nrow;              /* input chunks of a row (at least nch, all of the row) */
+    int32_t cw;                /* words per chunk: q + 3 */
+    int32_t off;               /* word -pad_w of chunk 0 in a row buffer */
+    int32_t nout, rstride;     /* output rows of one call, words between their input rows */
+    uint32_t fm, hx;           /* field mask (b bits every s), signed codes' xor (else 0) */
+    uint32_t ones;             /* 1 in every lane */
+    int32_t xmin, xmax;        /* activation code range */
+} MicoDwl;
+
+/* The lane words of input row iy of the channel whose plane starts at element `plane`
+ * (inlined into one function per lane width S, so that its shifts are constants). */
+static inline void mico_dwl_row(const MicoDwl *d, const void *in, size_t plane, int32_t iy,
+                                uint32_t *dst, const uint32_t s)
+{
+    const MicoConv2d *p = d->p;
+    const uint32_t k = 32u / s, q = d->q, b = d->b, cw = (uint32_t)d->cw;
+    const int32_t per = (int32_t)(k * q), width = p->in_w;
+    const size_t bit0 = (plane + (size_t)iy * (size_t)width) * b;
+    const uint32_t fm = d->fm;
+    uint32_t *w = dst, p0 = 0, p1 = 0, pl = 0; /* raw words 0, 1, q - 1 of the last chunk */
+    int32_t c;
+    uint32_t j;
+    if (k == 1u) { /* one pixel per word: the row's codes, one zero word before, zeros after */
+        const size_t start = plane + (size_t)iy * (size_t)width;
+        if (b == 8u && p->in_fmt.is_signed) {
+            const int8_t *src = (const int8_t *)in + start;
+            for (j = 0; j < (uint32_t)width; j++) {
+                dst[1 + j] = (uint32_t)(int32_t)src[j];
+            }
+        } else if (b == 8u) {
+            const uint8_t *src = (const uint8_t *)in + start;
+            for (j = 0; j < (uint32_t)width; j++) {
+                dst[1 + j] = src[j];
+            }
+        } else {
+            mico_unpack_i32(in, start, width, p->in_fmt, (int32_t *)(void *)(dst + 1));
+        }
+        return; /* words 0 and width + 1 .. stay as the ring was cleared: zeros */
+    }
+    for (c = 0; c < d->nrow; c++, w += cw) {
+        const int32_t left = width - c * per;
+        uint32_t raw = 0, f0, f1, fl;
+        if (left > 0) {
+            const uint32_t n = (uint32_t)(left < per ? left : per) * b;
+            raw = mico_dwl_bits((const uint8_t *)in, bit0 + (size_t)(c * per) * b, n);
+        }
+        for (j = 0; j < q; j++) {
+            w[1 + j] = (raw >> (b * j)) & fm;
+        }
+        f0 = w[1];
+        f1 = w[2];
+        fl = w[q];
+        /* neighbours: E(-1) = pixel i Q - 1, E(Q) = i Q + Q, E(Q + 1) = i Q + Q + 1 (from the
+         * raw fields of this chunk and the previous one; zeros past the row's chunks) */
+        w[0] = (fl << s) | (pl >> ((k - 1u) * s));
+        if (c > 0) {
+            w[(int32_t)q + 1 - (int32_t)cw] = (p0 >> s) | (f0 << ((k - 1u) * s));
+            w[(int32_t)q + 2 - (int32_t)cw] = (p1 >> s) | (f1 << ((k - 1u) * s));
+        }
+        p0 = f0;
+        p1 = f1;
+        pl = fl;
+    }
+    w -= cw;
+    w[q + 1] = p0 >> s;
+    w[q + 2] = p1 >> s;
+    if (d->hx) { /* signed codes: v = (f ^ h) - h in every lane (a zero field stays 0) */
+        const uint32_t hx = d->hx;
+        uint32_t *const end = dst + cw * (uint32_t)d->nrow;
+        for (w = dst; w < end; w++) {
+            *w = (*w ^ hx) - hx;
+        }
+    }
+}
+
+/* Whether the row function requantizes: a multiplier and a ReLU with lo <= 0 (max(sum, 0)
+ * rescaled, then at most hi): 1 with a shift above 32 (the high word of the product plus the
+ * rounding bit, shifted: the low word only matters below the rounding bit), 2 with a shift sh
+ * of at most 32 and m < 2^sh (r m / 2^sh = r M / 2^32 with M = m 2^(32 - sh) < 2^32: the high
+ * word of r M + 2^31); 0: the sums are stored, mico_rq_run_fast requantizes them. */
+static inline int32_t mico_dwl_fast(const MicoRq *q)
+{
+    if (!q->scaled || q->binary || !q->relu || q->lo > 0) {
+        return 0;
+    }
+    if (q->shift > 32) {
+        return 1;
+    }
+    return q->shift == 32 || ((uint32_t)q->m >> q->shift) == 0 ? 2 : 0;
+}
+
+/* mico_pack of one output row, with whole bytes of 1-, 2-, 4- and 8-bit codes written
+ * directly when the row starts on a byte (the generator gives these kernels no asymmetric
+ * formats, so a field is the code's low bits; binary codes take mico_pack). */
+static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *v, int32_t n,
+                                        MicoFmt f)
+{
+    const uint32_t bits = (uint32_t)f.bits, mask = (1u << (bits & 31u)) - 1u;
+    const int32_t per = bits <= 8u && 8u % bits == 0 ? (int32_t)(8u / bits) : 0;
+    int32_t i = 0, j;
+    if (per && !(f.is_signed && bits == 1u) && (start * bits) % 8u == 0) {
+        uint8_t *q = (uint8_t *)out + start * bits / 8u;
+        if (bits == 8u) {
+            for (; i < n; i++) {
+                q[i] = (uint8_t)v[i];
+            }
+            return;
+        }
+        if (bits == 4u) {
+            for (; i + 2 <= n; i += 2) {
+                *q++ = (uint8_t)(((uint32_t)v[i] & 15u) | ((uint32_t)v[i + 1] & 15u) << 4);
+            }
+        } else if (bits == 2u) {
+            for (; i + 4 <= n; i += 4) {
+                *q++ = (uint8_t)(((uint32_t)v[i] & 3u) | ((uint32_t)v[i + 1] & 3u) << 2 |
+                                 ((uint32_t)v[i + 2] & 3u) << 4 | ((uint32_t)v[i + 3] & 3u) << 6);
+            }
+        } else {
+            for (; i + per <= n; i += per) {
+                uint32_t byte = 0;
+                for (j = 0; j < per; j++) {
+                    byte |= ((uint32_t)v[i + j] & mask) << (bits * (uint32_t)j);
+                }
+                *q++ = (uint8_t)byte;
+            }
+        }
+    }
+    mico_pack(out, start + (size_t)i, v + i, n - i, f);
+}
+
+/* One output row: vals[c * Po + i * Qo + j] = bias + window sum (or, fast, its output code),
+ * for every output word j of every chunk c; rows r0..r2 (chunk -1 at r*), weights w (rows of
+ * padding: zeros), bb = bias - B, binit = B in every lane. S: the lane width (constant). */
+#define MICO_DWL_ROWFN(S)                                                                        \
+    static MICO_NOINLINE void mico_dwl_row_s##S(const MicoDwl *d, const void *in, size_t plane,   \
+                                                int32_t iy, uint32_t *dst)                        \
+    {                                                                                             \
+        mico_dwl_row(d, in, plane, iy, dst, (S));                                                 \
+    }                                                                                             \
+    static MICO_NOINLINE void mico_dwl_out_s##S(const MicoDwl *d, const uint32_t *r0,             \
+                                                const uint32_t *r1, const uint32_t *r2,           \
+                                                const int32_t *w, uint32_t binit, uint32_t bb,    \
+                                                const MicoRq *rq, int32_t *vals)                  \
+    {                                                                                             \
+        const uint32_t k = 32u / (S), lm = (S) >= 32 ? 0xffffffffu : (1u << ((S) & 31)) - 1u;     \
+        const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];           \
+        const int32_t w6 = w[6], w7 = w[7], w8 = w[8];                                            \
+        const int32_t cw = d->cw, sw = d->p->stride_w, qo = (int32_t)d->qo, off = d->off;         \
+        const int fast = mico_dwl_fast(rq);                                                       \
+        const uint32_t sh = fast == 1 ? (uint32_t)(rq->shift - 32) : 1u;                          \
+        const uint32_t m = fast == 2 ? (uint32_t)rq->m << (32 - rq->shift) : (uint32_t)rq->m;     \
+        const uint32_t rnd = 1u << (sh - 1u);                                                     \
+        const int32_t hi = rq->hi;                                                                \
+        int32_t c, j, o;                                                                          \
+        uint32_t i;                                                                               \
+        for (o = 0; o < d->nout; o++, r0 += d->rstride, r1 += d->rstride, r2 += d->rstride,       \
+            vals += d->p->out_w) {                                                                \
+        for (c = 0; c < d->nch; c++) {                                                            \
+            const uint32_t *x0 = r0 + off + c * cw, *x1 = r1 + off + c * cw;                      \
+            const uint32_t *x2 = r2 + off + c * cw;                                               \
+            int32_t *v = vals + c * qo * (int32_t)k;                                              \
+            for (j = 0; j < qo; j++, x0 += sw, x1 += sw, x2 += sw, v++) {                         \
+                uint32_t a = binit + (uint32_t)w0 * x0[0] + (uint32_t)w1 * x0[1] +                \
+                             (uint32_t)w2 * x0[2];                                                \
+                a += (uint32_t)w3 * x1[0] + (uint32_t)w4 * x1[1] + (uint32_t)w5 * x1[2];          \
+                a += (uint32_t)w6 * x2[0] + (uint32_t)w7 * x2[1] + (uint32_t)w8 * x2[2];          \
+                if (fast == 1) {                                                                  \
+                    MICO_UNROLL for (i = 0; i < k; i++) {                                         \
+                        const int32_t r = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);           \
+                        int32_t y = r <= 0 ? 0                                                    \
+                                           : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> \
+                                                                   32) + rnd) >> sh);             \
+                        v[(int32_t)i * qo] = y > hi ? hi : y;                                     \
+                    }                                                                             \
+                } else if (fast == 2) {                                                           \
+                    MICO_UNROLL for (i = 0; i < k; i++) {                                         \
+                        const int32_t r = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);           \
+                        const uint64_t pr = (uint64_t)(uint32_t)r * m + 0x80000000u;              \
+                        const int32_t y = r <= 0 ? 0 : (int32_t)(uint32_t)(pr >> 32);             \
+                        v[(int32_t)i * qo] = y > hi ? hi : y;                                     \
+                    }                                                                             \
+                } else {                                                                          \
+                    MICO_UNROLL for (i = 0; i < k; i++) {                                         \
+                        v[(int32_t)i * qo] = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);        \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+        }                                                                                         \
+    }
+
+/* The lane widths the generator picks from (mico.codegen.dwconv_plan.DW_LANE_WIDTHS). */
+#define MICO_DWL_EACH(X) X(4) X(6) X(8) X(12) X(16) X(32)
+MICO_DWL_EACH(MICO_DWL_ROWFN)
+
+typedef void (*MicoDwlOut)(const MicoDwl *, const uint32_t *, const uint32_t *, const uint32_t *,
+                           const int32_t *, uint32_t, uint32_t, const MicoRq *, int32_t *);
+typedef void (*MicoDwlRow)(const MicoDwl *, const void *, size_t, int32_t, uint32_t *);
+
+/* The layer through output-row function fn; 0 (nothing done) when the lanes do not apply. */
+static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, const void *in,
+                                  void *out, MicoDwlRow row, MicoDwlOut fn)
+{
+    const int32_t out_plane = p->out_h * p->out_w, in_plane = p->in_h * p->in_w;
+    uint32_t ring[MICO_DWL_RING];
+    int32_t vals[MICO_DWL_VALS];
+    int32_t tag[3];
+    MicoDwl d;
+    int32_t ch, oy, i, t, row_words, prow, spill, whole;
+    MicoFmt w_fmt = p->in_fmt; /* every field set: the weights are signed codes */
+
+    d.p = p;
+    d.s = (uint32_t)l->s;
+    d.k = 32u / d.s;
+    d.q = (uint32_t)l->q;
+    d.b = (uint32_t)p->in_fmt.bits;
+    d.qo = d.q / (uint32_t)(p->stride_w > 0 ? p->stride_w : 1);
+    d.cw = (int32_t)d.q + 3;
+    if (p->in_fmt.bits < 1 || p->in_fmt.bits > 8 || (p->in_fmt.is_signed && p->in_fmt.bits == 1) ||
+        p->k_h != 3 || p->k_w != 3 || p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c ||
+        p->in_c != p->out_c || p->stride_w < 1 || p->stride_w > 2 || p->stride_h < 1 ||
+        p->pad_w < 0 || p->pad_w > 1 ||
+        (d.k > 1u && (d.q < 2u || d.q % (uint32_t)p->stride_w != 0 || d.q * d.b != d.s))) {
+        return 0;
+    }
+    if (d.k == 1u) { /* one chunk: the whole row, a pixel per word */
+        d.q = (uint32_t)(p->in_w + p->stride_w - 1) / (uint32_t)p->stride_w;
+        d.qo = d.q;
+        d.q *= (uint32_t)p->stride_w;
+        d.cw = (int32_t)d.q + 3;
+        d.nch = d.nrow = 1;
+        d.off = 1 - p->pad_w;
+        if (d.qo < (uint32_t)p->out_w || 3 * d.cw > MICO_DWL_RING || (int32_t)d.qo > MICO_DWL_VALS) {
+            return 0;
+        }
+    } else {
+        d.nch = (p->out_w + (int32_t)(d.k * d.qo) - 1) / (int32_t)(d.k * d.qo);
+        d.nrow = (p->in_w + (int32_t)(d.k * d.q) - 1) / (int32_t)(d.k * d.q);
+        d.nrow = d.nrow > d.nch ? d.nrow : d.nch;
+        d.off = 1 - p->pad_w;
+        if (d.nrow * d.cw * 3 > MICO_DWL_RING ||
+            d.nch * (int32_t)(d.k * d.qo) > MICO_DWL_VALS) {
+            return 0;
+        }
+    }
+    row_words = d.nrow * d.cw;
+    /* the whole padded plane when it fits the ring and its sums the row buffer (a row's last
+     * chunk may spill past out_w into the next row's sums, which that row overwrites) */
+    prow = (p->out_h - 1) * p->stride_h + 3;
+    spill = (d.k == 1u ? (int32_t)d.qo : d.nch * (int32_t)(d.k * d.qo)) - p->out_w;
+    whole = prow * row_words <= MICO_DWL_RING && out_plane + spill <= MICO_DWL_VALS;
+    d.nout = whole ? p->out_h : 1;
+    d.rstride = whole ? p->stride_h * row_words : 0;
+    w_fmt.bits = p->w_bits;
+    w_fmt.is_signed = 1;
+    for (i = 0; i < (whole ? prow : 3) * row_words; i++) {
+        ring[i] = 0; /* rows of padding read it (times weight 0) */
+    }
+    d.fm = 0;
+    d.hx = 0;
+    d.ones = 0;
+    for (i = 0; i < (int32_t)d.k; i++) {
+        d.fm |= ((1u << d.b) - 1u) << (d.s * (uint32_t)i);
+        d.ones |= 1u << (d.s * (uint32_t)i);
+        if (p->in_fmt.is_signed) {
+            d.hx |= (1u << (d.b - 1u)) << (d.s * (uint32_t)i);
+        }
+    }
+    d.xmin = p->in_fmt.is_signed ? -(1 << (d.b - 1)) + 1 : 0;
+    d.xmax = p->in_fmt.is_signed ? (1 << (d.b - 1)) - 1 : (1 << d.b) - 1;
+    for (ch = 0; ch < p->out_c; ch++) {
+        const MicoRq rq = mico_rq(&p->out, ch);
+        const int fast = mico_dwl_fast(&rq);
+        const size_t plane = (size_t)ch * (size_t)in_plane;
+        int32_t w[9], wr[9], lo = 0;
+        uint32_t binit, bb;
+        for (t = 0; t < 9; t++) { /* the smallest sum the channel can take */
+            w[t] = mico_load(p->weight, (size_t)ch * 9u + (size_t)t, w_fmt);
+            lo += w[t] > 0 ? w[t] * d.xmin : w[t] * d.xmax;
+        }
+        binit = (uint32_t)(-lo) * d.ones;
+        bb = (uint32_t)p->bias[ch] + (uint32_t)lo;
+        if (whole) { /* the channel's padded plane, then every output row in one call */
+            for (i = 0; i < prow; i++) {
+                const int32_t iy = i - p->pad_h;
+                if (iy >= 0 && iy < p->in_h) { /* rows of padding stay zero */
+                    row(&d, in, plane, iy, ring + i * row_words);
+                }
+            }
+            fn(&d, ring, ring + row_words, ring + 2 * row_words, w, binit, bb, &rq, vals);
+            if (!fast) {
+                mico_rq_run_fast(&rq, vals, out_plane);
+            }
+            mico_dwl_pack(out, (size_t)ch * (size_t)out_plane, vals, out_plane, p->out.fmt);
+            continue;
+        }
+        tag[0] = tag[1] = tag[2] = -1;
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_h;
+            const uint32_t *rows[3];
+            const int32_t *wp = w;
+            int32_t ky;
+            for (ky = 0; ky < 3; ky++) {
+                const int32_t iy = iy0 + ky;
+                uint32_t *buf = ring;
+                if (iy >= 0 && iy < p->in_h) {
+                    const int32_t slot = (int32_t)((uint32_t)iy % 3u);
+                    buf = ring + slot * row_words;
+                    if (tag[slot] != iy) {
+                        row(&d, in, plane, iy, buf);
+                        tag[slot] = iy;
+                    }
+                } else { /* a padding row: its taps take weight 0 */
+                    if (wp == w) {
+                        for (t = 0; t < 9; t++) {
+                            wr[t] = w[t];
+                        }
+                        wp = wr;
+                    }
+                    wr[3 * ky] = wr[3 * ky + 1] = wr[3 * ky + 2] = 0;
+                }
+                rows[ky] = buf;
+            }
+            fn(&d, rows[0], rows[1], rows[2], wp, binit, bb, &rq, vals);
+            if (!fast) {
+                mico_rq_run_fast(&rq, vals, p->out_w);
+            }
+            mico_dwl_pack(out, (size_t)ch * (size_t)out_plane + (size_t)oy * (size_t)p->out_w,
+                          vals, p->out_w, p->out.fmt);
+        }
+    }
+    return 1;
+}
+
+#define MICO_DWL_ENTRY(S)                                                                        \
+    void mico_qconv2d_dwl_s##S(const MicoConv2d *p, const MicoDwLanes *l, const void *in,         \
+                               void *out)                                                         \
+    {                                                                                             \
+        if (!mico_dwl(p, l, in, out, mico_dwl_row_s##S, mico_dwl_out_s##S)) {                                      \
+            mico_qconv2d_depthwise3x3(p, in, out);                                                \
+        }                                                                                         \
+    }
+MICO_DWL_EACH(MICO_DWL_ENTRY)
