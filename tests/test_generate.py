@@ -35,6 +35,7 @@ def test_c_generates_the_same_tokens_as_python(tmp_path):
     assert len(result.python_ids) == len(result.c_ids) == 6
     assert result.python_ids == result.c_ids and result.first_difference is None
     assert result.c_prompt_ids == result.prompt_ids == [79, 110, 99, 101]
+    assert result.kv_cache and result.memory["kv_cache"] == 65536  # 2 x 2 layers x 4 x 64 x 16
     assert all(0 <= t < 512 for t in result.c_ids)
     assert (tmp_path / "lm" / "lm.c").is_file()
 

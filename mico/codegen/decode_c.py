@@ -115,12 +115,31 @@ def decode_plan(model: nn.Module, directory: Path, name: str, arena_bytes: int) 
     for symbol in _params(model):
         if not re.search(rf"\(\(float \*\){symbol}\)", source):
             return f"{name}.c does not use the float constant {symbol} the decode step reads"
+    depth = model.depth
+    expected = {  # the window's kernel calls the decode step repeats on one row
+        "mico_f32_linear(": 7 * depth + 1,
+        "mico_f32_matmul(": 2 * depth,
+        "mico_f32_softmax(": depth,
+        "MICO_UNARY_RSQRT,": 2 * depth + 1,
+        "MICO_UNARY_SILU,": depth,
+        "MICO_REDUCE_MEAN,": 2 * depth + 1,
+    }
+    for call, count in expected.items():
+        if source.count(call) != count:
+            return (
+                f"{name}.c has {source.count(call)} {call.rstrip('(,')} calls where the decode "
+                f"step repeats {count}: the model is not the LLaMA layout it was written for"
+            )
+    eps = float(np.float32(model.layers[0].attention_norm.eps))
+    scale = float(np.float32(attention.scale))
+    for constant in (eps, scale):
+        if f"{constant.hex()}f" not in source:
+            return f"{name}.c does not use the constant {constant!r} the decode step uses"
     hidden = model.layers[0].feed_forward.w1.out_features
     return DecodePlan(
         dim=model.dim, layers=model.depth, heads=attention.n_heads, head_dim=attention.head_dim,
         hidden=hidden, vocab=model.vocab_size, seq_len=model.max_seq_len,
-        eps=float(np.float32(model.layers[0].attention_norm.eps)),
-        scale=float(np.float32(attention.scale)), arena_bytes=arena_bytes,
+        eps=eps, scale=scale, arena_bytes=arena_bytes,
     )  # fmt: skip
 
 
