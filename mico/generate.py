@@ -158,7 +158,33 @@ def generate(
         out = _run_in_c(compiled.project, program, data, target, timeout)
         result.c_prompt_ids, result.c_ids, result.c_text = out.prompt_ids, out.ids, out.text
         result.c_logit_hashes, result.instructions = out.hashes, out.instructions
+        _write_report(compiled.project.directory / "generate.json", result, program, target)
     return result
+
+
+def _write_report(path: Path, result: Generation, program: _Program, target: str) -> None:
+    """``generate.json`` beside the program: its settings, memory and what it generated."""
+    import json
+
+    report = {
+        "target": target,
+        "tokens": program.tokens,
+        "max_prompt_bytes": program.max_prompt_bytes,
+        "sampler": {
+            "top_k": program.sampler.top_k,
+            "temperature": program.sampler.temperature,
+            "seed": program.sampler.seed,
+        },
+        "merges": len(program.tokenizer.merges),
+        "kv_cache": result.kv_cache,
+        "memory": result.memory,
+        "prompt_ids": result.prompt_ids,
+        "c_prompt_ids": result.c_prompt_ids,
+        "python_ids": result.python_ids,
+        "c_ids": result.c_ids,
+        "instructions_per_token": result.instructions,
+    }
+    path.write_text(json.dumps(report, indent=2) + "\n")
 
 
 def generation_memory(

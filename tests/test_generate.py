@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 
 import numpy as np
@@ -279,6 +280,8 @@ def test_the_kv_cache_decodes_bit_for_bit(tmp_path):
     assert memory["kv_in_arena"] and memory["kv_extra_ram"] == 0
     assert memory["decode_scratch"] == 4 * (7 * 16 + 2 * 8 + 2 * 24 + 2 + 300)
     assert off.memory["kv_cache"] == 0
+    report = json.loads((tmp_path / "True" / "generate.json").read_text())
+    assert report["memory"] == memory and report["kv_cache"] and report["c_ids"] == on.c_ids
     assert "#define GEN_KV_CACHE 0" in (tmp_path / "False" / "generate.c").read_text()
 
 

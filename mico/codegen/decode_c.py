@@ -73,13 +73,15 @@ class DecodePlan:
         return 0 if self.in_arena else self.cache_bytes + self.scratch_bytes
 
     def memory(self) -> dict[str, int | bool]:
-        """The figures the generation report gives."""
+        """The figures the generation report gives (offsets: inside the arena, when there)."""
         return {
             "model_arena": self.arena_bytes,
             "kv_cache": self.cache_bytes,
             "decode_scratch": self.scratch_bytes,
             "kv_in_arena": self.in_arena,
             "kv_extra_ram": self.extra_ram,
+            "kv_cache_offset": 0,  # keys then values, then the scratch (gen_kv_t)
+            "decode_scratch_offset": self.cache_bytes,
         }
 
 
