@@ -244,6 +244,10 @@ def train(
     act_mode: Annotated[str, typer.Option(help="static or dynamic activation scales.")] = "static",
     per_channel: Annotated[bool, typer.Option(help="Per-channel weight scales.")] = False,
     lsq: Annotated[bool, typer.Option(help="Learn step sizes during QAT.")] = False,
+    act_asymmetric: Annotated[
+        bool,
+        typer.Option(help="Zero-point (asymmetric) activation codes for skewed ranges (2+ bits)."),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
@@ -270,6 +274,7 @@ def train(
         act_mode=act_mode,  # type: ignore[arg-type]
         weight_granularity="channel" if per_channel else "tensor",
         learned_step=lsq,
+        act_asymmetric=act_asymmetric,
     )
     from mico.errors import DatasetError
 
@@ -369,6 +374,13 @@ SeedOpt = Annotated[
     int, typer.Option(min=0, max=2**32 - 1, help="Seed of the data split and sampling.")
 ]
 PerChannelOpt = Annotated[bool, typer.Option(help="Per-channel weight scales.")]
+ActAsymmetricOpt = Annotated[
+    bool,
+    typer.Option(
+        help="Zero-point (asymmetric) activation codes for skewed ranges (2+ bits; zoo models, "
+        "a checkpoint keeps its own setting)."
+    ),
+]
 
 
 @app.command("compile")
@@ -386,6 +398,7 @@ def compile_cmd(
     samples: SamplesOpt = 32,
     seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
+    act_asymmetric: ActAsymmetricOpt = False,
     model_args: ModelArgsOpt = None,
     input_shape: InputShapeOpt = None,
     quiet: QuietOpt = False,
@@ -404,6 +417,7 @@ def compile_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         force=force, model_args=model_args, input_shape=input_shape,
+        act_asymmetric=act_asymmetric,
     )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
@@ -429,6 +443,7 @@ def verify_cmd(
     samples: SamplesOpt = 32,
     seed: SeedOpt = 0,
     per_channel: PerChannelOpt = False,
+    act_asymmetric: ActAsymmetricOpt = False,
     target: Annotated[
         list[str] | None,
         typer.Option(help="host, rv32, rv64 or vexriscv (cycle-accurate RTL core); repeatable."),
@@ -461,6 +476,7 @@ def verify_cmd(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
         model_args=model_args, input_shape=input_shape, per_layer=per_layer,
+        act_asymmetric=act_asymmetric,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target

@@ -52,6 +52,7 @@ class DeployOptions:
     calibration_batches: int = 4
     seed: int = 0
     per_channel: bool = False
+    act_asymmetric: bool = False  # zero-point activation codes (QuantConfig.act_asymmetric)
     targets: tuple[str, ...] = ("host",)
     cc: str = "gcc"
     sanitize: bool = False
@@ -150,6 +151,7 @@ def load_model(options: DeployOptions) -> tuple[nn.Module, str | None]:
     config = QuantConfig(
         act_mode="static" if options.mode == "static" else "dynamic",
         weight_granularity="channel" if options.per_channel else "tensor",
+        act_asymmetric=options.act_asymmetric,
     )
     quantize_model(model, _uniform(options.plan or "8/8", names), config)
     return model, zoo_name

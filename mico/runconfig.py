@@ -34,7 +34,14 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "data": ("dataset", "batch_size", "options"),
     "train": ("epochs", "lr"),
-    "quantize": ("plan", "method", "qat_epochs", "calibration_batches", "per_channel"),
+    "quantize": (
+        "plan",
+        "method",
+        "qat_epochs",
+        "calibration_batches",
+        "per_channel",
+        "act_asymmetric",
+    ),
     "search": ("strategy", "trials", "budget", "objective", "bits"),
     "compile": ("mode", "name"),
     "verify": ("samples",),
@@ -59,6 +66,7 @@ class RunConfig:
     qat_epochs: int = 2
     calibration_batches: int = 4
     per_channel: bool = False
+    act_asymmetric: bool = False
     search: dict[str, Any] | None = None
     mode: str = "static"
     c_name: str = "model"
@@ -215,6 +223,10 @@ def parse_run_config(raw: Any, source: Path | None = None) -> RunConfig:
     if not isinstance(per_channel, bool):
         check.fail("quantize.per_channel", "true or false", per_channel)
     cfg.per_channel = bool(per_channel)
+    asymmetric = quant.get("act_asymmetric", False)
+    if not isinstance(asymmetric, bool):
+        check.fail("quantize.act_asymmetric", "true or false", asymmetric)
+    cfg.act_asymmetric = bool(asymmetric)
 
     if "search" in raw:
         search = check.section(raw, "search")

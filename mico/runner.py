@@ -186,6 +186,7 @@ def run_config(
     quant = QuantConfig(
         act_mode="static" if config.mode == "static" else "dynamic",
         weight_granularity="channel" if config.per_channel else "tensor",
+        act_asymmetric=config.act_asymmetric,
     )
     qmodel = apply_plan(model, plan, quant)
     batches = [x for x, _ in train_loader][: config.calibration_batches]

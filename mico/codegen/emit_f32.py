@@ -577,6 +577,16 @@ def emit_matmul(node: Node, ctx: EmitContext) -> list[str]:
 def _dyn_quant(node: Node) -> str:
     a_bits = node.attrs["a_bits"]
     fmt = QFormat.for_bits(a_bits, bool(node.attrs["act_signed"]))
+    if node.attrs.get("act_asymmetric") and not is_ternary(a_bits) and fmt.bits >= 2:
+        # a zero point per call: unsigned fields code + zero over the full 2^b codes
+        fields = {"bits": fmt.bits, "is_signed": 0, "absmean": 0, "qmin": 0,
+                  "qmax": 2**fmt.bits - 1, "asymmetric": 1}  # fmt: skip
+        return "{ " + _fields(fields) + " }"
+    if node.attrs.get("act_zero"):
+        raise CompileError(
+            f"'{node.name}' has a static zero point ({node.attrs['act_zero']}) but is compiled "
+            "in dynamic mode; compile it in static mode, or quantize with act_mode='dynamic'"
+        )
     return (
         "{ "
         + _fields(

@@ -34,10 +34,12 @@ def _fields(values: dict[str, object]) -> str:
     return ", ".join(f".{k} = {v}" for k, v in values.items())
 
 
-def fmt_of(value: Value) -> tuple[int, int]:
-    """``(bits, signed)`` of a tensor's storage: its code format, or int32."""
+def fmt_of(value: Value) -> tuple[int, ...]:
+    """``(bits, signed)`` of a tensor's storage: its code format, or int32; asymmetric codes
+    add their zero point: ``(bits, 0, zero)``."""
     if value.qformat is not None:
-        return value.qformat.bits, int(value.qformat.signed)
+        fmt = value.qformat
+        return (fmt.bits, 0, fmt.zero) if fmt.zero else (fmt.bits, int(fmt.signed))
     dtype = value.type.dtype
     if dtype == DataType.INT32:
         return 32, 1
@@ -46,7 +48,10 @@ def fmt_of(value: Value) -> tuple[int, int]:
     raise CompileError(f"tensor '{value.name}' is {dtype}; the integer kernels need codes or int32")
 
 
-def c_fmt(bits: int, signed: int) -> str:
+def c_fmt(bits: int, signed: int, zero: int = 0) -> str:
+    """A ``MicoFmt`` initializer (the zero point only when there is one)."""
+    if zero:
+        return f"{{ .bits = {bits}, .is_signed = {signed}, .zero = {zero} }}"
     return f"{{ .bits = {bits}, .is_signed = {signed} }}"
 
 
@@ -62,18 +67,21 @@ def c_out(
     relu: bool = False,
 ) -> str:
     """The ``MicoOut`` initializer storing into ``out`` as ``spec`` (see mico_ops) says."""
-    bits, signed = fmt_of(out)
+    storage = fmt_of(out)
+    bits = storage[0]
     if spec is None:
         lo, hi = code_range(None) if bits == 32 else code_range(out.qformat)
         m = shift = None
     else:
         fmt: QFormat | None = spec.get("qformat")
-        if (fmt is None) != (bits == 32) or (fmt is not None and (fmt.bits, fmt.signed) != (
-            bits, bool(signed))):  # fmt: skip
+        stored = (*storage, 0)[:3]  # (bits, signed, zero)
+        if (fmt is None) != (bits == 32) or (
+            fmt is not None and (fmt.bits, int(fmt.signed), fmt.zero) != stored
+        ):
             raise CompileError(f"'{name}' stores {spec.get('qformat')} into {out.type}")
         lo, hi = spec.get("clamp") or code_range(fmt)
         m, shift = spec.get("m"), spec.get("shift")
-    fields: dict[str, object] = {"fmt": c_fmt(bits, signed), "relu": int(bool(relu))}
+    fields: dict[str, object] = {"fmt": c_fmt(*storage), "relu": int(bool(relu))}
     if m is None:
         fields.update(n_mult=0, m="NULL", shift="NULL")
     else:
@@ -132,8 +140,10 @@ def _call(ctx: EmitContext, kernel: str, params: str, *values: Value) -> list[st
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
     fmt: QFormat = node.attrs["qformat"]
     inv = float(inv_scale_f32(node.attrs["scale"])).hex() + "f"
-    fmt_sym = ctx.const_struct("MicoFmt", f"{node.name}_fmt", _fields(
-        {"bits": fmt.bits, "is_signed": int(fmt.signed)}))  # fmt: skip
+    fmt_fields: dict[str, object] = {"bits": fmt.bits, "is_signed": int(fmt.signed)}
+    if fmt.zero:
+        fmt_fields["zero"] = fmt.zero
+    fmt_sym = ctx.const_struct("MicoFmt", f"{node.name}_fmt", _fields(fmt_fields))
     args = [
         ctx.buffer(node.inputs[0]),
         ctx.buffer(node.output),
@@ -459,7 +469,8 @@ def emit_lut(node: Node, ctx: EmitContext) -> list[str]:
     """A table of output codes, one per input code, indexed by the kernel."""
     x, out = node.inputs[0], node.output
     table = np.asarray(node.attrs["table"], dtype=np.int64)
-    raw = (table & 0xFF).astype(np.uint8)  # signed codes as two's complement bytes
+    zero = out.qformat.zero if out.qformat is not None else 0
+    raw = ((table + zero) & 0xFF).astype(np.uint8)  # fields: two's complement, or code + zero
     symbol = ctx.const_bytes(f"{node.name}_table", raw, kind="params",
                              comment=f"{node.op}: output code of each input code")  # fmt: skip
     ctx.need("mico_lut.c")

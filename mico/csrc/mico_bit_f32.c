@@ -62,10 +62,54 @@ static int32_t round_clamp(float v, int32_t qmin, int32_t qmax)
     return t;
 }
 
+/* Asymmetric codes (mico.quant.dynamic_asymmetric): fields code + zero as uint8_t. */
+static float dyn_quantize_asymmetric(const MicoDynQuant *q, const float *x, uint8_t *fields,
+                                     int32_t n, int32_t *zero)
+{
+    float lo = 0.0f, hi = 0.0f, scale, inv; /* NaN propagates, as in torch's amin / amax */
+    int32_t i, z;
+    for (i = 0; i < n; i++) {
+        const float a = x[i];
+        if (a < lo || a != a) {
+            lo = lo != lo ? lo : a;
+        }
+        if (a > hi || a != a) {
+            hi = hi != hi ? hi : a;
+        }
+    }
+    scale = (hi - lo) / (float)q->qmax;
+    z = 0;
+    if (!(scale > 0.0f) || 1.0f / scale > FLT_MAX) {
+        scale = 1.0f; /* zero, NaN or denormal: scale 1, zero point 0 */
+    } else {
+        z = round_clamp(-lo * (1.0f / scale), 0, q->qmax);
+    }
+    if (scale > FLT_MAX) {
+        mico_dyn_overflow = 1;
+    }
+    inv = 1.0f / scale;
+    for (i = 0; i < n; i++) {
+        fields[i] = (uint8_t)(round_clamp(x[i] * inv, -z, q->qmax - z) + z);
+    }
+    *zero = z;
+    return scale;
+}
+
 float mico_dyn_quantize(const MicoDynQuant *q, const float *x, int8_t *codes, int32_t n)
+{
+    int32_t zero;
+    return mico_dyn_quantize_zero(q, x, codes, n, &zero);
+}
+
+float mico_dyn_quantize_zero(const MicoDynQuant *q, const float *x, int8_t *codes, int32_t n,
+                             int32_t *zero)
 {
     float scale, inv;
     int32_t i;
+    *zero = 0;
+    if (q->asymmetric) {
+        return dyn_quantize_asymmetric(q, x, (uint8_t *)codes, n, zero);
+    }
     if (q->absmean) {
         double sum = 0.0;
         for (i = 0; i < n; i++) {
@@ -249,6 +293,16 @@ static int32_t weight_code(const uint8_t *w, uint32_t idx, int32_t bits)
     }
 }
 
+/* The sum of n weight codes from code idx on (the zero-point correction of a dot product). */
+static int32_t weight_sum(const uint8_t *w, uint32_t idx, int32_t bits, int32_t n)
+{
+    int32_t i, sum = 0;
+    for (i = 0; i < n; i++) {
+        sum += weight_code(w, idx + (uint32_t)i, bits);
+    }
+    return sum;
+}
+
 /* Output columns accumulated together: each decoded weight is applied to up to this many
  * outputs (int32 accumulators on the stack: 4 * MICO_BIT_CONV_TILE bytes). */
 #ifndef MICO_BIT_CONV_TILE
@@ -263,7 +317,8 @@ void mico_bit_conv2d_f32(const MicoBitConv2dF *p, const float *x, float *y, int8
     const int32_t plane = p->in_h * p->in_w, ksize = p->k_h * p->k_w;
     const int32_t cig = p->in_c / p->groups, cog = p->out_c / p->groups;
     const int32_t sw = p->stride_w;
-    const float s_a = mico_dyn_quantize(&p->act, x, codes, p->in_c * plane);
+    int32_t z; /* asymmetric: the zero point, subtracted from each unsigned field */
+    const float s_a = mico_dyn_quantize_zero(&p->act, x, codes, p->in_c * plane, &z);
     const uint8_t *ucodes = (const uint8_t *)codes;
     int32_t acc[MICO_BIT_CONV_TILE];
     int32_t oc, oh, ow0, ic, kh, kw, j;
@@ -314,6 +369,11 @@ void mico_bit_conv2d_f32(const MicoBitConv2dF *p, const float *x, float *y, int8
                                 for (j = j0; j < j1; j++) {
                                     acc[j] += wv * (int32_t)a[(ptrdiff_t)(j - j0) * sw];
                                 }
+                            } else if (z) {
+                                const uint8_t *a = ucodes + a0;
+                                for (j = j0; j < j1; j++) {
+                                    acc[j] += wv * ((int32_t)a[(ptrdiff_t)(j - j0) * sw] - z);
+                                }
                             } else {
                                 const uint8_t *a = ucodes + a0;
                                 for (j = j0; j < j1; j++) {
@@ -334,13 +394,17 @@ void mico_bit_conv2d_f32(const MicoBitConv2dF *p, const float *x, float *y, int8
 void mico_bit_linear_f32(const MicoBitLinearF *p, const float *x, float *y, int8_t *codes)
 {
     const int32_t in = p->in_features;
-    const float s_a = mico_dyn_quantize(&p->act, x, codes, p->rows * in);
+    int32_t z; /* asymmetric: sum w (f - z) = sum w f - z sum w */
+    const float s_a = mico_dyn_quantize_zero(&p->act, x, codes, p->rows * in, &z);
     int32_t r, o;
     for (r = 0; r < p->rows; r++) {
         for (o = 0; o < p->out_features; o++) {
             const float mul = s_a * p->w_scale[p->w_per_channel ? o : 0];
             int32_t acc = bit_dot(p->weight, (uint32_t)o * (uint32_t)in, p->w_bits, codes,
                                   p->act.is_signed, (ptrdiff_t)r * in, in);
+            if (z) {
+                acc -= z * weight_sum(p->weight, (uint32_t)o * (uint32_t)in, p->w_bits, in);
+            }
             *y++ = bit_output(acc, mul, p->bias, o);
         }
     }

@@ -566,6 +566,7 @@ static MICO_NOINLINE int mico_qconv2d_dw(const MicoConv2d *p, const void *in, vo
     }
     w_fmt.bits = p->w_bits;
     w_fmt.is_signed = 1;
+    w_fmt.zero = 0;
     for (c = 0; c < p->out_c; c++) {
         const size_t plane = (size_t)c * (size_t)p->in_h * (size_t)p->in_w;
         MicoRq rq;

@@ -152,12 +152,21 @@ typedef struct {
     int32_t is_signed; /* signed codes are symmetric: [-(2^(b-1)-1), 2^(b-1)-1]; 1-bit: {-1,+1} */
     int32_t absmean;
     int32_t qmin, qmax;
+    int32_t asymmetric; /* a zero point per call (mico.quant.dynamic_asymmetric): is_signed 0,
+                         * qmin 0, qmax 2^b-1; the codes are stored as fields code + zero */
 } MicoDynQuant;
 
 /* Quantize n floats to one code per byte; return the scale used. Signed codes are int8_t;
  * unsigned codes (up to 255) are stored as uint8_t: read `codes` through a uint8_t pointer.
  * A scale beyond float32 (an activation reached Inf) sets mico_dyn_overflow. */
 float mico_dyn_quantize(const MicoDynQuant *q, const float *x, int8_t *codes, int32_t n);
+
+/* The same, for asymmetric layers too: *zero receives the zero point (0 when symmetric). With
+ * lo = min(min x, 0), hi = max(max x, 0): scale = (hi - lo) / qmax, zero = round(-lo / scale)
+ * clamped to [0, qmax] (float32, 1.0f / scale as the reciprocal), codes c = round(x / scale)
+ * clamped to [-zero, qmax - zero], stored as the uint8_t field c + zero. */
+float mico_dyn_quantize_zero(const MicoDynQuant *q, const float *x, int8_t *codes, int32_t n,
+                             int32_t *zero);
 
 /* Set when a run-time scale overflowed float32: the sample is too large for the model. The
  * generated run function clears it first and, when set, returns <NAME>_ERR_OVERFLOW (the

@@ -3,7 +3,8 @@
  *
  * The arithmetic follows mico/quant/arithmetic.py exactly:
  *  - codes: unsigned b-bit in [0, 2^b-1]; signed b-bit (b >= 2) in [-(2^(b-1)-1), 2^(b-1)-1];
- *    signed 1-bit codes are binary {-1, +1};
+ *    signed 1-bit codes are binary {-1, +1}; asymmetric codes (unsigned with a zero point z,
+ *    MicoFmt.zero) are shifted, in [-z, 2^b-1-z], and stored as the unsigned field code + z;
  *  - input quantization: float32 x * inv_scale, rounded half away from zero (an exact test on
  *    the fractional part, never floor(|v| + 0.5)), clamped;
  *  - requantization: v * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
@@ -41,6 +42,7 @@
 typedef struct {
     int32_t bits;      /* 1..8: packed codes; 32: int32_t */
     int32_t is_signed; /* signed codes (with bits == 1: binary {-1, +1}) */
+    int32_t zero;      /* unsigned only: zero point, fields hold code + zero (0: plain) */
 } MicoFmt;
 
 /* How a kernel stores a result: optional ReLU on the accumulator, optional rescaling by
@@ -61,7 +63,7 @@ static inline int32_t mico_load(const void *buf, size_t i, MicoFmt f)
     uint32_t bits, off, word, field;
     size_t bit, byte;
     if (f.bits == 8) {
-        return f.is_signed ? (int32_t)((const int8_t *)buf)[i] : (int32_t)p[i];
+        return f.is_signed ? (int32_t)((const int8_t *)buf)[i] : (int32_t)p[i] - f.zero;
     }
     if (f.bits == 32) {
         return ((const int32_t *)buf)[i];
@@ -76,7 +78,7 @@ static inline int32_t mico_load(const void *buf, size_t i, MicoFmt f)
     }
     field = (word >> off) & ((1u << bits) - 1u);
     if (!f.is_signed) {
-        return (int32_t)field;
+        return (int32_t)field - f.zero;
     }
     if (bits == 1u) {
         return field ? 1 : -1;
@@ -91,12 +93,15 @@ static inline void mico_store(void *buf, size_t i, int32_t v, MicoFmt f)
     uint32_t bits, off, word, mask, field;
     size_t bit, byte;
     int two;
-    if (f.bits == 8) {
-        p[i] = (uint8_t)((uint32_t)v & 0xffu);
-        return;
-    }
     if (f.bits == 32) {
         ((int32_t *)buf)[i] = v;
+        return;
+    }
+    if (!f.is_signed) {
+        v += f.zero;
+    }
+    if (f.bits == 8) {
+        p[i] = (uint8_t)((uint32_t)v & 0xffu);
         return;
     }
     bits = (uint32_t)f.bits;
@@ -119,7 +124,7 @@ static inline void mico_store(void *buf, size_t i, int32_t v, MicoFmt f)
 
 /* ---------------------------------------------------------------- runs of codes
  * A field f (b bits, unsigned) maps to its code as ((f ^ x) << sh) - o: unsigned codes
- * x = sh = o = 0; b-bit two's complement x = o = 2^(b-1), sh = 0; binary {-1, +1} (signed
+ * x = sh = 0, o = the zero point (0 unless asymmetric); b-bit two's complement x = o = 2^(b-1), sh = 0; binary {-1, +1} (signed
  * 1-bit) x = 0, sh = 1, o = 1. The map works on whole bytes too (x repeated in every field),
  * which is what the byte-at-a-time paths use. */
 typedef struct {
@@ -144,6 +149,8 @@ static inline MicoFieldMap mico_field_map(MicoFmt f)
     } else if (f.is_signed) {
         m.x = 1u << (m.bits - 1u);
         m.o = (int32_t)m.x;
+    } else {
+        m.o = f.zero;
     }
     return m;
 }
@@ -154,7 +161,8 @@ static inline int32_t mico_codes_per_byte(int32_t bits)
     return (bits & (bits - 1)) == 0 ? 8 >> ((bits >> 1) - (bits >> 3)) : 1;
 }
 
-/* The field a code is stored as (binary {-1, +1}: 1 for +1, 0 for -1). */
+/* The field a code is stored as (binary {-1, +1}: 1 for +1, 0 for -1; mico_pack adds an
+ * asymmetric format's zero point before it gets here). */
 static inline uint32_t mico_code_field(int32_t v, const MicoFieldMap *m)
 {
     return m->sh ? (v > 0 ? 1u : 0u) : ((uint32_t)v & m->mask);
@@ -180,6 +188,7 @@ static inline int32_t mico_unpack_signed(const uint8_t *packed, uint32_t i, uint
     MicoFmt f;
     f.bits = (int32_t)bits;
     f.is_signed = 1;
+    f.zero = 0;
     return mico_load(packed, (size_t)i, f);
 }
 

@@ -103,6 +103,12 @@
             }                                                                                 \
             return;                                                                           \
         }                                                                                     \
+        if (f.bits == 8 && f.zero) { /* asymmetric: field - zero point */                    \
+            for (q += start, i = 0; i < n; i++) {                                             \
+                dst[i] = (T)((int32_t)q[i] - f.zero);                                         \
+            }                                                                                 \
+            return;                                                                           \
+        }                                                                                     \
         if (f.bits == 8) {                                                                    \
             for (q += start, i = 0; i < n; i++) {                                             \
                 dst[i] = (T)q[i];                                                             \
@@ -165,6 +171,19 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
     uint32_t acc, used;
     MicoFieldMap m;
     if (n <= 0) {
+        return;
+    }
+    if (f.zero && !f.is_signed && f.bits <= 8) { /* asymmetric: fields code + zero, 32 at a time */
+        int32_t t[32], j;
+        MicoFmt u = f;
+        u.zero = 0;
+        for (; i < n; i += 32) {
+            const int32_t k = n - i < 32 ? n - i : 32;
+            for (j = 0; j < k; j++) {
+                t[j] = src[i + j] + f.zero;
+            }
+            mico_pack(buf, start + (size_t)i, t, k, u);
+        }
         return;
     }
     if (f.bits == 8) {
@@ -238,6 +257,7 @@ void mico_unpack_s8(const void *buf, size_t start, int32_t n, int32_t bits, int8
     MicoFmt f;
     f.bits = bits;
     f.is_signed = 1;
+    f.zero = 0;
     mico_unpack_int8(buf, start, n, f, dst);
 }
 

@@ -59,13 +59,16 @@ def decode(value: Value, raw: bytes) -> np.ndarray:
     if dtype.is_int and dtype.bits <= 8:
         fmt = value.qformat or QFormat(dtype.bits, dtype.signed)
         if dtype.bits == 8 and not fmt.binary:
-            return np.frombuffer(
-                raw, dtype=np.int8 if fmt.signed else np.uint8, count=count
-            ).astype(np.int64)
+            return (
+                np.frombuffer(raw, dtype=np.int8 if fmt.signed else np.uint8, count=count).astype(
+                    np.int64
+                )
+                - fmt.zero
+            )  # asymmetric: fields hold code + zero point
         if storage_bytes(value) < value.type.nbytes:  # packed below 8 bits, as the arena holds it
             return unpack(np.frombuffer(raw, dtype=np.uint8), count, fmt)
         codes = np.frombuffer(raw, dtype=np.int8 if fmt.signed else np.uint8, count=count)
-        return codes.astype(np.int64)
+        return codes.astype(np.int64) - fmt.zero
     raise DumpError(f"cannot decode '{value.name}' of type {value.type}")
 
 

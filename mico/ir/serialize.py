@@ -11,7 +11,8 @@ attribute values keep their Python types through tagged objects::
     {"$float": "inf" | "-inf" | "nan"}        non-finite floats (the file stays strict JSON)
     {"$dtype": "float32"}, {"$device": "cpu"}, {"$layout": "strided"},
     {"$memory_format": "contiguous_format"}   torch enums
-    {"$qformat": {"bits": 4, "signed": true}} mico.quant.arithmetic.QFormat
+    {"$qformat": {"bits": 4, "signed": true}} mico.quant.arithmetic.QFormat ("zero": z when
+                                              asymmetric)
     {"$datatype": {...}}                      mico.ir.DataType
     {"$tensor_list": [0, null, 1]}            TensorListRef (positions in node.inputs)
     {"$ndarray": {...}}, {"$npscalar": {...}}, {"$tensor": {...}}, {"$complex": [re, im]}
@@ -127,7 +128,10 @@ def encode_attr(value: Any) -> Any:
     if isinstance(value, torch.layout):
         return {"$layout": str(value).removeprefix("torch.")}
     if isinstance(value, QFormat):
-        return {"$qformat": {"bits": value.bits, "signed": value.signed}}
+        body: dict[str, Any] = {"bits": value.bits, "signed": value.signed}
+        if value.zero:
+            body["zero"] = value.zero
+        return {"$qformat": body}
     if isinstance(value, DataType):
         return {"$datatype": _encode_datatype(value)}
     if isinstance(value, TensorListRef):
@@ -237,7 +241,9 @@ _DECODERS: dict[str, Callable[[Any], Any]] = {
     "$device": torch.device,
     "$memory_format": _decode_memory_format,
     "$layout": _decode_layout,
-    "$qformat": lambda body: QFormat(int(body["bits"]), bool(body["signed"])),
+    "$qformat": lambda body: QFormat(
+        int(body["bits"]), bool(body["signed"]), int(body.get("zero", 0))
+    ),
     "$datatype": _decode_datatype,
     "$tensor_list": lambda body: TensorListRef(tuple(body)),
     "$ndarray": _decode_ndarray,

@@ -270,7 +270,8 @@ class _StaticLowering:
     # ----------------------------------------------------------------- formats
     def layer_input_format(self, node: Node) -> Format:
         a = node.attrs
-        return QFormat.for_bits(a["a_bits"], bool(a["act_signed"])), float(a["act_scale"])
+        zero = int(a.get("act_zero", 0) or 0)  # asymmetric inputs: shifted codes
+        return QFormat.for_bits(a["a_bits"], bool(a["act_signed"]), zero), float(a["act_scale"])
 
     def demands(self, value: Value, exclusive: bool = True) -> tuple[list[Format], list[Node]]:
         """Formats the uses of ``value`` ask for: layer inputs (hard) and concats (soft).

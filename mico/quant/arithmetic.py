@@ -8,7 +8,8 @@ Rules
 -----
 * Codes: ``unsigned`` b-bit codes span ``[0, 2**b - 1]``; ``signed`` codes with b >= 2 are
   symmetric, ``[-(2**(b-1) - 1), 2**(b-1) - 1]`` (so 2-bit signed is ternary); signed 1-bit codes
-  are binary ``{-1, +1}`` (the sign, zero counts as +1).
+  are binary ``{-1, +1}`` (the sign, zero counts as +1). Asymmetric (zero-point) codes are
+  unsigned codes shifted by their zero point z: ``[-z, 2**b - 1 - z]`` (see :class:`QFormat`).
 * Rounding: half away from zero, evaluated in float32 as ``x * inv_scale`` where
   ``inv_scale = float32(1 / scale)``: a C compiler reproduces that exactly.
 * Requantization: ``acc * M`` with ``M = m * 2**-shift``, ``m`` a 31-bit integer, computed in 64-bit
@@ -88,20 +89,51 @@ def format_bits(bits: BitWidth) -> str:
 
 @dataclass(frozen=True)
 class QFormat:
-    """The integer code range of a b-bit quantized value."""
+    """The integer code range of a b-bit quantized value.
+
+    ``zero`` (unsigned formats of 2 or more bits only) makes the format *asymmetric*: codes are
+    the shifted codes ``c = q - zero`` of the textbook zero-point scheme
+    ``q = clamp(round(x / s) + zero, 0, 2**b - 1)``, so they span ``[-zero, 2**b - 1 - zero]``
+    and ``x ~= s * c``. Code 0 is still the real 0 (padding, bias, ReLU need no correction);
+    only storage adds the zero point back (a packed field holds ``c + zero``).
+    """
 
     bits: int
     signed: bool
+    zero: int = 0
 
     def __post_init__(self) -> None:
         check_bits(self.bits, "code width", ternary=False)
+        if isinstance(self.zero, bool) or not isinstance(self.zero, int | np.integer):
+            raise PlanError(f"a zero point is an integer, got {brief(self.zero)}")
+        if self.zero:
+            if self.signed or self.bits < 2:
+                raise PlanError(
+                    f"a zero point ({self.zero}) needs unsigned codes of 2 or more bits, not "
+                    f"{'int' if self.signed else 'uint'}{self.bits}; binary and ternary "
+                    "activations are always symmetric"
+                )
+            if not 0 <= int(self.zero) <= 2**self.bits - 1:
+                raise PlanError(
+                    f"zero point {self.zero} is outside [0, {2**self.bits - 1}] for "
+                    f"{self.bits}-bit codes"
+                )
+            object.__setattr__(self, "zero", int(self.zero))
 
     @classmethod
-    def for_bits(cls, bits: BitWidth, signed: bool) -> QFormat:
-        """The code format of a layer bit-width: ternary is signed 2-bit ({-1, 0, +1})."""
+    def for_bits(cls, bits: BitWidth, signed: bool, zero: int = 0) -> QFormat:
+        """The code format of a layer bit-width: ternary is signed 2-bit ({-1, 0, +1}).
+
+        ``zero`` applies to unsigned codes of 2 or more bits (asymmetric activations).
+        """
         if is_ternary(bits):
             return cls(2, True)
-        return cls(storage_bits(bits), signed)
+        return cls(storage_bits(bits), signed, 0 if signed else int(zero))
+
+    @classmethod
+    def asymmetric(cls, bits: int, zero: int) -> QFormat:
+        """Shifted codes ``[-zero, 2**bits - 1 - zero]`` (zero 0: plain unsigned codes)."""
+        return cls(int(bits), False, int(zero))
 
     @property
     def binary(self) -> bool:
@@ -109,24 +141,37 @@ class QFormat:
         return self.signed and self.bits == 1
 
     @property
+    def is_asymmetric(self) -> bool:
+        """Codes with a non-zero zero point (stored as ``code + zero``)."""
+        return self.zero != 0
+
+    @property
+    def negative(self) -> bool:
+        """Whether codes can be negative (signed, or asymmetric)."""
+        return self.signed or self.zero > 0
+
+    @property
     def qmin(self) -> int:
         if not self.signed:
-            return 0
+            return -self.zero
         return -1 if self.binary else -(2 ** (self.bits - 1) - 1)
 
     @property
     def qmax(self) -> int:
         if not self.signed:
-            return 2**self.bits - 1
+            return 2**self.bits - 1 - self.zero
         return 1 if self.binary else 2 ** (self.bits - 1) - 1
 
     @property
     def ctype(self) -> str:
         """The C type one unpacked code is stored in."""
+        if self.zero:
+            return "int16_t"
         return "int8_t" if self.signed else "uint8_t"
 
     def __str__(self) -> str:
-        return f"{'int' if self.signed else 'uint'}{self.bits}"
+        base = f"{'int' if self.signed else 'uint'}{self.bits}"
+        return f"{base}z{self.zero}" if self.zero else base
 
 
 def _xp(x: Any) -> Any:
@@ -221,7 +266,8 @@ def lsq_fake_quantize(x: torch.Tensor, step: torch.Tensor, fmt: QFormat) -> torc
     ``round(v) - v`` (inside) or the clamp bound (outside), ``v = x / step``.
     """
     step = step.abs().clamp_min(1e-12)
-    grad_scale = 1.0 / math.sqrt(max(x.numel() // max(step.numel(), 1), 1) * max(fmt.qmax, 1))
+    top = max(fmt.qmax, -fmt.qmin, 1)
+    grad_scale = 1.0 / math.sqrt(max(x.numel() // max(step.numel(), 1), 1) * top)
     s = step * grad_scale + (step - step * grad_scale).detach()  # value step, scaled gradient
     v = torch.clamp(x / s, fmt.qmin, fmt.qmax)
     if fmt.binary:
@@ -250,6 +296,42 @@ def dynamic_scale(x: torch.Tensor, fmt: QFormat, absmean: bool = False) -> torch
     inv = (1.0 / s.to(torch.float64)).to(torch.float32)  # as quantize computes it
     s = torch.where((s > 0) & torch.isfinite(inv), s, torch.ones_like(s))
     return s.reshape(x.shape[0], *([1] * (x.dim() - 1)))
+
+
+def dynamic_asymmetric(x: torch.Tensor, bits: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-sample scales and zero points of asymmetric codes, float32, shapes (N, 1, ...).
+
+    Over each sample, with ``lo = min(min x, 0)`` and ``hi = max(max x, 0)`` (float32):
+    ``s = (hi - lo) / (2**b - 1)`` and ``z = clamp(round_half_away(-lo * float32(1 / s)), 0,
+    2**b - 1)``, every step in float32 as ``mico_dyn_quantize`` computes it in C. An all-zero
+    (or denormal) sample gets ``s = 1, z = 0``. Codes are then ``quantize(x, s, fmt)`` with
+    ``fmt = QFormat.asymmetric(bits, z)``, i.e. :func:`quantize_shifted`.
+    """
+    flat = x.detach().to(torch.float32).reshape(x.shape[0], -1)
+    zero_f = torch.zeros((), dtype=torch.float32)
+    lo = torch.minimum(flat.amin(dim=1), zero_f)
+    hi = torch.maximum(flat.amax(dim=1), zero_f)
+    top = float(2 ** int(bits) - 1)
+    s = (hi - lo) / torch.tensor(top, dtype=torch.float32)
+    inv = (1.0 / s.to(torch.float64)).to(torch.float32)
+    ok = (s > 0) & torch.isfinite(inv)
+    s = torch.where(ok, s, torch.ones_like(s))
+    inv = torch.where(ok, inv, torch.ones_like(inv))
+    z = torch.clamp(round_half_away(-lo * inv), 0.0, top)
+    z = torch.where(ok, z, torch.zeros_like(z))
+    shape = (x.shape[0], *([1] * (x.dim() - 1)))
+    return s.reshape(shape), z.reshape(shape)
+
+
+def quantize_shifted(x: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bits: int) -> Any:
+    """Asymmetric codes with per-sample zero points: ``clamp(round(x / s), -z, 2**b - 1 - z)``.
+
+    The same float32 arithmetic as :func:`quantize`; ``scale`` and ``zero`` broadcast against
+    ``x`` (as :func:`dynamic_asymmetric` returns them).
+    """
+    inv = _inv_scales(scale, torch)
+    v = round_half_away(x.to(torch.float32) * inv)
+    return torch.minimum(torch.maximum(v, -zero), float(2 ** int(bits) - 1) - zero)
 
 
 def quantize_multiplier(real: float) -> tuple[int, int]:

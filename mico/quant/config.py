@@ -23,7 +23,10 @@ class QuantConfig:
     * ``act_mode``: ``static`` scales calibrated ahead of time (integer-only deployment) or
       ``dynamic`` scales computed per inference from each sample (MiCo's behaviour);
     * ``act_method``: how a static range is calibrated: ``minmax``, ``percentile`` or ``mse``;
-    * ``learned_step``: learn the scales by gradient descent during QAT (LSQ).
+    * ``learned_step``: learn the scales by gradient descent during QAT (LSQ);
+    * ``act_asymmetric``: quantize activations of 2 or more bits with a zero point (all ``2**b``
+      codes cover ``[min, max]``, for skewed ranges such as GELU/SiLU outputs); binary and
+      ternary activations stay symmetric.
     """
 
     weight_granularity: Granularity = "tensor"
@@ -32,12 +35,17 @@ class QuantConfig:
     act_method: str = "mse"
     percentile: float = DEFAULT_PERCENTILE
     learned_step: bool = False
+    act_asymmetric: bool = False
 
     def __post_init__(self) -> None:
         _check("weight_granularity", self.weight_granularity, ("tensor", "channel"))
         _check("weight_method", self.weight_method, WEIGHT_METHODS)
         _check("act_mode", self.act_mode, ("static", "dynamic"))
         _check("act_method", self.act_method, ACT_METHODS)
+        if not isinstance(self.act_asymmetric, bool):
+            raise PlanError(
+                f"act_asymmetric must be true or false, got {brief(self.act_asymmetric)}"
+            )
         number = isinstance(self.percentile, int | float) and not isinstance(self.percentile, bool)
         if not number or not 0 < self.percentile <= 100:
             raise PlanError(f"percentile must be in (0, 100], got {brief(self.percentile)}")

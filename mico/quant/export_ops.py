@@ -16,26 +16,52 @@ import torch.nn.functional as F
 
 from mico.errors import InputError
 from mico.ir.ops.registry import OpRegistry
-from mico.quant.arithmetic import QFormat, dynamic_scale, is_ternary, quantize
+from mico.quant.arithmetic import (
+    QFormat,
+    dynamic_asymmetric,
+    dynamic_scale,
+    is_ternary,
+    quantize,
+    quantize_shifted,
+)
 from mico.quant.integer import Accumulate, accumulate, rescale
 
 
 def input_codes(
-    x: torch.Tensor, a_bits: float, signed: bool, scale: float, dynamic: bool
+    x: torch.Tensor,
+    a_bits: float,
+    signed: bool,
+    scale: float,
+    dynamic: bool,
+    zero: int = 0,
+    asymmetric: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input codes (float32, integral) and their float32 scale (per sample when dynamic)."""
-    fmt = QFormat.for_bits(a_bits, signed)
+    """Input codes (float32, integral) and their float32 scale (per sample when dynamic).
+
+    ``zero``: the static zero point (shifted codes ``[-zero, 2**b - 1 - zero]``);
+    ``asymmetric`` with ``dynamic``: a zero point computed per sample (:func:`dynamic_asymmetric`).
+    """
+    fmt = QFormat.for_bits(a_bits, signed, 0 if dynamic else zero)
+    if dynamic and asymmetric and fmt.bits >= 2 and not is_ternary(a_bits):
+        s, z = dynamic_asymmetric(x, fmt.bits)
+        _check_overflow(s)
+        return quantize_shifted(x.detach(), s, z, fmt.bits), s
     if dynamic:
         s = dynamic_scale(x, fmt, absmean=fmt.binary or is_ternary(a_bits))
-        if bool(torch.isinf(s).any()):
-            raise InputError(
-                "an activation overflowed float32 before a dynamic-mode quantized layer (its "
-                "run-time scale is inf): the sample is too large for this model, and the C "
-                "program stops on it too (<NAME>_ERR_OVERFLOW); scale the inputs down"
-            )
+        _check_overflow(s)
     else:
         s = torch.tensor(scale, dtype=torch.float32)
     return quantize(x.detach(), s, fmt), s
+
+
+def _check_overflow(s: torch.Tensor) -> None:
+    """A run-time scale of inf: the sample overflowed float32 (the C program stops too)."""
+    if bool(torch.isinf(s).any()):
+        raise InputError(
+            "an activation overflowed float32 before a dynamic-mode quantized layer (its "
+            "run-time scale is inf): the sample is too large for this model, and the C "
+            "program stops on it too (<NAME>_ERR_OVERFLOW); scale the inputs down"
+        )
 
 
 def weight_codes(
@@ -60,10 +86,13 @@ def integer_call(
     act_signed: bool,
     dynamic: bool,
     channel_dim: int,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     """A quantized layer's output as the C computes it (see :mod:`mico.quant.integer`)."""
     wc, sw = weight_codes(weight, w_bits, weight_scale)
-    return integer_output(op, x, wc, sw, bias, a_bits, act_signed, act_scale, dynamic, channel_dim)
+    return integer_output(op, x, wc, sw, bias, a_bits, act_signed, act_scale, dynamic, channel_dim,
+                          act_zero, act_asymmetric)  # fmt: skip
 
 
 def integer_output(
@@ -77,9 +106,11 @@ def integer_output(
     act_scale: float,
     dynamic: bool,
     channel_dim: int,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     """:func:`integer_call` with the weight codes and scales already computed."""
-    xc, sa = input_codes(x, a_bits, act_signed, act_scale, dynamic)
+    xc, sa = input_codes(x, a_bits, act_signed, act_scale, dynamic, act_zero, act_asymmetric)
     return rescale(accumulate(op, xc, w_codes), sa, w_scale, bias, channel_dim)
 
 
@@ -94,14 +125,16 @@ def bit_linear(
     act_scale: float,
     act_signed: bool,
     dynamic: bool,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     """``linear`` of quantized inputs and weights (see :class:`mico.quant.BitLinear`)."""
     return integer_call(F.linear, x, weight, bias, w_bits, a_bits, weight_scale, act_scale,
-                        act_signed, dynamic, channel_dim=-1)  # fmt: skip
+                        act_signed, dynamic, -1, act_zero, act_asymmetric)  # fmt: skip
 
 
 @bit_linear.register_fake
-def _(x, weight, bias, w_bits, a_bits, weight_scale, act_scale, act_signed, dynamic):
+def _(x, weight, bias, w_bits, a_bits, weight_scale, act_scale, act_signed, dynamic, *rest):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
@@ -120,6 +153,8 @@ def _conv(
     act_scale: float,
     act_signed: bool,
     dynamic: bool,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     conv = F.conv1d if dims == 1 else F.conv2d
 
@@ -127,7 +162,7 @@ def _conv(
         return conv(xc, wc, None, stride, padding, dilation, groups)
 
     return integer_call(op, x, weight, bias, w_bits, a_bits, weight_scale, act_scale,
-                        act_signed, dynamic, channel_dim=1)  # fmt: skip
+                        act_signed, dynamic, 1, act_zero, act_asymmetric)  # fmt: skip
 
 
 @torch.library.custom_op("mico::bit_conv1d", mutates_args=())
@@ -145,10 +180,13 @@ def bit_conv1d(
     act_scale: float,
     act_signed: bool,
     dynamic: bool,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     """``conv1d`` of quantized inputs and weights (see :class:`mico.quant.BitConv1d`)."""
     return _conv(1, x, weight, bias, stride, padding, dilation, groups, w_bits, a_bits,
-                 weight_scale, act_scale, act_signed, dynamic)  # fmt: skip
+                 weight_scale, act_scale, act_signed, dynamic, act_zero,
+                 act_asymmetric)  # fmt: skip
 
 
 @torch.library.custom_op("mico::bit_conv2d", mutates_args=())
@@ -166,10 +204,13 @@ def bit_conv2d(
     act_scale: float,
     act_signed: bool,
     dynamic: bool,
+    act_zero: int = 0,
+    act_asymmetric: bool = False,
 ) -> torch.Tensor:
     """``conv2d`` of quantized inputs and weights (see :class:`mico.quant.BitConv2d`)."""
     return _conv(2, x, weight, bias, stride, padding, dilation, groups, w_bits, a_bits,
-                 weight_scale, act_scale, act_signed, dynamic)  # fmt: skip
+                 weight_scale, act_scale, act_signed, dynamic, act_zero,
+                 act_asymmetric)  # fmt: skip
 
 
 def _conv_fake(dims: int):
@@ -188,9 +229,11 @@ bit_conv2d.register_fake(_conv_fake(2))
 
 _OPS = {"mico.bit_linear": bit_linear, "mico.bit_conv1d": bit_conv1d, "mico.bit_conv2d": bit_conv2d}
 _ARGS = {
-    "mico.bit_linear": ("w_bits", "a_bits", "weight_scale", "act_scale", "act_signed", "dynamic"),
+    "mico.bit_linear": ("w_bits", "a_bits", "weight_scale", "act_scale", "act_signed", "dynamic",
+                        "act_zero", "act_asymmetric"),
     "mico.bit_conv1d": ("stride", "padding", "dilation", "groups", "w_bits", "a_bits",
-                        "weight_scale", "act_scale", "act_signed", "dynamic"),
+                        "weight_scale", "act_scale", "act_signed", "dynamic", "act_zero",
+                        "act_asymmetric"),
 }  # fmt: skip
 _ARGS["mico.bit_conv2d"] = _ARGS["mico.bit_conv1d"]
 
@@ -201,7 +244,8 @@ def _executor(name: str):
     def execute(inputs: list[torch.Tensor | None], attrs: dict) -> list[torch.Tensor]:
         x, weight = inputs[0], inputs[1]
         bias = inputs[2] if len(inputs) > 2 else attrs.get("bias")
-        return [op(x, weight, bias, *(attrs[a] for a in _ARGS[name]))]
+        defaults = {"act_zero": 0, "act_asymmetric": False}  # graphs from before zero points
+        return [op(x, weight, bias, *(attrs.get(a, defaults.get(a)) for a in _ARGS[name]))]
 
     execute.__name__ = f"execute_{name.replace('.', '_')}"
     return execute
@@ -215,6 +259,8 @@ def _quant_attrs(builder):
         .add_attribute("act_scale", float, 1.0, "static input scale")
         .add_attribute("act_signed", bool, True, "inputs take negative values")
         .add_attribute("dynamic", bool, False, "input scales computed per sample at run time")
+        .add_attribute("act_zero", int, 0, "static zero point of asymmetric input codes")
+        .add_attribute("act_asymmetric", bool, False, "dynamic: a zero point per sample")
     )
 
 

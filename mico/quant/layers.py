@@ -12,7 +12,9 @@ three modes:
 Weight scales are a function of the weights, cached together with a copy of the weights they
 were computed from: any change of the weight values (folding BN, ``load_state_dict``, an
 optimizer step, ``weight.data`` edits) invalidates the cache.
-Static activation scales and their signedness are buffers, so checkpoints carry them.
+Static activation scales, their signedness and (with ``QuantConfig(act_asymmetric=True)``) their
+zero points are buffers, so checkpoints carry them; an asymmetric layer loading a checkpoint
+without a zero point keeps that checkpoint's symmetric (or unsigned) codes until recalibrated.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ from mico.quant.arithmetic import (
     BitWidth,
     QFormat,
     check_bits,
+    dynamic_asymmetric,
     dynamic_scale,
     fake_quantize,
     format_bits,
     is_ternary,
     lsq_fake_quantize,
     quantize,
+    quantize_shifted,
 )
 from mico.quant.config import QuantConfig
-from mico.quant.scales import choose_scale, weight_scales
+from mico.quant.scales import choose_asymmetric, choose_scale, weight_scales
 
 Mode = Literal["float", "calibrate", "quant"]
 _OBSERVE_PER_BATCH = 50_000
@@ -57,6 +61,8 @@ class BitLayer(nn.Module):
         self.qconfig = config
         self.mode: Mode = "float"
         self.register_buffer("activation_signed", torch.tensor(_UNKNOWN_SIGN, dtype=torch.int8))
+        if config.act_asymmetric:  # symmetric layers keep the state dict they always had
+            self.register_buffer("activation_zero", torch.tensor(0, dtype=torch.int16))
         if config.learned_step and config.act_mode == "static":
             self.activation_scale = nn.Parameter(torch.zeros(()))
         else:
@@ -79,6 +85,8 @@ class BitLayer(nn.Module):
         if changed:
             with torch.no_grad():
                 self.activation_scale.zero_()
+                if hasattr(self, "activation_zero"):
+                    self.activation_zero.zero_()
                 if hasattr(self, "weight_step"):
                     self.weight_step.zero_()
             self._scale_cache = self._weight_cache = self._codes_cache = None
@@ -99,10 +107,23 @@ class BitLayer(nn.Module):
         self.activation_signed.fill_(_UNKNOWN_SIGN if value is None else int(bool(value)))
 
     @property
-    def a_fmt(self) -> QFormat:
-        """Input codes: unsigned (one more bit of resolution) when the inputs are never negative.
+    def act_zero(self) -> int:
+        """The static zero point of asymmetric input codes (0: symmetric or unsigned)."""
+        zero = getattr(self, "activation_zero", None)
+        return 0 if zero is None else int(zero)
 
-        Dynamic layers that were never calibrated assume signed inputs, as MiCo does.
+    @property
+    def asymmetric(self) -> bool:
+        """Inputs quantized with a zero point (``QuantConfig.act_asymmetric``, 2+ bits)."""
+        return bool(self.qconfig.act_asymmetric) and _can_shift(self.a_bits)
+
+    @property
+    def a_fmt(self) -> QFormat:
+        """Input codes: unsigned (one more bit of resolution) when the inputs are never negative,
+        shifted by the calibrated zero point when asymmetric.
+
+        Dynamic layers that were never calibrated assume signed inputs, as MiCo does; dynamic
+        asymmetric layers have a zero point per sample, so their format here has zero 0.
         """
         signed = self.act_signed
         if signed is None:
@@ -112,7 +133,8 @@ class BitLayer(nn.Module):
                     "mico.quant.calibrate(model, batches) before quantizing"
                 )
             signed = True
-        return QFormat.for_bits(self.a_bits, signed)
+        zero = self.act_zero if self.qconfig.act_mode == "static" else 0
+        return QFormat.for_bits(self.a_bits, signed, zero)  # signed codes ignore a zero point
 
     @property
     def act_scale(self) -> float | None:
@@ -218,7 +240,21 @@ class BitLayer(nn.Module):
                 "batch that reaches it"
             )
         self.act_signed = bool(self._observed_min < 0)
-        if self.qconfig.act_mode == "static":
+        if self.qconfig.act_mode == "static" and self.asymmetric:
+            values = torch.cat(self._observed).numpy()
+            scale, zero = choose_asymmetric(
+                values,
+                int(self.a_bits),
+                self.qconfig.act_method,  # type: ignore[arg-type]
+                vmin=self._observed_min,
+                vmax=self._observed_max,
+                percentile=self.qconfig.percentile,
+            )
+            self.act_signed = False  # shifted unsigned codes
+            with torch.no_grad():
+                self.activation_scale.fill_(scale)
+                self.activation_zero.fill_(zero)
+        elif self.qconfig.act_mode == "static":
             values = torch.cat(self._observed).numpy()
             amax = max(abs(self._observed_min), self._observed_max)  # every value, not a sample
             fmt = self.a_fmt
@@ -254,6 +290,10 @@ class BitLayer(nn.Module):
         if self.mode != "quant":
             return x
         fmt = self.a_fmt
+        if self.qconfig.act_mode == "dynamic" and self.asymmetric:
+            scale, zero = dynamic_asymmetric(x, int(self.a_bits))
+            codes = quantize_shifted(x.detach(), scale, zero, int(self.a_bits))
+            return codes * scale + (x - x.detach())
         if self.qconfig.act_mode == "dynamic":
             return fake_quantize(x, dynamic_scale(x, fmt, absmean=_absmean(self.a_bits, fmt)), fmt)
         if self.act_scale is None:
@@ -277,13 +317,17 @@ class BitLayer(nn.Module):
 
     def _quant_args(self) -> tuple[Any, ...]:
         """Bit-widths and scales now, in the order the ``mico::bit_*`` operators take them."""
+        dynamic = self.qconfig.act_mode == "dynamic"
+        fmt = self.a_fmt
         return (
             float(self.w_bits),
             float(self.a_bits),
             np.atleast_1d(self._weight_scales()).astype(float).tolist(),
             float(self.act_scale or 1.0),
-            bool(self.a_fmt.signed),
-            self.qconfig.act_mode == "dynamic",
+            bool(fmt.signed),
+            dynamic,
+            int(fmt.zero),
+            bool(dynamic and self.asymmetric),
         )
 
     def _uses_integer_path(self) -> bool:
@@ -296,10 +340,21 @@ class BitLayer(nn.Module):
         """The exact inference output; gradients, when asked for, flow straight through."""
         from mico.quant.export_ops import integer_output
 
-        _, a_bits, _, act_scale, act_signed, dynamic = self._quant_args()
+        _, a_bits, _, act_scale, act_signed, dynamic, zero, asym = self._quant_args()
         codes, scales = self.weight_codes_f32()
         out = integer_output(
-            op, x, codes, scales, self.bias, a_bits, act_signed, act_scale, dynamic, channel_dim
+            op,
+            x,
+            codes,
+            scales,
+            self.bias,
+            a_bits,
+            act_signed,
+            act_scale,
+            dynamic,
+            channel_dim,
+            act_zero=zero,
+            act_asymmetric=asym,
         )
         if torch.is_grad_enabled() and (
             x.requires_grad or any(p.requires_grad for p in self.parameters())
@@ -344,7 +399,7 @@ class BitLayer(nn.Module):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
-        for name in ("activation_scale", "activation_signed", "weight_step"):
+        for name in ("activation_scale", "activation_signed", "activation_zero", "weight_step"):
             key = prefix + name
             if key in missing_keys:
                 missing_keys.remove(key)
@@ -388,6 +443,11 @@ class _WeightSnapshot:
         return other.matches(self.weight, self.step, self.settings)
 
     __hash__ = None  # type: ignore[assignment]
+
+
+def _can_shift(bits: BitWidth) -> bool:
+    """Zero points apply to activations of 2 or more bits (binary and ternary stay symmetric)."""
+    return not is_ternary(bits) and int(bits) >= 2
 
 
 def _absmean(bits: BitWidth, fmt: QFormat) -> bool:

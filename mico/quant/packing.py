@@ -2,7 +2,8 @@
 
 Codes are laid out as one little-endian bit stream: code ``i`` occupies bits ``[i*b, (i+1)*b)``,
 least significant bit first, and may straddle a byte boundary. A field holds the code in b-bit
-two's complement (signed) or plain binary (unsigned); binary {-1, +1} codes are stored as 0 / 1.
+two's complement (signed) or plain binary (unsigned); binary {-1, +1} codes are stored as 0 / 1,
+asymmetric codes (a zero point z) as the unsigned field ``code + z``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def pack(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
         raise ValueError(
             f"codes span [{q.min()}, {q.max()}], outside {fmt} range [{fmt.qmin}, {fmt.qmax}]"
         )
+    q = q + fmt.zero  # asymmetric codes: the field is code + zero point
     fields = (
         (q > 0).astype(np.uint8) if fmt.binary else (q & ((1 << fmt.bits) - 1)).astype(np.uint8)
     )
@@ -47,7 +49,7 @@ def unpack(data: np.ndarray, count: int, fmt: QFormat) -> np.ndarray:
     if fmt.signed:
         sign_bit = 1 << (fmt.bits - 1)
         return np.where(fields & sign_bit, fields - (1 << fmt.bits), fields)
-    return fields
+    return fields - fmt.zero
 
 
 # ----------------------------------------------------------------------------- channel lanes
@@ -80,23 +82,24 @@ def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int]
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
         return None
     w_max = 1 if b == 1 else 2**b - 1
-    x_max = a_fmt.qmax if not a_fmt.signed else max(a_fmt.qmax, -a_fmt.qmin)
+    negative = a_fmt.negative  # signed or asymmetric codes: signed lane sums
+    x_max = max(a_fmt.qmax, -a_fmt.qmin)
     best: tuple[float, dict[str, int]] | None = None
     for s in LANE_WIDTHS:
         groups = s // b
         if s % b or (b, groups) not in LANE_KERNELS:
             continue
-        cap = 2 ** (s - 1) - 1 if a_fmt.signed else 2**s - 1
+        cap = 2 ** (s - 1) - 1 if negative else 2**s - 1
         n = cap // (x_max * w_max)
         if n < 1:
             continue
         npx = 1 if pixels == 1 else (2 if groups == 8 else 4)
         # a flush: each lane into its sum, plus the call and loop around them (about 40)
-        flush = (groups * npx * (32 // s) * (7 if a_fmt.signed else 5) + 40) / n
+        flush = (groups * npx * (32 // s) * (7 if negative else 5) + 40) / n
         per_tap = 2 + (2 * groups - 1) + npx * (1 + 2 * groups) + flush
         cost = per_tap / (lane_channels(b) * npx)
         if best is None or cost < best[0]:
-            best = (cost, {"s": s, "n": min(n, 1 << 20), "is_signed": int(a_fmt.signed)})
+            best = (cost, {"s": s, "n": min(n, 1 << 20), "is_signed": int(negative)})
     if best is None or best[0] >= PLAIN_INNER_COST:
         return None
     return best[1]

@@ -12,7 +12,7 @@ from typing import Literal
 
 import numpy as np
 
-from mico.quant.arithmetic import QFormat, round_half_away
+from mico.quant.arithmetic import QFormat, quantize, round_half_away
 
 ScaleMethod = Literal["max", "absmax", "minmax", "mse", "percentile", "absmean"]
 SCALE_METHODS: tuple[str, ...] = ("max", "absmax", "minmax", "mse", "percentile", "absmean")
@@ -90,6 +90,64 @@ def _least_error_scale(x: np.ndarray, fmt: QFormat, full: float) -> float:
         q = np.clip(round_half_away(v), fmt.qmin, fmt.qmax)
         errors[sl] = np.mean((q * scales[sl, None] - x[None, :]) ** 2, axis=1)
     return float(scales[int(np.argmin(errors))])
+
+
+def asymmetric_params(lo: float, hi: float, bits: int) -> tuple[float, int]:
+    """Scale and zero point mapping ``[lo, hi]`` (widened to contain 0) onto ``2**bits`` codes.
+
+    ``s = (hi - lo) / (2**bits - 1)``, ``z = clamp(round_half_away(-lo / s), 0, 2**bits - 1)``;
+    a non-negative range gives ``z = 0`` (plain unsigned codes), an empty one ``(1.0, 0)``.
+    """
+    lo, hi = min(float(lo), 0.0), max(float(hi), 0.0)
+    top = 2 ** int(bits) - 1
+    if not hi - lo > 0:
+        return 1.0, 0
+    scale = (hi - lo) / top
+    zero = int(round_half_away(np.float64(-lo / scale)))
+    return scale, min(max(zero, 0), top)
+
+
+def choose_asymmetric(
+    values: np.ndarray,
+    bits: int,
+    method: ScaleMethod = "mse",
+    vmin: float | None = None,
+    vmax: float | None = None,
+    percentile: float = DEFAULT_PERCENTILE,
+) -> tuple[float, int]:
+    """Scale and zero point of asymmetric ``bits``-bit codes for ``values``.
+
+    * ``max`` / ``absmax`` / ``minmax``: the whole range ``[min, max]`` (``vmin`` / ``vmax``
+      when an observer saw more values than it kept);
+    * ``percentile``: the ``100 - p`` and ``p`` percentiles instead (ignores outliers);
+    * ``mse``: the range shrunk by each ratio of a grid, keeping the least squared error.
+    """
+    if method not in SCALE_METHODS or method == "absmean":
+        raise ValueError(
+            f"unknown asymmetric scale method {method!r}; use one of {', '.join(ACT_METHODS)}"
+        )
+    every = np.asarray(values, dtype=np.float32).ravel()
+    if every.size == 0:
+        return 1.0, 0
+    lo = float(np.min(every)) if vmin is None else float(vmin)
+    hi = float(np.max(every)) if vmax is None else float(vmax)
+    if method in ("max", "absmax", "minmax"):
+        return asymmetric_params(lo, hi, bits)
+    x = _subsample(every)
+    if method == "percentile":
+        if not 0 < percentile <= 100:
+            raise ValueError(f"percentile must be in (0, 100], got {percentile}")
+        plo, phi = np.percentile(x, [100 - percentile, percentile])
+        return asymmetric_params(float(plo), float(phi), bits)
+    best: tuple[float, tuple[float, int]] | None = None
+    for ratio in _MSE_GRID[::-1]:  # widest first: ties keep the widest range
+        scale, zero = asymmetric_params(lo * ratio, hi * ratio, bits)
+        q = quantize(x, scale, QFormat.asymmetric(bits, zero))
+        error = float(np.mean((q * np.float32(scale) - x) ** 2))
+        if best is None or error < best[0]:
+            best = (error, (scale, zero))
+    assert best is not None
+    return best[1]
 
 
 def weight_scales(

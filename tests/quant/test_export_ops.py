@@ -70,7 +70,7 @@ def test_registered_executor_matches_the_layer() -> None:
     x = _input(model)
     execute = OpRegistry.require("mico.bit_conv2d", "execute")
     names = ("stride", "padding", "dilation", "groups", "w_bits", "a_bits", "weight_scale",
-             "act_scale", "act_signed", "dynamic")  # fmt: skip
+             "act_scale", "act_signed", "dynamic", "act_zero", "act_asymmetric")  # fmt: skip
     values = (list(layer.stride), list(layer.padding), list(layer.dilation), layer.groups,
               *layer._export_quant_args())  # fmt: skip
     (out,) = execute([x, layer.weight, layer.bias], dict(zip(names, values, strict=True)))

@@ -24,7 +24,8 @@ MICO = "MicoOp"
 
 
 def codes_dtype(fmt: QFormat) -> DataType:
-    """The data type of codes in format ``fmt``: ``int<b>`` when signed, else ``uint<b>``."""
+    """The data type of codes in format ``fmt``: ``int<b>`` when signed, else ``uint<b>`` (the
+    storage field type: asymmetric codes are stored as unsigned ``code + zero``)."""
     return DataType.int(fmt.bits) if fmt.signed else DataType.uint(fmt.bits)
 
 
@@ -45,7 +46,7 @@ def _deduce_quantize(args: list[Any], attrs: dict[str, Any]) -> ShapedType:
     )
     .add_argument("input", "Real-valued tensor (TensorType)")
     .add_attribute("scale", float, description="real value of one code step")
-    .add_attribute("qformat", QFormat, description="code width and signedness")
+    .add_attribute("qformat", QFormat, description="code width, signedness and zero point")
     .f_deduce_type(_deduce_quantize)
 )
 
