@@ -22,6 +22,19 @@ evaluate ``n_inits`` (their default: a third of ``n_iterations``, 2 to 10) plus
 evaluations each run actually asked for (``eval_f`` calls) are counted and reported.
 A 500-evaluation ``random`` search (5 seeds) is reported against the exhaustive optimum too.
 
+A second part (``--part large``) takes a model where exhaustive search is impossible: the zoo's
+DS-CNN (``dscnn``, 10 quantizable layers: a 10x4 conv, four depthwise-separable blocks, the
+classifier; 16 channels) trained on digits (8x8; the model's pooling makes it size-agnostic).
+Its 20 widths in {2, 4, 8} are 3^20 = 3.5e9 schemes, so the strategies search a 10-dimension
+``DimTransform`` as seed 003 does for large models: W = A per layer under the BOPs budget
+(BOPs = MACs x w x a), weights only (activations at 8 bits) under the weight-size budget.
+Every strategy (random, nlp, mico, bayes, haq, regression) runs at 20 and 40 evaluations x
+``--large-seeds`` seeds; the reference is the best feasible accuracy found by any run; for
+each run: the accuracy returned, whether it is in budget, the evaluations until the best so
+far is within 0.5 % of that reference, and the searcher's own wall time (evaluations
+excluded; they are memoized). ``--part large`` keeps the small-model figures of an earlier
+run in the JSON and Markdown.
+
 Figures go to ``benchmarks/results/search.json``, ``search.md`` and ``search_trajectory.png``.
 """
 
@@ -45,7 +58,7 @@ import torch
 
 from mico.data import load_dataset
 from mico.models import from_zoo
-from mico.search import MiCoEval
+from mico.search import DimTransform, MiCoEval
 from mico.search.strategies import STRATEGIES
 from mico.train import accuracy, fit, seed_everything
 
@@ -85,6 +98,8 @@ class TableEval:
                 self.acc = {tuple(json.loads(k)): v for k, v in stored["acc"].items()}
         self.costs: dict[str, dict[tuple, float]] = {"bops": {}, "size": {}}
         self.misses = 0
+        self.miss_seconds = 0.0
+        self.save_every = 0  # save the memo after this many new evaluations (0: never)
         self.log: list[tuple[tuple, float]] = []
 
     def save(self) -> None:
@@ -98,7 +113,11 @@ class TableEval:
         key = tuple(int(b) for b in scheme)
         if key not in self.acc:
             self.misses += 1
+            t0 = time.time()
             self.acc[key] = float(self.ev.eval_ptq_acc(list(key)))
+            self.miss_seconds += time.time() - t0
+            if self.save_every and self.misses % self.save_every == 0:
+                self.save()
         return self.acc[key]
 
     def eval_f(self, scheme: Any) -> float:
@@ -388,6 +407,8 @@ def to_markdown(results: dict[str, Any]) -> str:
         "than the best feasible scheme their run evaluated: " + str(results["never_worse"]) + ".",
         "",
     ]
+    if "large" in results:
+        out += large_markdown(results["large"])
     return "\n".join(out)
 
 
@@ -439,6 +460,246 @@ def outcome(results: dict[str, Any]) -> list[str]:
     return lines
 
 
+# ----------------------------------------------------------------------------- the large model
+LARGE = {"zoo": "dscnn", "kwargs": {"channels": 16, "n_blocks": 4, "num_classes": 10},
+         "dataset": "digits", "input_shape": (1, 8, 8), "calibration_batches": 1}  # fmt: skip
+LARGE_STRATEGIES = ("random", "nlp", "mico", "bayes", "haq", "regression")
+LARGE_EVALS = (20, 40)
+LARGE_BUDGETS = ("bops:0.25", "size:0.5")
+WITHIN = 0.005  # "reached": best so far within 0.5 % of the best any run found
+
+
+def large_transform(kind: str, n: int) -> DimTransform:
+    """The seed's move for a large space: W = A per layer for BOPs (w x a), weights only
+    (activations at 8 bits) for the weight size, which activations do not change."""
+    return DimTransform.w_eq_a(n) if kind == "bops" else DimTransform.w_only(n, a_bits=8)
+
+
+def prepare_large(cache_dir: Path, epochs: int) -> tuple[TableEval, dict]:
+    seed_everything(0)
+    dataset = LARGE["dataset"]
+    split = load_dataset(dataset, seed=0)
+    train_loader, test_loader = split.loaders(batch_size=64, seed=0)
+    model = from_zoo(LARGE["zoo"], **LARGE["kwargs"])
+    model.default_input_shape = LARGE["input_shape"]
+    ckpt = cache_dir / f"{LARGE['zoo']}16x4_{dataset}_fp32.pth"
+    t0 = time.time()
+    trained = not ckpt.exists()
+    if trained:
+        fit(model, train_loader, epochs, lr=3e-3)
+        model.save(ckpt)
+    else:
+        model.load(ckpt)
+    train_s = time.time() - t0
+    fp32 = accuracy(model, test_loader)
+    train_loader, test_loader = split.loaders(batch_size=64, seed=0)
+    ev = MiCoEval(model, 0, train_loader, test_loader, ckpt, objective="ptq_acc",
+                  data_name=dataset, model_name=f"{LARGE['zoo']}16x4",
+                  calibration_batches=LARGE["calibration_batches"])  # fmt: skip
+    table = TableEval(ev, cache_dir / f"{LARGE['zoo']}16x4_{dataset}_evals.json")
+    table.save_every = 25
+    n = ev.n_layers
+    t0 = time.time()
+    w8a8 = float(ev.eval_ptq_acc([8] * 2 * n))
+    info = {
+        "model": f"{LARGE['zoo']}({', '.join(f'{k}={v}' for k, v in LARGE['kwargs'].items())})",
+        "dataset": dataset,
+        "layers": ev.layer_names,
+        "schemes": 3 ** (2 * n),
+        "train_samples": len(split.x_train),
+        "test_samples": len(split.x_test),
+        "calibration_batches": LARGE["calibration_batches"],
+        "fp32_epochs": epochs,
+        "fp32_trained_this_run": trained,
+        "fp32_seconds": round(train_s, 1),
+        "fp32_accuracy": fp32,
+        "w8a8_ptq_accuracy": w8a8,
+        "seconds_per_evaluation": round(time.time() - t0, 3),
+    }
+    return table, info
+
+
+def run_large(table: TableEval, strategy: str, evaluations: int, seed: int, kind: str,
+              budget: float) -> dict[str, Any]:  # fmt: skip
+    table.log = []
+    transform = large_transform(kind, table.n_layers)
+    searcher = STRATEGIES[strategy](table, qtypes=QTYPES, seed=seed, dim_trans=transform)
+    misses, miss_s = table.misses, table.miss_seconds
+    t0 = time.time()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        best_x, best_y = searcher.search(
+            n_iterations_for(strategy, evaluations), "ptq_acc", kind, budget
+        )
+    wall = time.time() - t0
+    evaluating = table.miss_seconds - miss_s
+    cost = getattr(table, f"eval_{kind}")
+    so_far, best = [], 0.0
+    for scheme, value in table.log:
+        if cost(scheme) <= budget:
+            best = max(best, value)
+        so_far.append(best)
+    best_x = [int(b) for b in best_x]
+    return {
+        "strategy": strategy,
+        "evaluations_budget": evaluations,
+        "seed": seed,
+        "space": repr(transform),
+        "calls": len(table.log),
+        "distinct": len({sch for sch, _ in table.log}),
+        "new_evaluations": table.misses - misses,
+        "best_x": best_x,
+        "best_y": float(best_y),
+        "best_x_feasible": cost(best_x) <= budget,
+        "best_x_cost": cost(best_x),
+        "best_seen": so_far[-1] if so_far else 0.0,
+        "trajectory": [round(v, 6) for v in so_far],
+        "searcher_seconds": round(wall - evaluating, 3),
+        "evaluation_seconds": round(evaluating, 3),
+    }
+
+
+def evals_to_reach(trajectory: list[float], target: float) -> int | None:
+    """The first evaluation (1-based) whose best so far is at least ``target``."""
+    return next((i + 1 for i, v in enumerate(trajectory) if v >= target - 1e-12), None)
+
+
+def large_part(cache_dir: Path, epochs: int, seeds: list[int]) -> dict[str, Any]:
+    t_start = time.time()
+    table, info = prepare_large(cache_dir, epochs)
+    print(f"large: {info['model']} {len(info['layers'])} layers, FP32 {info['fp32_accuracy']:.4f}"
+          f", {info['seconds_per_evaluation']} s/eval", flush=True)  # fmt: skip
+    n = table.n_layers
+    blocks: dict[str, Any] = {}
+    for name in LARGE_BUDGETS:
+        kind, frac = name.split(":")
+        cost = getattr(table, f"eval_{kind}")
+        budget = float(frac) * cost([8] * 2 * n)
+        runs = []
+        for strategy in LARGE_STRATEGIES:
+            for e in LARGE_EVALS:
+                for seed in seeds:
+                    runs.append(run_large(table, strategy, e, seed, kind, budget))
+            print(f"  large {name} {strategy}: done ({time.time() - t_start:.0f} s, "
+                  f"{table.misses} evaluated)", flush=True)  # fmt: skip
+        table.save()
+        reference = max(r["best_seen"] for r in runs)
+        owner = max(runs, key=lambda r: (r["best_seen"], -r["calls"]))
+        plan = next(sch for sch, v in table.acc.items() if v == reference and cost(sch) <= budget)
+        for r in runs:
+            r["evals_to_within"] = evals_to_reach(r["trajectory"], (1 - WITHIN) * reference)
+            r["fraction"] = r["best_y"] / reference
+        summary = {}
+        for s in LARGE_STRATEGIES:
+            summary[s] = {}
+            for e in LARGE_EVALS:
+                rs = [r for r in runs if r["strategy"] == s and r["evaluations_budget"] == e]
+                reached = [r["evals_to_within"] for r in rs if r["evals_to_within"] is not None]
+                summary[s][str(e)] = {
+                    "mean_best": float(np.mean([r["best_y"] for r in rs])),
+                    "min_best": float(np.min([r["best_y"] for r in rs])),
+                    "mean_fraction": float(np.mean([r["fraction"] for r in rs])),
+                    "all_feasible": all(r["best_x_feasible"] for r in rs),
+                    "mean_calls": float(np.mean([r["calls"] for r in rs])),
+                    "reached": f"{len(reached)}/{len(rs)}",
+                    "mean_evals_to_within": float(np.mean(reached)) if reached else None,
+                    "mean_searcher_seconds": float(np.mean([r["searcher_seconds"] for r in rs])),
+                }
+        blocks[name] = {
+            "budget": budget,
+            "w8a8_cost": cost([8] * 2 * n),
+            "space": repr(large_transform(kind, n)),
+            "reference": reference,
+            "reference_plan": list(plan),
+            "reference_found_by": f"{owner['strategy']} E={owner['evaluations_budget']} "
+            f"seed {owner['seed']}",
+            "summary": summary,
+            "runs": runs,
+        }
+    info["evaluated"] = len(table.acc)
+    info["evaluation_seconds_this_run"] = round(table.miss_seconds, 1)
+    info["evaluated_this_run"] = table.misses
+    return {"info": info, "budgets": blocks, "seeds": seeds,
+            "total_seconds": round(time.time() - t_start, 1)}  # fmt: skip
+
+
+def large_markdown(large: dict[str, Any]) -> list[str]:
+    info = large["info"]
+    out = [
+        "",
+        "## A model too large for exhaustive search (`--part large`)",
+        "",
+        f"* Model: `{info['model']}` on {info['dataset']} ({len(info['layers'])} quantizable "
+        f"layers: {', '.join(info['layers'])}), FP32 {info['fp32_accuracy']:.4f} after "
+        f"{info['fp32_epochs']} epochs ({info['fp32_seconds']} s), W8A8 PTQ "
+        f"{info['w8a8_ptq_accuracy']:.4f}; {info['test_samples']} test samples, "
+        f"{info['calibration_batches']} calibration batches of 64. Widths {{2, 4, 8}}: "
+        f"{info['schemes']:.2e} schemes, about {info['seconds_per_evaluation']} s per "
+        "evaluation here: exhaustive search is out of reach.",
+        "* Space: a `DimTransform` of 10 dimensions, as seed 003 does for large models: "
+        "W = A per layer under the BOPs budget, weights only (activations held at 8 bits) "
+        "under the weight-size budget. The same transform for every strategy.",
+        "* Reference: the best budget-feasible accuracy any run evaluated (all strategies, "
+        "evaluation budgets and seeds). 'evals to 0.5 %': the mean, over the runs that got "
+        "there, of the evaluations until the best so far was within 0.5 % of that reference "
+        "(reached: how many runs did). 'searcher s': the searcher's own wall time per run, the "
+        "evaluations excluded (they are memoized and shared across runs, "
+        f"{info['evaluated_this_run']} new ones took {info['evaluation_seconds_this_run']} s "
+        f"in this run; {info['evaluated']} distinct schemes in all).",
+        f"* `nlp` needs 1 + 10 dimensions x 2 lower widths + 1 = 22 evaluations whatever E is "
+        f"(its E=20 runs use 22). Seeds {large['seeds']}; part total "
+        f"{large['total_seconds']:.0f} s.",
+        "",
+        "| budget | space | reference (best found) | found by | best plan (w..., a...) |",
+        "|---|---|---:|---|---|",
+    ]
+    for name, b in large["budgets"].items():
+        out.append(
+            f"| {budget_label(name)} ({b['budget']:.0f}) | {b['space']} | {b['reference']:.4f} "
+            f"| {b['reference_found_by']} | {b['reference_plan']} |"
+        )
+    out += [
+        "",
+        "| budget | strategy | " + " | ".join(
+            f"E={e} best (mean / min) | E={e} in budget | E={e} evals to 0.5 % (reached) "
+            f"| E={e} searcher s" for e in LARGE_EVALS) + " |",
+        "|---|---|" + "---:|---|---:|---:|" * len(LARGE_EVALS),
+    ]  # fmt: skip
+    for name, b in large["budgets"].items():
+        for s in LARGE_STRATEGIES:
+            cells = []
+            for e in LARGE_EVALS:
+                t = b["summary"][s][str(e)]
+                reach = t["mean_evals_to_within"]
+                cells += [
+                    f"{t['mean_best']:.4f} / {t['min_best']:.4f}",
+                    "yes" if t["all_feasible"] else "NO",
+                    f"{reach:.1f} ({t['reached']})" if reach is not None else f"- ({t['reached']})",
+                    f"{t['mean_searcher_seconds']:.2f}",
+                ]
+            out.append(f"| {budget_label(name)} | {s} | " + " | ".join(cells) + " |")
+    out += ["", "### Outcome (large model)", ""] + large["outcome"] + [""]
+    return out
+
+
+def large_outcome(large: dict[str, Any]) -> list[str]:
+    lines = []
+    for name, b in large["budgets"].items():
+        for e in LARGE_EVALS:
+            at = {s: b["summary"][s][str(e)] for s in LARGE_STRATEGIES}
+            ranked = sorted(at, key=lambda s: -at[s]["mean_best"])
+            lines.append(
+                f"* {budget_label(name)}, E={e}: "
+                + ", ".join(f"`{s}` {at[s]['mean_best']:.4f}" for s in ranked)
+                + f" (mean best accuracy; reference {b['reference']:.4f})."
+            )
+    bad = [(name, s, e) for name, b in large["budgets"].items() for s in LARGE_STRATEGIES
+           for e in LARGE_EVALS if not b["summary"][s][str(e)]["all_feasible"]]  # fmt: skip
+    lines.append("* Every returned plan was within its budget." if not bad
+                 else f"* Plans over budget in: {bad}.")  # fmt: skip
+    return lines
+
+
 def versions() -> dict[str, str]:
     import optuna
     import sklearn
@@ -469,7 +730,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--budgets", nargs="+", default=["bops:0.5", "bops:0.25", "size:0.5"],
                    help="cost:fraction of the W8A8 cost")  # fmt: skip
+    p.add_argument("--part", choices=("all", "small", "large"), default="all",
+                   help="small: the exhaustive 3-layer table; large: the DS-CNN comparison "
+                   "(the other part's figures are kept from the results file)")  # fmt: skip
+    p.add_argument("--large-seeds", type=int, default=2)
+    p.add_argument("--large-epochs", type=int, default=20)
     args = p.parse_args(argv)
+    previous: dict[str, Any] = {}
+    if args.part != "all" and (args.out / "search.json").exists():
+        previous = json.loads((args.out / "search.json").read_text())
     torch.set_num_threads(1)
     args.cache_dir.mkdir(parents=True, exist_ok=True)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -479,7 +748,20 @@ def main(argv: list[str] | None = None) -> int:
     t_start = time.time()
     seeds = list(range(args.seeds))
     results: dict[str, Any] = {"budgets": args.budgets, "models": {}}
-    for zoo in args.models:
+    if args.part != "small":
+        results["large"] = large_part(args.cache_dir, args.large_epochs,
+                                      list(range(args.large_seeds)))  # fmt: skip
+        results["large"]["meta"] = versions()
+        results["large"]["outcome"] = large_outcome(results["large"])
+        print("\n".join(results["large"]["outcome"]), flush=True)
+    elif "large" in previous:
+        results["large"] = previous["large"]
+    if args.part == "large" and previous.get("models"):
+        for key in ("budgets", "models", "meta", "outcome", "never_worse"):
+            results[key] = previous[key]
+        _write_results(results, args.out, plot_small=False)
+        return 0
+    for zoo in args.models if args.part != "large" else []:
         table, info = prepare(zoo, MODELS[zoo], args.cache_dir, args.epochs)
         print(f"{zoo}: {info['seconds_per_evaluation']} s/eval, deterministic "
               f"{info['determinism_check']['deterministic']}", flush=True)  # fmt: skip
@@ -533,11 +815,16 @@ def main(argv: list[str] | None = None) -> int:
         for b in v["budgets"].values()
         for r in b["runs"]
     )
-    plot(results, args.out / "search_trajectory.png")
-    (args.out / "search.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out / "search.md").write_text(to_markdown(results))
+    _write_results(results, args.out, plot_small=True)
     print("\n".join(results["outcome"]))
     return 0
+
+
+def _write_results(results: dict[str, Any], out: Path, plot_small: bool) -> None:
+    if plot_small:
+        plot(results, out / "search_trajectory.png")
+    (out / "search.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out / "search.md").write_text(to_markdown(results))
 
 
 if __name__ == "__main__":
