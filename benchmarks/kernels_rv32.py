@@ -196,7 +196,7 @@ def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[st
     dw = None
     if layer.kind == "conv" and layer.groups == layer.x.shape[0] == out_c:
         dw = dw_lane_plan(layer.weight, layer.a_fmt, layer.x.shape[1:], layer.out_hw,
-                          (layer.stride,) * 2, (layer.pad,) * 2, (1, 1))  # fmt: skip
+                          (layer.stride,) * 2, (layer.pad,) * 2, (1, 1), layer.o_fmt)  # fmt: skip
     calls = []
     for path in paths:
         lanes = plan if path == "chosen" else None

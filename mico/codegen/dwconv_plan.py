@@ -49,6 +49,7 @@ def dw_lane_plan(
     stride: tuple[int, int],
     padding: tuple[int, int],
     dilation: tuple[int, int],
+    out_fmt: QFormat | None = None,
 ) -> dict[str, int] | None:
     """The ``MicoDwLanes`` (``s``, ``q``) of a depthwise 3x3 layer, or None.
 
@@ -69,6 +70,9 @@ def dw_lane_plan(
     if sw not in (1, 2) or pw not in (0, 1) or int(stride[0]) < 1:
         return None
     b, span = a_fmt.bits, window_range(w, a_fmt)
+    # outputs of at most 4 codes requantize by thresholds, all lanes at once, when the lanes
+    # keep a spare top bit (mico_dwl_levels)
+    few = out_fmt is not None and out_fmt.qmax - out_fmt.qmin <= 3
     rows_per_out = max(1, -(-in_h // max(out_h, 1)))
     best: tuple[float, dict[str, int]] | None = None
     for s in DW_LANE_WIDTHS:
@@ -90,7 +94,8 @@ def dw_lane_plan(
             build = 4 * in_w + 20
         # estimated instructions per output row: output words (9 taps, a requantization per
         # lane) and the input rows built for it (each once per channel)
-        cost = nch * (q // sw) * (32 + 11 * k) + build * rows_per_out
+        per_word = 44 + 3 * k if few and span < 2 ** (s - 1) else 32 + 11 * k
+        cost = nch * (q // sw) * per_word + build * rows_per_out
         if best is None or cost < best[0]:
             best = (cost, {"s": s, "q": q})
     return None if best is None else best[1]
@@ -114,7 +119,7 @@ def node_plan(node: Node) -> dict[str, int] | None:
         return None
     return dw_lane_plan(
         np.asarray(weight.data), x.qformat, (in_h, in_w), (out_h, out_w),
-        a["stride"], a["padding"], a["dilation"],
+        a["stride"], a["padding"], a["dilation"], out.qformat,
     )  # fmt: skip
 
 

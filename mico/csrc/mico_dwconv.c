@@ -38,6 +38,11 @@
 
 #define MICO_DWL_RING 640 /* uint32 lane words of the three cached input rows */
 #define MICO_DWL_VALS 320 /* int32 sums of one output row (whole chunks) */
+#if defined(__GNUC__)
+#define MICO_DWL_INLINE __attribute__((always_inline)) inline /* constants of each lane width */
+#else
+#define MICO_DWL_INLINE inline
+#endif
 
 /* x << n and x >> n for n in [0, 32] (a shift by 32 is zero). */
 static inline uint32_t mico_dwl_shl(uint32_t x, uint32_t n)
@@ -56,21 +61,54 @@ static inline uint32_t mico_dwl_bits(const uint8_t *buf, size_t bit, uint32_t n)
     const uint8_t *p = buf + (bit >> 3);
     const uint32_t off = (uint32_t)(bit & 7u), bytes = (off + n + 7u) >> 3;
     uint32_t v = (uint32_t)p[0] >> off, sh = 8u - off, j;
+    if (n == 32u && off == 0u) { /* a whole word on a byte (the usual chunk) */
+        return v | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+    }
     for (j = 1; j < bytes; j++, sh += 8u) {
         v |= mico_dwl_shl((uint32_t)p[j], sh);
     }
     return n >= 32u ? v : v & ((1u << n) - 1u);
 }
 
+/* Store the n (<= 32) low bits of v at bit `bit` of a packed stream, keeping the other bits
+ * of the bytes it touches. */
+static inline void mico_dwl_put(uint8_t *buf, size_t bit, uint32_t v, uint32_t n)
+{
+    uint8_t *p = buf + (bit >> 3);
+    uint32_t off = (uint32_t)(bit & 7u);
+    if (n == 32u && off == 0u) {
+        p[0] = (uint8_t)v;
+        p[1] = (uint8_t)(v >> 8);
+        p[2] = (uint8_t)(v >> 16);
+        p[3] = (uint8_t)(v >> 24);
+        return;
+    }
+    while (n > 0u) {
+        const uint32_t take = 8u - off < n ? 8u - off : n, m = ((1u << take) - 1u) << off;
+        *p = (uint8_t)(((uint32_t)*p & ~m) | ((v << off) & m));
+        v >>= take;
+        n -= take;
+        off = 0;
+        p++;
+    }
+}
+
 /* What one layer's lanes share. */
 typedef struct {
     const MicoConv2d *p;
     uint32_t s, k, q, qo, b;  /* lane width, lanes, words and output words per chunk, bits */
+    uint32_t bo;               /* output bits */
     int32_t nch;               /* output chunks of a row */
     int32_t nrow;              /* input chunks of a row (at least nch, all of the row) */
     int32_t cw;                /* words per chunk: q + 3 */
     int32_t off;               /* word -pad_w of chunk 0 in a row buffer */
     int32_t nout, rstride;     /* output rows of one call, words between their input rows */
+    int32_t mode;              /* the channel's requantization: mico_dwl_fast, or 3 (below) */
+    uint32_t th[3];            /* mode 3: 2^(s-1) - (lane value of each level's threshold) */
+    int32_t lo_out;            /* mode 3: the lowest output code */
+    void *outp;                /* mode 4: the output tensor, the bit of the first row written */
+    size_t obit;
+    uint32_t ofm, olo;         /* mode 4: output fields (b_o bits every s), lo in each lane */
     uint32_t fm, hx;           /* field mask (b bits every s), signed codes' xor (else 0) */
     uint32_t ones;             /* 1 in every lane */
     int32_t xmin, xmax;        /* activation code range */
@@ -78,8 +116,8 @@ typedef struct {
 
 /* The lane words of input row iy of the channel whose plane starts at element `plane`
  * (inlined into one function per lane width S, so that its shifts are constants). */
-static inline void mico_dwl_row(const MicoDwl *d, const void *in, size_t plane, int32_t iy,
-                                uint32_t *dst, const uint32_t s)
+static MICO_DWL_INLINE void mico_dwl_row1(const MicoDwl *d, const void *in, size_t plane, int32_t iy,
+                                 uint32_t *dst, const uint32_t s)
 {
     const MicoConv2d *p = d->p;
     const uint32_t k = 32u / s, q = d->q, b = d->b, cw = (uint32_t)d->cw;
@@ -113,8 +151,8 @@ static inline void mico_dwl_row(const MicoDwl *d, const void *in, size_t plane, 
             const uint32_t n = (uint32_t)(left < per ? left : per) * b;
             raw = mico_dwl_bits((const uint8_t *)in, bit0 + (size_t)(c * per) * b, n);
         }
-        for (j = 0; j < q; j++) {
-            w[1 + j] = (raw >> (b * j)) & fm;
+        for (j = 1; j <= q; j++, raw >>= b) {
+            w[j] = raw & fm;
         }
         f0 = w[1];
         f1 = w[2];
@@ -142,6 +180,15 @@ static inline void mico_dwl_row(const MicoDwl *d, const void *in, size_t plane, 
     }
 }
 
+/* Rows iy .. iy + count - 1, `stride` words apart. */
+static MICO_DWL_INLINE void mico_dwl_row(const MicoDwl *d, const void *in, size_t plane, int32_t iy,
+                                int32_t count, uint32_t *dst, int32_t stride, const uint32_t s)
+{
+    for (; count > 0; count--, iy++, dst += stride) {
+        mico_dwl_row1(d, in, plane, iy, dst, s);
+    }
+}
+
 /* Whether the row function requantizes: a multiplier and a ReLU with lo <= 0 (max(sum, 0)
  * rescaled, then at most hi): 1 with a shift above 32 (the high word of the product plus the
  * rounding bit, shifted: the low word only matters below the rounding bit), 2 with a shift sh
@@ -156,6 +203,48 @@ static inline int32_t mico_dwl_fast(const MicoRq *q)
         return 1;
     }
     return q->shift == 32 || ((uint32_t)q->m >> q->shift) == 0 ? 2 : 0;
+}
+
+/* Requantization by thresholds ("mode 3"): an output of at most 4 codes (1- and 2-bit,
+ * binary) is lo + the number of levels whose threshold the sum reaches (requantization is
+ * monotonic). When every lane value u (sum - lo_sum) of the channel stays below 2^(s-1), the
+ * lanes compare all at once: u + (2^(s-1) - t) sets a lane's top bit exactly when u >= t, and
+ * cannot carry out of it. Thresholds t (in [0, 2^(s-1)]: never reached) by bisection over
+ * the lanes' range with mico_rq_apply. Returns whether the channel takes this mode. */
+static MICO_NOINLINE int mico_dwl_levels(MicoDwl *d, const MicoRq *rq, const int32_t *w,
+                                         uint32_t bb)
+{
+    const uint32_t half = d->s >= 32u ? 0x80000000u : 1u << (d->s - 1u);
+    int32_t hi = 0, lo = 0, t, j;
+    if (rq->hi - rq->lo > 3 || rq->hi < rq->lo) {
+        return 0;
+    }
+    for (t = 0; t < 9; t++) {
+        hi += w[t] > 0 ? w[t] * d->xmax : w[t] * d->xmin;
+        lo += w[t] > 0 ? w[t] * d->xmin : w[t] * d->xmax;
+    }
+    if ((uint32_t)(hi - lo) >= half) {
+        return 0;
+    }
+    d->lo_out = rq->lo;
+    for (j = 0; j < 3; j++) {
+        uint32_t a = 0, b = (uint32_t)(hi - lo) + 1u; /* the threshold is in [a, b] */
+        const int32_t level = rq->lo + j + 1;
+        if (level > rq->hi) {
+            d->th[j] = 0; /* no such level: never counted */
+            continue;
+        }
+        while (a < b) {
+            const uint32_t mid = a + (b - a) / 2u;
+            if (mico_rq_apply(rq, (int32_t)(mid + bb)) >= level) {
+                b = mid;
+            } else {
+                a = mid + 1u;
+            }
+        }
+        d->th[j] = half - a; /* a == hi - lo + 1: above every lane value */
+    }
+    return 1;
 }
 
 /* mico_pack of one output row, with whole bytes of 1-, 2-, 4- and 8-bit codes written
@@ -197,16 +286,23 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
     mico_pack(out, start + (size_t)i, v + i, n - i, f);
 }
 
-/* One output row: vals[c * Po + i * Qo + j] = bias + window sum (or, fast, its output code),
- * for every output word j of every chunk c; rows r0..r2 (chunk -1 at r*), weights w (rows of
- * padding: zeros), bb = bias - B, binit = B in every lane. S: the lane width (constant). */
+/* The row builder of lane width S, and its output functions, one per requantization mode. */
 #define MICO_DWL_ROWFN(S)                                                                        \
     static MICO_NOINLINE void mico_dwl_row_s##S(const MicoDwl *d, const void *in, size_t plane,   \
-                                                int32_t iy, uint32_t *dst)                        \
+                                                int32_t iy, int32_t count, uint32_t *dst,         \
+                                                int32_t stride)                                   \
     {                                                                                             \
-        mico_dwl_row(d, in, plane, iy, dst, (S));                                                 \
+        mico_dwl_row(d, in, plane, iy, count, dst, stride, (S));                                  \
     }                                                                                             \
-    static MICO_NOINLINE void mico_dwl_out_s##S(const MicoDwl *d, const uint32_t *r0,             \
+    MICO_DWL_OUTFN(S, 0) MICO_DWL_OUTFN(S, 1) MICO_DWL_OUTFN(S, 2) MICO_DWL_OUTFN(S, 3)         \
+    MICO_DWL_OUTFN(S, 4)
+
+/* One call: d->nout output rows (sums or output codes, as mode MODE says) of the layer's
+ * current channel, for every output word j of every chunk c (vals[c * Po + i * Qo + j]);
+ * rows r0..r2 (the input rows under the first output row), weights w (rows of padding:
+ * zeros), bb = bias - B, binit = B in every lane. S: the lane width. */
+#define MICO_DWL_OUTFN(S, MODE)                                                                  \
+    static MICO_NOINLINE void mico_dwl_out_s##S##_##MODE(const MicoDwl *d, const uint32_t *r0,    \
                                                 const uint32_t *r1, const uint32_t *r2,           \
                                                 const int32_t *w, uint32_t binit, uint32_t bb,    \
                                                 const MicoRq *rq, int32_t *vals)                  \
@@ -215,25 +311,45 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
         const int32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5];           \
         const int32_t w6 = w[6], w7 = w[7], w8 = w[8];                                            \
         const int32_t cw = d->cw, sw = d->p->stride_w, qo = (int32_t)d->qo, off = d->off;         \
-        const int fast = mico_dwl_fast(rq);                                                       \
+        const int fast = (MODE);                                                                  \
+        const uint32_t c1 = d->th[0] * d->ones, c2 = d->th[1] * d->ones;                          \
+        const uint32_t c3 = d->th[2] * d->ones, ones = d->ones;                                   \
+        const int32_t lo3 = d->lo_out;                                                            \
         const uint32_t sh = fast == 1 ? (uint32_t)(rq->shift - 32) : 1u;                          \
         const uint32_t m = fast == 2 ? (uint32_t)rq->m << (32 - rq->shift) : (uint32_t)rq->m;     \
+        const uint32_t top = (S) - 1u;                                                            \
         const uint32_t rnd = 1u << (sh - 1u);                                                     \
         const int32_t hi = rq->hi;                                                                \
         int32_t c, j, o;                                                                          \
         uint32_t i;                                                                               \
+        const uint32_t bo = (uint32_t)d->p->out.fmt.bits, ofm = d->ofm, olo = d->olo;             \
+        size_t ob = d->obit;                                                                      \
         for (o = 0; o < d->nout; o++, r0 += d->rstride, r1 += d->rstride, r2 += d->rstride,       \
-            vals += d->p->out_w) {                                                                \
+            vals += d->p->out_w, ob += (size_t)d->p->out_w * bo) {                                \
         for (c = 0; c < d->nch; c++) {                                                            \
             const uint32_t *x0 = r0 + off + c * cw, *x1 = r1 + off + c * cw;                      \
             const uint32_t *x2 = r2 + off + c * cw;                                               \
             int32_t *v = vals + c * qo * (int32_t)k;                                              \
+            const int32_t left = d->p->out_w - c * qo * (int32_t)k;                               \
+            uint32_t ow = 0;                                                                      \
             for (j = 0; j < qo; j++, x0 += sw, x1 += sw, x2 += sw, v++) {                         \
                 uint32_t a = binit + (uint32_t)w0 * x0[0] + (uint32_t)w1 * x0[1] +                \
                              (uint32_t)w2 * x0[2];                                                \
                 a += (uint32_t)w3 * x1[0] + (uint32_t)w4 * x1[1] + (uint32_t)w5 * x1[2];          \
                 a += (uint32_t)w6 * x2[0] + (uint32_t)w7 * x2[1] + (uint32_t)w8 * x2[2];          \
-                if (fast == 1) {                                                                  \
+                if (fast == 4) { /* as 3, the codes' fields straight into the chunk's output */   \
+                    uint32_t n = ((a + c1) >> top) & ones;                                        \
+                    n += ((a + c2) >> top) & ones;                                                \
+                    n += ((a + c3) >> top) & ones;                                                \
+                    ow |= ((n + olo) & ofm) << (bo * (uint32_t)j);                                \
+                } else if (fast == 3) { /* lanes below 2^(s-1): u + th sets the top bit if u >= t */ \
+                    uint32_t n = ((a + c1) >> top) & ones;                                        \
+                    n += ((a + c2) >> top) & ones;                                                \
+                    n += ((a + c3) >> top) & ones;                                                \
+                    MICO_UNROLL for (i = 0; i < k; i++) {                                         \
+                        v[(int32_t)i * qo] = (int32_t)((n >> ((S) * i & 31)) & lm) + lo3;         \
+                    }                                                                             \
+                } else if (fast == 1) {                                                           \
                     MICO_UNROLL for (i = 0; i < k; i++) {                                         \
                         const int32_t r = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);           \
                         int32_t y = r <= 0 ? 0                                                    \
@@ -254,6 +370,11 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
                     }                                                                             \
                 }                                                                                 \
             }                                                                                     \
+            if (fast == 4 && left > 0) {                                                          \
+                const int32_t nb = left < qo * (int32_t)k ? left : qo * (int32_t)k;              \
+                mico_dwl_put((uint8_t *)d->outp, ob + (size_t)(c * qo * (int32_t)k) * bo, ow,     \
+                             (uint32_t)nb * bo);                                                  \
+            }                                                                                     \
         }                                                                                         \
         }                                                                                         \
     }
@@ -264,18 +385,24 @@ MICO_DWL_EACH(MICO_DWL_ROWFN)
 
 typedef void (*MicoDwlOut)(const MicoDwl *, const uint32_t *, const uint32_t *, const uint32_t *,
                            const int32_t *, uint32_t, uint32_t, const MicoRq *, int32_t *);
-typedef void (*MicoDwlRow)(const MicoDwl *, const void *, size_t, int32_t, uint32_t *);
+typedef void (*MicoDwlRow)(const MicoDwl *, const void *, size_t, int32_t, int32_t, uint32_t *,
+                           int32_t);
+typedef struct {
+    MicoDwlRow row;
+    MicoDwlOut out[5]; /* by requantization mode */
+} MicoDwlFns;
 
 /* The layer through output-row function fn; 0 (nothing done) when the lanes do not apply. */
 static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, const void *in,
-                                  void *out, MicoDwlRow row, MicoDwlOut fn)
+                                  void *out, const MicoDwlFns *fns)
 {
     const int32_t out_plane = p->out_h * p->out_w, in_plane = p->in_h * p->in_w;
     uint32_t ring[MICO_DWL_RING];
     int32_t vals[MICO_DWL_VALS];
     int32_t tag[3];
     MicoDwl d;
-    int32_t ch, oy, i, t, row_words, prow, spill, whole;
+    int32_t ch, oy, i, t, row_words, prow, spill, whole, direct;
+    MicoDwlOut fn;
     MicoFmt w_fmt = p->in_fmt; /* every field set: the weights are signed codes */
 
     d.p = p;
@@ -335,6 +462,17 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
             d.hx |= (1u << (d.b - 1u)) << (d.s * (uint32_t)i);
         }
     }
+    /* mode 4: output fields of b_o = b * stride_w bits fill the lanes' chunk exactly (lane i
+     * of output word j is output i Qo + j, at bit b_o (i Qo + j) = s i + b_o j) */
+    d.bo = (uint32_t)p->out.fmt.bits;
+    d.outp = out;
+    direct = d.k > 1u && d.bo <= 2u && d.bo == d.b * (uint32_t)p->stride_w &&
+             !(p->out.fmt.is_signed && d.bo == 1u);
+    d.ofm = 0;
+    for (i = 0; i < (int32_t)d.k; i++) {
+        d.ofm |= ((1u << d.bo) - 1u) << (d.s * (uint32_t)i);
+    }
+    d.olo = 0;
     d.xmin = p->in_fmt.is_signed ? -(1 << (d.b - 1)) + 1 : 0;
     d.xmax = p->in_fmt.is_signed ? (1 << (d.b - 1)) - 1 : (1 << d.b) - 1;
     for (ch = 0; ch < p->out_c; ch++) {
@@ -349,18 +487,26 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
         }
         binit = (uint32_t)(-lo) * d.ones;
         bb = (uint32_t)p->bias[ch] + (uint32_t)lo;
+        d.mode = mico_dwl_levels(&d, &rq, w, bb) ? 3 : fast;
+        if (d.mode == 3 && direct) {
+            d.mode = 4;
+            d.olo = ((uint32_t)d.lo_out & ((1u << d.bo) - 1u)) * d.ones;
+        }
+        d.obit = (size_t)ch * (size_t)out_plane * d.bo;
+        fn = fns->out[d.mode];
         if (whole) { /* the channel's padded plane, then every output row in one call */
-            for (i = 0; i < prow; i++) {
-                const int32_t iy = i - p->pad_h;
-                if (iy >= 0 && iy < p->in_h) { /* rows of padding stay zero */
-                    row(&d, in, plane, iy, ring + i * row_words);
-                }
+            { /* the input rows under the padded rows 0 .. prow - 1 (the others stay zero) */
+                const int32_t r0 = p->pad_h, r1 = p->in_h + p->pad_h < prow ? p->in_h + p->pad_h
+                                                                             : prow;
+                fns->row(&d, in, plane, 0, r1 - r0, ring + r0 * row_words, row_words);
             }
             fn(&d, ring, ring + row_words, ring + 2 * row_words, w, binit, bb, &rq, vals);
-            if (!fast) {
+            if (!d.mode) {
                 mico_rq_run_fast(&rq, vals, out_plane);
             }
-            mico_dwl_pack(out, (size_t)ch * (size_t)out_plane, vals, out_plane, p->out.fmt);
+            if (d.mode != 4) {
+                mico_dwl_pack(out, (size_t)ch * (size_t)out_plane, vals, out_plane, p->out.fmt);
+            }
             continue;
         }
         tag[0] = tag[1] = tag[2] = -1;
@@ -376,7 +522,7 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
                     const int32_t slot = (int32_t)((uint32_t)iy % 3u);
                     buf = ring + slot * row_words;
                     if (tag[slot] != iy) {
-                        row(&d, in, plane, iy, buf);
+                        fns->row(&d, in, plane, iy, 1, buf, 0);
                         tag[slot] = iy;
                     }
                 } else { /* a padding row: its taps take weight 0 */
@@ -390,9 +536,13 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
                 }
                 rows[ky] = buf;
             }
+            d.obit = ((size_t)ch * (size_t)out_plane + (size_t)oy * (size_t)p->out_w) * d.bo;
             fn(&d, rows[0], rows[1], rows[2], wp, binit, bb, &rq, vals);
-            if (!fast) {
+            if (!d.mode) {
                 mico_rq_run_fast(&rq, vals, p->out_w);
+            }
+            if (d.mode == 4) { /* stored by fn */
+                continue;
             }
             mico_dwl_pack(out, (size_t)ch * (size_t)out_plane + (size_t)oy * (size_t)p->out_w,
                           vals, p->out_w, p->out.fmt);
@@ -405,7 +555,11 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
     void mico_qconv2d_dwl_s##S(const MicoConv2d *p, const MicoDwLanes *l, const void *in,         \
                                void *out)                                                         \
     {                                                                                             \
-        if (!mico_dwl(p, l, in, out, mico_dwl_row_s##S, mico_dwl_out_s##S)) {                                      \
+        static const MicoDwlFns fns = {mico_dwl_row_s##S,                                        \
+                                       {mico_dwl_out_s##S##_0, mico_dwl_out_s##S##_1,             \
+                                        mico_dwl_out_s##S##_2, mico_dwl_out_s##S##_3,             \
+                                        mico_dwl_out_s##S##_4}};                                  \
+        if (!mico_dwl(p, l, in, out, &fns)) {                                      \
             mico_qconv2d_depthwise3x3(p, in, out);                                                \
         }                                                                                         \
     }
