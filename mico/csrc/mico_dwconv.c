@@ -26,8 +26,16 @@
  * and columns past the row are zero lanes. Lanes of 32 bits (k = 1) are the plain case, which
  * W8A8 layers take (Q = 32 / b pixels per chunk, each in its own word).
  *
- * Outputs are requantized straight from the lanes (a multiplier with shift above 32 and a
- * ReLU, the usual case; any other MicoOut through mico_rq_run_fast) and packed row by row.
+ * Outputs are requantized straight from the lanes, in one of these modes per channel:
+ *  1 / 2: ReLU and a multiplier (shift above 32: the high word of the product; at most 32 with
+ *         m < 2^shift: the multiplier pre-shifted), lane by lane;
+ *  3 / 4: outputs of at most 4 codes (1 and 2 bits) by thresholds, all lanes at once, when the
+ *         lanes keep a spare top bit (mico_dwl_levels); 4: the output fields are put straight
+ *         into the packed output when its width is b * stride_w (the lanes then line up with
+ *         the output's bits);
+ *  5 / 6: 1 / 2 with one pixel per word and 8-bit outputs, stored as bytes;
+ *  0:     anything else: the sums, then mico_rq_run_fast.
+ * Whole padded planes (when they fit the ring) are built and computed in one call per channel.
  *
  * IN-PLACE CONTRACT: as mico_conv2d.c (channel by channel, output rows in increasing order;
  * an input row is read when the first output row under it is computed, never after a later
@@ -44,15 +52,10 @@
 #define MICO_DWL_INLINE inline
 #endif
 
-/* x << n and x >> n for n in [0, 32] (a shift by 32 is zero). */
+/* x << n for n in [0, 32] (a shift by 32 is zero). */
 static inline uint32_t mico_dwl_shl(uint32_t x, uint32_t n)
 {
     return n >= 32u ? 0u : x << n;
-}
-
-static inline uint32_t mico_dwl_shr(uint32_t x, uint32_t n)
-{
-    return n >= 32u ? 0u : x >> n;
 }
 
 /* n (<= 32) bits of a packed stream from bit `bit`, reading only the bytes that hold them. */
@@ -295,7 +298,7 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
         mico_dwl_row(d, in, plane, iy, count, dst, stride, (S));                                  \
     }                                                                                             \
     MICO_DWL_OUTFN(S, 0) MICO_DWL_OUTFN(S, 1) MICO_DWL_OUTFN(S, 2) MICO_DWL_OUTFN(S, 3)         \
-    MICO_DWL_OUTFN(S, 4)
+    MICO_DWL_OUTFN(S, 4) MICO_DWL_OUTFN(S, 5) MICO_DWL_OUTFN(S, 6)
 
 /* One call: d->nout output rows (sums or output codes, as mode MODE says) of the layer's
  * current channel, for every output word j of every chunk c (vals[c * Po + i * Qo + j]);
@@ -315,8 +318,9 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
         const uint32_t c1 = d->th[0] * d->ones, c2 = d->th[1] * d->ones;                          \
         const uint32_t c3 = d->th[2] * d->ones, ones = d->ones;                                   \
         const int32_t lo3 = d->lo_out;                                                            \
-        const uint32_t sh = fast == 1 ? (uint32_t)(rq->shift - 32) : 1u;                          \
-        const uint32_t m = fast == 2 ? (uint32_t)rq->m << (32 - rq->shift) : (uint32_t)rq->m;     \
+        const uint32_t sh = fast == 1 || fast == 5 ? (uint32_t)(rq->shift - 32) : 1u;             \
+        const uint32_t m = fast == 2 || fast == 6 ? (uint32_t)rq->m << (32 - rq->shift)           \
+                                                  : (uint32_t)rq->m;                              \
         const uint32_t top = (S) - 1u;                                                            \
         const uint32_t rnd = 1u << (sh - 1u);                                                     \
         const int32_t hi = rq->hi;                                                                \
@@ -332,6 +336,7 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
             int32_t *v = vals + c * qo * (int32_t)k;                                              \
             const int32_t left = d->p->out_w - c * qo * (int32_t)k;                               \
             uint32_t ow = 0;                                                                      \
+            uint8_t *const ob8 = (uint8_t *)d->outp + (ob >> 3);                                  \
             for (j = 0; j < qo; j++, x0 += sw, x1 += sw, x2 += sw, v++) {                         \
                 uint32_t a = binit + (uint32_t)w0 * x0[0] + (uint32_t)w1 * x0[1] +                \
                              (uint32_t)w2 * x0[2];                                                \
@@ -349,20 +354,24 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
                     MICO_UNROLL for (i = 0; i < k; i++) {                                         \
                         v[(int32_t)i * qo] = (int32_t)((n >> ((S) * i & 31)) & lm) + lo3;         \
                     }                                                                             \
-                } else if (fast == 1) {                                                           \
+                } else if (fast != 0) { /* 1, 2; 8-bit outputs of one-pixel lanes stored: 5, 6 */ \
                     MICO_UNROLL for (i = 0; i < k; i++) {                                         \
                         const int32_t r = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);           \
-                        int32_t y = r <= 0 ? 0                                                    \
-                                           : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> \
-                                                                   32) + rnd) >> sh);             \
-                        v[(int32_t)i * qo] = y > hi ? hi : y;                                     \
-                    }                                                                             \
-                } else if (fast == 2) {                                                           \
-                    MICO_UNROLL for (i = 0; i < k; i++) {                                         \
-                        const int32_t r = (int32_t)(((a >> ((S) * i & 31)) & lm) + bb);           \
-                        const uint64_t pr = (uint64_t)(uint32_t)r * m + 0x80000000u;              \
-                        const int32_t y = r <= 0 ? 0 : (int32_t)(uint32_t)(pr >> 32);             \
-                        v[(int32_t)i * qo] = y > hi ? hi : y;                                     \
+                        int32_t y;                                                                \
+                        if (fast == 1 || fast == 5) {                                             \
+                            y = r <= 0 ? 0                                                        \
+                                       : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >>     \
+                                                               32) + rnd) >> sh);                 \
+                        } else {                                                                  \
+                            const uint64_t pr = (uint64_t)(uint32_t)r * m + 0x80000000u;          \
+                            y = r <= 0 ? 0 : (int32_t)(uint32_t)(pr >> 32);                       \
+                        }                                                                         \
+                        y = y > hi ? hi : y;                                                      \
+                        if (fast >= 5 && (S) >= 32) { /* 8-bit outputs, stored straight */        \
+                            ob8[j] = (uint8_t)y;                                                  \
+                        } else {                                                                  \
+                            v[(int32_t)i * qo] = y;                                               \
+                        }                                                                         \
                     }                                                                             \
                 } else {                                                                          \
                     MICO_UNROLL for (i = 0; i < k; i++) {                                         \
@@ -389,7 +398,7 @@ typedef void (*MicoDwlRow)(const MicoDwl *, const void *, size_t, int32_t, int32
                            int32_t);
 typedef struct {
     MicoDwlRow row;
-    MicoDwlOut out[5]; /* by requantization mode */
+    MicoDwlOut out[7]; /* by requantization mode */
 } MicoDwlFns;
 
 /* The layer through output-row function fn; 0 (nothing done) when the lanes do not apply. */
@@ -429,6 +438,7 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
         if (d.qo < (uint32_t)p->out_w || 3 * d.cw > MICO_DWL_RING || (int32_t)d.qo > MICO_DWL_VALS) {
             return 0;
         }
+        d.qo = (uint32_t)p->out_w; /* exactly the row's outputs (stored straight, 8-bit) */
     } else {
         d.nch = (p->out_w + (int32_t)(d.k * d.qo) - 1) / (int32_t)(d.k * d.qo);
         d.nrow = (p->in_w + (int32_t)(d.k * d.q) - 1) / (int32_t)(d.k * d.q);
@@ -466,7 +476,7 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
      * of output word j is output i Qo + j, at bit b_o (i Qo + j) = s i + b_o j) */
     d.bo = (uint32_t)p->out.fmt.bits;
     d.outp = out;
-    direct = d.k > 1u && d.bo <= 2u && d.bo == d.b * (uint32_t)p->stride_w &&
+    direct = d.k > 1u && d.bo == d.b * (uint32_t)p->stride_w &&
              !(p->out.fmt.is_signed && d.bo == 1u);
     d.ofm = 0;
     for (i = 0; i < (int32_t)d.k; i++) {
@@ -488,9 +498,11 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
         binit = (uint32_t)(-lo) * d.ones;
         bb = (uint32_t)p->bias[ch] + (uint32_t)lo;
         d.mode = mico_dwl_levels(&d, &rq, w, bb) ? 3 : fast;
-        if (d.mode == 3 && direct) {
+        if (d.mode == 3 && direct && d.bo <= 2u) {
             d.mode = 4;
             d.olo = ((uint32_t)d.lo_out & ((1u << d.bo) - 1u)) * d.ones;
+        } else if ((d.mode == 1 || d.mode == 2) && d.k == 1u && d.bo == 8u) {
+            d.mode += 4;
         }
         d.obit = (size_t)ch * (size_t)out_plane * d.bo;
         fn = fns->out[d.mode];
@@ -504,7 +516,7 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
             if (!d.mode) {
                 mico_rq_run_fast(&rq, vals, out_plane);
             }
-            if (d.mode != 4) {
+            if (d.mode < 4) {
                 mico_dwl_pack(out, (size_t)ch * (size_t)out_plane, vals, out_plane, p->out.fmt);
             }
             continue;
@@ -541,7 +553,7 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
             if (!d.mode) {
                 mico_rq_run_fast(&rq, vals, p->out_w);
             }
-            if (d.mode == 4) { /* stored by fn */
+            if (d.mode >= 4) { /* stored by fn */
                 continue;
             }
             mico_dwl_pack(out, (size_t)ch * (size_t)out_plane + (size_t)oy * (size_t)p->out_w,
@@ -558,7 +570,8 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
         static const MicoDwlFns fns = {mico_dwl_row_s##S,                                        \
                                        {mico_dwl_out_s##S##_0, mico_dwl_out_s##S##_1,             \
                                         mico_dwl_out_s##S##_2, mico_dwl_out_s##S##_3,             \
-                                        mico_dwl_out_s##S##_4}};                                  \
+                                        mico_dwl_out_s##S##_4, mico_dwl_out_s##S##_5,             \
+                                        mico_dwl_out_s##S##_6}};                                  \
         if (!mico_dwl(p, l, in, out, &fns)) {                                      \
             mico_qconv2d_depthwise3x3(p, in, out);                                                \
         }                                                                                         \
