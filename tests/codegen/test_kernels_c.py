@@ -22,6 +22,7 @@ static MicoFmt fmt_of(const char *bits, const char *sgn)
     MicoFmt f;
     f.bits = atoi(bits);
     f.is_signed = atoi(sgn);
+    f.zero = 0;
     return f;
 }
 

@@ -73,6 +73,7 @@ static MicoFmt rd_fmt(void)
     MicoFmt f;
     f.bits = (int32_t)rd();
     f.is_signed = (int32_t)rd();
+    f.zero = 0;
     return f;
 }
 

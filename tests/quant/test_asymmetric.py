@@ -211,3 +211,33 @@ def test_checkpoints_keep_and_default_the_zero_point():
     with torch.no_grad():
         assert torch.equal(fresh(x), sym(x))
     assert QuantConfig.from_dict({"act_mode": "static"}).act_asymmetric is False
+
+
+@pytest.mark.parametrize("bits", [3, 8])
+def test_debug_dumps_decode_shifted_codes(bits):
+    """``mico verify``'s layer-by-layer comparison reads arena bytes as codes: fields minus z."""
+    from mico.execute.layerwise import decode
+    from mico.ir.dtypes import DataType
+    from mico.ir.graph import Value
+    from mico.ir.types import TensorType
+
+    fmt = QFormat.asymmetric(bits, 2**bits // 3)
+    codes = np.arange(fmt.qmin, fmt.qmax + 1)
+    value = Value("x", TensorType((1, codes.size), DataType.uint(bits)), qformat=fmt)
+    assert np.array_equal(decode(value, pack(codes, fmt).tobytes()), codes)
+
+
+def test_run_configs_and_the_cli_reach_the_option():
+    from typer.testing import CliRunner
+
+    from mico.cli import app
+    from mico.errors import ConfigError
+    from mico.runconfig import parse_run_config
+
+    assert parse_run_config({"quantize": {"act_asymmetric": True}}).act_asymmetric is True
+    assert parse_run_config({}).act_asymmetric is False
+    with pytest.raises(ConfigError, match=r"quantize\.act_asymmetric"):
+        parse_run_config({"quantize": {"act_asymmetric": "yes"}})
+    for command in ("train", "compile", "verify"):
+        result = CliRunner().invoke(app, [command, "--help"], terminal_width=200)
+        assert "--act-asymmetric" in result.output
