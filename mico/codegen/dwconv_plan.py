@@ -58,7 +58,8 @@ def dw_lane_plan(
     or 2, pad_w 0 or 1, rows whose lane words fit its ring. Of the widths that fit the bound,
     the one of fewest estimated instructions wins (more lanes per multiply, but whole chunks
     of ``k * q`` pixels are computed: a row that fills few of them wastes lanes); ``s = 32``
-    (one pixel per word, the W8A8 case) is the plain form of the same kernel.
+    (one pixel per word, the W8A8 case) is the plain form of the same kernel. None too when
+    the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
         return None
@@ -74,6 +75,9 @@ def dw_lane_plan(
     # keep a spare top bit (mico_dwl_levels)
     few = out_fmt is not None and out_fmt.qmax - out_fmt.qmin <= 3
     rows_per_out = max(1, -(-in_h // max(out_h, 1)))
+    # estimated rv32 instructions per output row (fitted to benchmarks/kernels_rv32.py): the
+    # plain kernel (mico_qconv2d_depthwise3x3) is the bar the lanes must beat
+    plain = out_w * (75 if b >= 4 else 110) * (1.4 if sw == 2 else 1.0)
     best: tuple[float, dict[str, int]] | None = None
     for s in DW_LANE_WIDTHS:
         k = 32 // s
@@ -85,18 +89,18 @@ def dw_lane_plan(
             nrow = max(nch, -(-in_w // (k * q)))
             if nrow * (q + 3) * 3 > DW_RING_WORDS or nch * k * (q // sw) > DW_VALS:
                 continue
-            build = nrow * (45 + 4 * q)
+            build = nrow * (50 + 12 * q)
         else:  # one pixel per word, the whole row one chunk (the kernel sizes it)
             q = -(-in_w // sw) * sw
             nch = 1
             if (q + 3) * 3 > DW_RING_WORDS or q // sw > DW_VALS:
                 continue
-            build = 4 * in_w + 20
-        # estimated instructions per output row: output words (9 taps, a requantization per
-        # lane) and the input rows built for it (each once per channel)
-        per_word = 44 + 3 * k if few and span < 2 ** (s - 1) else 32 + 11 * k
+            build = 5 * in_w + 20
+        # output words (9 taps, then a requantization per lane, or thresholds for all lanes)
+        # and the input rows built for the output row (each once per channel)
+        per_word = 70 + 3 * k if few and k > 1 and span < 2 ** (s - 1) else 18 + 29 * k
         cost = nch * (q // sw) * per_word + build * rows_per_out
-        if best is None or cost < best[0]:
+        if cost < plain and (best is None or cost < best[0]):
             best = (cost, {"s": s, "q": q})
     return None if best is None else best[1]
 
