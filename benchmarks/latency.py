@@ -17,10 +17,10 @@ sample 0 of the model's test data:
 
 Per MAC of the model's conv and linear layers: instructions (rv32, host) and cycles
 (vexriscv, bitfusion) side by side. Proxies: BitFusion's, fitted on Latin-hypercube layer
-shapes of its cycle model, and rv32's, fitted on a profile of single-layer programs measured
-on rv32 (``mico profile --target rv32 --no-zoo``, given as ``--profile-csv``; neither proxy saw
-the zoo's layers). Each predicts the sum of the conv and linear layers; the rv32 prediction is
-held to the measured sum of those nodes and to the whole program.
+shapes of its cycle model, and rv32's, fitted on whole compiled programs counted node by node
+on rv32 (``mico profile --target rv32``'s programs of the other zoo models: the benchmark's
+models are left out). BitFusion's predicts the sum of the conv and linear layers; rv32's the
+whole program (every node plus the per-model overhead), held to the release build's count.
 
 Figures go to ``benchmarks/results/latency.json``, ``.md`` and ``.png``.
 """
@@ -46,7 +46,9 @@ from mico.hw import fit_proxy, mape
 from mico.hw.latency import analytic_report, per_layer
 from mico.hw.layers import model_layer_shapes
 from mico.hw.measure import backend
-from mico.hw.profile import bit_pairs, read_profile, sample_shapes
+from mico.hw.modelprof import read_records
+from mico.hw.opshape import graph_op_shapes
+from mico.hw.profile import bit_pairs, sample_shapes
 from mico.hw.programs import kernels_hash
 from mico.targets import host, rv32
 from mico.targets.catalog import get_target
@@ -129,13 +131,26 @@ def measure(model: str, plan_name: str, work: Path, samples: int, targets: list[
     if "bitfusion" in targets:
         report = analytic_report(layers, get_target("bitfusion"))
         row["bitfusion"] = {"cycles": int(report.total)}
-    predict(row, layers, proxies)
+    predict(row, layers, proxies, graph_op_shapes(compiled.graph))
     return row
 
 
-def predict(row: dict[str, Any], layers: list[Any], proxies: dict[str, Any]) -> None:
-    """Each proxy's prediction of the conv and linear layers, and its error where measured."""
+def predict(row: dict[str, Any], layers: list[Any], proxies: dict[str, Any],
+            ops: list[Any] | None = None) -> None:  # fmt: skip
+    """Each proxy's prediction and its error where measured: BitFusion's of the conv and
+    linear layers, rv32's of the whole program (every node of ``ops``, the compiled graph's,
+    plus the per-model overhead) against the release build's count."""
     for target, proxy in proxies.items():
+        if target == "rv32":
+            if ops is None:
+                row["proxy_rv32"] = {"missing": "no program nodes"}
+                continue
+            predicted = proxy.predict_model(ops)
+            entry: dict[str, Any] = {"predicted": round(predicted, 1)}
+            if "rv32" in row:
+                entry["error_pct"] = round(mape([predicted], [row["rv32"]["instructions"]]), 2)
+            row["proxy_rv32"] = entry
+            continue
         if any(layer.kind not in proxy.kinds for layer in layers):
             row[f"proxy_{target}"] = {
                 "missing_kinds": sorted(
@@ -144,17 +159,16 @@ def predict(row: dict[str, Any], layers: list[Any], proxies: dict[str, Any]) -> 
             }
             continue
         predicted = float(sum(proxy.predict_layers(layers)))
-        entry: dict[str, Any] = {"predicted": round(predicted, 1)}
+        entry = {"predicted": round(predicted, 1)}
         if target == "bitfusion" and "bitfusion" in row:
             entry["error_pct"] = round(mape([predicted], [row["bitfusion"]["cycles"]]), 2)
-        if target == "rv32" and "rv32" in row:
-            layers_measured = row["rv32"]["layer_instructions"]
-            entry["error_pct"] = round(mape([predicted], [layers_measured]), 2)
-            entry["error_vs_total_pct"] = round(mape([predicted], [row["rv32"]["instructions"]]), 2)
         row[f"proxy_{target}"] = entry
 
 
-def fit_proxies(profile_csvs: list[Path], seed: int, bf_samples: int) -> dict[str, Any]:
+def fit_proxies(records_file: Path | None, held_out: list[str], seed: int,
+                bf_samples: int) -> dict[str, Any]:  # fmt: skip
+    """BitFusion's proxy on random shapes; rv32's on the zoo programs of ``records_file``
+    (``mico profile --target rv32``'s, by default the cache's) except the ``held_out`` models."""
     proxies: dict[str, Any] = {}
     info: dict[str, Any] = {}
     bf = backend("bitfusion")
@@ -163,13 +177,20 @@ def fit_proxies(profile_csvs: list[Path], seed: int, bf_samples: int) -> dict[st
             for s in shapes for w, a in bit_pairs(bf.bits)]  # fmt: skip
     proxies["bitfusion"] = fit_proxy(rows, "bitfusion", bf.unit, seed=seed)
     info["bitfusion"] = {"rows": len(rows), "shapes": len(shapes)}
-    rows = [row for csv in profile_csvs for row in read_profile(csv)]
-    if rows:
-        proxies["rv32"] = fit_proxy(rows, "rv32", "instructions", seed=seed)
-        shapes = len({(layer.kind, layer.in_channels, layer.out_channels, layer.kernel,
-                       layer.stride, layer.in_size) for layer, _ in rows})  # fmt: skip
-        info["rv32"] = {"rows": len(rows), "shapes": shapes,
-                        "csv": [csv.name for csv in profile_csvs]}  # fmt: skip
+    if records_file is None:
+        from mico.hw.modelprof import models_path
+        from mico.hw.profile import profile_path
+        from mico.hw.programs import resolve_backend
+
+        records_file = models_path(profile_path("rv32", resolve_backend("rv32").fingerprint))
+    records = [r for r in read_records(records_file) if r.model not in held_out]
+    if records:
+        proxies["rv32"] = fit_proxy([], "rv32", "instructions", seed=seed, models=records)
+        info["rv32"] = {"rows": sum(len(m.rows) for k, m in proxies["rv32"].kinds.items()
+                                    if k != "other"),
+                        "programs": len(records),
+                        "models": sorted({r.model for r in records}),
+                        "records_file": records_file.name}  # fmt: skip
     for target, proxy in proxies.items():
         info[target]["holdout_mape"] = {
             kind: {k: round(v, 1) for k, v in m.holdout_mape.items()} | {"kept": m.algorithm}
@@ -246,11 +267,13 @@ def markdown(results: dict[str, Any]) -> str:
         "",
         "## Proxies",
         "",
-        "Each proxy predicts the sum of the conv and linear layers from their shapes and widths "
-        "(it never saw these models' layers). BitFusion's is held to its cycle model; rv32's to "
-        "the measured instructions of the conv and linear nodes (the per-layer rows of the same "
-        "program) and, beside it, to the whole program (which also quantizes the input, pools "
-        "and copies the output: the proxy does not predict those).",
+        "BitFusion's proxy predicts the sum of the conv and linear layers from their shapes "
+        "and widths and is held to its cycle model. rv32's predicts the whole program: every "
+        "node of the compiled graph (input quantization, conv and linear on the kernel path the "
+        "generator picks, pooling, adds, ...) plus a fitted per-model overhead, held to the "
+        "release build's instructions for sample 0. Neither saw these models: BitFusion's is "
+        "fitted on random shapes, rv32's on the other zoo models' programs (`mico profile "
+        "--target rv32` records, leave these models out).",
         "",
     ]
     for target, i in info.items():
@@ -260,24 +283,23 @@ def markdown(results: dict[str, Any]) -> str:
             else f"{kind} not held out (under 5 shapes)"
             for kind, m in i["holdout_mape"].items()
         )
-        lines.append(f"- **{target}**: fitted on {i['rows']} layer x bit cases ({i['shapes']} "
-                     "shapes); held-out-shape "
-                     f"MAPE per kind: {held}.")  # fmt: skip
+        source = (f"{i['programs']} programs of {', '.join(i['models'])}" if "programs" in i
+                  else f"{i['shapes']} shapes")  # fmt: skip
+        lines.append(f"- **{target}**: fitted on {i['rows']} layer or node x bit cases "
+                     f"({source}); held-out-shape MAPE per kind: {held}.")  # fmt: skip
     if "rv32" not in info:
-        lines.append("- **rv32**: no profile was given (`--profile-csv`): no rv32 proxy.")
+        lines.append("- **rv32**: no models file (`mico profile --target rv32`): no rv32 proxy.")
     lines += [
         "",
-        "| model | plan | BitFusion predicted | error | rv32 predicted | rv32 layers measured | "
-        "error | error vs whole program |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| model | plan | BitFusion predicted | error | rv32 predicted | rv32 measured | error |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         bf, rp = r.get("proxy_bitfusion", {}), r.get("proxy_rv32", {})
         lines.append(
             f"| {r['model']} | {r['plan_name']} | {_n(bf.get('predicted'))} | "
             f"{_pct(bf.get('error_pct'))} | {_n(rp.get('predicted'))} | "
-            f"{_n(r.get('rv32', {}).get('layer_instructions'))} | {_pct(rp.get('error_pct'))} "
-            f"| {_pct(rp.get('error_vs_total_pct'))} |"
+            f"{_n(r.get('rv32', {}).get('instructions'))} | {_pct(rp.get('error_pct'))} |"
         )
     for target in info:
         errors = [r[f"proxy_{target}"]["error_pct"] for r in rows if f"proxy_{target}" in r
@@ -317,7 +339,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         pairs = []
         for r in rows:
             p = r.get(f"proxy_{target}")
-            measured = (r.get("rv32", {}).get("layer_instructions") if target == "rv32"
+            measured = (r.get("rv32", {}).get("instructions") if target == "rv32"
                         else r.get("bitfusion", {}).get("cycles"))  # fmt: skip
             if p and "predicted" in p and measured:
                 pairs.append((measured, p["predicted"]))
@@ -333,7 +355,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
     right.set_xlabel("measured (instructions or cycles)")
     right.set_ylabel("proxy prediction")
     right.legend(fontsize=8)
-    right.set_title("proxies vs measured (conv + linear layers)", fontsize=10)
+    right.set_title("proxies vs measured (BitFusion: layers; rv32: program)", fontsize=10)
     fig.savefig(path, format="png")
 
 
@@ -344,11 +366,11 @@ def main() -> None:
     parser.add_argument("--plans", default=",".join(PLANS))
     parser.add_argument("--samples", type=int, default=8, help="calibration samples")
     parser.add_argument(
-        "--profile-csv",
+        "--rv32-records",
         type=Path,
-        action="append",
-        default=[],
-        help="an rv32 profile (mico profile --target rv32 --no-zoo --out CSV); repeatable",
+        default=None,
+        help="rv32 programs counted node by node (mico profile --target rv32's .models.jsonl; "
+        "default: the cache's, for the current C kernels)",
     )
     parser.add_argument("--bitfusion-shapes", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
@@ -364,13 +386,22 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     targets = args.targets.split(",")
-    fitted = fit_proxies(args.profile_csv, args.seed, args.bitfusion_shapes)
+    fitted = fit_proxies(args.rv32_records, args.models.split(","), args.seed,
+                         args.bitfusion_shapes)  # fmt: skip
     rows = []
     if args.reuse is not None:
         previous = json.loads(args.reuse.read_text())
         for old in previous["rows"]:
             row = {k: v for k, v in old.items() if not k.startswith("proxy_")}
-            predict(row, _layers(row["model"], row["plan"]), fitted["proxies"])
+            ops = None
+            if "rv32" in fitted["proxies"]:  # the same program: compile it again for its graph
+                with tempfile.TemporaryDirectory(prefix="mico-latency-bench-") as tmp:
+                    options = DeployOptions(model=row["model"], plan=row["plan"], mode="static",
+                                            out_dir=Path(tmp) / "p", samples=args.samples,
+                                            force=True)  # fmt: skip
+                    compiled, _ = compile_from_options(options, log=lambda _m: None)
+                    ops = graph_op_shapes(compiled.graph)
+            predict(row, _layers(row["model"], row["plan"]), fitted["proxies"], ops)
             rows.append(row)
         start -= previous["seconds"]
     else:

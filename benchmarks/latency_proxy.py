@@ -1,15 +1,22 @@
 """How far latency proxies are from the latency they stand in for, per target.
 
-Run on demand (not a test):  python benchmarks/latency_proxy.py [--samples 300] [--out DIR]
+Run on demand (not a test):
+    python benchmarks/latency_proxy.py [--samples 300] [--targets bitfusion,rv32] [--out DIR]
 
-For each target with a per-layer measurement backend (today: ``bitfusion``, the analytic cycle
-model) it profiles Latin-hypercube layer shapes of every kind at every bit pair, fits the proxy
-and reports two errors honestly:
+For ``bitfusion`` (the analytic cycle model) it profiles Latin-hypercube layer shapes of every
+kind at every bit pair plus the zoo's layers; for a target that runs C (``rv32``: qemu
+instructions; ``host``: callgrind instructions) it compiles every deployable zoo model under
+several plans and counts each program node by node (``mico.hw.modelprof``; the records are
+the ones ``mico profile --target T`` keeps in the cache, so a rerun with the same C kernels
+measures nothing). It fits the proxy and reports two errors honestly:
 
-* per layer kind, MAPE on held-out *shapes* (every bit pair of a shape held out together);
-* per deployable zoo model, at W8A8, W4A4, W2A2 and a mixed plan, the error of the summed
-  prediction against the measured total — **leave one model out**: the proxy used for a model is
-  fitted without that model's own layers, as a new user's model would be.
+* per kind, MAPE on held-out *shapes* (every bit pair of a shape held out together);
+* per deployable zoo model, at each plan, the error of the predicted total against the
+  measured one — **leave one model out**: the proxy used for a model is fitted without that
+  model's own layers or programs, as a new user's model would be. On program targets the
+  measured total is the release build's instructions per inference (sample 0), and the
+  prediction covers every node (conv, pooling, adds, input quantization) plus the fitted
+  per-model overhead.
 
 Figures go to ``benchmarks/results/latency_proxy.json`` and ``.md``.
 """
@@ -22,6 +29,8 @@ import platform
 import time
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from mico.codegen.compile import DEPLOYABLE_MODELS
 from mico.hw import fit_proxy, mape, model_layer_shapes
@@ -41,16 +50,88 @@ def _mixed(n: int) -> list[tuple[int, int]]:
     return inner
 
 
-def run(samples: int, seed: int, targets: list[str]) -> dict[str, Any]:
+#: plans of the program targets: fitted on all, the whole-model table shows every one
+PROGRAM_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8")
+#: op kinds of a program only vit_tiny has (attention): leave it out and no other model shows
+#: the proxy a matmul, softmax or layer norm, so its leave-one-out figure is reported apart
+ALONE = ("vit_tiny",)
+
+
+def run_program(target: str, seed: int, models: list[str], plans: list[str]) -> dict[str, Any]:
+    """A program target: zoo models x plans counted node by node, proxies left one out."""
+    from mico.hw.modelprof import models_path, run_models
+    from mico.hw.profile import profile_path
+    from mico.hw.programs import kernels_hash, resolve_backend
+
+    start = time.perf_counter()
+    measure = resolve_backend(target)
+    path = models_path(profile_path(target, measure.fingerprint))
+    hash_start = kernels_hash()
+    records = [r for r in run_models(path, models, plans, target) if r.model in models
+               and r.plan_name in plans]  # fmt: skip
+    hash_end = kernels_hash()
+    measured_seconds = sum(r.seconds for r in records)
+    full = fit_proxy([], target, measure.unit, seed=seed, models=records)
+    per_kind = {
+        kind: {"kept": m.algorithm, "rows": len(m.rows) or None,
+               **{f"{k}_mape": v for k, v in m.holdout_mape.items()}}
+        for kind, m in sorted(full.kinds.items())
+    }  # fmt: skip
+    per_model: dict[str, dict[str, Any]] = {}
+    for name in models:
+        own = [r for r in records if r.model == name]
+        if not own:
+            continue
+        proxy = fit_proxy([], target, measure.unit, seed=seed,
+                          models=[r for r in records if r.model != name])  # fmt: skip
+        entry = {}
+        for record in own:
+            ops = [op for op, _ in record.nodes]
+            predicted = proxy.predict_model(ops)
+            layer_nodes = sum(v for op, v in record.nodes if op.is_mac)
+            entry[record.plan_name] = {
+                "measured": record.release,
+                "predicted": round(predicted, 1),
+                "error_pct": round(mape([predicted], [record.release]), 2),
+                "non_mac_share_pct": round(100 * (1 - layer_nodes / record.release), 1),
+                "nodes": len(ops),
+            }
+        per_model[name] = entry
+    errors = [e["error_pct"] for n, m in per_model.items() if n not in ALONE for e in m.values()]
+    alone = [e["error_pct"] for n, m in per_model.items() if n in ALONE for e in m.values()]
+    return {
+        "unit": measure.unit,
+        "records": len(records),
+        "records_file": path.name,
+        "kernels_hash": hash_start[:12]
+        + ("" if hash_end == hash_start else f" -> {hash_end[:12]} (changed while measuring)"),
+        "measuring_seconds": round(measured_seconds, 1),
+        "overhead": [round(full.overhead, 1), round(full.overhead_per_node, 2)],
+        "per_kind_holdout": per_kind,
+        "per_model_leave_one_out": per_model,
+        "model_mape_pct": round(sum(errors) / len(errors), 2) if errors else None,
+        "model_max_pct": round(max(errors), 2) if errors else None,
+        "alone_mape_pct": round(sum(alone) / len(alone), 2) if alone else None,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def run(samples: int, seed: int, targets: list[str], models_arg: str = "",
+        plans: tuple[str, ...] = PROGRAM_PLANS) -> dict[str, Any]:  # fmt: skip
     results: dict[str, Any] = {
         "samples": samples,
         "seed": seed,
         "python": platform.python_version(),
         "targets": {},
     }
+    started = time.perf_counter()
     models = {name: from_zoo(name) for name in DEPLOYABLE_MODELS}
     layers = {name: model_layer_shapes(m, m.example_input()) for name, m in models.items()}
     for target in targets:
+        if target != "bitfusion":
+            names = models_arg.split(",") if models_arg else list(DEPLOYABLE_MODELS)
+            results["targets"][target] = run_program(target, seed, names, list(plans))
+            continue
         start = time.perf_counter()
         bf = backend(target)
         pairs = bit_pairs(bf.bits)
@@ -93,12 +174,69 @@ def run(samples: int, seed: int, targets: list[str]) -> dict[str, Any]:
             "model_mape_pct": round(sum(errors) / len(errors), 2),
             "seconds": round(time.perf_counter() - start, 1),
         }
+    results["seconds"] = round(time.perf_counter() - started, 1)
     return results
+
+
+def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
+    """The section of a program target."""
+    lines = [
+        f"## {target} ({r['unit']}; {r['records']} compiled programs counted node by node, "
+        f"{r['seconds']} s of which {r['measuring_seconds']} s measuring)",
+        "",
+        f"Records: `{r['records_file']}` (C kernels hash {r['kernels_hash']}). Per-model "
+        f"overhead fitted: {r['overhead'][0]:+,.0f} {r['overhead'][1]:+.2f} per node.",
+        "",
+        "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "
+        "their own), MAPE on held-out shapes (– : under 5 shapes, not held out):",
+        "",
+        "| kind | kept | rows | random forest | XGBoost | linear |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for kind, k in r["per_kind_holdout"].items():
+        cells = [
+            "–" if f"{a}_mape" not in k else f"{k[f'{a}_mape']:.1f} %"
+            for a in ("forest", "xgboost", "linear")
+        ]
+        lines.append(f"| {kind} | {k['kept']} | {k['rows'] or '-'} | {' | '.join(cells)} |")
+    lines += [
+        "",
+        "Whole programs, leave-one-model-out (the proxy never saw the model's programs); "
+        "measured: the release build's count for sample 0; non-MAC share: the part of the "
+        "count outside conv and linear nodes:",
+        "",
+        "| model | plan | nodes | non-MAC share | measured | predicted | error |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for model, plans in r["per_model_leave_one_out"].items():
+        for plan, e in plans.items():
+            lines.append(
+                f"| {model} | {plan} | {e['nodes']} | {e['non_mac_share_pct']:.1f} % | "
+                f"{e['measured']:,.0f} | {e['predicted']:,.0f} | {e['error_pct']:.2f} % |"
+            )
+    lines += [
+        "",
+        f"Mean whole-program error: **{r['model_mape_pct']:.2f} %** (max {r['model_max_pct']:.1f} "
+        f"%) over every model but {', '.join(ALONE)}"
+        + (
+            f", whose attention ops (matmul, softmax, layer norm) no other zoo model has: "
+            f"{r['alone_mape_pct']:.1f} % on it."
+            if r["alone_mape_pct"] is not None
+            else "."
+        ),
+        "",
+    ]
+    return lines
 
 
 def markdown(results: dict[str, Any]) -> str:
     lines = ["# Latency proxies against their targets", ""]
+    if "seconds" in results:
+        lines += [f"Runtime: {results['seconds']:.0f} s.", ""]
     for target, r in results["targets"].items():
+        if "records" in r:
+            lines += program_markdown(target, r)
+            continue
         lines += [
             f"## {target} ({r['unit']}; {r['profile_rows']} profiled layer x bit cases, "
             f"{r['seconds']} s)",
@@ -133,10 +271,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--targets", default="bitfusion")
+    parser.add_argument("--targets", default="bitfusion,rv32")
+    parser.add_argument("--models", default="", help="program targets: zoo models (default all)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     args = parser.parse_args()
-    results = run(args.samples, args.seed, args.targets.split(","))
+    torch.set_num_threads(1)
+    results = run(args.samples, args.seed, args.targets.split(","), args.models)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "latency_proxy.json").write_text(json.dumps(results, indent=2) + "\n")
     (args.out / "latency_proxy.md").write_text(markdown(results))

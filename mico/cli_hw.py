@@ -40,6 +40,10 @@ def _number(text: str) -> float | str:
         return text.strip()
 
 
+#: the plans ``mico profile --models`` measures (mico.hw.modelprof.PLANS)
+MODEL_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8")
+
+
 @app.command("profile")
 @_friendly_errors
 def profile(
@@ -53,18 +57,43 @@ def profile(
     ops: Annotated[
         str, typer.Option(help="Layer kinds: conv2d, dwconv, conv1d, linear (comma-separated).")
     ] = "conv2d,dwconv,conv1d,linear",
-    samples: Annotated[int, typer.Option(min=1, max=100_000, help="Random shapes per run.")] = 200,
+    samples: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            max=100_000,
+            help="Random shapes per run (0: none; default: 200, or 0 on rv32, host and "
+            "vexriscv, whose profile is the zoo's programs).",
+        ),
+    ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the Latin-hypercube shape samples.")] = 0,
     out: Annotated[
         Path | None,
         typer.Option("--out", "-o", help="Profile CSV (default: the cache, see --help of docs)."),
     ] = None,
     fit: Annotated[bool, typer.Option(help="Fit and save the latency proxy afterwards.")] = True,
-    zoo: Annotated[bool, typer.Option(help="Include the zoo models' real layers.")] = True,
+    zoo: Annotated[
+        bool,
+        typer.Option(
+            help="Include the zoo: its models' layers (bitfusion), or its models compiled "
+            "whole (rv32, host, vexriscv; see --models)."
+        ),
+    ] = True,
     bits: Annotated[
         str | None,
         typer.Option(help="Widths to profile, each against each (default: the target's)."),
     ] = None,
+    models: Annotated[
+        str | None,
+        typer.Option(
+            help="Zoo models compiled whole and counted node by node (rv32, host, vexriscv; "
+            "default: every deployable zoo model; 'none': skip)."
+        ),
+    ] = None,
+    plans: Annotated[
+        str,
+        typer.Option(help="Plans the --models are measured at: WxAy (W4A8) or mixed."),
+    ] = ",".join(MODEL_PLANS),
     targets_dir: TargetsDirOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
@@ -72,11 +101,16 @@ def profile(
 
     Shapes are the zoo's real layers plus Latin-hypercube samples; rows already in the profile
     are kept, so an interrupted run resumes. The proxy's error on held-out shapes is printed.
-    On targets that run C each layer is a single-layer program, its own node counted.
+    On targets that run C each random shape is a single-layer program, its own node counted,
+    and the zoo's models are compiled whole under each of --plans and counted node by node
+    (the proxy learns the nodes in context: kernel paths, pooling, adds, input quantization,
+    and the per-model overhead); those records are kept beside the profile and resume too.
 
     Example: mico profile --target bitfusion --ops conv2d,linear --samples 100
     """
     from mico.errors import ConfigError, PlanError
+    from mico.hw.modelprof import TARGETS as MODEL_TARGETS
+    from mico.hw.modelprof import models_path, plan_text, read_records, run_models
     from mico.hw.profile import (
         OP_KINDS,
         bit_pairs,
@@ -113,18 +147,71 @@ def profile(
             )
     path = out or profile_path(target, measure.fingerprint)
     log = (lambda _m: None) if quiet else typer.echo
-    shapes = sample_shapes(kinds, samples, seed=seed, include_zoo=zoo)
+    whole = target in MODEL_TARGETS  # the zoo as whole programs, not layers alone
+    if samples is None:
+        samples = 0 if whole else 200
+    layers_of_zoo = zoo and not whole
+    shapes = (
+        sample_shapes(kinds, samples, seed=seed, include_zoo=layers_of_zoo)
+        if samples or layers_of_zoo
+        else []
+    )
     pairs = bit_pairs(widths)
     log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
     result = run_profile(measure.measure, shapes, pairs, path, log=log)
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
+    records = []
+    names = _model_names(models if zoo or models else "none", target)
+    if names:
+        plan_names = [p.strip() for p in plans.split(",") if p.strip()]
+        for name in plan_names:
+            plan_text(name, [])  # a bad plan name fails before anything runs
+        records_path = models_path(path)
+        log(f"measuring {len(names)} models x {len(plan_names)} plans on {target} into "
+            f"{records_path}")  # fmt: skip
+        before = len(read_records(records_path))
+        records = run_models(records_path, names, plan_names, target, log=log)
+        typer.echo(f"{records_path}: {len(records) - before} measured, {before} already there")
     if fit:
-        proxy = fit_proxy(read_profile(path), target, measure.unit, seed=seed)
+        rows = read_profile(path)
+        if not rows and not records:
+            raise ConfigError(f"nothing measured for {target}: give --samples or --models")
+        proxy = fit_proxy(rows, target, measure.unit, seed=seed, models=records)
         saved = proxy.save(path.with_suffix(".proxy.json"))
         for kind, model in sorted(proxy.kinds.items()):
             errors = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(model.holdout_mape.items()))
             typer.echo(f"  {kind:<9} kept {model.algorithm:<8} held-out MAPE: {errors or '-'}")
+        if records:
+            typer.echo(f"  per-model overhead: {proxy.overhead:+,.0f} "
+                       f"{proxy.overhead_per_node:+,.1f} per node")  # fmt: skip
         typer.echo(f"proxy: {saved}")
+
+
+def _model_names(models: str | None, target: str) -> list[str]:
+    """The zoo models ``mico profile --models`` names (none on targets not counted per node)."""
+    from mico.codegen.compile import DEPLOYABLE_MODELS
+    from mico.errors import ConfigError
+    from mico.hw.modelprof import TARGETS
+
+    if models is not None and models.strip().lower() == "none":
+        return []
+    if target not in TARGETS:
+        if models is not None:
+            raise ConfigError(
+                f"--models: whole models are counted node by node on {', '.join(TARGETS)}, "
+                f"not '{target}'"
+            )
+        return []
+    if models is None:
+        return list(DEPLOYABLE_MODELS)
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in DEPLOYABLE_MODELS]
+    if unknown:
+        raise ConfigError(
+            f"--models: {', '.join(unknown)} not in the deployable zoo "
+            f"({', '.join(DEPLOYABLE_MODELS)})"
+        )
+    return names
 
 
 def _size_text(size: int | None) -> str:
@@ -305,8 +392,12 @@ def latency(
             example = example_of()
         layers = model_layer_shapes(quantized, example)
         check_plan(layers, spec)
-        if mode == "proxy":
+        if mode == "proxy" and spec.runner == "analytic-bitfusion":
             report = proxy_report(layers, spec, proxy)
+        elif mode == "proxy":  # the program's graph: every node, on its kernel path
+            default = "static" if checkpoint is None else None
+            compiled, _ = compile_from_options(options(project_dir, c_mode or default), log)
+            report = proxy_report(layers, spec, proxy, graph=compiled.graph)
         elif not program:
             report = analytic_report(layers, spec)
         else:

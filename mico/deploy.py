@@ -25,6 +25,7 @@ from mico.codegen.compile import (
     CompiledModel,
     check_float_input,
     compile_model,
+    token_example,
     token_vocabulary,
 )
 from mico.codegen.memory_map import memory_map_rows, plot_memory_map
@@ -221,7 +222,7 @@ def compile_from_options(
     model, zoo_name = load_model(options)
     samples = samples_for(model, zoo_name, options, log)
     batches = [torch.from_numpy(b) for b in np.array_split(samples, options.calibration_batches)]
-    batches = [b for b in batches if len(b)]
+    batches = [token_example(model, b) for b in batches if len(b)]  # token ids: int64
     example = torch.from_numpy(samples[:1])
     try:
         check_float_input(model, options.mode)  # before calibration runs on float samples
@@ -275,6 +276,14 @@ def _write_compile_report(compiled: CompiledModel) -> None:
     }
     (project.directory / "memory.json").write_text(json.dumps(data, indent=2) + "\n")
     plot_memory_map(arena, project.directory / "memory_map.png", title=project.name)
+    if compiled.mode == "static":  # the proxies are fitted on static programs
+        from mico.hw.latency import estimate_program
+
+        estimate = estimate_program(compiled.graph)
+        if any(k != "skipped" for k in estimate):
+            (project.directory / "latency_estimate.json").write_text(
+                json.dumps(estimate, indent=2) + "\n"
+            )
 
 
 @dataclass
@@ -383,7 +392,22 @@ def per_layer_hook(
         return {"skipped": why}
     measured = per_layer(compiled, samples[0], target)
     log(f"{target}: per layer: {measured.check_text()}")
-    return measured.to_dict()
+    data = measured.to_dict()
+    if compiled.mode == "static":
+        from mico.hw.latency import estimate_program
+
+        estimate = estimate_program(compiled.graph, [target]).get(target)
+        if estimate is not None:  # the fitted proxy's estimate beside each measured node
+            by_node = {row["node"]: row["value"] for row in estimate["nodes"]}
+            for row in data["layers"]:
+                if row["node"] in by_node:
+                    row["estimated"] = by_node[row["node"]]
+            error = 100.0 * (estimate["total"] - measured.release) / max(measured.release, 1)
+            data["estimate"] = {"total": estimate["total"], "error_pct": round(error, 2),
+                                "proxy": estimate["proxy"]}  # fmt: skip
+            log(f"{target}: the fitted proxy estimates {estimate['total']:,.0f} ({error:+.1f} % "
+                "against the release build)")  # fmt: skip
+    return data
 
 
 def _log_segments(
@@ -418,18 +442,25 @@ def _per_layer_lines(target: str, per_layer: dict[str, Any]) -> list[str]:
     if "skipped" in per_layer:
         return ["", f"## {target}: per layer", "", f"Not measured: {per_layer['skipped']}."]
     unit = per_layer["unit"]
+    estimate = per_layer.get("estimate")
+    extra = " estimated (proxy) |" if estimate else ""
     lines = [
         "", f"## {target}: per layer ({unit}, sample 0)", "",
-        f"| # | node | op | layer | {unit} | share |", "|---:|---|---|---|---:|---:|",
+        f"| # | node | op | layer | {unit} | share |{extra}",
+        "|---:|---|---|---|---:|---:|" + ("---:|" if estimate else ""),
     ]  # fmt: skip
     for i, row in enumerate(per_layer["layers"], start=1):
+        cell = ""
+        if estimate:
+            cell = f" {row['estimated']:,.0f} |" if "estimated" in row else " - |"
         lines.append(
             f"| {i} | {row['node']} | {row['op']} | {row['layer'] or '-'} | {row['value']:,.0f} | "
-            f"{row['share']:.1f}% |"
+            f"{row['share']:.1f}% |{cell}"
         )
     low, high = per_layer["glue_bounds"]
+    total_cell = f" **{estimate['total']:,.0f}** |" if estimate else ""
     lines += [
-        f"| | **total** | | | **{per_layer['total']:,.0f}** | 100.0% |",
+        f"| | **total** | | | **{per_layer['total']:,.0f}** | 100.0% |{total_cell}",
         "",
         f"Includes: {per_layer['includes']}.",
         "",
@@ -439,6 +470,14 @@ def _per_layer_lines(target: str, per_layer: dict[str, Any]) -> list[str]:
         f"{low:+,}..{high:+,}: **{'ok' if per_layer['ok'] else 'FAILED'}**. The glue is "
         f"{per_layer['glue_is']}.",
     ]
+    if estimate:
+        lines += [
+            "",
+            f"Estimated: the fitted proxy ({estimate['proxy']}) predicts {estimate['total']:,.0f} "
+            f"{unit} for the whole program, {estimate['error_pct']:+.1f} % against the release "
+            "build (its total includes its per-model overhead; the rows are its per-node "
+            "predictions, never measurements).",
+        ]
     return lines
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from mico.errors import ConfigError
+from mico.errors import ConfigError, MicoError
 from mico.hw.layers import LayerShape
 from mico.quant.arithmetic import format_bits
 from mico.targets.catalog import TargetSpec
@@ -142,9 +142,17 @@ def analytic_report(layers: Sequence[LayerShape], target: TargetSpec) -> Latency
 
 
 def proxy_report(
-    layers: Sequence[LayerShape], target: TargetSpec, proxy_path: Path | None = None
+    layers: Sequence[LayerShape],
+    target: TargetSpec,
+    proxy_path: Path | None = None,
+    graph: Any = None,
 ) -> LatencyReport:
-    """A fitted latency proxy's prediction per layer plus its per-model overhead."""
+    """A fitted latency proxy's prediction per layer plus its per-model overhead.
+
+    Given the lowered ``graph`` of the program (:func:`mico.codegen.compile.lower`), a proxy
+    fitted on whole programs (``mico profile`` on rv32, host, vexriscv) predicts every node,
+    with the kernel path each conv / linear node takes; without it, only the conv and linear
+    ``layers``."""
     from mico.hw.proxy import LatencyProxy
 
     path = proxy_path or default_proxy_path(target)
@@ -154,13 +162,39 @@ def proxy_report(
             f"--target {target.name} or pass --proxy FILE"
         )
     proxy = LatencyProxy.load(path)
-    predictions = proxy.predict_layers(layers)
-    rows = [
-        LatencyRow(layer.name, layer.kind, _bits(layer), value)
-        for layer, value in zip(layers, predictions, strict=True)
-    ]
-    if proxy.overhead:
-        rows.append(LatencyRow("(per-model overhead)", "-", "", proxy.overhead))
+    rows: list[LatencyRow] = []
+    bits = {layer.name: _bits(layer) for layer in layers}
+    whole = graph is not None and proxy.programs > 0
+    if whole:
+        from mico.hw.opshape import graph_op_shapes
+
+        ops = graph_op_shapes(graph)
+        predictions = proxy.predict_ops(ops)
+        for op, value in zip(ops, predictions, strict=True):
+            if op.path != "alias":
+                rows.append(LatencyRow(op.layer or op.name, op.kind, bits.get(op.layer, ""),
+                                       value))  # fmt: skip
+        counted = sum(op.path != "alias" for op in ops)
+        rows.append(LatencyRow("(per-model overhead)", "-", "", proxy.model_overhead(counted)))
+        includes = (
+            "the proxy's predictions for every node of the program (quantize, conv, pooling, "
+            "add, ...; each conv / linear node on the kernel path the generator picks) plus its "
+            "fitted per-model overhead"
+        )
+    else:
+        predictions = proxy.predict_layers(layers)
+        rows = [
+            LatencyRow(layer.name, layer.kind, _bits(layer), value)
+            for layer, value in zip(layers, predictions, strict=True)
+        ]
+        if proxy.overhead:
+            rows.append(LatencyRow("(per-model overhead)", "-", "", proxy.overhead))
+        includes = (
+            "the proxy's predictions for the conv and linear layers plus its fitted per-model "
+            "overhead"
+        )
+        if proxy.programs:
+            includes += " (not the program's other nodes: pooling, adds, input quantization)"
     errors = {
         kind: min(model.holdout_mape.values())
         for kind, model in proxy.kinds.items()
@@ -172,9 +206,7 @@ def proxy_report(
         f"proxy: {path}",
     )
     return LatencyReport(
-        target, "proxy", f"{proxy.unit} (predicted)", tuple(rows),
-        "the proxy's predictions for the conv and linear layers plus its fitted per-model "
-        "overhead", notes,
+        target, "proxy", f"{proxy.unit} (predicted)", tuple(rows), includes, notes,
     )  # fmt: skip
 
 
@@ -476,3 +508,68 @@ def per_layer(compiled: Any, sample: np.ndarray, target: str, timeout: float = 6
         "of the output to the caller",
     )  # fmt: skip
     return PerLayer(report, release, len(costs.nodes))
+
+
+#: targets whose fitted proxies ``mico compile`` and ``mico verify`` use for estimates
+ESTIMATE_TARGETS = ("rv32", "host", "vexriscv")
+
+
+def estimate_program(graph: Any, targets: Sequence[str] = ESTIMATE_TARGETS) -> dict[str, Any]:
+    """Per-node latency *estimates* of a lowered program from each target's fitted proxy
+    (``mico profile --target T``), for the targets that have one; nothing is run.
+
+    Returns ``{target: {"estimated": True, "unit", "total", "nodes": [...], "proxy",
+    "holdout_mape"}}``; a target whose proxy is missing or unreadable is left out (its reason
+    under ``"skipped"``), so a compile never fails for want of a proxy.
+    """
+    from mico.hw.opshape import graph_op_shapes
+    from mico.hw.proxy import LatencyProxy
+    from mico.targets.catalog import get_target
+
+    out: dict[str, Any] = {}
+    skipped: dict[str, str] = {}
+    ops = None
+    for name in targets:
+        try:
+            path = default_proxy_path(get_target(name))
+        except MicoError as exc:
+            skipped[name] = str(exc)
+            continue
+        if not path.is_file():
+            skipped[name] = f"no fitted proxy (mico profile --target {name})"
+            continue
+        try:
+            proxy = LatencyProxy.load(path)
+            if not proxy.programs:
+                skipped[name] = "its proxy was fitted on single layers only, not whole programs"
+                continue
+            ops = ops if ops is not None else graph_op_shapes(graph)
+            values = proxy.predict_ops(ops)
+        except MicoError as exc:
+            skipped[name] = str(exc)
+            continue
+        counted = sum(op.path != "alias" for op in ops)
+        overhead = proxy.model_overhead(counted)
+        total = float(sum(values) + overhead)
+        nodes = [
+            {"node": op.name, "op": op.kind, "layer": op.layer, "path": op.path,
+             "value": round(v, 1), "share": 100.0 * v / total if total else 0.0}
+            for op, v in zip(ops, values, strict=True)
+            if op.path != "alias"
+        ]  # fmt: skip
+        out[name] = {
+            "estimated": True,
+            "unit": f"{proxy.unit} (estimated)",
+            "total": round(total, 1),
+            "overhead": round(overhead, 1),
+            "nodes": nodes,
+            "proxy": str(path),
+            "holdout_mape": {
+                kind: round(min(m.holdout_mape.values()), 2)
+                for kind, m in sorted(proxy.kinds.items())
+                if m.holdout_mape
+            },
+        }
+    if skipped:
+        out["skipped"] = skipped
+    return out

@@ -42,6 +42,11 @@ def plan_text(plan_name: str, layers: Sequence[str]) -> str:
     return ",".join(f"{layer}={plan_name[1]}/{plan_name[3]}" for layer in layers)
 
 
+def models_path(profile: Path) -> Path:
+    """The models file kept beside a profile CSV (same target, configuration and kernels)."""
+    return profile.with_suffix(".models.jsonl")
+
+
 @dataclass(frozen=True)
 class ModelRecord:
     """One (model, plan) measured on a target: the release count and every node's."""

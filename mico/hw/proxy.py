@@ -186,6 +186,9 @@ class KindModel:
         return np.exp(self.estimator.predict(x)) * scale
 
 
+_LOADED: dict[tuple[str, int, int], LatencyProxy] = {}
+
+
 @dataclass
 class LatencyProxy:
     """Per-kind regressors plus a per-model overhead; predicts a model's latency from its
@@ -199,6 +202,8 @@ class LatencyProxy:
     #: per node of the program: what the per-node counts hold that the release build does not
     #: (the markers' calls, negative) and what no node holds (the input check, the call)
     overhead_per_node: float = 0.0
+    #: how many whole programs it was fitted on (0: layers alone, it knows no other nodes)
+    programs: int = 0
 
     def predict_ops(self, ops: Sequence[OpShape]) -> list[float]:
         """Predicted latency of each node (a view such as a reshape costs nothing; an op with
@@ -244,7 +249,7 @@ class LatencyProxy:
         (:class:`OpShape`) that is the whole program; given layers, only its conv / linear
         layers (no pooling, adds or input quantization)."""
         items = list(layers)
-        if items and all(isinstance(i, OpShape) for i in items):
+        if items and all(isinstance(i, OpShape) for i in items):  # a program's nodes
             ops = [i for i in items if isinstance(i, OpShape)]
             counted = sum(op.path != "alias" for op in ops)
             return float(sum(self.predict_ops(ops)) + self.model_overhead(counted))
@@ -263,7 +268,7 @@ class LatencyProxy:
         data: dict[str, Any] = {
             "version": PROXY_VERSION, "target": self.target, "unit": self.unit,
             "overhead": self.overhead, "overhead_per_node": self.overhead_per_node,
-            "seed": self.seed, "kinds": {},
+            "programs": self.programs, "seed": self.seed, "kinds": {},
         }  # fmt: skip
         for kind, model in self.kinds.items():
             entry: dict[str, Any] = {
@@ -287,8 +292,25 @@ class LatencyProxy:
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyProxy:
-        """Read a proxy written by :meth:`save`."""
+        """Read a proxy written by :meth:`save` (remembered per file version: a forest is
+        refitted on load, which a search asking for every scheme must not repeat)."""
         p = Path(path)
+        try:
+            stat = p.stat()
+            key = (str(p.resolve()), stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            key = None
+        if key is not None and key in _LOADED:
+            return _LOADED[key]
+        proxy = cls._read(p)
+        if key is not None:
+            if len(_LOADED) >= 8:  # a few targets' proxies at a time; keep memory flat
+                _LOADED.clear()
+            _LOADED[key] = proxy
+        return proxy
+
+    @classmethod
+    def _read(cls, p: Path) -> LatencyProxy:
         try:
             data = json.loads(p.read_text())
             if data.get("version") != PROXY_VERSION:
@@ -316,7 +338,8 @@ class LatencyProxy:
                 "again with mico profile"
             ) from None
         return cls(data["target"], data["unit"], kinds, float(data["overhead"]),
-                   int(data.get("seed", 0)), float(data.get("overhead_per_node", 0.0)))  # fmt: skip
+                   int(data.get("seed", 0)), float(data.get("overhead_per_node", 0.0)),
+                   int(data.get("programs", 0)))  # fmt: skip
 
 
 def _fit_kind(
@@ -387,7 +410,7 @@ def fit_proxy(
     if others:
         by_kind[OTHER] = others
     kinds = {kind: _fit_kind(kind, part, seed, holdout, rng) for kind, part in by_kind.items()}
-    proxy = LatencyProxy(target, unit, kinds, 0.0, seed)
+    proxy = LatencyProxy(target, unit, kinds, 0.0, seed, programs=len(models))
     if models:
         fit_model_overhead(proxy, models)
     return proxy

@@ -262,11 +262,24 @@ class MiCoEval:
             from mico.hw.latency import proxy_report
             from mico.targets.catalog import get_target
 
-            value = float(sum(row.value for row in proxy_report(layers, get_target(target)).rows))
+            graph = self._lowered(qscheme) if target != "bitfusion" else None  # every node
+            report = proxy_report(layers, get_target(target), graph=graph)
+            value = float(sum(row.value for row in report.rows))
         else:
             value = self._measured_latency(qscheme, target)
         self._latency[key] = value
         return value
+
+    def _lowered(self, qscheme: Sequence[Any]) -> Any:
+        """The scheme's lowered graph in the evaluator's mode (what ``mico compile`` emits)."""
+        from mico.codegen.compile import lower
+
+        model = copy.deepcopy(self.model).eval()
+        quantize_model(model, as_plan(list(qscheme), self.layer_names), self.config, self.example)
+        batches = self._calibration[:1] or [self.example]
+        if self.mode == "static":
+            calibrate(model, batches)
+        return lower(model, self.example[:1], self.mode, batches)[0]
 
     def check_latency_falls_with_bits(self, qtypes: Sequence[Any]) -> None:
         """Refuse a latency search the searchers would get wrong: they assume fewer bits never
