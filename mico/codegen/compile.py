@@ -39,12 +39,12 @@ MODES = ("dynamic", "static")
 DEPLOYABLE_MODELS = (
     "mlp", "harmlp", "lenet", "cnn", "small_cnn", "vgg", "resnet8", "resnet20", "mobilenetv2",
     "squeezenet", "shufflenetv2", "dscnn", "m5", "kws_conv1d", "mnist1d_cnn", "vit_tiny",
+    "tinyllama",
 )  # fmt: skip
-#: zoo models the dynamic (float between layers) mode compiles, the static one not yet (the
-#: LLaMa needs an integer embedding lookup, RMSNorm and rotary embeddings): float parameters
-#: read as tensors (class token, position embedding, causal mask, embedding table) are float
-#: constants in flash, and token ids arrive as exact float32 integers
-DYNAMIC_ONLY_MODELS = ("tinyllama",)
+#: zoo models the dynamic (float between layers) mode compiles and the static one not (none
+#: now: the LLaMa's embedding, RMSNorm, rotary embedding and causal softmax have integer
+#: kernels, mico/passes/lower_llama.py). Token ids arrive as exact float32 integers in both
+DYNAMIC_ONLY_MODELS: tuple[str, ...] = ()
 
 
 @dataclass
@@ -117,15 +117,9 @@ def embedding_layers(model: nn.Module) -> list[str]:
 
 
 def check_float_input(model: nn.Module, mode: str = "static") -> None:
-    """The static (integer-only) backend has no embedding kernel yet: a model that starts
-    from token ids is refused there, naming the layer (the dynamic mode compiles it)."""
-    names = embedding_layers(model)
-    if names and mode == "static":
-        raise CompileError(
-            f"layer '{names[0]}' is an nn.Embedding: the static (integer-only) C backend has no "
-            "embedding kernel yet; this model is not deployable yet in static mode (use "
-            "--mode dynamic)"
-        )
+    """Both modes take a model that starts from token ids (nn.Embedding layers reading the
+    input); kept for callers that checked it (no model is refused here any more)."""
+    del model, mode
 
 
 def token_vocabulary(model: nn.Module) -> int | None:
@@ -198,6 +192,11 @@ def lower(
         from mico.passes import lower_static
 
         batches = list(calibration) if calibration is not None else [example]
+        if token_vocabulary(model) is not None:  # token ids as int64, checked
+            batches = [
+                b if isinstance(b, list | tuple) else token_example(model, torch.as_tensor(b))
+                for b in batches
+            ]
         graph = lower_static(ir, batches)
     graph.output_segments = segments
     return graph, folded

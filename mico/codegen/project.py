@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from mico.codegen import emit_f32 as _emit_f32  # noqa: F401  (attaches the float emit rules)
+from mico.codegen import emit_llama as _emit_llama  # noqa: F401  (static LLaMa ops)
 from mico.codegen import emitters as _emitters  # noqa: F401  (attaches the emit rules)
 from mico.codegen.context import EmitContext
 from mico.codegen.makefile import makefile

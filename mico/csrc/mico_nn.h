@@ -438,6 +438,24 @@ void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt,
                      int32_t n, int64_t eps_q, int64_t k, const int32_t *g, const int64_t *b,
                      int32_t shift, int32_t lo, int32_t hi);
 
+/* The LLaMa kernels (mico_llama.c). Token ids (exact float32 integers, checked) -> rows of
+ * a packed table of codes. */
+void mico_qembedding(const float *ids, const void *table, MicoFmt tf, void *out, MicoFmt of,
+                     int32_t n, int32_t dim);
+/* Integer RMSNorm over rows of n codes: dev = isqrt((sum x^2 << 2 pre) + eps_q), y =
+ * round(x 2^pre k / dev), out = round(y g[j] / 2^shift) clamped to [lo, hi]. */
+void mico_qrmsnorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
+                   int32_t n, int32_t pre, int64_t eps_q, int64_t k, const int32_t *g,
+                   int32_t shift, int32_t lo, int32_t hi);
+/* Rotary embedding of interleaved pairs of (heads, positions, 2 half) codes: x0 C - x1 S,
+ * x0 S + x1 C with fixed-point tables per position, stored as o says. */
+void mico_qrope(const void *in, MicoFmt in_fmt, void *out, const MicoOut *o, int32_t heads,
+                int32_t positions, int32_t half, const int32_t *cos_q, const int32_t *sin_q);
+/* mico_qsoftmax over the first limits[r % n_limits] codes of row r; the rest are code 0. */
+void mico_qsoftmax_prefix(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt,
+                          int32_t rows, int32_t n, const int32_t *exp_q15, int32_t table_len,
+                          int32_t qmax, const int32_t *limits, int32_t n_limits);
+
 /* out[i] = table[in[i] - in_min] for n codes (two's complement bytes for signed outputs). */
 void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
               const uint8_t *table, int32_t in_min);

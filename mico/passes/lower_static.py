@@ -38,7 +38,10 @@ sum and one requantization; avg_pool1d/2d (and adaptive pooling to sizes that di
 input) as window sums with one multiplier per window size; residual add with two fixed-point
 multipliers sharing one shift; concat (each input rescaled to the output format unless it
 already has it); views as aliases; transpose / permute / slice as strided integer copies;
-dropout as identity. Per-channel weight scales give per-output-channel multipliers.
+dropout as identity. Per-channel weight scales give per-output-channel multipliers. Token
+models (a LLaMa): the embedding of the token-id input, RMSNorm, rotary embeddings and a causal
+mask added before a softmax are recognised as patterns and lowered to one integer op each
+(:mod:`mico.passes.lower_llama`).
 
 Not supported (errors name the op and the fix): unfolded BatchNorm (CompileError: fold it with
 ``mico.quant.fuse_model``), Conv/Linear left out of the plan or with dynamic activations
@@ -66,6 +69,7 @@ from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import code_range, out_spec
 from mico.ir.types import TensorType
 from mico.passes.inplace import mark_inplace
+from mico.passes.lower_llama import match_llama, token_input
 from mico.passes.observe import observe_ranges
 from mico.quant.arithmetic import (
     INT32_MAX,
@@ -231,10 +235,11 @@ class _StaticLowering:
                 free_bits = 8  # attention's residual stream and probabilities keep 8 bits
         if not 1 <= free_bits <= 8:
             raise CompileError(f"free_bits must be from 1 to 8, got {free_bits}")
-        if len(ir.inputs) != 1 or not ir.inputs[0].type.dtype.is_float:
+        if len(ir.inputs) != 1 or not (ir.inputs[0].type.dtype.is_float or token_input(ir)):
             raise CompileError(
-                f"graph '{ir.name}' must have one floating-point input for the static lowering, "
-                f"got {', '.join(str(v.type) for v in ir.inputs) or 'none'}"
+                f"graph '{ir.name}' must have one floating-point input (or integer token ids "
+                f"read only by nn.Embedding layers) for the static lowering, got "
+                f"{', '.join(str(v.type) for v in ir.inputs) or 'none'}"
             )
         self.src = ir
         self.free_bits = free_bits
@@ -534,8 +539,12 @@ class _StaticLowering:
             BATCHNORM: self.reject_batchnorm,
             FLOAT_LAYER: self.reject_float_layer,
         }
+        patterns = match_llama(self)  # embedding, RMSNorm, RoPE, causal softmax (LLaMa)
         for node in self.src.nodes:
             if id(node) in self.fused:
+                continue
+            if id(node) in patterns:
+                patterns[id(node)](node)
                 continue
             kind = self.kind(node)
             if kind is None:

@@ -13,9 +13,9 @@ def test_list_modules_filters_by_category_and_hardware():
     result = runner.invoke(app, ["list-modules", "--category", "model", "--hardware", "rv32"])
     assert result.exit_code == 0, result.output
     assert "small_cnn" in result.output and "resnet8" in result.output
-    assert "tinyllama" in result.output  # dynamic mode deploys it
+    assert "tinyllama" in result.output  # both modes deploy it
     static_only = runner.invoke(app, ["list-modules", "--tag", "dynamic-mode-only"])
-    assert "tinyllama" in static_only.output and "small_cnn" not in static_only.output
+    assert "tinyllama" not in static_only.output and "small_cnn" not in static_only.output
     assert "conv2d" not in result.output
 
 

@@ -205,7 +205,8 @@ def test_everything_mico_ships_is_registered():
     assert ModuleRegistry.get_module("BitConv2d").__name__ == "BitConv2d"
     assert ModuleRegistry.get_metadata("digits").extra["offline"] is True
     assert ModuleRegistry.get_metadata("cifar10").extra["offline"] is False
-    assert "dynamic-mode-only" in ModuleRegistry.get_metadata("tinyllama").tags
+    llama = ModuleRegistry.get_metadata("tinyllama")  # both modes deploy it
+    assert "dynamic-mode-only" not in llama.tags and "rv32" in llama.hardware_support
 
 
 def test_register_model_honours_input_shape():

@@ -96,11 +96,6 @@ CLI_CASES = [
         ["verify", "mlp", "--dataset", "mnist1d"],
         ["mnist1d", "(1, 40)", "(1, 8, 8)"],
     ),
-    (
-        "compile-tinyllama-static",
-        ["compile", "tinyllama", "--mode", "static"],
-        ["tinyllama", "not deployable", "Embedding"],
-    ),
 ]
 
 

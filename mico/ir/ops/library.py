@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mico.ir.dtypes import DataType
-from mico.ir.ops import mico_ops, scalar_ops, tensor_ops, tile_ops  # noqa: F401  (registers)
+from mico.ir.ops import llama_ops, mico_ops, scalar_ops, tensor_ops, tile_ops  # noqa: F401  (registers)
 from mico.ir.ops.registry import OpRegistry
 from mico.ir.ops.tensor_ops import conv_shape, fail, need_float, need_int, pool_shape
 from mico.ir.ops.tensor_ops import reshape_shape as _reshape_shape
