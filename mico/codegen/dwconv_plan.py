@@ -95,7 +95,7 @@ def dw_lane_plan(
             nch = 1
             if (q + 3) * 3 > DW_RING_WORDS or q // sw > DW_VALS:
                 continue
-            build = 5 * in_w + 20
+            build = (5 if b == 8 else 7 if 32 % b == 0 else 16) * in_w + 20
         # output words (9 taps, then a requantization per lane, or thresholds for all lanes)
         # and the input rows built for the output row (each once per channel)
         per_word = 70 + 3 * k if few and k > 1 and span < 2 ** (s - 1) else 18 + 29 * k

@@ -142,6 +142,17 @@ static MICO_DWL_INLINE void mico_dwl_row1(const MicoDwl *d, const void *in, size
             for (j = 0; j < (uint32_t)width; j++) {
                 dst[1 + j] = src[j];
             }
+        } else if (32u % b == 0u) { /* 1, 2, 4 bits: a word of codes at a time */
+            const uint32_t per_word = 32u / b, fmask = (1u << b) - 1u;
+            const uint32_t h = p->in_fmt.is_signed ? 1u << (b - 1u) : 0u;
+            for (j = 0; j < (uint32_t)width;) {
+                const uint32_t n = (uint32_t)width - j < per_word ? (uint32_t)width - j : per_word;
+                uint32_t raw = mico_dwl_bits((const uint8_t *)in, start * b + j * b, n * b);
+                const uint32_t end = j + n;
+                for (; j < end; j++, raw >>= b) {
+                    dst[1 + j] = ((raw & fmask) ^ h) - h;
+                }
+            }
         } else {
             mico_unpack_i32(in, start, width, p->in_fmt, (int32_t *)(void *)(dst + 1));
         }
@@ -219,7 +230,7 @@ static MICO_NOINLINE int mico_dwl_levels(MicoDwl *d, const MicoRq *rq, const int
 {
     const uint32_t half = d->s >= 32u ? 0x80000000u : 1u << (d->s - 1u);
     int32_t hi = 0, lo = 0, t, j;
-    if (rq->hi - rq->lo > 3 || rq->hi < rq->lo) {
+    if (rq->hi - rq->lo > 3 || rq->hi < rq->lo || d->k == 1u) { /* one lane: 1 or 2 is as fast */
         return 0;
     }
     for (t = 0; t < 9; t++) {
@@ -259,11 +270,16 @@ static MICO_NOINLINE void mico_dwl_pack(void *out, size_t start, const int32_t *
     const uint32_t bits = (uint32_t)f.bits, mask = (1u << (bits & 31u)) - 1u;
     const int32_t per = bits <= 8u && 8u % bits == 0 ? (int32_t)(8u / bits) : 0;
     int32_t i = 0, j;
-    if (per && !(f.is_signed && bits == 1u) && (start * bits) % 8u == 0) {
-        uint8_t *q = (uint8_t *)out + start * bits / 8u;
+    if (per && !(f.is_signed && bits == 1u)) {
+        uint8_t *q;
+        while (i < n && ((start + (size_t)i) * bits) % 8u != 0) {
+            i++; /* the codes before a byte boundary, through mico_pack */
+        }
+        mico_pack(out, start, v, i, f);
+        q = (uint8_t *)out + (start + (size_t)i) * bits / 8u;
         if (bits == 8u) {
             for (; i < n; i++) {
-                q[i] = (uint8_t)v[i];
+                *q++ = (uint8_t)v[i];
             }
             return;
         }
