@@ -94,10 +94,12 @@ class TuneResult:
 
 
 def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dict[str, float],
-                   seed: int) -> dict[str, Any]:  # fmt: skip
-    """What a study's trials depend on; ``--resume`` must give the same."""
+                   seed: int, space: str | None = None,
+                   fixed_layers: dict[int, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """What a study's trials depend on; ``--resume`` must give the same. (The search space
+    is recorded only when it is not the strategy's default, so older studies still resume.)"""
     fields = evaluator.key_fields()
-    return {
+    settings = {
         **fields,
         "layers": list(evaluator.layer_names),
         "strategy": strategy,
@@ -105,6 +107,65 @@ def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dic
         "budgets": {k: float(v) for k, v in limits.items()},
         "seed": int(seed),
     }
+    if space is not None:
+        settings["space"] = space
+    if fixed_layers:
+        settings["fixed_layers"] = {str(k): v for k, v in sorted(fixed_layers.items())}
+    return settings
+
+
+SPACES = ("full", "w-only", "w=a", "blocks")
+
+
+def parse_space(text: str, n_layers: int) -> Any:
+    """A :class:`~mico.search.DimTransform` from its name: ``full`` (every weight and
+    activation width), ``w-only`` or ``w-only:A`` (weights, activations held at A bits,
+    default 8), ``w=a`` (one width per layer), ``blocks:K`` or ``blocks:K:w=a`` (K blocks of
+    consecutive layers share their widths)."""
+    from mico.search.dim_transform import DimTransform
+
+    name, _, rest = text.strip().lower().partition(":")
+    try:
+        if name == "full" and not rest:
+            return DimTransform.full(n_layers)
+        if name == "w=a" and not rest:
+            return DimTransform.w_eq_a(n_layers)
+        if name == "w-only":
+            return DimTransform.w_only(n_layers, a_bits=float(rest) if rest else 8)
+        if name == "blocks" and rest:
+            count, _, tied = rest.partition(":")
+            if tied in ("", "w=a"):
+                return DimTransform.blocks(n_layers, int(count), w_eq_a=tied == "w=a")
+    except ValueError:
+        pass
+    raise PlanError(
+        f"search space {text!r} is not one of: full, w-only[:A], w=a, blocks:K[:w=a] "
+        f"(K from 1 to {n_layers} layers)"
+    )
+
+
+def searcher(
+    evaluator: Any,
+    strategy: str,
+    qtypes: list[Any] | None,
+    seed: int,
+    space: str | None = None,
+    fixed_layers: dict[int, Any] | None = None,
+) -> Any:
+    """The searcher of ``strategy`` over ``space`` (default: the strategy's own, W = A per
+    layer for nlp and every width for the others) with ``fixed_layers`` held."""
+    from mico.search.strategies import STRATEGIES
+
+    if strategy not in STRATEGIES:
+        raise PlanError(
+            f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(STRATEGIES))}"
+        )
+    kwargs: dict[str, Any] = {"qtypes": qtypes or [2, 4, 8], "seed": seed}
+    if space is not None:
+        kwargs["dim_trans"] = parse_space(space, evaluator.n_layers)
+    if fixed_layers:
+        kwargs["fixed_layers"] = fixed_layers
+    return STRATEGIES[strategy](evaluator, **kwargs)
 
 
 def evaluations_needed(searcher: Any) -> int | None:
@@ -130,8 +191,14 @@ def tune(
     resume: bool = False,
     workers: int = 1,
     spec: Any = None,
+    space: str | None = None,
+    fixed_layers: dict[int, Any] | None = None,
 ) -> TuneResult:
     """Search with ``strategy`` against the first budget; every budget is respected.
+
+    ``space`` (:func:`parse_space`: full, w-only, w=a, blocks:K) shrinks the search space of
+    a large model as seed 003's ``DimTransform`` does; ``fixed_layers`` holds layers at widths
+    (``{0: 8, -1: 8}``: the first and last layer at W8A8). Both are settings of the study.
 
     ``study`` (:class:`~mico.search.study.StudyConfig`) is where the trials go (default: a
     study in a temporary SQLite file); ``resume`` continues it; ``workers`` > 1 runs that many
@@ -139,24 +206,19 @@ def tune(
     At most ``trials`` trials finish (all workers together, resumes included); the NLP
     strategy gets at least the evaluations it needs (:func:`evaluations_needed`).
     """
-    from mico.search.strategies import STRATEGIES as strategies
     from mico.search.study import StudyConfig, open_study, run_worker, run_workers, sqlite_url
 
-    if strategy not in strategies:
-        raise PlanError(
-            f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(strategies))}"
-        )
     if workers > 1 and spec is None:
         raise ConfigError("workers > 1 need a WorkerSpec (how each process rebuilds the model)")
-    searcher = strategies[strategy](evaluator, qtypes=qtypes or [2, 4, 8], seed=seed)
-    qtypes = list(searcher.qtypes)
+    first = searcher(evaluator, strategy, qtypes, seed, space, fixed_layers)
+    qtypes = list(first.qtypes)
     n = evaluator.n_layers
     full = [8] * (2 * n)
-    limits = {b.cost: b.resolve(searcher.cost(full, b.cost)) for b in budgets}
+    limits = {b.cost: b.resolve(first.cost(full, b.cost)) for b in budgets}
     for cost, limit in limits.items():
-        searcher._check_budget(cost, limit)  # refused before any training or evaluation
+        first._check_budget(cost, limit)  # refused before any training or evaluation
     primary = budgets[0].cost
-    needed = evaluations_needed(searcher)
+    needed = evaluations_needed(first)
     if needed is not None and needed > trials:
         log(f"{strategy} needs {needed} evaluations for {n} layers x {len(qtypes)} widths: "
             f"--trials {trials} raised to {needed}")  # fmt: skip
@@ -165,37 +227,39 @@ def tune(
         + ", ".join(f"{k} <= {v:g}" for k, v in limits.items()))  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mico-study-") as scratch:
         config = study or StudyConfig(sqlite_url(Path(scratch) / "study.db"), "mico-tune")
-        settings = study_settings(evaluator, strategy, qtypes, limits, seed)
+        settings = study_settings(evaluator, strategy, qtypes, limits, seed, space,
+                                  fixed_layers)  # fmt: skip
         handle = open_study(config, settings, resume)
         if workers > 1:
             spec.study, spec.limits, spec.primary, spec.trials = config, limits, primary, trials
-            spec.qtypes = qtypes
+            spec.qtypes, spec.space, spec.fixed_layers = qtypes, space, fixed_layers
             log(f"{workers} workers on study '{config.name}'")
             run_workers(spec, workers, log)
         else:
             run_worker(evaluator, handle, config, strategy, qtypes, limits, primary, trials,
-                       seed, 0, log)  # fmt: skip
+                       seed, 0, log, space=space, fixed_layers=fixed_layers)  # fmt: skip
         return _result(evaluator, handle, config, qtypes, limits, trials, log)
 
 
 def _result(evaluator: Any, handle: Any, config: Any, qtypes: list[Any],
             limits: dict[str, float], trials: int, log: Log) -> TuneResult:  # fmt: skip
     """The best feasible trial of the study (the cheapest scheme, evaluated, if none fits)."""
-    from mico.search.study import TrialRunner, best_feasible, trial_rows
+    from mico.search.study import StudyIndex, TrialRunner, best_feasible, trial_rows
 
-    best = best_feasible(handle)
+    index = StudyIndex(handle)
+    best = best_feasible(handle, index)
     if best is None:
         log("no trial fits every budget: evaluating the cheapest scheme")
         runner = TrialRunner(handle, config, evaluator, limits, trials, qtypes, 0, log)
         runner.force = True
         runner([qtypes[0]] * (2 * evaluator.n_layers))
-        best = best_feasible(handle)
+        best = best_feasible(handle, index)
     if best is None:
         raise PlanError(
             f"even the cheapest scheme ({qtypes[0]} bits everywhere) exceeds a budget; raise "
             + ", ".join(f"{k} {v:g}" for k, v in limits.items())
         )
-    rows = trial_rows(handle, list(limits))
+    rows = trial_rows(handle, list(limits), index)
     return TuneResult(
         list(best.user_attrs["qscheme"]),
         float(best.value),

@@ -133,3 +133,41 @@ def test_nlp_with_blocks_probes_each_block():
     assert len(ev.history) <= 2 * 2 + 2
     for s in ev.history:
         assert len(set(s[:3])) == 1 and len(set(s[3:6])) == 1 and s[:6] == s[6:]
+
+
+# ------------------------------------------------------------------------- mico tune's space
+def test_parse_space_names_and_errors():
+    from mico.search.tune import parse_space
+
+    assert parse_space("full", 3).in_dim == 6
+    assert parse_space("w=a", 3).expand([2, 4, 8]) == [2, 4, 8, 2, 4, 8]
+    assert parse_space("w-only:4", 3).expand([2, 4, 8]) == [2, 4, 8, 4, 4, 4]
+    assert parse_space("blocks:2:w=a", 4).expand([2, 8]) == [2, 2, 8, 8] * 2
+    for bad in ("half", "blocks", "blocks:9", "blocks:2:x", "w-only:x"):
+        with pytest.raises(PlanError, match=r"full, w-only\[:A\], w=a, blocks:K"):
+            parse_space(bad, 4)
+
+
+def test_tune_searches_the_space_it_is_given_and_the_study_records_it(
+    trained_cnn, digits_split, tmp_path
+):
+    from mico.errors import ConfigError
+    from mico.search import MiCoEval
+    from mico.search.study import StudyConfig, sqlite_url
+    from mico.search.tune import parse_budgets, tune
+
+    train_loader, test_loader = digits_split.loaders(batch_size=64, seed=0)
+    ev = MiCoEval(trained_cnn, 1, train_loader, test_loader, None, data_name="digits")
+    config = StudyConfig(sqlite_url(tmp_path / "study.db"), "s")
+    budgets = parse_budgets("bops=60%")
+    result = tune(ev, budgets, "random", 4, [2, 4, 8], 0, lambda _m: None, study=config,
+                  space="w=a", fixed_layers={0: 8})  # fmt: skip
+    assert len(result.trials) == 4
+    assert result.costs["bops"] <= result.budgets["bops"]
+    for row in result.trials:
+        w = [int(p.split("=")[1].split("/")[0]) for p in row["scheme"].split(",")]
+        a = [int(p.split("=")[1].split("/")[1]) for p in row["scheme"].split(",")]
+        assert w == a and w[0] == 8
+    with pytest.raises(ConfigError, match=r"other settings \(space"):
+        tune(ev, budgets, "random", 6, [2, 4, 8], 0, lambda _m: None, study=config,
+             resume=True, space="full", fixed_layers={0: 8})  # fmt: skip
