@@ -78,8 +78,8 @@ def _git(*args: str) -> str:
     return result.stdout.strip()
 
 
-def measure(model: str, plan_name: str, work: Path, samples: int, targets: list[str],
-            proxies: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def measure(model: str, plan_name: str, work: Path, samples: int,
+            targets: list[str]) -> dict[str, Any]:  # fmt: skip
     names = [layer.name for layer in _layers(model, None)]
     plan = _plan(plan_name, names)
     layers = _layers(model, plan)
@@ -131,7 +131,8 @@ def measure(model: str, plan_name: str, work: Path, samples: int, targets: list[
     if "bitfusion" in targets:
         report = analytic_report(layers, get_target("bitfusion"))
         row["bitfusion"] = {"cycles": int(report.total)}
-    predict(row, layers, proxies, graph_op_shapes(compiled.graph))
+    row["_ops"] = graph_op_shapes(compiled.graph)  # for the proxies, fitted afterwards
+    row["_layers"] = layers
     return row
 
 
@@ -386,9 +387,19 @@ def main() -> None:
     torch.set_num_threads(1)
     start = time.perf_counter()
     targets = args.targets.split(",")
+    rows = []
+    if args.reuse is None:  # measure first: the proxies are fitted on the records there are then
+        with tempfile.TemporaryDirectory(prefix="mico-latency-bench-") as tmp:
+            for model in args.models.split(","):
+                for plan in args.plans.split(","):
+                    row = measure(model, plan, Path(tmp), args.samples, targets)
+                    rows.append(row)
+                    print(json.dumps({k: v for k, v in row.items() if not k.startswith("_")}),
+                          flush=True)  # fmt: skip
     fitted = fit_proxies(args.rv32_records, args.models.split(","), args.seed,
                          args.bitfusion_shapes)  # fmt: skip
-    rows = []
+    for row in rows:
+        predict(row, row.pop("_layers"), fitted["proxies"], row.pop("_ops"))
     if args.reuse is not None:
         previous = json.loads(args.reuse.read_text())
         for old in previous["rows"]:
@@ -404,14 +415,6 @@ def main() -> None:
             predict(row, _layers(row["model"], row["plan"]), fitted["proxies"], ops)
             rows.append(row)
         start -= previous["seconds"]
-    else:
-        with tempfile.TemporaryDirectory(prefix="mico-latency-bench-") as tmp:
-            for model in args.models.split(","):
-                for plan in args.plans.split(","):
-                    row = measure(model, plan, Path(tmp), args.samples, targets,
-                                  fitted["proxies"])  # fmt: skip
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
     exact = [r[t]["bit_exact"] for r in rows for t in ("rv32", "vexriscv") if t in r]
     results = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),

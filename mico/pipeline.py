@@ -166,6 +166,11 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
             }
             if not device_agreement.all_exact:
                 agreement = device_agreement  # the demo fails on any disagreement
+            from mico.hw.nodes import node_costs
+
+            # every node of sample 0 counted (an instrumented copy): the report's per-layer column
+            counted = node_costs(project, "qemu-rv32", split.x_test[0])
+            device["rv32_per_node_instructions"] = dict(counted.nodes)
         elif options.target == "auto":
             log("      rv32 skipped: " + rv32.missing_tools_hint())
         log("[5/5] report")
@@ -254,9 +259,21 @@ def _demo_report(
         "metrics": m,
         "files": project.files,
     }
+    from mico.hw.latency import estimate_program
+
+    latency: dict[str, dict[str, float]] = {}
+    if m.get("rv32_per_node_instructions"):
+        latency["rv32_instructions"] = m["rv32_per_node_instructions"]
+    estimate = estimate_program(graph)
+    for target, entry in estimate.items():
+        if target != "skipped":
+            latency[f"{target}_estimated"] = {n["node"]: n["value"] for n in entry["nodes"]}
+            data[f"{target}_latency_estimate"] = {
+                k: v for k, v in entry.items() if k != "nodes"
+            }  # the per-node values are in the layer rows
     return Report(
         "mico demo: digits CNN, mixed precision, C on host",
         summary,
-        layer_rows(graph, project),
+        layer_rows(graph, project, latency),
         data,
     )

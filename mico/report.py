@@ -15,8 +15,14 @@ from mico.passes.lower_quant import macs
 from mico.quant.packing import packed_size
 
 
-def layer_rows(graph: Graph, project: CProject) -> list[dict[str, Any]]:
-    """One row per scheduled op: shape, bits, MACs, BOPs, weight and activation bytes, offset."""
+def layer_rows(
+    graph: Graph, project: CProject, latency: dict[str, dict[str, float]] | None = None
+) -> list[dict[str, Any]]:
+    """One row per scheduled op: shape, bits, MACs, BOPs, weight and activation bytes, offset.
+
+    ``latency``: per-node latency columns, by column name (``rv32_instructions``: counted on
+    the target for sample 0; ``rv32_estimated``: a fitted proxy's estimate), each a mapping
+    from node name to its value; a node a column has no value for (a view) gets None."""
     offsets = {row["node"]: row["offset"] for row in project.schedule}
     rows = []
     for node in graph.nodes:
@@ -38,6 +44,7 @@ def layer_rows(graph: Graph, project: CProject) -> list[dict[str, Any]]:
                 "weight_bytes": packed_size(weight.type.numel, w_bits) if weight and w_bits else 0,
                 "activation_bytes": 0 if node.output.alias_of else storage_bytes(node.output),
                 "arena_offset": offsets.get(node.name),
+                **{column: values.get(node.name) for column, values in (latency or {}).items()},
             }
         )
     return rows
@@ -90,6 +97,15 @@ class Report:
             "activation_bytes",
             "arena_offset",
         ]
+        base = set(keys)
+        for row in self.layers:  # latency columns (measured or estimated), when present
+            for key in row:
+                if key not in base and (
+                    key.endswith("_instructions") or key.endswith(("_cycles", "_estimated"))
+                ):
+                    base.add(key)
+                    keys.append(key)
+                    headers.append(key.replace("_", " "))
         return (
             "\n\n".join(
                 [
@@ -97,7 +113,7 @@ class Report:
                     "## Summary",
                     _md_table(["metric", "value"], [list(item) for item in self.summary]),
                     "## Layers",
-                    _md_table(headers, [[row[k] for k in keys] for row in self.layers]),
+                    _md_table(headers, [[row.get(k) for k in keys] for row in self.layers]),
                 ]
             )
             + "\n"

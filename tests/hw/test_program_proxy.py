@@ -283,3 +283,26 @@ def test_cli_profile_fits_rv32_on_a_whole_program_and_latency_uses_it(tmp_path, 
     bad = runner.invoke(app, ["profile", "--target", "bitfusion", "--models", "mlp", "-o",
                               str(tmp_path / "bf.csv")])  # fmt: skip
     assert bad.exit_code == 2 and "counted node by node on rv32" in bad.output
+
+
+def test_report_layers_carry_latency_columns(programs, fitted_rv32, tmp_path):
+    """report.json / report.md (mico demo): a measured per-node column and the estimate."""
+    from mico.hw.latency import estimate_program
+    from mico.report import Report, layer_rows
+
+    compiled = programs["4/4"]
+    estimate = estimate_program(compiled.graph)["rv32"]
+    measured = {n["node"]: 1000.0 for n in estimate["nodes"]}  # stands for node_costs' counts
+    latency = {
+        "rv32_instructions": measured,
+        "rv32_estimated": {n["node"]: n["value"] for n in estimate["nodes"]},
+    }
+    rows = layer_rows(compiled.graph, compiled.project, latency)
+    assert all(r["rv32_instructions"] == 1000.0 for r in rows if r["node"] in measured)
+    assert sum(r["rv32_estimated"] or 0 for r in rows) == pytest.approx(
+        estimate["total"] - estimate["overhead"], abs=1
+    )
+    md, js = Report("t", [("a", "b")], rows).write(tmp_path)
+    header = md.read_text().split("## Layers")[1].splitlines()[2]
+    assert "rv32 instructions" in header and "rv32 estimated" in header
+    assert json.loads(js.read_text())["layers"][1]["rv32_estimated"] > 0
