@@ -41,8 +41,9 @@
 /* Storage of a tensor's elements. */
 typedef struct {
     int32_t bits;      /* 1..8: packed codes; 32: int32_t */
-    int32_t is_signed; /* signed codes (with bits == 1: binary {-1, +1}) */
-    int32_t zero;      /* unsigned only: zero point, fields hold code + zero (0: plain) */
+    int16_t is_signed; /* signed codes (with bits == 1: binary {-1, +1}) */
+    int16_t zero;      /* unsigned only: zero point, fields hold code + zero (0: plain); 16-bit
+                        * fields keep MicoFmt at 8 bytes, passed in two registers on rv32 */
 } MicoFmt;
 
 /* How a kernel stores a result: optional ReLU on the accumulator, optional rescaling by

@@ -173,6 +173,12 @@ void mico_pack(void *buf, size_t start, const int32_t *src, int32_t n, MicoFmt f
     if (n <= 0) {
         return;
     }
+    if (f.zero && !f.is_signed && f.bits == 8) { /* asymmetric bytes: code + zero */
+        for (q += start; i < n; i++) {
+            q[i] = (uint8_t)((uint32_t)(src[i] + f.zero) & 0xffu);
+        }
+        return;
+    }
     if (f.zero && !f.is_signed && f.bits <= 8) { /* asymmetric: fields code + zero, 32 at a time */
         int32_t t[32], j;
         MicoFmt u = f;

@@ -17,8 +17,8 @@ from mico.targets import host, rv32
 
 
 class Skewed(nn.Module):
-    """GELU / SiLU activations (ranges like [-0.17, 6]) through residual add, max and average
-    pooling, concat and a global mean: every static op that reads or writes shifted codes."""
+    """GELU / SiLU activations (ranges like [-0.17, 6]) through a product, residual add, max and
+    average pooling, concat and a global mean: the static ops that read or write shifted codes."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -30,7 +30,7 @@ class Skewed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         a = F.gelu(self.c1(x))
-        b = F.gelu(self.c2(a))
+        b = F.gelu(self.c2(a)) * a  # a product of shifted and free codes
         c = F.silu(self.c3(F.max_pool2d(a + b, 2)))
         d = F.gelu(self.c4(torch.cat([c, F.max_pool2d(b, 2)], 1)))
         return self.fc(F.avg_pool2d(d, 2).mean((2, 3)))
@@ -116,12 +116,17 @@ int main(void)
     char cmd;
     MicoFmt f;
     long i, start, n;
+    int bits, zero;
     f.is_signed = 0;
-    while (scanf(" %c %d %d", &cmd, &f.bits, &f.zero) == 3) {
+    while (scanf(" %c %d %d", &cmd, &bits, &zero) == 3) {
         int32_t codes[512], i32[512];
         int16_t i16[512];
         uint8_t buf[600], other[600];
-        const int32_t qmin = -f.zero, qmax = (1 << f.bits) - 1 - f.zero;
+        int32_t qmin, qmax;
+        f.bits = bits;
+        f.zero = (int16_t)zero;
+        qmin = -f.zero;
+        qmax = (1 << f.bits) - 1 - f.zero;
         if (cmd == 'q') {
             union { unsigned u; float x; } v[512];
             float inv;

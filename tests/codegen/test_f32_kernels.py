@@ -145,6 +145,7 @@ static void rd_dynq(MicoDynQuant *q)
     q->absmean = rd_i32();
     q->qmin = rd_i32();
     q->qmax = rd_i32();
+    q->asymmetric = 0;
 }
 
 int main(int argc, char **argv)
