@@ -74,6 +74,7 @@ def dw_lane_plan(
     # outputs of at most 4 codes requantize by thresholds, all lanes at once, when the lanes
     # keep a spare top bit (mico_dwl_levels)
     few = out_fmt is not None and out_fmt.qmax - out_fmt.qmin <= 3
+    out8 = out_fmt is None or out_fmt.bits == 8
     rows_per_out = max(1, -(-in_h // max(out_h, 1)))
     # estimated rv32 instructions per output row (fitted to benchmarks/kernels_rv32.py): the
     # plain kernel (mico_qconv2d_depthwise3x3) is the bar the lanes must beat
@@ -95,11 +96,15 @@ def dw_lane_plan(
             nch = 1
             if (q + 3) * 3 > DW_RING_WORDS or q // sw > DW_VALS:
                 continue
-            build = (5 if b == 8 else 7 if 32 % b == 0 else 16) * in_w + 20
+            build = (5 if b == 8 else 14) * in_w + 20
         # output words (9 taps, then a requantization per lane, or thresholds for all lanes)
         # and the input rows built for the output row (each once per channel)
-        per_word = 70 + 3 * k if few and k > 1 and span < 2 ** (s - 1) else 18 + 29 * k
-        cost = nch * (q // sw) * per_word + build * rows_per_out
+        if few and k > 1 and span < 2 ** (s - 1):
+            per_word = 70 + 3 * k
+        else:  # one pixel per word: 8-bit outputs are stored straight, others packed after
+            per_word = 18 + 29 * k if k > 1 or out8 else 55
+        # (several lanes: a chunk also costs its loop, neighbour words and partial store)
+        cost = nch * ((q // sw) * per_word + (90 if k > 1 else 0)) + build * rows_per_out
         if cost < plain and (best is None or cost < best[0]):
             best = (cost, {"s": s, "q": q})
     return None if best is None else best[1]
