@@ -5,7 +5,8 @@ sampler is Optuna's TPE (default) or its Gaussian-process sampler, seeded. The b
 Optuna constraint (``trial.set_constraint``, feasible when <= 0): a proposal over the budget is
 never evaluated; it is told to the study as infeasible, and its repair (widths lowered until
 it fits) is queued as the next trial, so the study learns both the infeasible region and the
-accuracy on its boundary. The first ``n_inits`` trials are feasible random schemes.
+accuracy on its boundary. The first ``n_inits`` trials are the widest uniform scheme within
+the budget and feasible random schemes.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ class BayesSearcher(SpaceSearcher):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 self.study = optuna.create_study(direction="maximize", sampler=self._make_sampler())
-                for k in self.sample_feasible(max(1, self.n_inits), constraint_type, budget):
+                for k in self.initial_samples(constraint_type, budget):
                     self.study.enqueue_trial(dict(zip(names, map(int, k), strict=True)))
                 wanted = len(self.evaluated) + max(1, self.n_inits) + n_iterations
                 limit = self.trial_factor * (max(1, self.n_inits) + n_iterations)

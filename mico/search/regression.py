@@ -3,7 +3,8 @@ the fit within the budget.
 
 The model is linear in per-dimension features of the widths, fitted by ridge least squares:
 ``linear`` (b), ``quadratic`` (b, b^2, the default) or ``exp`` (b, 4^-b: quantization noise
-falls as 4^-b). After ``n_inits`` feasible schemes, each iteration refits, maximises the
+falls as 4^-b). After ``n_inits`` feasible schemes (the widest uniform one and random ones),
+each iteration refits, maximises the
 prediction by hill climbing over feasible neighbours (one width changed, or one step moved from
 one dimension to another along the budget) from the best schemes so far and a few random ones,
 and evaluates the best maximum not yet evaluated.
@@ -78,7 +79,7 @@ class RegressionSearcher(SpaceSearcher):
     def _search(
         self, n_iterations: int, objective: str, constraint_type: str, budget: float
     ) -> None:
-        for k in self.sample_feasible(max(1, self.n_inits), constraint_type, budget):
+        for k in self.initial_samples(constraint_type, budget):
             self.evaluate_k(k, objective, constraint_type)
         for _ in range(n_iterations):
             bits, y = self._data()

@@ -1,7 +1,8 @@
 """``MiCoSearcher``: seed 003's surrogate search.
 
 A regression model (random forest by default, XGBoost or a Gaussian process) learns accuracy
-from the evaluated schemes; each iteration scores a pool of feasible candidates (uniform draws
+from the evaluated schemes (first ``n_inits``: the widest uniform scheme within the budget and
+feasible random ones); each iteration scores a pool of feasible candidates (uniform draws
 within the budget, repaired draws on its boundary, and neighbours of the best schemes) by the
 predicted accuracy, an uncertainty bonus and a bonus for using the budget (the most accurate
 schemes lie near the constraint's boundary), and evaluates the best candidate not yet seen.
@@ -134,7 +135,7 @@ class MiCoSearcher(SpaceSearcher):
     def _search(
         self, n_iterations: int, objective: str, constraint_type: str, budget: float
     ) -> None:
-        for k in self.sample_feasible(max(1, self.n_inits), constraint_type, budget):
+        for k in self.initial_samples(constraint_type, budget):
             self.evaluate_k(k, objective, constraint_type)
         for it in range(n_iterations):
             level = self._iteration_budget(it, constraint_type, budget)
