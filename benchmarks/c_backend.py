@@ -63,7 +63,8 @@ from mico.quant import calibrate, model_costs
 from mico.quant.arithmetic import TERNARY, format_bits
 from mico.targets import host, rv32
 
-DEPLOYABLE = list(DEPLOYABLE_MODELS)
+#: token models (random float inputs are no token ids) are measured by benchmarks/transformers.py
+DEPLOYABLE = [m for m in DEPLOYABLE_MODELS if m != "tinyllama"]
 RV32_DEFAULT = ["small_cnn", "mlp", "mnist1d_cnn", "kws_conv1d", "dscnn", "lenet"]
 RV32_SAMPLES = 4
 GRID_SAMPLES = 8
