@@ -342,6 +342,9 @@ SHAPES = {
     "depthwise3x3 32ch 16×16 pad1": dict(
         kind="conv", in_c=32, out_c=32, hw=16, k=3, pad=1, groups=32
     ),
+    "depthwise3x3 32ch 32×32 stride2 pad1": dict(
+        kind="conv", in_c=32, out_c=32, hw=32, k=3, pad=1, stride=2, groups=32
+    ),
     "FC 256→64": dict(kind="linear", in_c=256, out_c=64),
 }
 #: (label, weight bits, activation bits, activations signed); activations after a ReLU are
@@ -391,10 +394,12 @@ def _markdown(results: dict, meta: dict) -> str:
         "",
         f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
         "-icount shift=0: instructions retired by one call of the kernel (instret), per MAC. "
-        "**plain**: the kernels before channel lanes (mico_qconv2d_tiled / _depthwise3x3, "
+        "**plain**: the kernels before lanes (mico_qconv2d_tiled / _depthwise3x3, "
         "mico_qlinear on plainly packed weights), **chosen**: the call the code generator emits "
         "now (channel lanes where they apply: several low-bit products per 32-bit multiply; "
-        "depthwise layers and W8A8 keep the plain kernels, so there before = now). Seeded "
+        "depthwise 3x3 layers take pixel lanes, mico_qconv2d_dwl_s<lane bits>: k = 32 / s "
+        "pixels of a row per word, one multiply per tap for k outputs, s = 32 being the "
+        "one-pixel form W8A8 takes; other W8A8 layers keep the plain kernels). Seeded "
         "random codes, per-channel requantization, ReLU; every output is held to the Python "
         "integer reference (✓ = both paths bit-exact). Activations are unsigned (after a "
         "ReLU, as mico stores them) unless marked signed; ±1: binary activations.",
