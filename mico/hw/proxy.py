@@ -421,7 +421,13 @@ def fit_model_overhead(proxy: LatencyProxy, models: Sequence[Any]) -> tuple[floa
     minus the sum of their measured nodes (least squares; the markers make it negative)."""
     n = np.array([sum(op.path != "alias" for op, _ in r.nodes) for r in models], dtype=float)
     gap = np.array([r.release - sum(v for _, v in r.nodes) for r in models], dtype=float)
-    if len(models) >= 2 and np.ptp(n) > 0:
+    release = np.array([r.release for r in models], dtype=float)
+    # programs whose counted nodes do not add up to the release count (code outside any node,
+    # such as a generator's loop) say nothing of the markers: leave them out of the fit
+    sound = np.abs(gap) <= 0.01 * release + 1000
+    if sound.any():
+        n, gap = n[sound], gap[sound]
+    if len(n) >= 2 and np.ptp(n) > 0:
         per_node, constant = np.polyfit(n, gap, 1)
     else:
         per_node, constant = 0.0, float(np.median(gap)) if len(gap) else 0.0
