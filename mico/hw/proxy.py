@@ -421,10 +421,9 @@ def fit_model_overhead(proxy: LatencyProxy, models: Sequence[Any]) -> tuple[floa
     minus the sum of their measured nodes (least squares; the markers make it negative)."""
     n = np.array([sum(op.path != "alias" for op, _ in r.nodes) for r in models], dtype=float)
     gap = np.array([r.release - sum(v for _, v in r.nodes) for r in models], dtype=float)
-    release = np.array([r.release for r in models], dtype=float)
     # programs whose counted nodes do not add up to the release count (code outside any node,
     # such as a generator's loop) say nothing of the markers: leave them out of the fit
-    sound = np.abs(gap) <= 0.01 * release + 1000
+    sound = np.abs(gap) <= 32 * n + 1000  # the markers' glue is under 32 per node
     if sound.any():
         n, gap = n[sound], gap[sound]
     if len(n) >= 2 and np.ptp(n) > 0:
