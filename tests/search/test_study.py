@@ -222,8 +222,12 @@ def _check_workers_study(out: Path, url: str, name: str, trials: int) -> list:
     assert len({s for s, _ in done.values()}) == trials  # ... and no scheme evaluated twice
     assert {t.user_attrs["worker"] for t in trials_ if t.state.name == "COMPLETE"} <= {1, 2}
     retried = {t.system_attrs.get("failed_trial") for t in trials_ if t.state.name == "COMPLETE"}
-    for t in trials_:  # anything else lost a claim race, or was killed and then retried
-        assert t.state.name == "COMPLETE" or "mico_void" in t.user_attrs or t.number in retried
+    for t in trials_:  # anything else lost a claim race, was killed and then retried, or was
+        # killed between asking and labelling (nothing evaluated; the run may finish before
+        # the retry Optuna queues for it is asked for)
+        unlabelled = t.state.name == "FAIL" and "scheme" not in t.user_attrs
+        assert (t.state.name == "COMPLETE" or "mico_void" in t.user_attrs
+                or t.number in retried or unlabelled)  # fmt: skip
     assert len((out / "trials.csv").read_text().splitlines()) == 1 + len(
         [t for t in trials_ if "mico_void" not in t.user_attrs]
     )
