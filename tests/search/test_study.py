@@ -20,7 +20,13 @@ from mico.search.study import StudyConfig, TrialRunner, open_study, sqlite_url
 from mico.search.tune import parse_budgets, study_settings, tune
 
 MICO = [sys.executable, "-c", "from mico.cli import main; main()"]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny tensors: one thread per process
+
+
+def _env() -> dict[str, str]:
+    """The environment of a ``mico tune`` child, read when it starts: the autouse fixture's
+    private $MICO_CACHE included (read at import, the children shared ~/.cache/mico, whose
+    evaluations of earlier runs made a run finish before the test could interrupt it)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1"}  # tiny tensors: one thread per process
 
 
 def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
@@ -136,7 +142,7 @@ def test_sigkill_then_resume_keeps_every_finished_trial(tmp_path):
     out = tmp_path / "run"
     url, name = sqlite_url(out / "study.db"), "run"
     proc = subprocess.Popen(_tune_cmd(out, "--trials", "6"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, env=ENV)  # fmt: skip
+                            stderr=subprocess.PIPE, env=_env())  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -159,7 +165,7 @@ def test_sigkill_then_resume_keeps_every_finished_trial(tmp_path):
     labelled = [t.number for t in before if t.state.name == "RUNNING" and "scheme" in t.user_attrs]
     assert len(finished) >= 2
     resumed = subprocess.run(_tune_cmd(out, "--trials", "6", "--resume"), capture_output=True,
-                             text=True, timeout=300, env=ENV)  # fmt: skip
+                             text=True, timeout=300, env=_env())  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     after = _trials(url, name)
     done = _complete(after)
@@ -177,7 +183,7 @@ def test_ctrl_c_on_the_command_line_keeps_the_study(tmp_path):
     out = tmp_path / "run"
     url, name = sqlite_url(out / "study.db"), "run"
     proc = subprocess.Popen(_tune_cmd(out, "--trials", "6"), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, env=ENV)  # fmt: skip
+                            stderr=subprocess.PIPE, text=True, env=_env())  # fmt: skip
     try:
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and proc.poll() is None:
@@ -236,7 +242,7 @@ def _check_workers_study(out: Path, url: str, name: str, trials: int) -> list:
 
 def _two_workers(out: Path, url: str, name: str, *extra: str) -> None:
     run = subprocess.run(_tune_cmd(out, "--trials", "5", "--workers", "2", *extra),
-                         capture_output=True, text=True, timeout=600, env=ENV)  # fmt: skip
+                         capture_output=True, text=True, timeout=600, env=_env())  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     _check_workers_study(out, url, name, 5)
 
@@ -248,7 +254,7 @@ def test_two_workers_share_one_sqlite_study_one_killed(tmp_path):
     url, name = sqlite_url(out / "study.db"), "run"
     proc = subprocess.Popen(_tune_cmd(out, "--trials", "5", "--workers", "2"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV)  # fmt: skip
+                            env=_env())  # fmt: skip
     try:
         deadline = time.monotonic() + 300
         victim = None
