@@ -144,7 +144,7 @@ class StudyConfig:
         if self.url.startswith("sqlite"):
             kwargs = {"connect_args": {"timeout": 60}}
         error = ""
-        for attempt in range(3):  # another process creating the tables at the same moment
+        for attempt in range(5):  # another process creating the tables at the same moment
             try:
                 return optuna.storages.RDBStorage(
                     self.url,
@@ -157,7 +157,8 @@ class StudyConfig:
                 )
             except Exception as exc:  # SQLAlchemy: bad URL, missing driver, server down
                 error = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"
-                if "already exists" not in str(exc):
+                racing = "already exists" in str(exc) or type(exc).__name__ == "IntegrityError"
+                if not racing:  # (IntegrityError: both wrote Optuna's version rows at once)
                     break
                 time.sleep(0.2 * (attempt + 1))
         raise ConfigError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -30,6 +31,14 @@ def _env() -> dict[str, str]:
 
 
 def _trials(url: str, name: str) -> list[optuna.trial.FrozenTrial]:
+    if url.startswith("sqlite:///"):  # Optuna's reader writes its version rows when missing:
+        path = url.removeprefix("sqlite:///")  # wait until the run has written them
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            if not db.execute("SELECT count(*) FROM alembic_version").fetchone()[0]:
+                raise LookupError("the study is being created")
+        finally:
+            db.close()
     storage = optuna.storages.RDBStorage(url, skip_table_creation=True)  # a reader only
     return optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)
 
@@ -313,3 +322,31 @@ def test_a_bad_storage_is_named_without_its_password():
     with pytest.raises(ConfigError, match=r"u:\*\*\*@.*give a SQLAlchemy URL") as info:
         StudyConfig("postgresql+psycopg://u:secret@/db?host=/nonexistent", "x").storage()
     assert "secret" not in str(info.value)
+
+
+def test_opening_a_storage_another_process_is_creating_retries(tmp_path, monkeypatch):
+    """Two processes creating one study storage at once collide on Optuna's version rows (an
+    IntegrityError for the later one): opening retries instead of failing the run."""
+    real = optuna.storages.RDBStorage
+    calls: list[int] = []
+
+    class IntegrityError(Exception):  # what SQLAlchemy raises, by name
+        pass
+
+    def racing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) <= 2:
+            raise IntegrityError("UNIQUE constraint failed: alembic_version.version_num")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
+    storage = StudyConfig(sqlite_url(tmp_path / "study.db"), "s").storage()
+    assert isinstance(storage, real) and len(calls) == 3
+
+    def broken(*args, **kwargs):
+        raise ValueError("no such driver")
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", broken)
+    with pytest.raises(ConfigError, match=r"cannot open the study storage .*no such driver"):
+        StudyConfig(sqlite_url(tmp_path / "other.db"), "s").storage()
