@@ -6,33 +6,6 @@
  * repeats exactly; no FPU is needed. */
 #include "mico_nn.h"
 
-/* floor(sqrt(v)) for v >= 0, bit by bit */
-static uint64_t mico_isqrt(uint64_t v)
-{
-    uint64_t r = 0, bit = (uint64_t)1 << 62;
-    while (bit > v) {
-        bit >>= 2;
-    }
-    while (bit != 0) {
-        if (v >= r + bit) {
-            v -= r + bit;
-            r = (r >> 1) + bit;
-        } else {
-            r >>= 1;
-        }
-        bit >>= 2;
-    }
-    return r;
-}
-
-/* round(a / b), half away from zero, b > 0 */
-static int64_t mico_div_round(int64_t a, int64_t b)
-{
-    const int64_t mag = (a < 0 ? -a : a);
-    const int64_t q = (mag + b / 2) / b;
-    return a < 0 ? -q : q;
-}
-
 void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
                      int32_t n, int64_t eps_q, int64_t k, const int32_t *g, const int64_t *b,
                      int32_t shift, int32_t lo, int32_t hi)

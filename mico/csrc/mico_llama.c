@@ -5,33 +5,6 @@
  * token ids arrive as exact float32 integers (checked by mico_first_bad_token). */
 #include "mico_nn.h"
 
-/* floor(sqrt(v)), bit by bit */
-static uint64_t mico_llama_isqrt(uint64_t v)
-{
-    uint64_t r = 0, bit = (uint64_t)1 << 62;
-    while (bit > v) {
-        bit >>= 2;
-    }
-    while (bit != 0) {
-        if (v >= r + bit) {
-            v -= r + bit;
-            r = (r >> 1) + bit;
-        } else {
-            r >>= 1;
-        }
-        bit >>= 2;
-    }
-    return r;
-}
-
-/* round(a / b), half away from zero, b > 0 */
-static int64_t mico_llama_div_round(int64_t a, int64_t b)
-{
-    const int64_t mag = (a < 0 ? -a : a);
-    const int64_t q = (mag + b / 2) / b;
-    return a < 0 ? -q : q;
-}
-
 void mico_qembedding(const float *ids, const void *table, MicoFmt tf, void *out, MicoFmt of,
                      int32_t n, int32_t dim)
 {
@@ -59,10 +32,10 @@ void mico_qrmsnorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, i
             const int64_t x = mico_load(in, base + (size_t)i, in_fmt);
             sum += x * x;
         }
-        dev = mico_llama_isqrt(((uint64_t)sum << (2 * pre)) + (uint64_t)eps_q);
+        dev = mico_isqrt(((uint64_t)sum << (2 * pre)) + (uint64_t)eps_q);
         for (i = 0; i < n; i++) {
             const int64_t x = mico_load(in, base + (size_t)i, in_fmt);
-            const int64_t y = dev == 0 ? 0 : mico_llama_div_round(x * unit * k, (int64_t)dev);
+            const int64_t y = dev == 0 ? 0 : mico_div_round(x * unit * k, (int64_t)dev);
             int64_t v = mico_round_shift(y * g[i], shift);
             v = v < lo ? lo : (v > hi ? hi : v);
             mico_store(out, base + (size_t)i, (int32_t)v, out_fmt);

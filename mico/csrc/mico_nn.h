@@ -443,6 +443,34 @@ void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt,
  * a packed table of codes. */
 void mico_qembedding(const float *ids, const void *table, MicoFmt tf, void *out, MicoFmt of,
                      int32_t n, int32_t dim);
+/* Shared by the integer normalisations (mico_layernorm.c, mico_llama.c). */
+/* floor(sqrt(v)) for v >= 0, bit by bit */
+static inline uint64_t mico_isqrt(uint64_t v)
+{
+    uint64_t r = 0, bit = (uint64_t)1 << 62;
+    while (bit > v) {
+        bit >>= 2;
+    }
+    while (bit != 0) {
+        if (v >= r + bit) {
+            v -= r + bit;
+            r = (r >> 1) + bit;
+        } else {
+            r >>= 1;
+        }
+        bit >>= 2;
+    }
+    return r;
+}
+
+/* round(a / b), half away from zero, b > 0 */
+static inline int64_t mico_div_round(int64_t a, int64_t b)
+{
+    const int64_t mag = (a < 0 ? -a : a);
+    const int64_t q = (mag + b / 2) / b;
+    return a < 0 ? -q : q;
+}
+
 /* Integer RMSNorm over rows of n codes: dev = isqrt((sum x^2 << 2 pre) + eps_q), y =
  * round(x 2^pre k / dev), out = round(y g[j] / 2^shift) clamped to [lo, hi]. */
 void mico_qrmsnorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, int32_t rows,
