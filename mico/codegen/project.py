@@ -519,19 +519,8 @@ def _bundled_inputs(graph: Graph, samples: Any) -> tuple[np.ndarray, str]:
     return x, f"{BUNDLED_SAMPLES} seeded random samples (no data was given)"
 
 
-def emit_c_project(
-    graph: Graph,
-    directory: str | Path,
-    name: str = "model",
-    align: int = 8,
-    sample_inputs: Any = None,
-) -> CProject:
-    """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
-
-    ``sample_inputs`` (float32, a batch of the model's input) become the bundled
-    ``inputs.bin`` that ``make run`` reads; without them a few seeded random samples are used.
-    """
-    _check(graph, name, align)
+def _emit_nodes(graph: Graph, align: int) -> tuple[ArenaPlan, EmitContext, list[str], list[dict]]:
+    """Plan the arena and run every node's emit rule: the project's contents, before files."""
     arena = plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
@@ -557,6 +546,29 @@ def emit_c_project(
                 "offset": arena.offsets.get(base.name),
             }
         )
+    return arena, ctx, body, schedule
+
+
+def project_flash(graph: Graph, align: int = 8) -> dict[str, int]:
+    """The flash bytes by kind (weights, bias, scales, params) of the project
+    :func:`emit_c_project` writes for ``graph``: the same emission, no file written."""
+    return dict(_emit_nodes(graph, align)[1].flash)
+
+
+def emit_c_project(
+    graph: Graph,
+    directory: str | Path,
+    name: str = "model",
+    align: int = 8,
+    sample_inputs: Any = None,
+) -> CProject:
+    """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
+
+    ``sample_inputs`` (float32, a batch of the model's input) become the bundled
+    ``inputs.bin`` that ``make run`` reads; without them a few seeded random samples are used.
+    """
+    _check(graph, name, align)
+    arena, ctx, body, schedule = _emit_nodes(graph, align)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     kernel_dir = resources.files("mico.csrc")
