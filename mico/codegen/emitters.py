@@ -22,6 +22,7 @@ from mico.ir.ops.mico_ops import code_range
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, inv_scale_f32
 from mico.quant.packing import lane_channels, lane_plan, pack, pack_lanes
+from mico.quant.thresholds import c_table, table_usable
 
 
 def c_int(value: int) -> str:
@@ -138,12 +139,22 @@ def _call(ctx: EmitContext, kernel: str, params: str, *values: Value) -> list[st
 
 
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
+    """float32 input to codes. The scale is known here, so C gets the codes' thresholds
+    (mico.quant.thresholds: exact, integer compares only) rather than a float multiply,
+    unless the scale has no finite float32 reciprocal."""
     fmt: QFormat = node.attrs["qformat"]
-    inv = float(inv_scale_f32(node.attrs["scale"])).hex() + "f"
+    scale = node.attrs["scale"]
     fmt_fields: dict[str, object] = {"bits": fmt.bits, "is_signed": int(fmt.signed)}
     if fmt.zero:
         fmt_fields["zero"] = fmt.zero
     fmt_sym = ctx.const_struct("MicoFmt", f"{node.name}_fmt", _fields(fmt_fields))
+    ctx.need("mico_quant.c")
+    if np.ndim(scale) == 0 and table_usable(float(scale)):
+        table = ctx.const_int32(f"{node.name}_thresholds", c_table(float(scale), fmt), "params")
+        args = [ctx.buffer(node.inputs[0]), ctx.buffer(node.output)]
+        args += [str(node.output.type.numel), table, fmt_sym, c_int(fmt.qmin)]
+        return [f"mico_quantize_f32_table({', '.join(args)});"]
+    inv = float(inv_scale_f32(scale)).hex() + "f"
     args = [
         ctx.buffer(node.inputs[0]),
         ctx.buffer(node.output),
@@ -153,7 +164,6 @@ def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
         str(fmt.qmin),
         str(fmt.qmax),
     ]
-    ctx.need("mico_quant.c")
     return [f"mico_quantize_f32({', '.join(args)});"]
 
 

@@ -377,6 +377,11 @@ size_t mico_first_bad_token(const float *x, size_t n, int32_t vocab);
 /* float32 inputs to codes: round half away from zero of x * inv_scale, clamped. */
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax);
+/* The same codes with integer operations only, for a scale known ahead: code = qmin + the
+ * number of entries of t (2^bits - 1 thresholds as float keys minus 1, sorted; from
+ * mico.quant.thresholds.c_table) below x's key; binary codes (one entry) are -1 + 2 * that. */
+void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_t *t,
+                             MicoFmt fmt, int32_t qmin);
 
 /* mico_qconv2d picks its path by the layer: int32 inputs go element by element
  * (mico_qconv2d_elementwise), depthwise 3x3 layers with unit column dilation take

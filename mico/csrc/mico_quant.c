@@ -1,9 +1,16 @@
 /* Input quantization: mico.quant.arithmetic.quantize, in float32, to packed codes.
  *
- * v = x * inv_scale is the one float32 operation; rounding it half away from zero and clamping
- * are done exactly on v's bit pattern with integer operations (on targets without an FPU each
- * float operation is a library call). Codes go out in runs of MICO_QUANT_RUN through
- * mico_pack. */
+ * mico_quantize_f32 (a scale known only at run time): v = x * inv_scale is the one float32
+ * operation; rounding it half away from zero and clamping are done exactly on v's bit pattern
+ * with integer operations (on targets without an FPU each float operation is a library call).
+ *
+ * mico_quantize_f32_table (a scale known when the program is generated): no float operation
+ * at all. The code is a non-decreasing function of x, so it is qmin plus the number of
+ * thresholds below x (mico.quant.thresholds computes them exactly, with the Python reference
+ * as the oracle): x's bits become an int32 key ordered like the floats, and a branch-free
+ * binary search of bits steps counts the table entries below the key.
+ *
+ * Codes go out in runs of MICO_QUANT_RUN through mico_pack. */
 #include <string.h>
 
 #include "mico_nn.h"
@@ -50,6 +57,70 @@ static int32_t mico_round_clamp(float v, int32_t qmin, int32_t qmax)
         r = qmax;
     }
     return r;
+}
+
+/* The int32 whose order is the order of the floats (-0.0 -> -1, +0.0 -> 0): the bits as
+ * int32, with the 31 magnitude bits of negative floats flipped. Read through a union (one
+ * load on rv32imac, where memcpy became four byte loads). */
+static int32_t mico_f32_key(const float *x)
+{
+    union {
+        float f;
+        int32_t i;
+    } bits;
+    bits.f = *x;
+    return bits.i ^ (int32_t)((uint32_t)(bits.i >> 31) >> 1);
+}
+
+/* One step of the search: skip h entries when the last of them lies below the key. */
+#define MICO_QSTEP(h) p += (p[(h)-1] < key) * (h)
+
+/* #{j : t[j] < key} for a sorted table of 2^steps - 1 entries (steps 1..8). */
+static int32_t mico_table_rank(const int32_t *t, int32_t key, int32_t steps)
+{
+    const int32_t *p = t;
+    switch (steps) {
+    case 8:
+        MICO_QSTEP(128);
+        /* fall through */
+    case 7:
+        MICO_QSTEP(64);
+        /* fall through */
+    case 6:
+        MICO_QSTEP(32);
+        /* fall through */
+    case 5:
+        MICO_QSTEP(16);
+        /* fall through */
+    case 4:
+        MICO_QSTEP(8);
+        /* fall through */
+    case 3:
+        MICO_QSTEP(4);
+        /* fall through */
+    case 2:
+        MICO_QSTEP(2);
+        /* fall through */
+    default:
+        MICO_QSTEP(1);
+    }
+    return (int32_t)(p - t);
+}
+
+void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_t *t,
+                             MicoFmt fmt, int32_t qmin)
+{
+    const int32_t binary = fmt.is_signed && fmt.bits == 1, steps = fmt.bits;
+    int32_t q[MICO_QUANT_RUN];
+    size_t i0;
+    for (i0 = 0; i0 < n; i0 += MICO_QUANT_RUN) {
+        const int32_t m = n - i0 < MICO_QUANT_RUN ? (int32_t)(n - i0) : MICO_QUANT_RUN;
+        int32_t j;
+        for (j = 0; j < m; j++) {
+            q[j] = qmin + (mico_table_rank(t, mico_f32_key(&x[i0 + (size_t)j]), steps) << binary);
+        }
+        mico_pack(codes, i0, q, m, fmt);
+    }
 }
 
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
