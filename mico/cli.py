@@ -382,6 +382,15 @@ ActAsymmetricOpt = Annotated[
     ),
 ]
 
+WeightsFileOpt = Annotated[
+    bool,
+    typer.Option(
+        "--weights-file",
+        help="Keep the constants out of the code: <name>.bin is a weights file the program "
+        "loads at run time (replace it with `mico export-weights`, no recompiling).",
+    ),
+]
+
 
 @app.command("compile")
 @_friendly_errors
@@ -403,6 +412,7 @@ def compile_cmd(
     input_shape: InputShapeOpt = None,
     quiet: QuietOpt = False,
     force: ForceOpt = False,
+    weights_file: WeightsFileOpt = False,
 ) -> None:
     """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
 
@@ -417,7 +427,7 @@ def compile_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         force=force, model_args=model_args, input_shape=input_shape,
-        act_asymmetric=act_asymmetric,
+        act_asymmetric=act_asymmetric, weights_file=weights_file,
     )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
@@ -462,6 +472,7 @@ def verify_cmd(
             "callgrind instructions if valgrind is installed) into verify.md/json.",
         ),
     ] = False,
+    weights_file: WeightsFileOpt = False,
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
@@ -476,7 +487,7 @@ def verify_cmd(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
         model_args=model_args, input_shape=input_shape, per_layer=per_layer,
-        act_asymmetric=act_asymmetric,
+        act_asymmetric=act_asymmetric, weights_file=weights_file,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target
@@ -484,6 +495,47 @@ def verify_cmd(
             typer.echo(f"{r.target}: {r.agreement.summary()}")
     if not result.ok:
         raise typer.Exit(1)
+
+
+@app.command("export-weights")
+@_friendly_errors
+def export_weights_cmd(
+    model: ModelArg = None,
+    checkpoint: CheckpointOpt = None,
+    project: Annotated[
+        Path,
+        typer.Option(help="The project compiled with --weights-file that will run the weights."),
+    ] = Path("out/compile"),
+    out: Annotated[Path, typer.Option("--out", "-o", help="The weights file to write.")] = Path(
+        "model.bin"
+    ),
+    plan: PlanOpt = None,
+    mode: ModeOpt = None,
+    dataset: DatasetOpt = None,
+    samples: SamplesOpt = 32,
+    seed: SeedOpt = 0,
+    per_channel: PerChannelOpt = False,
+    act_asymmetric: ActAsymmetricOpt = False,
+    model_args: ModelArgsOpt = None,
+    input_shape: InputShapeOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Write the weights file of a model (other weights, same architecture, plan and mode) for
+    a project compiled with --weights-file: its program runs it without recompiling. A model
+    whose layout differs from the project's is refused, the difference named.
+
+    Example: mico export-weights --checkpoint b/quantized.pt --project out/cnn -o b.bin
+    """
+    from mico.deploy import export_weights
+
+    options = _deploy_options(
+        model, checkpoint, plan, mode, Path("."), "model", dataset, samples, seed, per_channel,
+        model_args=model_args, input_shape=input_shape, act_asymmetric=act_asymmetric,
+    )  # fmt: skip
+    read = export_weights(options, project, out, log=_log(quiet))
+    bits = ", ".join(f"{k}={v}" for k, v in read.layer_bits().items())
+    typer.echo(f"wrote {out}: {len(read.entries)} constants, weights bits {bits or '-'}, "
+               f"fingerprint {read.fingerprint_hex[:16]}")  # fmt: skip
 
 
 ops_app = typer.Typer(help="The operator registry: list ops, show one op's signature and rules.")

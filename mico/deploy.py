@@ -63,6 +63,7 @@ class DeployOptions:
     model_args: str | None = None  # constructor arguments of a model from a file (JSON/YAML)
     input_shape: str | None = None  # one sample's shape, for models from files
     per_layer: bool = False  # verify: count every node of sample 0 (host, rv32, vexriscv)
+    weights_file: bool = False  # constants in <name>.bin, loaded at run time (not compiled in)
 
 
 @dataclass
@@ -242,6 +243,7 @@ def compile_from_options(
             force=options.force,
             extras=_write_compile_report,
             sample_inputs=samples,
+            weights_file=options.weights_file,
         )
     except MicoError as exc:
         deployable = list(DEPLOYABLE_MODELS)
@@ -544,3 +546,60 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
         tmp.write_text(text)
         tmp.replace(path)
     return md, js
+
+
+def export_weights(
+    options: DeployOptions, project: Path, output: Path, log: Log = print
+) -> Any:
+    """``mico export-weights``: the weights file of ``options``' model for ``project`` (compiled
+    with ``--weights-file``), written atomically to ``output``; the project's program runs it
+    without recompiling. A model whose layout differs (architecture, plan, mode) is refused
+    with the first difference named. Returns the file as read back (WeightsFile)."""
+    import tempfile
+
+    from mico.codegen.weights_file import (
+        project_fingerprint,
+        read_weights_file,
+        write_atomically,
+    )
+    from mico.errors import WeightsFileError
+
+    expected = project_fingerprint(project)
+    manifest = json.loads((Path(project) / "mico.json").read_text())
+    options.name, options.weights_file, options.force = manifest["name"], True, False
+    with tempfile.TemporaryDirectory(prefix="mico-export-") as tmp:
+        options.out_dir = Path(tmp) / "project"
+        compiled, _ = compile_from_options(options, log)
+        made = compiled.project.directory / f"{options.name}.bin"
+        if read_weights_file(made).fingerprint_hex != expected:
+            mine = json.loads((compiled.project.directory / "mico.json").read_text())
+            raise WeightsFileError(
+                f"the model's weights file does not fit project {project} (fingerprint "
+                f"mismatch): {_layout_difference(manifest, mine)}; export a model of the "
+                "project's architecture, plan and mode, or recompile the project"
+            )
+        write_atomically(output, made.read_bytes())
+    log(f"wrote {output} ({Path(output).stat().st_size} B) for {project}")
+    return read_weights_file(output, expected)
+
+
+def _layout_difference(project: dict[str, Any], model: dict[str, Any]) -> str:
+    """The first constant whose layout differs between two manifests, in words."""
+    ours = project["weights_file"]["constants"]
+    theirs = model["weights_file"]["constants"]
+
+    def shown(c: dict[str, Any]) -> str:
+        codes = f"{'int' if c['signed'] else 'uint'}{c['bits']} codes, " if c["bits"] else ""
+        return f"{c['kind']} {codes}{c['count']} x {c['ctype']} at offset {c['offset']}"
+
+    for a, b in zip(ours, theirs, strict=False):
+        if a != b:
+            if a["symbol"] != b["symbol"]:
+                return f"the project has '{a['symbol']}' where the model has '{b['symbol']}'"
+            return f"'{a['symbol']}' is {shown(a)} in the project, {shown(b)} in the model"
+    if len(ours) != len(theirs):
+        return f"the project has {len(ours)} constants, the model {len(theirs)}"
+    return (
+        "the constants are laid out alike but the program differs (shapes, activation formats, "
+        "scales compiled into the code or kernels)"
+    )

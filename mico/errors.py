@@ -63,6 +63,10 @@ class OutputError(MicoError, OSError):
     """An output path cannot be written, holds files mico did not write, or is in use."""
 
 
+class WeightsFileError(MicoError, ValueError):
+    """A weights file is not mico's, is truncated or corrupt, or belongs to another project."""
+
+
 class ConfigError(MicoError, ValueError):
     """A model or run config is malformed: the message names the layer or section and field."""
 

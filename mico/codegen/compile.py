@@ -262,6 +262,7 @@ def compile_model(
     force: bool = False,
     extras: Callable[[CompiledModel], None] | None = None,
     sample_inputs: Any = None,
+    weights_file: bool = False,
 ) -> CompiledModel:
     """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
 
@@ -269,13 +270,17 @@ def compile_model(
     ``force``), see :mod:`mico.atomic`. ``sample_inputs`` (default: ``example``) are bundled as
     the project's ``inputs.bin`` for ``make run``. ``extras`` writes further files (reports,
     plots) into the project while it is still the temporary directory, so they appear with it.
+    ``weights_file``: the constants go to a weights file the program loads at run time
+    (:mod:`mico.codegen.weights_file`) instead of its code.
     """
     check_model_name(name)
     final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
     with atomic_directory(final, force=force, command="compile_model") as tmp:
         bundled = sample_inputs if sample_inputs is not None else example
-        project = emit_c_project(graph, tmp, name, align=align, sample_inputs=bundled)
+        project = emit_c_project(
+            graph, tmp, name, align=align, sample_inputs=bundled, weights_file=weights_file
+        )
         if extras is not None:
             extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)

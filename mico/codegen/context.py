@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 
 from mico.codegen.planner import ArenaPlan, scratch_name
+from mico.codegen.weights_file import Constant
 from mico.errors import CompileError
 from mico.ir.graph import Node, Value
 
@@ -113,6 +115,8 @@ class EmitContext:
         self.flash: dict[str, int] = {"weights": 0, "bias": 0, "scales": 0, "params": 0}
         self.weights: dict[str, np.ndarray] = {}
         self.blobs: list[tuple[str, bytes]] = []  # every constant's bytes, for <name>.bin
+        self.constants: list[Constant] = []  # the same with their kind and codes' format
+        self.structs: dict[str, tuple[str, str]] = {}  # const_struct symbol -> (C type, fields)
         self._symbols: set[str] = set()
         self.node: Node | None = None  # the node being emitted, named in errors
 
@@ -171,6 +175,7 @@ class EmitContext:
                 pack(data, value.qformat),
                 kind="params",
                 comment=f"{value.type} constant codes",
+                codes=(value.qformat, int(data.size)),
             )
             cache[value.name] = f"((void *){symbol})"
             return cache[value.name]
@@ -197,8 +202,39 @@ class EmitContext:
         self.kernels.add(kernel_source)
         self.kernels.update(KERNEL_DEPENDENCIES.get(kernel_source, ()))
 
+    def _record(self, symbol: str, kind: str, ctype: str, data: bytes, name: str,
+                codes: tuple[Any, int] | None = None, layout: str = "packed") -> None:
+        """Keep a constant for the weights file, with its codes' format when it packs codes
+        (given, or the format of the emitted node's input of that name: a layer's weights)."""
+        if codes is None and kind == "weights" and self.node is not None:
+            codes = self._weight_codes(name)
+        if codes is None:
+            self.constants.append(Constant(symbol, kind, ctype, data))
+            return
+        fmt, count = codes
+        self.constants.append(Constant(symbol, kind, ctype, data, fmt.bits, bool(fmt.signed),
+                                       int(fmt.zero), count, layout))  # fmt: skip
+
+    def _weight_codes(self, name: str) -> tuple[Any, int] | None:
+        """The codes' format and count of the emitted node's weight input called ``name``."""
+        from mico.quant.arithmetic import QFormat
+
+        node = self.node
+        matches = [v for v in node.inputs if isinstance(v, Value)  # type: ignore[union-attr]
+                   and c_identifier(v.name) == c_identifier(name)]  # fmt: skip
+        if not matches:
+            return None
+        value = matches[0]
+        if value.qformat is not None and value.data is not None:
+            return value.qformat, int(np.asarray(value.data).size)
+        bits = node.attrs.get("w_bits")  # type: ignore[union-attr]
+        if isinstance(bits, int) and not isinstance(bits, bool):  # float weights quantized in C
+            return QFormat.for_bits(bits, True), int(value.type.numel)
+        return None
+
     def const_bytes(
-        self, name: str, data: np.ndarray, kind: str = "weights", comment: str = ""
+        self, name: str, data: np.ndarray, kind: str = "weights", comment: str = "",
+        codes: tuple[Any, int] | None = None,
     ) -> str:
         shared = self._reuse(name, "uint8", data)
         if shared is not None:
@@ -208,6 +244,7 @@ class EmitContext:
         values = checked_ints(symbol, data, "uint8_t").astype(np.uint8)
         items = [f"0x{b:02x}" for b in values] or ["0"]
         self.blobs.append((symbol, values.tobytes()))
+        self._record(symbol, kind, "uint8_t", values.tobytes(), name, codes)
         note = f"/* {comment} */\n" if comment else ""
         self.definitions.append(
             f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};"
@@ -224,6 +261,8 @@ class EmitContext:
         values = checked_ints(symbol, data, "int32_t")
         items = [str(int(v)) for v in values] or ["0"]
         self.blobs.append((symbol, values.astype("<i4").tobytes()))
+        self._record(symbol, kind, "int32_t", values.astype("<i4").tobytes(), name,
+                     layout="words")  # fmt: skip
         self.definitions.append(
             f"static const int32_t {symbol}[{len(items)}] = {{\n{_rows(items, 8)}\n}};"
         )
@@ -240,6 +279,7 @@ class EmitContext:
         values = checked_ints(symbol, data, "int64_t")
         items = [f"INT64_C({int(v)})" for v in values] or ["INT64_C(0)"]
         self.blobs.append((symbol, values.astype("<i8").tobytes()))
+        self.constants.append(Constant(symbol, kind, "int64_t", values.astype("<i8").tobytes()))
         self.definitions.append(
             f"static const int64_t {symbol}[{len(items)}] = {{\n{_rows(items, 4)}\n}};"
         )
@@ -256,6 +296,7 @@ class EmitContext:
         values = checked_f32(symbol, data)
         items = [_c_float(v) for v in values] or ["0.0f"]
         self.blobs.append((symbol, values.astype("<f4").tobytes()))
+        self.constants.append(Constant(symbol, kind, "float", values.astype("<f4").tobytes()))
         self.definitions.append(
             f"static const float {symbol}[{len(items)}] = {{\n{_rows(items, 6)}\n}};"
         )
@@ -278,5 +319,6 @@ class EmitContext:
 
     def const_struct(self, ctype: str, name: str, fields: str) -> str:
         symbol = self._symbol(name)
+        self.structs[symbol] = (ctype, fields)
         self.definitions.append(f"static const {ctype} {symbol} = {{ {fields} }};")
         return symbol

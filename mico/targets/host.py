@@ -71,10 +71,13 @@ def build(
     return project.directory / executable(project.name, "host")
 
 
-def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndarray:
+def run(
+    project: CProject, samples: np.ndarray, timeout: float = 300, weights: Path | None = None
+) -> np.ndarray:
     """Run the built program on ``samples`` (N, *input_shape[1:]); return the outputs
     (N, *output_shape[1:]) as ``project.output_dtype``. A crash, a sanitizer report, a bad
-    exit or a time-out raises BuildError with the program's output."""
+    exit or a time-out raises BuildError with the program's output. A project compiled with
+    ``--weights-file`` reads ``weights`` (default: its own ``<name>.bin``)."""
     exe = project.directory / executable(project.name, "host")
     if not exe.exists():
         raise BuildError(f"{exe} does not exist; build the project first")
@@ -84,7 +87,10 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
         if count == 0:
             return no_outputs(project)
         env = {**SANITIZER_ENV, **os.environ}  # the caller's settings win
-        run_program([str(exe), str(inputs), str(outputs)], exe.name, timeout, env=env)
+        command = [str(exe), str(inputs), str(outputs)]
+        if project.weights_file is not None:
+            command.append(str(weights or project.directory / project.weights_file))
+        run_program(command, exe.name, timeout, env=env)
         return read_outputs(project, outputs, count, str(exe))
 
 

@@ -82,8 +82,12 @@ def build(project: CProject, timeout: float = 300) -> Path:
     return project.directory / executable(project.name, "rv32")
 
 
-def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run:
-    """Run the ELF under qemu on ``samples``; a crash, bad exit or time-out raises BuildError."""
+def run(
+    project: CProject, samples: np.ndarray, timeout: float = 600, weights: Path | None = None
+) -> Rv32Run:
+    """Run the ELF under qemu on ``samples``; a crash, bad exit or time-out raises BuildError.
+    A project compiled with ``--weights-file`` reads ``weights`` (default: its own
+    ``<name>.bin``), copied beside the samples as ``<name>.bin`` (semihosting opens it)."""
     require_tools("rv32", {"qemu-system-riscv32": TOOLS["qemu-system-riscv32"]})
     elf = project.directory / executable(project.name, "rv32")
     if not elf.exists():
@@ -93,6 +97,9 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 600) -> Rv32Run
         count = write_samples(project, samples, work / "inputs.bin")
         if count == 0:
             return Rv32Run(no_outputs(project), np.zeros(0, dtype=np.int64))
+        if project.weights_file is not None:
+            source = weights or project.directory / project.weights_file
+            shutil.copyfile(source, work / f"{project.name}.bin")
         command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
         try:
             result = subprocess.run(
