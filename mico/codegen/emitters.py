@@ -138,6 +138,14 @@ def _call(ctx: EmitContext, kernel: str, params: str, *values: Value) -> list[st
     return [f"{kernel}(&{params}, {args});"]
 
 
+def quantize_table_kernel(fmt: QFormat) -> str:
+    """The C function quantizing float32 to ``fmt`` by thresholds: whole bytes of fields for
+    1, 2, 4 and 8 bits, runs through mico_pack for the other widths."""
+    if fmt.bits in (1, 2, 4, 8):
+        return f"mico_quantize_f32_table_b{fmt.bits}"
+    return "mico_quantize_f32_table"
+
+
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
     """float32 input to codes. The scale is known here, so C gets the codes' thresholds
     (mico.quant.thresholds: exact, integer compares only) rather than a float multiply,
@@ -153,7 +161,7 @@ def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
         table = ctx.const_int32(f"{node.name}_thresholds", c_table(float(scale), fmt), "params")
         args = [ctx.buffer(node.inputs[0]), ctx.buffer(node.output)]
         args += [str(node.output.type.numel), table, fmt_sym, c_int(fmt.qmin)]
-        return [f"mico_quantize_f32_table({', '.join(args)});"]
+        return [f"{quantize_table_kernel(fmt)}({', '.join(args)});"]
     inv = float(inv_scale_f32(scale)).hex() + "f"
     args = [
         ctx.buffer(node.inputs[0]),

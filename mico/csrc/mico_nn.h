@@ -382,6 +382,15 @@ void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, M
  * mico.quant.thresholds.c_table) below x's key; binary codes (one entry) are -1 + 2 * that. */
 void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_t *t,
                              MicoFmt fmt, int32_t qmin);
+/* The same for codes of 1, 2, 4 or 8 bits (fmt.bits), a byte of fields at a time. */
+void mico_quantize_f32_table_b1(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b2(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b4(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b8(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
 
 /* mico_qconv2d picks its path by the layer: int32 inputs go element by element
  * (mico_qconv2d_elementwise), depthwise 3x3 layers with unit column dilation take

@@ -10,7 +10,8 @@
  * as the oracle): x's bits become an int32 key ordered like the floats, and a branch-free
  * binary search of bits steps counts the table entries below the key.
  *
- * Codes go out in runs of MICO_QUANT_RUN through mico_pack. */
+ * Codes go out in runs of MICO_QUANT_RUN through mico_pack, or for 1, 2, 4 and 8 bits
+ * (mico_quantize_f32_table_b<bits>) straight into whole bytes. */
 #include <string.h>
 
 #include "mico_nn.h"
@@ -59,10 +60,16 @@ static int32_t mico_round_clamp(float v, int32_t qmin, int32_t qmax)
     return r;
 }
 
+#if defined(__GNUC__)
+#define MICO_QINLINE __attribute__((always_inline)) inline
+#else
+#define MICO_QINLINE inline
+#endif
+
 /* The int32 whose order is the order of the floats (-0.0 -> -1, +0.0 -> 0): the bits as
  * int32, with the 31 magnitude bits of negative floats flipped. Read through a union (one
  * load on rv32imac, where memcpy became four byte loads). */
-static int32_t mico_f32_key(const float *x)
+static MICO_QINLINE int32_t mico_f32_key(const float *x)
 {
     union {
         float f;
@@ -75,8 +82,9 @@ static int32_t mico_f32_key(const float *x)
 /* One step of the search: skip h entries when the last of them lies below the key. */
 #define MICO_QSTEP(h) p += (p[(h)-1] < key) * (h)
 
-/* #{j : t[j] < key} for a sorted table of 2^steps - 1 entries (steps 1..8). */
-static int32_t mico_table_rank(const int32_t *t, int32_t key, int32_t steps)
+/* #{j : t[j] < key} for a sorted table of 2^steps - 1 entries (steps 1..8): 4 instructions
+ * a step on rv32imac (lw, slt, sll, add), the switch folded away when steps is a constant. */
+static MICO_QINLINE int32_t mico_table_rank(const int32_t *t, int32_t key, int32_t steps)
 {
     const int32_t *p = t;
     switch (steps) {
@@ -122,6 +130,51 @@ void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_
         mico_pack(codes, i0, q, m, fmt);
     }
 }
+
+/* The same for b = 1, 2, 4 or 8 bits, written straight into whole bytes of 8 / b fields, the
+ * search unrolled for b. A field is the rank plus base (masked to b bits): binary fields are
+ * the rank itself (0: -1, 1: +1), others qmin + zero + rank (two's complement, or code +
+ * zero). A last partial byte keeps its bits past the tensor, as mico_pack does. */
+static MICO_QINLINE void mico_qtable_bytes(const float *x, uint8_t *out, size_t n,
+                                           const int32_t *t, uint32_t base, const int32_t b)
+{
+    const int32_t per = 8 / b;
+    const uint32_t mask = (1u << b) - 1u;
+    size_t i = 0;
+    int32_t k;
+    uint32_t acc;
+    for (; i + (size_t)per <= n; i += (size_t)per) {
+        acc = 0;
+        MICO_UNROLL
+        for (k = 0; k < per; k++) {
+            const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i + (size_t)k]), b);
+            acc |= ((r + base) & mask) << (k * b);
+        }
+        *out++ = (uint8_t)acc;
+    }
+    if (i < n) {
+        const int32_t rest = (int32_t)(n - i);
+        acc = 0;
+        for (k = 0; k < rest; k++) {
+            const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i + (size_t)k]), b);
+            acc |= ((r + base) & mask) << (k * b);
+        }
+        *out = (uint8_t)((*out & (0xffu << (rest * b)) & 0xffu) | acc);
+    }
+}
+
+#define MICO_QTABLE_BYTES(b)                                                                 \
+    void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
+                                      MicoFmt fmt, int32_t qmin)                             \
+    {                                                                                        \
+        const uint32_t base = fmt.is_signed && fmt.bits == 1 ? 0u : (uint32_t)(qmin + fmt.zero); \
+        mico_qtable_bytes(x, (uint8_t *)codes, n, t, base, b);                               \
+    }
+
+MICO_QTABLE_BYTES(1)
+MICO_QTABLE_BYTES(2)
+MICO_QTABLE_BYTES(4)
+MICO_QTABLE_BYTES(8)
 
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax)

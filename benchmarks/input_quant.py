@@ -1,0 +1,245 @@
+"""Instructions per element of the graph input's quantization (float32 -> codes) on rv32imac.
+
+Run on demand (not a test; tests/codegen/test_input_quant_table.py uses its harness):
+
+    python benchmarks/input_quant.py [--out benchmarks/results] [--n 512]
+
+Each case is one quantize node (a width, signed / unsigned / asymmetric codes, a scale) and
+seeded float32 inputs. A C program quantizes them with both kernels of ``mico_quant.c`` and
+prints the instructions each call retired (the ``instret`` CSR, qemu ``-icount shift=0``) and
+the packed codes: **float** ``mico_quantize_f32`` (``x * inv_scale``, a soft-float multiply on
+rv32imac, then integer rounding and clamping) and **table** ``mico_quantize_f32_table`` (the
+code as a binary search of float-ordered integer keys in the thresholds of
+``mico.quant.thresholds``, what ``mico compile`` emits in static mode now). Both outputs are
+held to the Python reference (``mico.quant.quantize``). Results: ``input_quant.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import platform
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from mico.codegen.context import c_float
+from mico.codegen.emitters import quantize_table_kernel
+from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
+from mico.quant.arithmetic import QFormat, inv_scale_f32, quantize
+from mico.quant.packing import unpack
+from mico.quant.thresholds import c_table
+
+_KERNELS = Path(__file__).parent / "kernels_rv32.py"
+if "kernels_rv32" in sys.modules:
+    kernels_rv32 = sys.modules["kernels_rv32"]
+else:  # the instret reader of the kernel benchmark, by import
+    _spec = importlib.util.spec_from_file_location("kernels_rv32", _KERNELS)
+    assert _spec is not None and _spec.loader is not None
+    kernels_rv32 = importlib.util.module_from_spec(_spec)
+    sys.modules["kernels_rv32"] = kernels_rv32
+    _spec.loader.exec_module(kernels_rv32)
+
+SOURCES = ("mico_nn_run.c", "mico_quant.c")
+PATHS = ("float", "table")
+
+
+@dataclass
+class Case:
+    """One quantize node: its format and scale, and the float32 inputs it gets."""
+
+    label: str
+    fmt: QFormat
+    scale: float
+    x: np.ndarray  # float32
+
+    def reference(self) -> np.ndarray:
+        return np.asarray(quantize(self.x, self.scale, self.fmt), dtype=np.int64)
+
+
+def _fmt(f: QFormat) -> str:
+    zero = f", .zero = {f.zero}" if f.zero else ""
+    return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)}{zero} }}"
+
+
+def _case_code(case: Case, tag: str) -> tuple[list[str], list[str]]:
+    """Constants of one case and its two calls (float path, table path)."""
+    f, n = case.fmt, case.x.size
+    xs = ", ".join(c_float(v) for v in case.x)
+    table = ", ".join(str(int(v)) for v in c_table(case.scale, f))
+    inv = c_float(inv_scale_f32(case.scale))
+    code = [
+        f"static const float {tag}x[{n}] = {{ {xs} }};",
+        f"static const int32_t {tag}t[] = {{ {table} }};",
+        f"static const MicoFmt {tag}f = {_fmt(f)};",
+    ]
+    calls = [
+        f"mico_quantize_f32({tag}x, y, {n}, {inv}, {tag}f, {f.qmin}, {f.qmax})",
+        f"{quantize_table_kernel(f)}({tag}x, y, {n}, {tag}t, {tag}f, {f.qmin})",
+    ]
+    return code, calls
+
+
+def quant_program(cases: list[Case]) -> str:
+    """A C program printing, per case and path, ``instret <count> <packed codes in hex>``."""
+    most = max((c.x.size * c.fmt.bits + 7) // 8 for c in cases)
+    lines = ["#include <stdio.h>", '#include "mico_nn.h"', f"static uint8_t y[{most + 4}];",
+             kernels_rv32.INSTRET]  # fmt: skip
+    body = []
+    for i, case in enumerate(cases):
+        code, calls = _case_code(case, f"C{i}_")
+        lines += code
+        nbytes = (case.x.size * case.fmt.bits + 7) // 8
+        for call in calls:
+            body.append(f"""    t0 = mico_instret();
+    {call};
+    t1 = mico_instret();
+    printf("instret %lu ", t1 - t0);
+    for (i = 0; i < {nbytes}; i++) {{
+        printf("%02x", y[i]);
+    }}
+    printf("\\n");""")
+    lines.append("int main(void)\n{\n    unsigned long t0, t1;\n    size_t i;\n" + "\n".join(body)
+                 + "\n    return 0;\n}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def run_cases(cases: list[Case], target: str = "host", cc: str = "gcc") -> list[dict]:
+    """Build and run one program; per case ``{path: (instructions, codes)}``."""
+    with tempfile.TemporaryDirectory(prefix="mico-input-quant-") as tmp:
+        work = Path(tmp)
+        csrc = resources.files("mico.csrc")
+        for name in ("mico_nn.h", *SOURCES):
+            (work / name).write_text((csrc / name).read_text())
+        (work / "main.c").write_text(quant_program(cases))
+        sources = [str(work / name) for name in ("main.c", *SOURCES)]
+        if target == "host":
+            exe = work / "main"
+            cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(work),
+                   *sources, "-o", str(exe)]  # fmt: skip
+            run = [str(exe)]
+        else:
+            exe = work / "main.elf"
+            flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
+            cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
+            run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=600)
+    text = (res.stdout + res.stderr).split()
+    marks = iter([i for i, token in enumerate(text) if token == "instret"])
+    results = []
+    for case in cases:
+        row = {}
+        for path in PATHS:
+            j = next(marks)
+            raw = np.frombuffer(bytes.fromhex(text[j + 2]), dtype=np.uint8)
+            row[path] = (int(text[j + 1]), np.asarray(unpack(raw, case.x.size, case.fmt)))
+        results.append(row)
+    return results
+
+
+# ----------------------------------------------------------------------------- benchmark
+#: (label, bits, signed, zero point as a fraction of the code range)
+FORMATS = [
+    (f"{kind} {bits}-bit", bits, signed, zero)
+    for bits in (8, 4, 2, 1)
+    for kind, signed, zero in (
+        ("signed", True, 0.0),
+        ("unsigned", False, 0.0),
+        ("asymmetric", False, 0.3),
+    )
+    if not (kind == "asymmetric" and bits == 1)
+]
+
+
+def random_case(label: str, bits: int, signed: bool, zero: float, n: int, seed: int) -> Case:
+    """Inputs like a calibrated image: normal values whose range the codes span (about 2 %
+    beyond it, clamped)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(n).astype(np.float32)
+    if not signed:
+        x = np.abs(x) if not zero else x
+    z = round(zero * (2**bits - 1)) if not signed and bits > 1 else 0
+    fmt = QFormat(bits, signed, z)
+    top = float(np.quantile(np.abs(x), 0.98))
+    scale = top / max(fmt.qmax, 1)
+    return Case(label, fmt, scale, x)
+
+
+def measure(n: int = 512, target: str = "rv32") -> list[dict]:
+    cases = [random_case(label, b, s, z, n, seed=i) for i, (label, b, s, z) in enumerate(FORMATS)]
+    rows = []
+    for case, got in zip(cases, run_cases(cases, target), strict=True):
+        ref = case.reference()
+        rows.append({
+            "case": case.label,
+            "format": str(case.fmt),
+            "elements": n,
+            "table_bytes": 4 * c_table(case.scale, case.fmt).size,
+            **{f"{p}_per_element": got[p][0] / n for p in PATHS},
+            "exact": all(bool(np.array_equal(got[p][1], ref)) for p in PATHS),
+        })  # fmt: skip
+    return rows
+
+
+def _markdown(rows: list[dict], meta: dict) -> str:
+    out = [
+        "# Input quantization on rv32imac (benchmarks/input_quant.py)",
+        "",
+        f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
+        "-icount shift=0: instructions retired by one call quantizing "
+        f"{rows[0]['elements']} float32 inputs, per element, packing included. **float**: "
+        "`mico_quantize_f32` (x * inv_scale through the soft-float library, integer rounding "
+        "and clamping; kept for scales without a finite reciprocal). **table**: "
+        "`mico_quantize_f32_table`, what static programs use now: the float's bits as an "
+        "ordered int32 key, a branch-free binary search of `bits` steps in the code "
+        "thresholds (`mico.quant.thresholds`, int32 table in flash of the size shown). "
+        "Both are held to `mico.quant.quantize` bit for bit.",
+        "",
+        "| case | format | float instr/elem | table instr/elem | speed-up | table bytes | exact |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    for r in rows:
+        out.append(
+            f"| {r['case']} | {r['format']} | {r['float_per_element']:.1f} | "
+            f"{r['table_per_element']:.1f} | "
+            f"{r['float_per_element'] / r['table_per_element']:.1f}x | {r['table_bytes']} | "
+            f"{'yes' if r['exact'] else 'NO'} |"
+        )
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
+    ap.add_argument("--n", type=int, default=512, help="float32 inputs per case")
+    args = ap.parse_args(argv)
+    rows = measure(args.n)
+    for r in rows:
+        verdict = "exact" if r["exact"] else "MISMATCH"
+        print(f"{r['case']:22s} float {r['float_per_element']:7.1f}  table "
+              f"{r['table_per_element']:6.1f}  {verdict}")  # fmt: skip
+    cc = subprocess.run([RV32_CC, "--version"], capture_output=True, text=True).stdout
+    meta = {
+        "date": __import__("datetime").date.today().isoformat(),
+        "host": f"{platform.machine()} {platform.system()}",
+        "cc": cc.splitlines()[0] if cc else RV32_CC,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "input_quant.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
+    (out / "input_quant.md").write_text(_markdown(rows, meta) + "\n")
+    return 0 if all(r["exact"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
