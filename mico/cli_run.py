@@ -79,6 +79,13 @@ def generate(
             "allows: LLaMA layout, float layers).",
         ),
     ] = None,
+    weights_file: Annotated[
+        bool,
+        typer.Option(
+            "--weights-file",
+            help="The program reads every weight from lm.bin at run time (none compiled in).",
+        ),
+    ] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
 ) -> None:
     """Generate text in Python and with a C program that runs the whole loop on the target
@@ -114,7 +121,7 @@ def generate(
     log = (lambda _m: None) if quiet else typer.echo
     result = run_generation(
         net, prompt, tokens, target=target, log=log, sampler=sampler, tokenizer=tokenizer,
-        max_prompt_bytes=max_prompt_bytes, kv_cache=kv_cache,
+        max_prompt_bytes=max_prompt_bytes, kv_cache=kv_cache, weights_file=weights_file,
     )  # fmt: skip
     python_text = decode(tokenizer, result.python_ids)
     c_text = result.c_text.decode("utf-8", "replace")  # as the C program printed it

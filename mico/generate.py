@@ -92,6 +92,7 @@ def generate(
     tokenizer: ByteBPETokenizer | None = None,
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES,
     kv_cache: bool | None = None,
+    weights_file: bool = False,
 ) -> Generation:
     """Continue ``prompt`` by ``tokens`` tokens in Python and in C on ``target``.
 
@@ -102,6 +103,8 @@ def generate(
     (``str``: its UTF-8 bytes) may have up to ``max_prompt_bytes`` bytes. ``kv_cache``: decode
     one position per token from a KV cache (:mod:`mico.codegen.decode_c`) while the context fits
     the window; None uses it where the model allows, True insists (ConfigError if it cannot).
+    ``weights_file``: the program reads every weight from ``lm.bin`` in its working directory
+    (:mod:`mico.codegen.weights_file`), none is compiled in.
     """
     from mico.codegen.compile import compile_model, token_vocabulary
     from mico.codegen.decode_c import decode_plan
@@ -126,7 +129,8 @@ def generate(
     with tempfile.TemporaryDirectory(prefix="mico-generate-") as tmp:
         out_dir = Path(work_dir) if work_dir is not None else Path(tmp) / "model"
         log(f"compiling the model to C (dynamic mode) in {out_dir}")
-        compiled = compile_model(model, example, out_dir, "lm", mode="dynamic", force=False)
+        compiled = compile_model(model, example, out_dir, "lm", mode="dynamic", force=False,
+                                 weights_file=weights_file)  # fmt: skip
         result = Generation(list(prompt_ids))
         plan = None
         if kv_cache is not False:
@@ -154,7 +158,7 @@ def generate(
         text = token_text if token_text is not None else token_texts(tokenizer)
         log(f"running the generation loop in C on {target}")
         program = _Program(tokenizer, max_prompt_bytes, tokens, c_side, vocab, seq_len,
-                           text[:vocab], plan)  # fmt: skip
+                           text[:vocab], plan, weights_file)  # fmt: skip
         out = _run_in_c(compiled.project, program, data, target, timeout)
         result.c_prompt_ids, result.c_ids, result.c_text = out.prompt_ids, out.ids, out.text
         result.c_logit_hashes, result.instructions = out.hashes, out.instructions
@@ -250,6 +254,7 @@ class _Program:
     seq_len: int
     token_text: list[bytes]
     decode: Any = None  # a mico.codegen.decode_c.DecodePlan: the KV-cached decode step
+    weights_file: bool = False  # the weights are read from <name>.bin at run time
 
 
 @dataclass
@@ -286,6 +291,7 @@ def _run_in_c(
     source = write_generation_program(
         directory, project.name, program.tokenizer, program.max_prompt_bytes, program.tokens,
         program.sampler, program.vocab, program.seq_len, program.token_text, program.decode,
+        weights_file=program.weights_file,
     )  # fmt: skip
     (directory / PROMPT_FILE).write_bytes(prompt)
     skip = {"main.c", f"{project.name}.c"} if program.decode is not None else {"main.c"}

@@ -45,6 +45,7 @@ def write_generation_program(
     seq_len: int,
     token_text: list[bytes],
     decode: DecodePlan | None = None,
+    weights_file: bool = False,
 ) -> str:
     """Write ``generate.c`` and its config into the project; return the program's source name.
 
@@ -54,7 +55,14 @@ def write_generation_program(
 
     ``token_text[i]`` is the bytes token ``i`` decodes to (ids beyond it print as ``<id>``);
     prompts are encoded with ``tokenizer`` and may have up to ``max_prompt_bytes`` bytes.
+    ``weights_file``: the project was compiled with it; the program first loads ``<name>.bin``
+    from its working directory (exit 6 when it is missing or refused).
     """
+    from mico.codegen.weights_c import main_reader
+
+    reader = main_reader(name) if weights_file else ""
+    note = f", 6 the weights file {name}.bin is missing or refused" if weights_file else ""
+    load = f'    if (mico_read_weights("{name}.bin")) return 6;\n' if weights_file else ""
     upper = name.upper()
     text = b"".join(token_text)
     offsets = [0]
@@ -96,7 +104,7 @@ static const unsigned char gen_text[{max(len(text), 1)}] = {{
  * {step_note}
  * Exit status: 1 the prompt cannot be read, 3 the model refuses a window,
  * {EXIT_PROMPT_TOO_LONG} the prompt is over GEN_MAX_PROMPT bytes, 5 the prompt is empty or has a
- * token beyond the model's vocabulary. */
+ * token beyond the model's vocabulary{note}. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -111,7 +119,7 @@ static {name}_output_t logits[{upper}_OUTPUT_SIZE];
 static int32_t context[GEN_MAX_PROMPT + GEN_TOKENS];
 {read_prompt_c("GEN_MAX_PROMPT")}
 static uint32_t rng_state = GEN_SEED;
-#define GEN_KV_CACHE {1 if decode else 0}
+{reader}#define GEN_KV_CACHE {1 if decode else 0}
 {decode_source(decode) if decode else ""}
 #if defined(__riscv)
 static unsigned long gen_instret[GEN_TOKENS];
@@ -204,7 +212,7 @@ static void print_token(int32_t id) {{
 }}
 
 int main(int argc, char **argv) {{
-    if (read_prompt(argc, argv)) return 1;
+{load}    if (read_prompt(argc, argv)) return 1;
     int32_t n = bpe_encode(prompt_text, prompt_bytes, context);
     if (n < 0) {{
         printf("mico-gen-error: the prompt has more than %d bytes; regenerate the program with a "

@@ -261,3 +261,33 @@ def test_without_the_option_nothing_changes(trained_cnn, calibration_batches, tm
     assert "static const uint8_t conv1_weight" in (d / "cnn_weights.h").read_text()
     assert "load_weights" not in (d / "cnn.h").read_text() + (d / "main.c").read_text()
     assert not (d / "cnn.bin").read_bytes().startswith(MAGIC)
+
+
+# ------------------------------------------------------------------------------ generation
+def test_the_generation_program_reads_its_weights_from_the_file(tmp_path):
+    """mico generate --weights-file: the KV-cached program gives Python's 32 tokens, and the
+    same executable given another LLaMa's lm.bin gives that model's tokens."""
+    from mico.codegen.generate_c import IDS_TAG
+    from mico.generate import generate
+    from mico.models.llama import LLaMa
+
+    def llama(seed: int) -> LLaMa:
+        torch.manual_seed(seed)
+        return LLaMa(dim=16, n_layers=2, n_heads=2, vocab_size=300, max_seq_len=8, hidden_dim=24)
+
+    runs = {}
+    for seed in (5, 6):
+        runs[seed] = generate(llama(seed), b"Hi", 32, work_dir=tmp_path / str(seed),
+                              log=lambda _m: None, weights_file=True)  # fmt: skip
+        assert runs[seed].kv_cache and runs[seed].c_ids == runs[seed].python_ids
+    assert runs[5].python_ids != runs[6].python_ids
+    a = tmp_path / "5"
+    assert "static const float" not in (a / "lm_weights.h").read_text()
+    (a / "lm.bin").write_bytes((tmp_path / "6" / "lm.bin").read_bytes())
+    done = subprocess.run([str(a / "lm_generate")], input=b"Hi", cwd=a, capture_output=True,
+                          check=True)  # fmt: skip
+    line = next(ln for ln in done.stdout.decode("latin-1").splitlines() if ln.startswith(IDS_TAG))
+    assert [int(t) for t in line[len(IDS_TAG) :].split()] == runs[6].python_ids
+    (a / "lm.bin").write_bytes(b"MICOWTS\0" + bytes(200))
+    bad = subprocess.run([str(a / "lm_generate")], input=b"Hi", cwd=a, capture_output=True)
+    assert bad.returncode == 6 and b"format version" in bad.stderr
