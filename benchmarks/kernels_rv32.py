@@ -29,13 +29,19 @@ from pathlib import Path
 
 import numpy as np
 
+from mico.codegen.binary_plan import binary_kernel, takes_binary, thresholds
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
 from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
-from mico.quant.packing import pack, pack_lanes, unpack
+from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 
-KERNEL_SOURCES = ("mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c")
+KERNEL_SOURCES = (
+    "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c"
+)  # fmt: skip
+#: the source the Zbb build compiles with -march=rv32imac_zbb (the rest stays rv32imac)
+ZBB_SOURCES = ("mico_binary.c",)
+RV32_ZBB_ARCH = "-march=rv32imac_zbb -mabi=ilp32"
 
 
 @dataclass
@@ -64,6 +70,22 @@ class Layer:
         out_c, ipg, kh, kw = self.weight.shape
         oh, ow = self.out_hw
         return int(out_c * ipg * kh * kw * oh * ow)
+
+    @property
+    def taps(self) -> int:
+        return int(np.prod(self.weight.shape[1:]))
+
+    def binary(self) -> bool:
+        """Whether the code generator gives this layer the popcount kernels."""
+        k_w = 1 if self.kind == "linear" else self.weight.shape[3]
+        return takes_binary(self.w_fmt, self.a_fmt, self.taps, self.groups, 1, k_w)
+
+    def thresholds(self) -> np.ndarray | None:
+        """The popcount kernels' thresholds (1-bit outputs), as the generator finds them."""
+        spec = {"qformat": self.o_fmt, "m": [int(v) for v in self.m],
+                "shift": [int(v) for v in self.shift],
+                "clamp": [self.o_fmt.qmin, self.o_fmt.qmax]}  # fmt: skip
+        return thresholds(self.bias, spec, self.relu, self.taps)
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -182,8 +204,11 @@ INSTRET = """static unsigned long mico_instret(void)
 }"""
 
 
-def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[str], list]:
-    """Constants of one layer (symbols prefixed ``tag``) and its calls [(kernel, args)]."""
+def _layer_code(
+    layer: Layer, tag: str, paths: tuple[str, ...], extensions: tuple[str, ...] = ()
+) -> tuple[list[str], list]:
+    """Constants of one layer (symbols prefixed ``tag``) and its calls [(kernel, args)];
+    ``extensions``: the ISA extensions the chosen path may use (binary layers: zbb)."""
     lo, hi = layer.o_fmt.qmin, layer.o_fmt.qmax
     out_c = layer.weight.shape[0]
     lines = [_array("uint8_t", f"{tag}x", pack(layer.x, layer.a_fmt)),
@@ -198,8 +223,15 @@ def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[st
         dw = dw_lane_plan(layer.weight, layer.a_fmt, layer.x.shape[1:], layer.out_hw,
                           (layer.stride,) * 2, (layer.pad,) * 2, (1, 1), layer.o_fmt)  # fmt: skip
     calls = []
+    binary = layer.binary()
     for path in paths:
-        lanes = plan if path == "chosen" else None
+        lanes = plan if path == "chosen" and not binary else None
+        if path == "chosen" and binary:
+            lines += _binary_code(layer, tag, out)
+            layer_name = "mico_qlinear" if layer.kind == "linear" else "mico_qconv2d"
+            calls.append((binary_kernel(layer_name, extensions),
+                          f"&{tag}p_bin, {tag}thr, {tag}x, y"))  # fmt: skip
+            continue
         if path == "chosen" and dw is not None:
             lines += _dw_code(layer, tag, dw, out)
             calls.append((dw_kernel(dw), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
@@ -241,6 +273,37 @@ def _layer_code(layer: Layer, tag: str, paths: tuple[str, ...]) -> tuple[list[st
     return lines, calls
 
 
+def _binary_code(layer: Layer, tag: str, out: str) -> list[str]:
+    """Constants of a binary layer for the popcount kernels (weight rows as words)."""
+    out_c = layer.weight.shape[0]
+    thr = layer.thresholds()
+    lines = [_array("uint32_t", f"{tag}w_bin", pack_binary_rows(layer.weight, layer.w_fmt))]
+    if thr is None:
+        lines.append(f"#define {tag}thr NULL")
+    else:
+        lines.append(_array("int32_t", f"{tag}thr", thr))
+    common = (
+        f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = 1, "
+        f".weight = (const uint8_t *){tag}w_bin, .bias = {tag}bias, .out = {out}"
+    )
+    if layer.kind == "linear":
+        rows, in_f = layer.x.shape
+        lines.append(f"static const MicoLinear {tag}p_bin = {{ .rows = {rows}, "
+                     f".in_features = {in_f}, .out_features = {out_c}, {common} }};")  # fmt: skip
+        return lines
+    in_c, h, wd = layer.x.shape
+    oh, ow = layer.out_hw
+    kh, kw = layer.weight.shape[2:]
+    s, pd = layer.stride, layer.pad
+    lines.append(
+        f"static const MicoConv2d {tag}p_bin = {{ .in_c = {in_c}, .in_h = {h}, .in_w = {wd}, "
+        f".out_c = {out_c}, .out_h = {oh}, .out_w = {ow}, .k_h = {kh}, .k_w = {kw}, "
+        f".stride_h = {s}, .stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, .dil_h = 1, "
+        f".dil_w = 1, .groups = {layer.groups}, {common} }};"
+    )
+    return lines
+
+
 def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
     """Constants of a depthwise layer through pixel lanes (plainly packed weights)."""
     in_c, h, wd = layer.x.shape
@@ -257,7 +320,11 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
     ]
 
 
-def layers_program(layers: list[Layer], paths: tuple[str, ...] = ("chosen", "plain")) -> str:
+def layers_program(
+    layers: list[Layer],
+    paths: tuple[str, ...] = ("chosen", "plain"),
+    extensions: tuple[str, ...] = (),
+) -> str:
     """A C program running each layer through each path, printing per call
     ``instret <count> <output bytes in hex>``.
 
@@ -269,7 +336,7 @@ def layers_program(layers: list[Layer], paths: tuple[str, ...] = ("chosen", "pla
              f"static uint8_t y[{max(out_bytes) + 4}];", INSTRET]  # fmt: skip
     body = []
     for i, layer in enumerate(layers):
-        code, calls = _layer_code(layer, f"L{i}_", paths)
+        code, calls = _layer_code(layer, f"L{i}_", paths, extensions)
         lines += code
         for kernel, args in calls:
             body.append(f"""    t0 = mico_instret();
@@ -294,10 +361,18 @@ def _sources(work: Path) -> list[str]:
 
 
 def run_layers(
-    layers: list[Layer], target: str = "host", paths=("chosen", "plain"), cc: str = "gcc"
+    layers: list[Layer],
+    target: str = "host",
+    paths=("chosen", "plain"),
+    cc: str = "gcc",
+    extensions: tuple[str, ...] = (),
 ) -> list[list[tuple[str, int, np.ndarray]]]:
-    """Build and run one program for the layers; per layer [(kernel, instructions, codes)]."""
-    program = layers_program(layers, paths)
+    """Build and run one program for the layers; per layer [(kernel, instructions, codes)].
+
+    ``extensions``: ISA extensions the chosen paths may use; with ``zbb`` on rv32 the binary
+    kernels' source is compiled with -march=rv32imac_zbb (linked against rv32imac libraries).
+    """
+    program = layers_program(layers, paths, extensions)
     with tempfile.TemporaryDirectory(prefix="mico-kernels-") as tmp:
         work = Path(tmp)
         (work / "main.c").write_text(program)
@@ -310,6 +385,15 @@ def run_layers(
         else:
             exe = work / "main.elf"
             flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
+            if "zbb" in extensions:  # picolibc has no rv32imac_zbb multilib: objects apart
+                zbb = [s for s in sources if Path(s).name in ZBB_SOURCES]
+                sources = [s for s in sources if s not in zbb]
+                for src in zbb:
+                    obj = str(Path(src).with_suffix(".o"))
+                    subprocess.run([RV32_CC, *shlex.split(RV32_ZBB_ARCH), *shlex.split(RV32_LIBC),
+                                    "-O2", "-std=c99", "-I", str(work), "-c", src, "-o", obj],
+                                   check=True, capture_output=True, text=True)  # fmt: skip
+                    sources.append(obj)
             cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
             run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -318,7 +402,7 @@ def run_layers(
     marks = iter([i for i, token in enumerate(text) if token == "instret"])
     results = []
     for i, layer in enumerate(layers):
-        _, calls = _layer_code(layer, f"L{i}_", paths)
+        _, calls = _layer_code(layer, f"L{i}_", paths, extensions)
         n = layer.reference().size
         per_layer = []
         for kernel, _ in calls:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mico.codegen import dwconv_plan
+from mico.codegen import binary_plan, dwconv_plan
 from mico.codegen.context import EmitContext
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
@@ -21,7 +21,7 @@ from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import code_range
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, inv_scale_f32
-from mico.quant.packing import lane_channels, lane_plan, pack, pack_lanes
+from mico.quant.packing import lane_channels, lane_plan, pack, pack_binary_rows, pack_lanes
 from mico.quant.thresholds import c_table, table_usable
 
 
@@ -97,15 +97,23 @@ def c_out(
     return "{ " + _fields(fields) + " }"
 
 
-def _weights(ctx: EmitContext, node: Node, lanes: bool = False) -> tuple[str, str, int]:
+def _weights(
+    ctx: EmitContext, node: Node, lanes: bool = False, binary: bool = False
+) -> tuple[str, str, int]:
     """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
 
-    ``lanes``: the weights as channel-lanes words (``pack_lanes``, the same bytes reordered).
+    ``lanes``: the weights as channel-lanes words (``pack_lanes``, the same bytes reordered);
+    ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels).
     """
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
     assert fmt is not None and weight.data is not None and bias.data is not None
-    if lanes:
+    if binary:
+        words = pack_binary_rows(np.asarray(weight.data), fmt)
+        w_sym = "(const uint8_t *)" + ctx.const_int32(
+            f"{weight.name}", words.view(np.int32), kind="weights"
+        )
+    elif lanes:
         words = pack_lanes(np.asarray(weight.data).reshape(weight.type.shape[0], -1), fmt)
         w_sym = "(const uint8_t *)" + ctx.const_int32(
             f"{weight.name}", words.view(np.int32), kind="weights"
@@ -209,6 +217,22 @@ def lanes_kernel(layer: str, plan: dict[str, int], w_bits: int) -> str:
     return f"{layer}_lanes_w{w_bits}g{plan['s'] // w_bits}"
 
 
+def _binary_call(ctx: EmitContext, node: Node, layer: str, params: str, taps: int) -> list[str]:
+    """The call of a binary layer (mico_binary.c): its popcount path from the ISA extensions
+    the context was given (none: the portable one), thresholds for 1-bit outputs."""
+    a = node.attrs
+    thr = binary_plan.thresholds(
+        np.asarray(node.inputs[2].data), a.get("requant"), a.get("relu", False), taps
+    )
+    thr_sym = "NULL" if thr is None else ctx.const_int32(f"{node.name}_thr", thr, kind="scales")
+    ctx.need("mico_binary.c")
+    ctx.need("mico_conv2d.c")  # the kernels fall back on the plain ones for other shapes
+    ctx.need("mico_linear.c")
+    kernel = binary_plan.binary_kernel(layer, getattr(ctx, "isa_extensions", ()))
+    x, out = ctx.buffer(node.inputs[0]), ctx.buffer(node.output)
+    return [f"{kernel}(&{params}, {thr_sym}, {x}, {out});"]
+
+
 def _lanes_struct(ctx: EmitContext, node: Node, plan: dict[str, int]) -> str:
     return ctx.const_struct("MicoLanes", f"{node.name}_lanes", _fields(plan))
 
@@ -220,8 +244,16 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     k_h, k_w = node.inputs[1].type.shape[2:]
     a = node.attrs
     macs = out_c * out_h * out_w * (in_c // a["groups"]) * k_h * k_w
-    lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None)
+    taps = in_c // a["groups"] * k_h * k_w
+    binary = binary_plan.takes_binary(
+        node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w
+    )
+    lanes = (
+        None
+        if binary
+        else lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
+    )
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
     params = ctx.const_struct(
         "MicoConv2d",
         f"{node.name}_params",
@@ -246,6 +278,8 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_conv2d.c")
+    if binary:
+        return _binary_call(ctx, node, "mico_qconv2d", params, taps)
     dw = dwconv_plan.node_plan(node)  # depthwise 3x3: pixel lanes (mico_dwconv.c)
     if dw is not None:
         return dwconv_plan.emit_call(ctx, node, params, dw)
@@ -279,8 +313,13 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     a = node.attrs
     rows = x.type.numel // (in_features * x.type.shape[0])
     macs = rows * in_features * out_features
-    lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs)
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None)
+    binary = binary_plan.takes_binary(node.inputs[1].qformat, x.qformat, in_features)
+    lanes = (
+        None
+        if binary
+        else lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs)
+    )
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",
@@ -298,6 +337,8 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_linear.c")
+    if binary:
+        return _binary_call(ctx, node, "mico_qlinear", params, in_features)
     if lanes is not None:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)

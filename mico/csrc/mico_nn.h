@@ -759,4 +759,13 @@ static MICO_UNUSED MICO_NOINLINE void mico_lanes_requant(int32_t *v, const int32
 
 MICO_LANES_EACH(MICO_LANES_DECLARE)
 
+/* Binary layers (mico_binary.c): 1-bit weights times 1-bit activations (unsigned or binary)
+ * by AND / XOR and popcount, weight rows as words (mico.quant.packing.pack_binary_rows);
+ * thr: NULL, or per output channel the smallest sum stored as bit 1 (1-bit outputs). _swar
+ * counts bits in plain C, _cpop with __builtin_popcount (Zbb's cpop). */
+void mico_qconv2d_bin_swar(const MicoConv2d *p, const int32_t *thr, const void *in, void *out);
+void mico_qconv2d_bin_cpop(const MicoConv2d *p, const int32_t *thr, const void *in, void *out);
+void mico_qlinear_bin_swar(const MicoLinear *p, const int32_t *thr, const void *in, void *out);
+void mico_qlinear_bin_cpop(const MicoLinear *p, const int32_t *thr, const void *in, void *out);
+
 #endif /* MICO_NN_H */

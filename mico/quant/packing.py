@@ -126,3 +126,29 @@ def pack_lanes(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
     shifts = (np.arange(f, dtype=np.uint64) * np.uint64(fmt.bits))[None, :, None]
     words = (blocks << shifts).sum(axis=1, dtype=np.uint64)  # (block, t)
     return words.astype(np.uint32).ravel()
+
+
+# ----------------------------------------------------------------------------- binary rows
+def binary_row_words(taps: int) -> int:
+    """32-bit words of one weight row of ``taps`` binary codes (:func:`pack_binary_rows`)."""
+    return (int(taps) + 31) // 32
+
+
+def pack_binary_rows(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
+    """Binary weight codes ``(out, taps...)`` as rows of whole uint32 words (the popcount
+    kernels' layout, ``mico_binary.c``).
+
+    Row ``o`` is :func:`pack` of ``codes[o]`` (tap ``t`` at bit ``t % 32`` of word ``t // 32``,
+    1 for +1, in the plain OIHW / row-major tap order) followed by zero bits up to
+    :func:`binary_row_words` words: ``out * words`` words in all.
+    """
+    if not fmt.binary:
+        raise ValueError(f"binary rows hold binary {{-1, +1}} codes, not {fmt}")
+    q = np.asarray(codes).astype(np.int64)
+    q = q.reshape(q.shape[0], -1)
+    if q.size and (q.min() < fmt.qmin or q.max() > fmt.qmax):
+        raise ValueError(f"codes outside {fmt} range [{fmt.qmin}, {fmt.qmax}]")
+    words = binary_row_words(q.shape[1])
+    bits = np.zeros((q.shape[0], words * 32), dtype=np.uint8)
+    bits[:, : q.shape[1]] = q > 0
+    return np.packbits(bits, axis=1, bitorder="little").view("<u4").astype(np.uint32).ravel()

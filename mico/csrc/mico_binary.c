@@ -1,0 +1,534 @@
+/* Binary layers (1-bit weights times 1-bit activations) by AND / XOR and popcount.
+ *
+ * Weights are binary {-1, +1} stored as bits b (1 = +1); a layer's weight rows are K = taps
+ * bits in the plain OIHW / row-major order, each row padded with zero bits to whole 32-bit
+ * words (mico.quant.packing.pack_binary_rows). Activations are either unsigned 1-bit codes
+ * a in {0, 1} or binary codes {-1, +1} stored as bits c (1 = +1). For one output:
+ *   unsigned:  sum_t w_t a_t = 2 popcount(b & a) - popcount(a)
+ *   binary:    sum_t w_t x_t = V - 2 popcount((b ^ c) & v)
+ * where v marks the V taps that lie inside the input (zero padding is 0, neither -1 nor +1;
+ * without padding v is all ones and V = K). popcount(a) and V belong to the pixel, shared by
+ * every output channel.
+ *
+ * Per block of up to 32 output pixels of one output row (of the whole plane for pointwise
+ * layers), the bit patch of every pixel is built once (mico_bin_patch; the field of k_w taps
+ * of one input row is cut from a span of the row read once for the block), then every
+ * output channel runs its popcount dot products over the block. A layer whose output is
+ * 1-bit codes with a threshold table `thr` (mico.codegen.binary_plan: the smallest sum whose
+ * requantized code is stored as bit 1, found with the Python arithmetic, bias included)
+ * stores s >= thr[oc] directly; otherwise bias + s goes through the usual requantization
+ * (mico_rq_run_fast) and mico_pack.
+ *
+ * popcount: mico_q*_bin_swar counts bits in SWAR form (per-byte counts summed over up to 31
+ * words, then one multiply), plain rv32imac; mico_q*_bin_cpop calls __builtin_popcount, one
+ * `cpop` instruction when compiled for Zbb (-march=..._zbb), a library call otherwise. The
+ * code generator picks the entry point from the target's ISA extensions.
+ * Stack: about 4.4 KB (the block's patches). */
+#include "mico_nn.h"
+
+#define MICO_BIN_PATCH 1024 /* uint32 words of the block's patches (and validity masks) */
+#define MICO_BIN_PIX 32     /* output pixels per block */
+#define MICO_BIN_SPAN 96    /* bits of an input row span read at once */
+
+#if defined(__GNUC__)
+#define MICO_BIN_INLINE static inline __attribute__((always_inline))
+#define MICO_POPCOUNT(x) ((int32_t)__builtin_popcount(x))
+/* hides a constant from the compiler, which would otherwise turn a multiply by it into
+ * shifts and adds (five instructions for one) */
+#define MICO_BIN_OPAQUE(x) __asm__("" : "+r"(x))
+#else
+#define MICO_BIN_INLINE static inline
+#define MICO_POPCOUNT(x) mico_bin_bytesum(mico_bin_bytecount(x))
+#define MICO_BIN_OPAQUE(x) (void)(x)
+#endif
+
+/* Each byte of the result: the number of 1 bits in that byte of x. */
+MICO_BIN_INLINE uint32_t mico_bin_bytecount(uint32_t x)
+{
+    x = x - ((x >> 1) & 0x55555555u);
+    x = (x & 0x33333333u) + ((x >> 2) & 0x33333333u);
+    return (x + (x >> 4)) & 0x0f0f0f0fu;
+}
+
+/* The sum of the four bytes of v, when it is below 256 (the counts of one word). */
+MICO_BIN_INLINE int32_t mico_bin_bytesum(uint32_t v)
+{
+    uint32_t k = 0x01010101u;
+    MICO_BIN_OPAQUE(k);
+    return (int32_t)((v * k) >> 24);
+}
+
+/* popcount over n words of w & x (mode 0), w ^ x (mode 1) or (w ^ x) & m (mode 2). SWAR:
+ * the byte counts of up to 7 words add up within bytes (7 * 32 < 256), then one multiply
+ * sums the four bytes. */
+MICO_BIN_INLINE int32_t mico_bin_count(const uint32_t *w, const uint32_t *x, const uint32_t *m,
+                                       int32_t n, int32_t mode, int32_t cpop)
+{
+    int32_t total = 0, i = 0;
+    if (cpop) {
+        for (i = 0; i < n; i++) {
+            uint32_t t = mode == 0 ? w[i] & x[i] : w[i] ^ x[i];
+            if (mode == 2) {
+                t &= m[i];
+            }
+            total += MICO_POPCOUNT(t);
+        }
+        return total;
+    }
+    while (i < n) {
+        const int32_t e = n - i < 7 ? n : i + 7;
+        uint32_t acc = 0;
+        for (; i < e; i++) {
+            uint32_t t = mode == 0 ? w[i] & x[i] : w[i] ^ x[i];
+            if (mode == 2) {
+                t &= m[i];
+            }
+            acc += mico_bin_bytecount(t);
+        }
+        total += mico_bin_bytesum(acc);
+    }
+    return total;
+}
+
+/* popcount of n words. */
+static int32_t mico_bin_ones(const uint32_t *x, int32_t n)
+{
+    return mico_bin_count(x, x, x, n, 0, 0);
+}
+
+/* The 32 x 32 bit matrix a (bit c of a[r]: row r, column c) transposed in place. */
+static MICO_NOINLINE void mico_bin_transpose(uint32_t *a)
+{
+    uint32_t m = 0x0000ffffu;
+    int32_t j, k;
+    for (j = 16; j != 0; j >>= 1, m ^= m << j) {
+        for (k = 0; k < 32; k = ((k | j) + 1) & ~j) {
+            const uint32_t t = ((a[k] >> j) ^ a[k | j]) & m;
+            a[k] ^= t << j;
+            a[k | j] ^= t;
+        }
+    }
+}
+
+/* n bits (1..32) of a packed bit stream from bit `bit` (only the bytes holding them are read). */
+static uint32_t mico_bin_get(const uint8_t *buf, size_t bit, int32_t n)
+{
+    const uint8_t *p = buf + (bit >> 3);
+    const uint32_t off = (uint32_t)(bit & 7u);
+    const int32_t nb = (int32_t)((off + (uint32_t)n + 7u) >> 3);
+    uint32_t v = 0;
+    int32_t i;
+    for (i = 0; i < nb && i < 4; i++) {
+        v |= (uint32_t)p[i] << (8 * i);
+    }
+    v >>= off;
+    if (nb > 4) {
+        v |= (uint32_t)p[4] << (32u - off);
+    }
+    return n < 32 ? v & ((1u << n) - 1u) : v;
+}
+
+/* Store the n low bits (1..32) of v at bit `bit` of a packed stream, keeping the others. */
+static void mico_bin_put(uint8_t *buf, size_t bit, uint32_t v, int32_t n)
+{
+    while (n > 0) {
+        const uint32_t off = (uint32_t)(bit & 7u);
+        const int32_t take = n < (int32_t)(8u - off) ? n : (int32_t)(8u - off);
+        const uint32_t mask = ((1u << take) - 1u) << off;
+        uint8_t *p = buf + (bit >> 3);
+        *p = (uint8_t)((*p & ~mask) | ((v << off) & mask));
+        v = take < 32 ? v >> take : 0;
+        bit += (size_t)take;
+        n -= take;
+    }
+}
+
+/* Bits of input columns ixa .. ixa + span - 1 of the row starting at element `row` (span at
+ * most MICO_BIN_SPAN): seg bit d = column ixa + d, zero outside [0, width). */
+static void mico_bin_span(const void *in, size_t row, int32_t width, int32_t ixa, int32_t span,
+                          uint32_t *seg)
+{
+    const int32_t lo = ixa > 0 ? ixa : 0, hi = ixa + span < width ? ixa + span : width;
+    int32_t x;
+    seg[0] = seg[1] = seg[2] = seg[3] = 0;
+    for (x = lo; x < hi; x += 32) {
+        const int32_t n = hi - x < 32 ? hi - x : 32, d = x - ixa;
+        const uint32_t v = mico_bin_get((const uint8_t *)in, row + (size_t)x, n);
+        seg[d >> 5] |= v << (d & 31);
+        if (d & 31) {
+            seg[(d >> 5) + 1] |= v >> (32 - (d & 31));
+        }
+    }
+}
+
+/* The geometry of a binary convolution as the patch builder sees it (a pointwise layer is
+ * one row of in_h * in_w pixels). */
+typedef struct {
+    int32_t in_c, in_h, in_w, out_w, k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h;
+    int32_t taps;   /* in_c * k_h * k_w */
+    int32_t words;  /* words of one pixel's patch: ceil(taps / 32) */
+    int32_t masked; /* binary activations with padding: validity masks follow the patches */
+    int32_t pointwise; /* 1x1, stride 1, no padding: tap c of a pixel is its bit of plane c */
+} MicoBinGeom;
+
+/* Transpose the 32 tap planes (bit j of planes[i]: pixel j at tap 32 * group + i) into word
+ * `group` of every pixel's patch (dst = patch + group, nw words per pixel). */
+static void mico_bin_flush(uint32_t *planes, uint32_t *dst, int32_t np, int32_t nw)
+{
+    int32_t j;
+    mico_bin_transpose(planes);
+    for (j = 0; j < np; j++, dst += nw) {
+        *dst = planes[j];
+    }
+}
+
+/* Stride 1: pixels pix0 .. pix0 + np - 1 (raster order, across output rows). For each input
+ * row (c, ky) and each run of the block's pixels within one output row, the run's span of the
+ * row is read once; shifted by kx it is the plane of tap (c, ky, kx) (one bit per pixel). 32
+ * planes at a time are transposed into one word of every pixel's patch. */
+static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, int32_t pix0,
+                                          int32_t np, uint32_t *patch)
+{
+    const int32_t kw = g->k_w, nw = g->words;
+    uint32_t *vpatch = patch + np * nw;
+    uint32_t planes[32], vplanes[32], rp[32], rv[32], seg[4];
+    int32_t sj0[MICO_BIN_PIX], siy[MICO_BIN_PIX], sixa[MICO_BIN_PIX], slen[MICO_BIN_PIX];
+    int32_t nseg = 0, j, c, ky, kx, t = 0, r;
+    if (g->pointwise) { /* the planes are runs of the input planes */
+        for (c = 0; c < g->in_c; c++) {
+            planes[c & 31] = mico_bin_get((const uint8_t *)in,
+                                          (size_t)c * (size_t)g->in_w + (size_t)pix0, np);
+            if ((c & 31) == 31) {
+                mico_bin_flush(planes, patch + (c >> 5), np, nw);
+            }
+        }
+        for (j = c & 31; (c & 31) && j < 32; j++) {
+            planes[j] = 0;
+        }
+        if (c & 31) {
+            mico_bin_flush(planes, patch + (c >> 5), np, nw);
+        }
+        return;
+    }
+    for (j = 0; j < np; nseg++) { /* runs of pixels within one output row */
+        const int32_t oy = (pix0 + j) / g->out_w, ox = (pix0 + j) % g->out_w;
+        slen[nseg] = np - j < g->out_w - ox ? np - j : g->out_w - ox;
+        sj0[nseg] = j;
+        siy[nseg] = oy * g->stride_h - g->pad_h;
+        sixa[nseg] = ox - g->pad_w;
+        j += slen[nseg];
+    }
+    for (c = 0; c < g->in_c; c++) {
+        for (ky = 0; ky < g->k_h; ky++) {
+            for (kx = 0; kx < kw; kx++) {
+                rp[kx] = rv[kx] = 0;
+            }
+            for (r = 0; r < nseg; r++) {
+                const int32_t iy = siy[r] + ky * g->dil_h, len = slen[r], j0 = sj0[r];
+                const uint32_t lmask = len < 32 ? (1u << len) - 1u : 0xffffffffu;
+                if (iy < 0 || iy >= g->in_h) {
+                    continue; /* padding rows: zero bits, not valid */
+                }
+                mico_bin_span(in, ((size_t)c * (size_t)g->in_h + (size_t)iy) * (size_t)g->in_w,
+                              g->in_w, sixa[r], len + kw - 1, seg);
+                rp[0] |= (seg[0] & lmask) << j0;
+                for (kx = 1; kx < kw; kx++) {
+                    rp[kx] |= (((seg[0] >> kx) | (seg[1] << (32 - kx))) & lmask) << j0;
+                }
+                for (kx = 0; g->masked && kx < kw; kx++) { /* columns inside the input */
+                    const int32_t x0 = sixa[r] + kx, lo = x0 < 0 ? -x0 : 0;
+                    const int32_t hi = g->in_w - x0 < len ? g->in_w - x0 : len;
+                    if (hi > lo) {
+                        const uint32_t run = hi - lo < 32 ? (1u << (hi - lo)) - 1u : 0xffffffffu;
+                        rv[kx] |= (run << lo) << j0;
+                    }
+                }
+            }
+            for (kx = 0; kx < kw; kx++, t++) {
+                planes[t & 31] = rp[kx];
+                vplanes[t & 31] = rv[kx];
+                if ((t & 31) == 31) {
+                    mico_bin_flush(planes, patch + (t >> 5), np, nw);
+                    if (g->masked) {
+                        mico_bin_flush(vplanes, vpatch + (t >> 5), np, nw);
+                    }
+                }
+            }
+        }
+    }
+    if (t & 31) { /* the last, partial group: zero taps up to the word's end */
+        for (j = t & 31; j < 32; j++) {
+            planes[j] = vplanes[j] = 0;
+        }
+        mico_bin_flush(planes, patch + (t >> 5), np, nw);
+        if (g->masked) {
+            mico_bin_flush(vplanes, vpatch + (t >> 5), np, nw);
+        }
+    }
+}
+
+/* Any stride: pixels (oy, ox0 .. ox0 + np - 1) of one output row; the field of k_w taps of
+ * each input row is cut out of the row's span for each pixel and appended to its patch. */
+static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, int32_t oy,
+                                          int32_t ox0, int32_t np, uint32_t *patch)
+{
+    const int32_t kw = g->k_w, sw = g->stride_w, nw = g->words;
+    const int32_t ixa = ox0 * sw - g->pad_w, span = (np - 1) * sw + kw;
+    const uint32_t kmask = kw < 32 ? (1u << kw) - 1u : 0xffffffffu;
+    uint32_t *vpatch = patch + np * nw;
+    uint32_t seg[4], vseg[4];
+    int32_t i, j, c, ky;
+    for (i = 0; i < np * nw * (g->masked ? 2 : 1); i++) {
+        patch[i] = 0;
+    }
+    if (g->masked) { /* the columns inside the input, for every row */
+        vseg[0] = vseg[1] = vseg[2] = vseg[3] = 0;
+        for (i = 0; i < span; i++) {
+            if (ixa + i >= 0 && ixa + i < g->in_w) {
+                vseg[i >> 5] |= 1u << (i & 31);
+            }
+        }
+    }
+    for (ky = 0; ky < g->k_h; ky++) {
+        const int32_t iy = oy * g->stride_h - g->pad_h + ky * g->dil_h;
+        if (iy < 0 || iy >= g->in_h) {
+            continue; /* padding rows: zero bits, not valid */
+        }
+        for (c = 0; c < g->in_c; c++) {
+            const int32_t pos = (c * g->k_h + ky) * kw, pw = pos >> 5, pb = pos & 31;
+            const int32_t spill = pb + kw > 32;
+            const uint32_t *src = seg;
+            uint32_t *dst = patch + pw;
+            int32_t pass;
+            mico_bin_span(in, ((size_t)c * (size_t)g->in_h + (size_t)iy) * (size_t)g->in_w,
+                          g->in_w, ixa, span, seg);
+            for (pass = 0; pass < (g->masked ? 2 : 1); pass++) {
+                for (j = 0; j < np; j++, dst += nw) {
+                    const int32_t q = j * sw, rr = q & 31;
+                    uint32_t f = src[q >> 5] >> rr;
+                    if (rr + kw > 32) {
+                        f |= src[(q >> 5) + 1] << (32 - rr);
+                    }
+                    f &= kmask;
+                    dst[0] |= f << pb;
+                    if (spill) {
+                        dst[1] |= f >> (32 - pb);
+                    }
+                }
+                src = vseg;
+                dst = vpatch + pw;
+            }
+        }
+    }
+}
+
+/* s = sum_t w_t x_t of the output channel with weight row wrow at pixel j (see the top). */
+MICO_BIN_INLINE int32_t mico_bin_sum(const uint32_t *wrow, const uint32_t *patch, int32_t j,
+                                     int32_t np, int32_t nw, int32_t base, int32_t taps,
+                                     int32_t binary, int32_t masked, int32_t cpop)
+{
+    const uint32_t *x = patch + j * nw;
+    if (!binary) {
+        return 2 * mico_bin_count(wrow, x, x, nw, 0, cpop) - base;
+    }
+    if (!masked || base == taps) { /* every tap inside the input */
+        return base - 2 * mico_bin_count(wrow, x, x, nw, 1, cpop);
+    }
+    return base - 2 * mico_bin_count(wrow, x, x + np * nw, nw, 2, cpop);
+}
+
+/* Every output channel over the block's np pixels (patches built): threshold bits, or
+ * bias + s requantized; stored at element `pix0` of each channel's plane. */
+MICO_BIN_INLINE void mico_bin_channels(const MicoConv2d *p, const MicoBinGeom *g,
+                                       const int32_t *thr, const uint32_t *patch,
+                                       const int32_t *base, int32_t np, size_t pix0, void *out,
+                                       int32_t nw, int32_t cpop)
+{
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    const int32_t binary = p->in_fmt.is_signed, taps = g->taps, masked = g->masked;
+    int32_t vals[MICO_BIN_PIX];
+    int32_t oc, j;
+    for (oc = 0; oc < p->out_c; oc++) {
+        const uint32_t *wrow = w + (size_t)oc * (size_t)nw;
+        const size_t at = (size_t)oc * npix + pix0;
+        if (thr != NULL) {
+            const int32_t t = thr[oc];
+            uint32_t bits = 0;
+            for (j = 0; j < np; j++) {
+                const int32_t s =
+                    mico_bin_sum(wrow, patch, j, np, nw, base[j], taps, binary, masked, cpop);
+                bits |= (uint32_t)(s >= t) << j;
+            }
+            mico_bin_put((uint8_t *)out, at, bits, np);
+        } else {
+            const MicoRq rq = mico_rq(&p->out, oc);
+            const uint32_t bias = (uint32_t)p->bias[oc];
+            for (j = 0; j < np; j++) { /* modulo 2^32: the final value fits int32 */
+                vals[j] = (int32_t)(bias + (uint32_t)mico_bin_sum(wrow, patch, j, np, nw,
+                                                                  base[j], taps, binary, masked,
+                                                                  cpop));
+            }
+            mico_rq_run_fast(&rq, vals, np);
+            mico_pack(out, at, vals, np, p->out.fmt);
+        }
+    }
+}
+
+/* The same for one-word patches, 1-bit outputs and no validity masks (mode 0: unsigned
+ * activations, 1: binary), in one tight loop per channel. */
+MICO_BIN_INLINE void mico_bin_channels1(const MicoConv2d *p, const int32_t *thr,
+                                        const uint32_t *patch, const int32_t *base, int32_t np,
+                                        size_t pix0, void *out, int32_t mode, int32_t cpop)
+{
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc, j;
+    for (oc = 0; oc < p->out_c; oc++) {
+        const uint32_t wv = w[oc];
+        const int32_t t = thr[oc];
+        uint32_t bits = 0;
+        for (j = 0; j < np; j++) {
+            const uint32_t v = mode == 0 ? wv & patch[j] : wv ^ patch[j];
+            const int32_t n = cpop ? MICO_POPCOUNT(v) : mico_bin_bytesum(mico_bin_bytecount(v));
+            const int32_t sum = mode == 0 ? 2 * n - base[j] : base[j] - 2 * n;
+            bits |= (uint32_t)(sum >= t) << j;
+        }
+        mico_bin_put((uint8_t *)out, (size_t)oc * npix + pix0, bits, np);
+    }
+}
+
+/* The convolution (groups 1, unit column dilation, 1-bit inputs, k_w <= 32; anything else
+ * goes to mico_qconv2d_tiled, which the code generator never asks for). */
+MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, const void *in,
+                                   void *out, int32_t cpop)
+{
+    const int32_t binary = p->in_fmt.is_signed;
+    const int32_t npix = p->out_h * p->out_w;
+    const int32_t pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 &&
+                              p->stride_w == 1 && p->pad_h == 0 && p->pad_w == 0;
+    MicoBinGeom g;
+    uint32_t patch[MICO_BIN_PATCH];
+    int32_t base[MICO_BIN_PIX];
+    int32_t pix_block, pix0, j;
+    g.in_c = p->in_c;
+    g.in_h = pointwise ? 1 : p->in_h;
+    g.in_w = pointwise ? p->in_h * p->in_w : p->in_w;
+    g.out_w = pointwise ? npix : p->out_w;
+    g.k_h = p->k_h;
+    g.k_w = p->k_w;
+    g.stride_h = p->stride_h;
+    g.stride_w = p->stride_w;
+    g.pad_h = p->pad_h;
+    g.pad_w = p->pad_w;
+    g.dil_h = p->dil_h;
+    g.taps = p->in_c * p->k_h * p->k_w;
+    g.words = (g.taps + 31) / 32;
+    g.masked = binary && (p->pad_h > 0 || p->pad_w > 0);
+    g.pointwise = pointwise;
+    pix_block = MICO_BIN_PATCH / (g.words * (g.masked ? 2 : 1));
+    pix_block = pix_block < MICO_BIN_PIX ? pix_block : MICO_BIN_PIX;
+    if (g.stride_w != 1) { /* the span of a row of pixels fits MICO_BIN_SPAN bits */
+        const int32_t most = (MICO_BIN_SPAN - g.k_w) / g.stride_w + 1;
+        pix_block = pix_block < most ? pix_block : most;
+    }
+    if (p->groups != 1 || p->dil_w != 1 || p->in_fmt.bits != 1 || p->w_bits != 1 ||
+        g.k_w > 32 || pix_block < 1) {
+        mico_qconv2d_tiled(p, in, out);
+        return;
+    }
+    for (pix0 = 0; pix0 < npix;) {
+        const int32_t ox = pix0 % g.out_w;
+        int32_t np = npix - pix0 < pix_block ? npix - pix0 : pix_block;
+        if (g.stride_w != 1) { /* one output row at a time */
+            np = np < g.out_w - ox ? np : g.out_w - ox;
+            mico_bin_fields(&g, in, pix0 / g.out_w, ox, np, patch);
+        } else {
+            mico_bin_planes(&g, in, pix0, np, patch);
+        }
+        for (j = 0; j < np; j++) { /* ones of the patch, or the taps inside the input */
+            base[j] = !binary   ? mico_bin_ones(patch + j * g.words, g.words)
+                      : g.masked ? mico_bin_ones(patch + (np + j) * g.words, g.words)
+                                 : g.taps;
+        }
+        if (g.words == 1 && thr != NULL && !g.masked) { /* one word per pixel */
+            if (binary) {
+                mico_bin_channels1(p, thr, patch, base, np, (size_t)pix0, out, 1, cpop);
+            } else {
+                mico_bin_channels1(p, thr, patch, base, np, (size_t)pix0, out, 0, cpop);
+            }
+        } else if (g.words == 1) {
+            mico_bin_channels(p, &g, thr, patch, base, np, (size_t)pix0, out, 1, cpop);
+        } else {
+            mico_bin_channels(p, &g, thr, patch, base, np, (size_t)pix0, out, g.words, cpop);
+        }
+        pix0 += np;
+    }
+}
+
+/* The linear layer: each row of inputs as whole words, then every output feature. */
+MICO_BIN_INLINE void mico_linear_bin(const MicoLinear *p, const int32_t *thr, const void *in,
+                                     void *out, int32_t cpop)
+{
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const int32_t binary = p->in_fmt.is_signed, k = p->in_features, nw = (k + 31) / 32;
+    uint32_t x[MICO_BIN_PATCH];
+    int32_t vals[MICO_BIN_PIX];
+    int32_t r, i, oc0, base;
+    if (p->in_fmt.bits != 1 || p->w_bits != 1 || nw > MICO_BIN_PATCH) {
+        mico_qlinear(p, in, out);
+        return;
+    }
+    for (r = 0; r < p->rows; r++) {
+        const size_t row = (size_t)r * (size_t)k;
+        for (i = 0; i < nw; i++) {
+            const int32_t n = k - 32 * i < 32 ? k - 32 * i : 32;
+            x[i] = mico_bin_get((const uint8_t *)in, row + (size_t)(32 * i), n);
+        }
+        base = binary ? k : mico_bin_ones(x, nw);
+        for (oc0 = 0; oc0 < p->out_features; oc0 += MICO_BIN_PIX) {
+            const int32_t n = p->out_features - oc0 < MICO_BIN_PIX ? p->out_features - oc0
+                                                                  : MICO_BIN_PIX;
+            const size_t at = (size_t)r * (size_t)p->out_features + (size_t)oc0;
+            uint32_t bits = 0;
+            int32_t j;
+            for (j = 0; j < n; j++) {
+                const uint32_t *wrow = w + (size_t)(oc0 + j) * (size_t)nw;
+                const int32_t s = binary ? base - 2 * mico_bin_count(wrow, x, x, nw, 1, cpop)
+                                         : 2 * mico_bin_count(wrow, x, x, nw, 0, cpop) - base;
+                if (thr != NULL) {
+                    bits |= (uint32_t)(s >= thr[oc0 + j]) << j;
+                } else {
+                    const MicoRq rq = mico_rq(&p->out, oc0 + j);
+                    vals[j] = (int32_t)((uint32_t)p->bias[oc0 + j] + (uint32_t)s);
+                    mico_rq_run_fast(&rq, vals + j, 1);
+                }
+            }
+            if (thr != NULL) {
+                mico_bin_put((uint8_t *)out, at, bits, n);
+            } else {
+                mico_pack(out, at, vals, n, p->out.fmt);
+            }
+        }
+    }
+}
+
+void mico_qconv2d_bin_swar(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+{
+    mico_conv_bin(p, thr, in, out, 0);
+}
+
+void mico_qconv2d_bin_cpop(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+{
+    mico_conv_bin(p, thr, in, out, 1);
+}
+
+void mico_qlinear_bin_swar(const MicoLinear *p, const int32_t *thr, const void *in, void *out)
+{
+    mico_linear_bin(p, thr, in, out, 0);
+}
+
+void mico_qlinear_bin_cpop(const MicoLinear *p, const int32_t *thr, const void *in, void *out)
+{
+    mico_linear_bin(p, thr, in, out, 1);
+}
