@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -189,19 +190,87 @@ def measure(n: int = 512, target: str = "rv32") -> list[dict]:
     return rows
 
 
-def _markdown(rows: list[dict], meta: dict) -> str:
+# ----------------------------------------------------------------------------- whole models
+#: (label, flat plan of the three layers' weight and activation widths, asymmetric activations)
+MODEL_PLANS = [("8/8", "8/8", False), ("4/4", "4/4", False), ("8/8 asymmetric", "8/8", True),
+               ("2/2", "2/2", False)]  # fmt: skip
+
+
+def _tiny_cnn() -> Any:
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(8, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4),
+        nn.Flatten(), nn.Linear(8 * 4 * 4, 10),
+    )  # fmt: skip
+
+
+def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
+    """The input quantize node of a static 3x32x32 CNN, as ``mico verify --per-layer`` counts
+    it on rv32 (:func:`mico.hw.nodes.node_costs`), with each path: instructions per input
+    element, and the whole inference."""
+    import torch
+
+    from mico.codegen import emitters
+    from mico.codegen.compile import compile_model
+    from mico.hw.nodes import node_costs
+    from mico.ir.ops import mico_ops
+    from mico.quant import QuantConfig, calibrate, quantize_model
+    from mico.targets import rv32
+
+    torch.manual_seed(0)
+    model = _tiny_cnn().eval()
+    config = QuantConfig(act_mode="static", act_asymmetric=asymmetric)
+    quantize_model(model, plan, config, example_inputs=torch.zeros(1, 3, 32, 32))
+    batches = [torch.randn(8, 3, 32, 32) for _ in range(2)]
+    calibrate(model, batches)
+    sample = batches[0][0].numpy()
+    rows = {}
+    usable = emitters.table_usable
+    for path in PATHS:
+        # the float path is what a scale without a finite reciprocal still gets
+        emitters.table_usable = usable if path == "table" else (lambda scale: False)
+        try:
+            with tempfile.TemporaryDirectory(prefix="mico-input-quant-") as tmp:
+                compiled = compile_model(model, batches[0][:1], Path(tmp) / "m", "m",
+                                         mode="static", calibration=batches)  # fmt: skip
+                elf = rv32.build(compiled.project)
+                costs = node_costs(compiled.project, "qemu-rv32", sample)
+                size = subprocess.run([RV32_CC.replace("gcc", "size"), str(elf)], check=True,
+                                      capture_output=True, text=True).stdout  # fmt: skip
+        finally:
+            emitters.table_usable = usable
+        (node,) = [n for n in compiled.graph.nodes if n.op == mico_ops.QUANTIZE]
+        count = dict(costs.nodes)[node.name]
+        total = sum(c for _, c in costs.nodes) + costs.tail
+        rows[path] = {
+            "format": str(node.attrs["qformat"]),
+            "elements": node.output.type.numel,
+            "per_element": count / node.output.type.numel,
+            "node": count,
+            "total": total,
+            "share_pct": 100.0 * count / total,
+            "constants_bytes": sum(compiled.project.flash.values()),
+            "text_bytes": int(size.splitlines()[1].split()[0]),  # code and const data
+        }
+    return rows
+
+
+def _markdown(rows: list[dict], models: dict[str, dict], meta: dict) -> str:
     out = [
         "# Input quantization on rv32imac (benchmarks/input_quant.py)",
         "",
         f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
-        "-icount shift=0: instructions retired by one call quantizing "
-        f"{rows[0]['elements']} float32 inputs, per element, packing included. **float**: "
-        "`mico_quantize_f32` (x * inv_scale through the soft-float library, integer rounding "
-        "and clamping; kept for scales without a finite reciprocal). **table**: "
-        "`mico_quantize_f32_table`, what static programs use now: the float's bits as an "
-        "ordered int32 key, a branch-free binary search of `bits` steps in the code "
-        "thresholds (`mico.quant.thresholds`, int32 table in flash of the size shown). "
-        "Both are held to `mico.quant.quantize` bit for bit.",
+        "-icount shift=0. **float**: `mico_quantize_f32` (x * inv_scale through the soft-float "
+        "library, integer rounding and clamping; kept for scales without a finite float32 "
+        "reciprocal). **table**: what static programs emit now, `mico_quantize_f32_table_b<bits>` "
+        "(or `mico_quantize_f32_table` for 3, 5, 6, 7 bits): the float's bits as an int32 key "
+        "ordered like the floats, a branch-free binary search of `bits` steps in the code "
+        "thresholds (`mico.quant.thresholds`, an int32 table in flash), fields written a byte "
+        "at a time. Both are held to `mico.quant.quantize` bit for bit.",
+        "",
+        f"## The kernels alone ({rows[0]['elements']} float32 inputs a call, packing included)",
         "",
         "| case | format | float instr/elem | table instr/elem | speed-up | table bytes | exact |",
         "|---|---|---:|---:|---:|---:|---|",
@@ -213,6 +282,29 @@ def _markdown(rows: list[dict], meta: dict) -> str:
             f"{r['float_per_element'] / r['table_per_element']:.1f}x | {r['table_bytes']} | "
             f"{'yes' if r['exact'] else 'NO'} |"
         )
+    if models:
+        out += [
+            "",
+            "## The input quantize node of a whole model",
+            "",
+            "A static CNN on 3x32x32 inputs (conv 3->8, conv 8->8, linear; seeded weights, "
+            "calibrated on normal inputs), its input quantize node as `mico verify --per-layer` "
+            "counts it on rv32 (`mico.hw.nodes.node_costs`: the node's count includes the "
+            "run function's NaN / Inf check of the input, about 6 instructions an element), "
+            "per input element and as a share of the inference; program size is the ELF's "
+            "text (code and constants).",
+            "",
+            "| plan | input format | float instr/elem | table instr/elem | float share | "
+            "table share | inference float → table | text bytes float → table |",
+            "|---|---|---:|---:|---:|---:|---|---|",
+        ]
+        for label, m in models.items():
+            f, t = m["float"], m["table"]
+            out.append(
+                f"| {label} | {t['format']} | {f['per_element']:.1f} | {t['per_element']:.1f} | "
+                f"{f['share_pct']:.1f} % | {t['share_pct']:.1f} % | "
+                f"{f['total']:,} → {t['total']:,} | {f['text_bytes']:,} → {t['text_bytes']:,} |"
+            )
     return "\n".join(out)
 
 
@@ -222,12 +314,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--n", type=int, default=512, help="float32 inputs per case")
+    ap.add_argument("--no-models", action="store_true", help="the kernels alone")
     args = ap.parse_args(argv)
     rows = measure(args.n)
     for r in rows:
         verdict = "exact" if r["exact"] else "MISMATCH"
         print(f"{r['case']:22s} float {r['float_per_element']:7.1f}  table "
               f"{r['table_per_element']:6.1f}  {verdict}")  # fmt: skip
+    models = {}
+    for label, plan, asymmetric in [] if args.no_models else MODEL_PLANS:
+        models[label] = model_rows(plan, asymmetric)
+        print(f"model {label:16s} float {models[label]['float']['per_element']:7.1f}  table "
+              f"{models[label]['table']['per_element']:6.1f} instr/elem")  # fmt: skip
     cc = subprocess.run([RV32_CC, "--version"], capture_output=True, text=True).stdout
     meta = {
         "date": __import__("datetime").date.today().isoformat(),
@@ -236,8 +334,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "input_quant.json").write_text(json.dumps({"meta": meta, "results": rows}, indent=1))
-    (out / "input_quant.md").write_text(_markdown(rows, meta) + "\n")
+    data = {"meta": meta, "results": rows, "models": models}
+    (out / "input_quant.json").write_text(json.dumps(data, indent=1))
+    (out / "input_quant.md").write_text(_markdown(rows, models, meta) + "\n")
     return 0 if all(r["exact"] for r in rows) else 1
 
 
