@@ -6,7 +6,8 @@
  *    signed 1-bit codes are binary {-1, +1}; asymmetric codes (unsigned with a zero point z,
  *    MicoFmt.zero) are shifted, in [-z, 2^b-1-z], and stored as the unsigned field code + z;
  *  - input quantization: float32 x * inv_scale, rounded half away from zero (an exact test on
- *    the fractional part, never floor(|v| + 0.5)), clamped;
+ *    the fractional part, never floor(|v| + 0.5)), clamped (static programs get the same codes
+ *    from a table of thresholds, integer compares only: mico_quantize_f32_table);
  *  - requantization: v * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
  *  - storage: activations and weights alike are one little-endian bit stream per tensor, code i
  *    at bits [i*b, (i+1)*b), LSB first, b-bit two's complement (signed) or plain binary
