@@ -195,6 +195,21 @@ def tune(
         ),
     ] = 10,
     bits: Annotated[str, typer.Option(help="Bit-widths to choose from, e.g. 2,4,8.")] = "2,4,8",
+    space: Annotated[
+        str | None,
+        typer.Option(
+            help="Search space (seed 003's DimTransform): full, w-only[:A] (activations held "
+            "at A bits), w=a, blocks:K[:w=a] (K blocks of layers share widths). Default: the "
+            "strategy's own (w=a for nlp, full for the others)."
+        ),
+    ] = None,
+    fixed_layers: Annotated[
+        str | None,
+        typer.Option(
+            help="Layers held at widths, not searched: first=8,last=8/8 or by name or "
+            "index (conv1=4/8, -1=8)."
+        ),
+    ] = None,
     latency_target: Annotated[
         str,
         typer.Option(
@@ -251,6 +266,14 @@ def tune(
             "--compile/--no-compile", help="Compile the best plan to C and verify it on the host."
         ),
     ] = True,
+    accuracy_samples: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Test samples the best plan's C program runs to measure its accuracy "
+            "(0: the whole test set).",
+        ),
+    ] = 0,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
     force: ForceOpt = False,
 ) -> None:
@@ -261,7 +284,7 @@ def tune(
     directory also gets trials.csv, report.md/json, trajectory.png, pareto.png, bits.png and
     c/ (the best plan's C project, verified on the host).
 
-    Example: mico tune small_cnn --budget bops=50%,size=600B --strategy nlp -o out/tune
+    Example: mico tune small_cnn --budget bops=50%,size=1KB --strategy nlp -o out/tune
     """
     import numpy as np
 
@@ -337,9 +360,13 @@ def tune(
     train_loader, test_loader = split.loaders(64, seed=seed)
     latency = {"latency_target": latency_target, "latency_mode": latency_mode}
     probe = MiCoEval(net, 1, train_loader, test_loader, None, **latency)
-    from mico.search.searchers import RandomSearcher
+    from mico.search.tune import parse_fixed_layers, parse_space
+    from mico.search.tune import searcher as make_searcher
 
-    checker = RandomSearcher(probe, qtypes=qtypes)
+    held = parse_fixed_layers(fixed_layers, probe.layer_names) if fixed_layers else None
+    if space is not None:
+        parse_space(space, probe.n_layers)  # a bad space is refused before any training
+    checker = make_searcher(probe, "random", qtypes, seed, space, held)
     if any(b.cost == "latency" for b in budgets):
         probe.check_latency_falls_with_bits(qtypes)
     for b in budgets:  # impossible budgets: refused before any training
@@ -367,7 +394,8 @@ def tune(
                           dict(extra), quiet)  # fmt: skip
         try:
             result = run_tune(evaluator, budgets, strategy, trials, qtypes, seed, log,
-                              study=config, resume=resume, workers=workers, spec=spec)  # fmt: skip
+                              study=config, resume=resume, workers=workers, spec=spec,
+                              space=space, fixed_layers=held)  # fmt: skip
         except KeyboardInterrupt:
             typer.echo(
                 f"interrupted: study '{config.name}' keeps every finished trial; continue "
@@ -376,9 +404,11 @@ def tune(
             )
             raise typer.Exit(130) from None
         if compile_best:
-            samples = np.asarray(split.x_test[:32], dtype=np.float32)
+            count = len(split.x_test) if accuracy_samples == 0 else accuracy_samples
+            samples = np.asarray(split.x_test[:count], dtype=np.float32)
+            labels = np.asarray(split.y_test[:count])
             result.verification = compile_plan(
-                evaluator, result.best_scheme, final / "c", samples, log
+                evaluator, result.best_scheme, final / "c", samples, log, labels=labels
             )
         write_run(result, evaluator.layer_names, final)
     costs = ", ".join(f"{k} {v:g} (budget {result.budgets[k]:g})" for k, v in result.costs.items())
@@ -388,9 +418,10 @@ def tune(
     v = result.verification
     if v is not None:
         same = "identical to" if v["exact"] == v["samples"] else "differs from"
+        accuracy = f"; C accuracy {v['c_accuracy']:.4f}" if "c_accuracy" in v else ""
         typer.echo(
             f"C project {final / 'c'} ({v['mode']}): {same} the Python reference on the host "
-            f"({v['exact']}/{v['samples']} samples bit-exact)"
+            f"({v['exact']}/{v['samples']} samples bit-exact){accuracy}"
         )
         if not v["ok"]:
             raise typer.Exit(1)

@@ -74,6 +74,7 @@ class TargetResult:
     cycles_per_inference: int | None = None  # cycle-accurate targets (vexriscv)
     difference: LayerDifference | None = None
     per_layer: dict[str, Any] | None = None  # options.per_layer: rows and check (or why none)
+    outputs: np.ndarray | None = field(default=None, repr=False)  # what the program computed
 
     @property
     def ok(self) -> bool:
@@ -354,7 +355,7 @@ def verify_compiled(
         run = run_on_target(compiled, samples, target, options)
         outputs, instructions = run.outputs, run.instructions
         agreement = compare_outputs(outputs, reference, rtol=options.rtol)
-        entry = TargetResult(target, agreement, instructions, run.cycles)
+        entry = TargetResult(target, agreement, instructions, run.cycles, outputs=outputs)
         _log_segments(compiled, outputs, reference, options.rtol, target, log)
         if not entry.ok:
             c = np.asarray(outputs).reshape(len(outputs), -1)

@@ -110,7 +110,10 @@ def study_settings(evaluator: Any, strategy: str, qtypes: list[Any], limits: dic
     if space is not None:
         settings["space"] = space
     if fixed_layers:
-        settings["fixed_layers"] = {str(k): v for k, v in sorted(fixed_layers.items())}
+        settings["fixed_layers"] = {  # (w, a) as a JSON list, however it was given
+            str(k): list(v) if isinstance(v, tuple | list) else [v, v]
+            for k, v in sorted(fixed_layers.items())
+        }
     return settings
 
 
@@ -142,6 +145,50 @@ def parse_space(text: str, n_layers: int) -> Any:
         f"search space {text!r} is not one of: full, w-only[:A], w=a, blocks:K[:w=a] "
         f"(K from 1 to {n_layers} layers)"
     )
+
+
+def parse_fixed_layers(text: str, layer_names: list[str]) -> dict[int, Any]:
+    """``--fixed-layers`` as ``{layer index: (w, a)}``: entries ``KEY=W`` (weights and
+    activations) or ``KEY=W/A``, separated by commas; KEY is a layer's name, its index (``0``,
+    ``-1`` from the end) or ``first`` / ``last``. E.g. ``first=8,last=8/8,conv2=4/8``."""
+    from mico.quant.plan import _bits
+
+    n = len(layer_names)
+    fixed: dict[int, Any] = {}
+    for entry in filter(None, (e.strip() for e in text.split(","))):
+        key, sep, value = entry.partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key or not value:
+            raise PlanError(
+                f"--fixed-layers entry {entry!r} is not KEY=W or KEY=W/A (e.g. first=8, "
+                "last=8/8, conv1=4/8)"
+            )
+        if key in ("first", "last"):
+            index = 0 if key == "first" else n - 1
+        elif key in layer_names:
+            index = layer_names.index(key)
+        else:
+            try:
+                index = int(key)
+            except ValueError:
+                raise PlanError(
+                    f"--fixed-layers: {key!r} is not a layer of this model; use first, last, "
+                    f"an index from {-n} to {n - 1} or one of: {', '.join(layer_names[:8])}"
+                    + (" ..." if n > 8 else "")
+                ) from None
+            if not -n <= index < n:
+                raise PlanError(
+                    f"--fixed-layers: layer index {index} is out of range for {n} layers "
+                    f"(use {-n} to {n - 1})"
+                )
+            index %= n
+        w_text, _, a_text = value.partition("/")
+        name = layer_names[index]
+        bits = (_bits(w_text, name, "weight"), _bits(a_text or w_text, name, "activation"))
+        if index in fixed and fixed[index] != bits:
+            raise PlanError(f"--fixed-layers: layer {name!r} is given twice, with different widths")
+        fixed[index] = bits
+    return fixed
 
 
 def searcher(
@@ -280,9 +327,14 @@ def _shown_url(url: str) -> str:
 
 
 def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: Any,
-                 log: Log = print) -> dict[str, Any]:  # fmt: skip
+                 log: Log = print, labels: Any = None) -> dict[str, Any]:  # fmt: skip
     """The C project of ``scheme`` (trained weights, calibrated) in ``directory``, as ``mico
-    compile`` writes it, run on the host against the Python reference (``mico verify``)."""
+    compile`` writes it, run on the host against the Python reference (``mico verify``).
+
+    With ``labels`` (one per sample: pass the whole test set), the plan's accuracy is measured
+    again from the C program's own outputs (``c_accuracy``) and from the integer Python
+    reference the C was emitted from (``reference_accuracy``); in static mode the two are equal
+    by construction, since the outputs are bit-identical."""
     import numpy as np
     import torch
 
@@ -310,6 +362,20 @@ def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: An
     write_verify_report(result, options)
     agreement = result.results[0].agreement
     project = compiled.project
+    accuracies: dict[str, Any] = {}
+    labels = None if labels is None else np.asarray(labels)
+    if labels is not None and labels.shape == (len(samples),):  # one class per sample
+        c_outputs = np.asarray(result.results[0].outputs).reshape(len(samples), -1)
+        reference = np.asarray(compiled.reference(samples)).reshape(len(samples), -1)
+        accuracies = {
+            "c_accuracy": float((c_outputs.argmax(axis=1) == labels).mean()),
+            "reference_accuracy": float((reference.argmax(axis=1) == labels).mean()),
+        }
+        log(
+            f"accuracy of the C program on {len(samples)} test samples: "
+            f"{accuracies['c_accuracy']:.4f} (Python integer reference "
+            f"{accuracies['reference_accuracy']:.4f})"
+        )
     return {
         "directory": directory.name,
         "mode": evaluator.mode,
@@ -321,6 +387,7 @@ def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: An
         "weights_bytes": int(project.flash["weights"]),
         "flash_bytes": int(sum(project.flash.values())),
         "arena_bytes": int(project.arena.size),
+        **accuracies,
     }
 
 
@@ -407,13 +474,21 @@ def _verification_lines(v: dict[str, Any] | None) -> list[str]:
     else:
         verdict = (f"DIFFERENT from the Python reference ({v['exact']}/{v['samples']} exact, "
                    f"max abs diff {v['max_abs_diff']:.3g})")  # fmt: skip
-    return [
+    lines = [
         "## C project",
         "",
         f"`{v['directory']}/` ({v['mode']} mode): weights {v['weights_bytes']} B, flash "
         f"{v['flash_bytes']} B, arena {v['arena_bytes']} B. On the {v['target']}: {verdict}.",
         "",
     ]
+    if "c_accuracy" in v:
+        lines += [
+            f"Accuracy of the C program on {v['samples']} test samples: {v['c_accuracy']:.4f} "
+            f"(the Python integer reference: {v['reference_accuracy']:.4f}; the search measured "
+            "the quantized PyTorch model, whose rounding differs slightly).",
+            "",
+        ]
+    return lines
 
 
 def _json_default(value: Any) -> Any:

@@ -42,8 +42,15 @@ def test_seed_example_1_evaluator_lines(trained, tmp_path) -> None:
     history = json.loads(trace.read_text())
     assert [h["ptq_acc"] for h in history] == [acc8, acc2, acc8]
     assert history[1]["qscheme"] == [[2] * n, [2] * n]
-    assert evaluator.eval_size([8] * n * 2) == 36 + 288 + 320  # packed weight bytes at 8 bits
-    assert evaluator.eval_size([4] * n + [8] * n) == (36 + 288 + 320) / 2
+    # flash of the C project: packed weights, an int32 bias per output channel (4 + 8 + 10),
+    # the requantization scales (an int32 multiplier and shift for the two requantized outputs;
+    # the last layer returns its accumulator) and other tables (the input quantization's)
+    w8, w4 = evaluator.flash_bytes([8] * n * 2), evaluator.flash_bytes([4] * n + [8] * n)
+    assert (w8["weights"], w4["weights"]) == (36 + 288 + 320, (36 + 288 + 320) // 2)
+    assert w8["bias"] == w4["bias"] == 4 * (4 + 8 + 10)
+    assert w8["scales"] == w4["scales"] == 16
+    assert w8["params"] == w4["params"]  # the same 8-bit input quantization
+    assert evaluator.eval_size([8] * n * 2) == sum(w8.values())
 
 
 def test_qat_objective_fine_tunes(trained) -> None:
@@ -90,8 +97,8 @@ def test_checkpoint_of_another_model_is_refused(trained, tmp_path) -> None:
     ],
 )
 def test_ram_and_size_equal_what_compile_reports(mode, scheme, digits_split, tmp_path) -> None:
-    """eval_ram is the arena and eval_size the weight bytes `mico compile` reports for the
-    same plan and mode (the arena is planned from shapes and widths, not weights)."""
+    """eval_ram is the arena and eval_size the flash bytes `mico compile` reports for the
+    same plan and mode (weights, biases, scales and tables)."""
     from mico.deploy import DeployOptions, compile_from_options
     from mico.models import from_zoo
     from mico.quant import QuantConfig
@@ -105,7 +112,8 @@ def test_ram_and_size_equal_what_compile_reports(mode, scheme, digits_split, tmp
     compiled, _ = compile_from_options(options, log=lambda _m: None)
     project = compiled.project
     assert evaluator.eval_ram(scheme) == project.arena.size
-    assert evaluator.eval_size(scheme) == project.flash["weights"]
+    assert evaluator.eval_size(scheme) == sum(project.flash.values())
+    assert evaluator.flash_bytes(scheme) == project.flash
     assert evaluator.mode == mode
 
 

@@ -4,6 +4,7 @@ plan within every budget, and the run directory's files; its size equals what co
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -60,16 +61,25 @@ def test_tune_writes_a_plan_that_fits_and_compiles(tmp_path):
     assert best in progress[-1]
     # the best plan's C project, compiled and run on the host: bit-exact in static mode
     verification = report["verification"]
-    assert verification["ok"] and verification["exact"] == verification["samples"] == 32
-    assert verification["weights_bytes"] == report["costs"]["size"]
+    assert verification["ok"] and verification["exact"] == verification["samples"] == 360
+    assert verification["flash_bytes"] == report["costs"]["size"]
     assert (out / "c" / "model.c").is_file() and (out / "c" / "verify.json").is_file()
-    assert "identical to the Python reference on all 32 samples" in (out / "report.md").read_text()
+    text = (out / "report.md").read_text()
+    assert "identical to the Python reference on all 360 samples" in text
     assert "identical to the Python reference on the host" in result.output
+    # the plan's accuracy measured again from the C program's outputs on the whole test set:
+    # static mode, so exactly the integer Python reference's
+    assert verification["c_accuracy"] == verification["reference_accuracy"]
+    assert 0.1 < verification["c_accuracy"] <= 1.0  # 10 classes: better than chance
+    assert f"C accuracy {verification['c_accuracy']:.4f}" in result.output
+    assert (
+        f"Accuracy of the C program on 360 test samples: {verification['c_accuracy']:.4f}" in text
+    )
     plan = str(out / "best_plan.yaml")
     compiled = runner.invoke(app, ["compile", "small_cnn", "--plan", plan, "--mode", "static",
                                    "-o", str(tmp_path / "c"), "-q"])  # fmt: skip
     assert compiled.exit_code == 0, compiled.output
-    assert f"(weights {int(report['costs']['size'])} B)" in compiled.output
+    assert f"flash {int(report['costs']['size'])} B" in compiled.output
     # resumed, quiet: nothing is evaluated again and only the summary is printed
     again = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=50%,size=70%",
                                 "--epochs", "2", "-o", str(out), "--resume", "-q"])  # fmt: skip
@@ -159,3 +169,61 @@ def test_a_fresh_run_never_deletes_an_earlier_study(tmp_path):
     result = runner.invoke(app, ["tune", "small_cnn", "--epochs", "0", "--resume",
                                  "-o", str(tmp_path / "new")])  # fmt: skip
     assert result.exit_code == 2 and "not a mico tune run directory" in result.output
+
+
+def test_fixed_layers_parsing():
+    from mico.search.tune import parse_fixed_layers
+
+    names = ["conv1", "conv2", "fc"]
+    assert parse_fixed_layers("first=8,last=4/8", names) == {0: (8, 8), 2: (4, 8)}
+    assert parse_fixed_layers("conv2=ternary/4, -1=2", names) == {1: (1.58, 4), 2: (2, 2)}
+    assert parse_fixed_layers("0=8,first=8", names) == {0: (8, 8)}  # the same layer twice, agreeing
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("first", "is not KEY=W or KEY=W/A"),
+        ("conv9=8", "'conv9' is not a layer of this model; use first, last, an index from -3 to 2"),
+        ("3=8", "layer index 3 is out of range for 3 layers"),
+        ("fc=9", "bit-width"),
+        ("0=8,first=4", "given twice, with different widths"),
+    ],
+)
+def test_bad_fixed_layers(text, message):
+    from mico.search.tune import parse_fixed_layers
+
+    with pytest.raises(PlanError, match=re.escape(message)):
+        parse_fixed_layers(text, ["conv1", "conv2", "fc"])
+
+
+def test_space_and_fixed_layers_from_the_command_line(tmp_path):
+    """--space w-only:8 searches weights only (activations held at 8 bits) and --fixed-layers
+    holds the first and last layers at W8A8; both are settings of the study (resume agrees)."""
+    out = tmp_path / "t"
+    args = ["tune", "small_cnn", "--budget", "bops=60%", "--epochs", "0", "--strategy", "random",
+            "--trials", "3", "--space", "w-only:8", "--fixed-layers", "first=8,last=8",
+            "--no-compile", "--no-cache", "-o", str(out), "-q"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    import csv
+
+    from mico.quant.plan import QuantPlan
+
+    with (out / "trials.csv").open() as handle:
+        schemes = [QuantPlan.parse(row["scheme"]) for row in csv.DictReader(handle)]
+    assert 1 <= len(schemes) <= 3  # one weight width searched: 3 schemes at most
+    for plan in schemes:  # every evaluated scheme holds the fixed layers and activations
+        assert (plan["conv1"].w, plan["fc"].w) == (8, 8)
+        assert all(b.a == 8 for b in plan.values())
+    bits = list(QuantPlan.load(out / "best_plan.yaml").values())
+    assert (bits[0].w, bits[0].a) == (8, 8) and (bits[-1].w, bits[-1].a) == (8, 8)
+    assert all(b.a == 8 for b in bits)
+    again = runner.invoke(app, [*args[:-3], "--trials", "4", "-o", str(out), "--resume", "-q"])
+    assert again.exit_code == 0, again.output
+    other = runner.invoke(app, [*args[:-3], "--fixed-layers", "first=4", "-o", str(out),
+                                "--resume", "-q"])  # fmt: skip
+    assert other.exit_code != 0 and "fixed_layers" in other.output
+    bad = runner.invoke(app, [*args[:10], "--space", "diagonal", "-o", str(tmp_path / "b")])
+    assert bad.exit_code == 2 and "search space 'diagonal' is not one of" in bad.output
+    assert not (tmp_path / "b").exists()
