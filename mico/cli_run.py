@@ -194,7 +194,13 @@ def tune(
             min=1, max=10_000, help="Most trials the study finishes (all workers, resumes)."
         ),
     ] = 10,
-    bits: Annotated[str, typer.Option(help="Bit-widths to choose from, e.g. 2,4,8.")] = "2,4,8",
+    bits: Annotated[
+        str,
+        typer.Option(
+            help="Bit-widths to choose from, e.g. 2,4,8, each one the target runs (the latency "
+            "target under a latency budget, else the host); 'target': every width it runs."
+        ),
+    ] = "2,4,8",
     space: Annotated[
         str | None,
         typer.Option(
@@ -308,12 +314,8 @@ def tune(
         raise PlanError(
             f"unknown strategy {strategy!r}; choose one of: {', '.join(sorted(STRATEGIES))}"
         )
-    try:
-        qtypes = sorted({int(b) for b in bits.split(",") if b.strip()})
-    except ValueError:
-        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8") from None
-    if not qtypes or qtypes[0] < 1 or qtypes[-1] > 8:
-        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8")
+    qtypes = _search_widths(bits, latency_target if any(b.cost == "latency" for b in budgets)
+                            else "host")  # fmt: skip
     final = check_output_dir(out, force=force)
     from mico.models.resolve import is_model_spec
 
@@ -425,6 +427,32 @@ def tune(
         )
         if not v["ok"]:
             raise typer.Exit(1)
+
+
+def _search_widths(bits: str, device: str) -> list[int]:
+    """The widths ``--bits`` names, each one ``device`` runs for weights and activations (its
+    target file says which); ``target``: all of those."""
+    from mico.errors import PlanError
+    from mico.targets.catalog import get_target
+
+    spec = get_target(device)
+    runs = [int(b) for b in spec.weight_bits if float(b).is_integer() and b in spec.activation_bits]
+    if bits.strip().lower() == "target":
+        return runs
+    try:
+        qtypes = sorted({int(b) for b in bits.split(",") if b.strip()})
+    except ValueError:
+        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8") from None
+    if not qtypes or qtypes[0] < 1 or qtypes[-1] > 8:
+        raise PlanError(f"--bits {bits!r} must be integers from 1 to 8, e.g. 2,4,8")
+    missing = [q for q in qtypes if q not in runs]
+    if missing:
+        raise PlanError(
+            f"--bits {bits}: target '{device}' does not run {', '.join(map(str, missing))}-bit "
+            f"weights and activations (it runs {', '.join(map(str, runs))}; see mico targets); "
+            "choose among those or --bits target"
+        )
+    return qtypes
 
 
 def _save_weights(net: object, path: Path, dataset: str) -> None:

@@ -227,3 +227,19 @@ def test_space_and_fixed_layers_from_the_command_line(tmp_path):
     bad = runner.invoke(app, [*args[:10], "--space", "diagonal", "-o", str(tmp_path / "b")])
     assert bad.exit_code == 2 and "search space 'diagonal' is not one of" in bad.output
     assert not (tmp_path / "b").exists()
+
+
+def test_search_widths_come_from_the_target(tmp_path):
+    """Under a latency budget the widths are the latency target's (its target file); a width
+    it does not run is refused before any training."""
+    from mico.cli_run import _search_widths
+
+    assert _search_widths("target", "bitfusion") == [2, 4, 8]
+    assert _search_widths("target", "host") == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert _search_widths("8,2,4,2", "bitfusion") == [2, 4, 8]
+    out = tmp_path / "t"
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "latency=50%", "--bits", "3,8",
+                                 "--epochs", "0", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 2
+    assert "target 'bitfusion' does not run 3-bit weights and activations" in result.output
+    assert "it runs 2, 4, 8" in result.output and not out.exists()
