@@ -111,7 +111,9 @@ def test_extremes_and_long_reductions(w_bits, a_bits, a_signed):
             o_fmt=QFormat(4, False),
         ))  # fmt: skip
     chosen = check(layers)
-    assert chosen[0].startswith("mico_qconv2d_lanes") and chosen[0] == chosen[2]
+    # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py)
+    path = "mico_qconv2d_bin_" if layers[0].binary() else "mico_qconv2d_lanes"
+    assert chosen[0].startswith(path) and chosen[0] == chosen[2]
 
 
 def test_pointwise_strided_and_grouped():
@@ -211,7 +213,7 @@ def test_generated_dscnn_uses_lanes_and_is_bit_exact(bits, tmp_path):
     graph = lower_static(extract_ir(model, example), batches)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
-    assert "_lanes_w" in source
+    assert ("_bin_swar" if bits == 1 else "_lanes_w") in source  # W1A1: popcount kernels
     host.build(project, sanitize=True)
     samples = torch.randn((2, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()
