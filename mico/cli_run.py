@@ -194,6 +194,19 @@ def tune(
             min=1, max=10_000, help="Most trials the study finishes (all workers, resumes)."
         ),
     ] = 10,
+    objective: Annotated[
+        str,
+        typer.Option(
+            help="What a trial measures: ptq_acc (calibrate, test) or qat_acc (calibrate, "
+            "fine-tune --qat-epochs, test)."
+        ),
+    ] = "ptq_acc",
+    qat_epochs: Annotated[
+        int, typer.Option(min=1, max=1000, help="qat_acc: fine-tuning epochs per trial.")
+    ] = 1,
+    qat_lr: Annotated[
+        float, typer.Option(min=0.0, help="qat_acc: fine-tuning learning rate.")
+    ] = 1e-4,
     bits: Annotated[
         str,
         typer.Option(
@@ -308,6 +321,10 @@ def tune(
 
     log = (lambda _m: None) if quiet else typer.echo
     budgets = parse_budgets(budget)
+    from mico.search.evaluator import OBJECTIVES
+
+    if objective not in OBJECTIVES:
+        raise PlanError(f"--objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     from mico.search.strategies import STRATEGIES
 
     if strategy not in STRATEGIES:
@@ -387,13 +404,15 @@ def tune(
         extra = {"data_name": f"{name}:seed={seed}", "model_name": model_name, **latency}
         # fresh loaders: the calibration batches are the first shuffle of the seed, as in workers
         train_loader, test_loader = split.loaders(64, seed=seed)
-        evaluator = MiCoEval(net, 1, train_loader, test_loader, weights, cache=store, **extra)
+        extra.update(objective=objective, lr=qat_lr)
+        evaluator = MiCoEval(net, qat_epochs, train_loader, test_loader, weights, cache=store,
+                             **extra)  # fmt: skip
         config = StudyConfig(
             storage or sqlite_url(final / STUDY_FILE), study_name or final.name, heartbeat
         )
         spec = WorkerSpec(config, str(weights), model, name, seed, strategy, qtypes, {}, "",
                           trials, None if store is None else str(store.path),
-                          dict(extra), quiet)  # fmt: skip
+                          {**extra, "epochs": qat_epochs}, quiet)  # fmt: skip
         try:
             result = run_tune(evaluator, budgets, strategy, trials, qtypes, seed, log,
                               study=config, resume=resume, workers=workers, spec=spec,

@@ -243,3 +243,21 @@ def test_search_widths_come_from_the_target(tmp_path):
     assert result.exit_code == 2
     assert "target 'bitfusion' does not run 3-bit weights and activations" in result.output
     assert "it runs 2, 4, 8" in result.output and not out.exists()
+
+
+def test_qat_objective_from_the_command_line(tmp_path):
+    """--objective qat_acc fine-tunes each trial (--qat-epochs); the objective is a setting of
+    the study and of the cached values, and a wrong one is refused before training."""
+    out = tmp_path / "qat"
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "bops=50%", "--epochs", "1",
+                                 "--strategy", "random", "--trials", "2", "--objective",
+                                 "qat_acc", "--qat-epochs", "1", "--qat-lr", "0.003",
+                                 "--no-compile", "--no-cache", "-o", str(out)])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "report.json").read_text())
+    assert report["objective"] == "qat_acc" and report["evaluations"] == 2
+    assert "qat_acc" in result.output
+    bad = runner.invoke(app, ["tune", "small_cnn", "--objective", "top5", "-o",
+                              str(tmp_path / "b")])  # fmt: skip
+    assert bad.exit_code == 2 and "--objective 'top5': choose one of ptq_acc, qat_acc" in bad.output
+    assert not (tmp_path / "b").exists()
