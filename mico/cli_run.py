@@ -232,8 +232,10 @@ def tune(
     latency_target: Annotated[
         str,
         typer.Option(
+            "--latency-target",
+            "--target",
             help="What a latency budget measures: bitfusion (cycle model), rv32 (qemu "
-            "instructions), host (callgrind instructions) or vexriscv (RTL cycles)."
+            "instructions), host (callgrind instructions) or vexriscv (RTL cycles).",
         ),
     ] = "bitfusion",
     latency_mode: Annotated[

@@ -238,8 +238,9 @@ def test_search_widths_come_from_the_target(tmp_path):
     assert _search_widths("target", "host") == [1, 2, 3, 4, 5, 6, 7, 8]
     assert _search_widths("8,2,4,2", "bitfusion") == [2, 4, 8]
     out = tmp_path / "t"
-    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "latency=50%", "--bits", "3,8",
-                                 "--epochs", "0", "-o", str(out)])  # fmt: skip
+    result = runner.invoke(app, ["tune", "small_cnn", "--budget", "latency=50%", "--bits",
+                                 "3,8", "--target", "bitfusion", "--epochs", "0", "-o",
+                                 str(out)])  # fmt: skip
     assert result.exit_code == 2
     assert "target 'bitfusion' does not run 3-bit weights and activations" in result.output
     assert "it runs 2, 4, 8" in result.output and not out.exists()
