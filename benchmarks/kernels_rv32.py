@@ -39,9 +39,6 @@ from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 KERNEL_SOURCES = (
     "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c"
 )  # fmt: skip
-#: the source the Zbb build compiles with -march=rv32imac_zbb (the rest stays rv32imac)
-ZBB_SOURCES = ("mico_binary.c",)
-RV32_ZBB_ARCH = "-march=rv32imac_zbb -mabi=ilp32"
 
 
 @dataclass
@@ -369,8 +366,8 @@ def run_layers(
 ) -> list[list[tuple[str, int, np.ndarray]]]:
     """Build and run one program for the layers; per layer [(kernel, instructions, codes)].
 
-    ``extensions``: ISA extensions the chosen paths may use; with ``zbb`` on rv32 the binary
-    kernels' source is compiled with -march=rv32imac_zbb (linked against rv32imac libraries).
+    ``extensions``: ISA extensions the chosen paths may use (``zbb``: the binary layers'
+    ``cpop`` kernels, which encode the instruction themselves; the build stays rv32imac).
     """
     program = layers_program(layers, paths, extensions)
     with tempfile.TemporaryDirectory(prefix="mico-kernels-") as tmp:
@@ -385,15 +382,6 @@ def run_layers(
         else:
             exe = work / "main.elf"
             flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
-            if "zbb" in extensions:  # picolibc has no rv32imac_zbb multilib: objects apart
-                zbb = [s for s in sources if Path(s).name in ZBB_SOURCES]
-                sources = [s for s in sources if s not in zbb]
-                for src in zbb:
-                    obj = str(Path(src).with_suffix(".o"))
-                    subprocess.run([RV32_CC, *shlex.split(RV32_ZBB_ARCH), *shlex.split(RV32_LIBC),
-                                    "-O2", "-std=c99", "-I", str(work), "-c", src, "-o", obj],
-                                   check=True, capture_output=True, text=True)  # fmt: skip
-                    sources.append(obj)
             cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
             run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
         subprocess.run(cmd, check=True, capture_output=True, text=True)
@@ -413,9 +401,15 @@ def run_layers(
     return results
 
 
-def run_layer(layer: Layer, target: str = "host", paths=("chosen", "plain"), cc: str = "gcc"):
+def run_layer(
+    layer: Layer,
+    target: str = "host",
+    paths=("chosen", "plain"),
+    cc: str = "gcc",
+    extensions: tuple[str, ...] = (),
+):
     """One layer: [(kernel, instructions, output codes)] per path."""
-    return run_layers([layer], target, paths, cc)[0]
+    return run_layers([layer], target, paths, cc, extensions)[0]
 
 
 # ----------------------------------------------------------------------------- benchmark
@@ -456,6 +450,13 @@ def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
     layer = random_layer(kind, QFormat.for_bits(wb, True), QFormat.for_bits(ab, signed), **spec)
     ref = layer.reference().ravel()
     (chosen, c_count, c_out), (plain, p_count, p_out) = run_layer(layer, target)
+    zbb: dict = {"zbb_kernel": None, "zbb_instructions": None, "zbb_per_mac": None}
+    exact = np.array_equal(c_out, ref) and np.array_equal(p_out, ref)
+    if layer.binary():  # the popcount kernels again, built for a core with Zbb (cpop)
+        ((z_kernel, z_count, z_out),) = run_layer(layer, target, ("chosen",), extensions=("zbb",))
+        zbb = {"zbb_kernel": z_kernel, "zbb_instructions": z_count,
+               "zbb_per_mac": z_count / layer.macs}  # fmt: skip
+        exact = exact and np.array_equal(z_out, ref)
     return {
         "plan": label,
         "w_bits": format_bits(wb),
@@ -468,7 +469,8 @@ def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
         "plain_kernel": plain,
         "plain_instructions": p_count,
         "plain_per_mac": p_count / layer.macs,
-        "exact": bool(np.array_equal(c_out, ref) and np.array_equal(p_out, ref)),
+        **zbb,
+        "exact": bool(exact),
     }
 
 
@@ -485,8 +487,15 @@ def _markdown(results: dict, meta: dict) -> str:
         "pixels of a row per word, one multiply per tap for k outputs, s = 32 being the "
         "one-pixel form W8A8 takes; other W8A8 layers keep the plain kernels). Seeded "
         "random codes, per-channel requantization, ReLU; every output is held to the Python "
-        "integer reference (✓ = both paths bit-exact). Activations are unsigned (after a "
+        "integer reference (✓ = every path bit-exact). Activations are unsigned (after a "
         "ReLU, as mico stores them) unless marked signed; ±1: binary activations.",
+        "",
+        "Binary weights times 1-bit activations (1/1, 1/±1) take the popcount kernels "
+        "(mico_binary.c, chosen at generation time from the target's ISA extensions): "
+        "mico_q*_bin_swar on rv32imac (a SWAR bit count), and, in the **Zbb** column, "
+        "mico_q*_bin_cpop, one Zbb `cpop` per word (the instruction encoded by the kernel, "
+        "the build unchanged; qemu's rv32 CPU has Zbb). "
+        "Their 1-bit outputs are stored by per-channel thresholds on the popcount sum.",
         "",
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
@@ -509,17 +518,33 @@ def _markdown(results: dict, meta: dict) -> str:
         base = next((r["per_mac"] for r in rows if r["plan"] == "8/8"), None)
         out += [f"## {shape}", "",
                 "| w/a | MACs | plain instr/MAC | chosen instr/MAC | chosen kernel | "
-                "speed-up vs plain | vs W8A8 chosen | exact |",
-                "|---|---:|---:|---:|---|---:|---:|---|"]  # fmt: skip
+                "speed-up vs plain | vs W8A8 chosen | Zbb instr/MAC (vs W8A8) | exact |",
+                "|---|---:|---:|---:|---|---:|---:|---:|---|"]  # fmt: skip
         for r in rows:
             vs8 = f"{base / r['per_mac']:.2f}×" if base else "-"
+            z = r.get("zbb_per_mac")
+            zbb = "-" if z is None else f"{z:.2f}" + (f" ({base / z:.2f}×)" if base else "")
             out.append(
                 f"| {r['plan']} | {r['macs']:,} | {r['plain_per_mac']:.2f} | {r['per_mac']:.2f} "
-                f"| {r['kernel']} | {r['plain_per_mac'] / r['per_mac']:.2f}× | {vs8} | "
+                f"| {r['kernel']} | {r['plain_per_mac'] / r['per_mac']:.2f}× | {vs8} | {zbb} | "
                 f"{'✓' if r['exact'] else '✗'} |"
             )
         out.append("")
     return "\n".join(out)
+
+
+def _merged(old: dict, new: dict) -> dict:
+    """The old results with the rows measured now replaced (or added), in the old order."""
+    merged = {shape: list(rows) for shape, rows in old.items()}
+    for shape, rows in new.items():
+        kept = merged.setdefault(shape, [])
+        for r in rows:
+            at = next((i for i, o in enumerate(kept) if o["plan"] == r["plan"]), None)
+            if at is None:
+                kept.append(r)
+            else:
+                kept[at] = r
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -529,6 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).parent / "results"))
     ap.add_argument("--plans", default="", help="comma-separated labels (default: all)")
     ap.add_argument("--shapes", default="", help="comma-separated shape labels (default: all)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep the other rows of the existing kernels_rv32.json (rerun a subset)",
+    )
     args = ap.parse_args(argv)
     plans = [p for p in PLANS if not args.plans or p[0] in args.plans.split(",")]
     shapes = {k: v for k, v in SHAPES.items() if not args.shapes or k in args.shapes.split(",")}
@@ -549,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.merge and (out / "kernels_rv32.json").exists():
+        results = _merged(json.loads((out / "kernels_rv32.json").read_text())["results"], results)
     (out / "kernels_rv32.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1))
     (out / "kernels_rv32.md").write_text(_markdown(results, meta) + "\n")
     return 0 if all(r["exact"] for rows in results.values() for r in rows) else 1

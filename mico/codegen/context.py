@@ -119,6 +119,8 @@ class EmitContext:
         self.structs: dict[str, tuple[str, str]] = {}  # const_struct symbol -> (C type, fields)
         self._symbols: set[str] = set()
         self.node: Node | None = None  # the node being emitted, named in errors
+        #: the target's ISA extensions, for kernels with ISA-specific paths (zbb: cpop)
+        self.isa_extensions: tuple[str, ...] = ()
 
     def _reuse(self, name: str, ctype: str, data: np.ndarray) -> str | None:
         """The symbol already holding exactly these values under this name, if any: a layer

@@ -228,7 +228,7 @@ def _binary_call(ctx: EmitContext, node: Node, layer: str, params: str, taps: in
     ctx.need("mico_binary.c")
     ctx.need("mico_conv2d.c")  # the kernels fall back on the plain ones for other shapes
     ctx.need("mico_linear.c")
-    kernel = binary_plan.binary_kernel(layer, getattr(ctx, "isa_extensions", ()))
+    kernel = binary_plan.binary_kernel(layer, ctx.isa_extensions)
     x, out = ctx.buffer(node.inputs[0]), ctx.buffer(node.output)
     return [f"{kernel}(&{params}, {thr_sym}, {x}, {out});"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -547,10 +547,13 @@ def _bundled_inputs(graph: Graph, samples: Any) -> tuple[np.ndarray, str]:
     return x, f"{BUNDLED_SAMPLES} seeded random samples (no data was given)"
 
 
-def _emit_nodes(graph: Graph, align: int) -> tuple[ArenaPlan, EmitContext, list[str], list[dict]]:
+def _emit_nodes(
+    graph: Graph, align: int, isa_extensions: Sequence[str] = ()
+) -> tuple[ArenaPlan, EmitContext, list[str], list[dict]]:
     """Plan the arena and run every node's emit rule: the project's contents, before files."""
     arena = plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
+    ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
     ctx.need(INPUT_CHECK)
     body: list[str] = []
@@ -590,6 +593,7 @@ def emit_c_project(
     align: int = 8,
     sample_inputs: Any = None,
     weights_file: bool = False,
+    isa_extensions: Sequence[str] = (),
 ) -> CProject:
     """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
 
@@ -598,9 +602,11 @@ def emit_c_project(
     ``weights_file``: no constant is compiled in; ``<name>.bin`` is a weights file
     (:mod:`mico.codegen.weights_file`) the program loads at run time, replaceable by another
     of the same layout without recompiling.
+    ``isa_extensions``: the target ISA's extensions (a target file's ``extensions``), which
+    pick ISA-specific kernel paths: ``zbb`` gives binary layers one ``cpop`` per word.
     """
     _check(graph, name, align)
-    arena, ctx, body, schedule = _emit_nodes(graph, align)
+    arena, ctx, body, schedule = _emit_nodes(graph, align, isa_extensions)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     kernel_dir = resources.files("mico.csrc")

@@ -19,10 +19,10 @@
  * stores s >= thr[oc] directly; otherwise bias + s goes through the usual requantization
  * (mico_rq_run_fast) and mico_pack.
  *
- * popcount: mico_q*_bin_swar counts bits in SWAR form (per-byte counts summed over up to 31
- * words, then one multiply), plain rv32imac; mico_q*_bin_cpop calls __builtin_popcount, one
- * `cpop` instruction when compiled for Zbb (-march=..._zbb), a library call otherwise. The
- * code generator picks the entry point from the target's ISA extensions.
+ * popcount: mico_q*_bin_swar counts bits in SWAR form (per-byte counts of up to 7 words, then
+ * one multiply), plain rv32imac; mico_q*_bin_cpop takes one Zbb `cpop` per word (on RISC-V the
+ * instruction itself, whatever -march says; elsewhere __builtin_popcount). The code generator
+ * picks the entry point from the target's ISA extensions (mico.codegen.binary_plan).
  * Stack: about 4.4 KB (the block's patches). */
 #include "mico_nn.h"
 
@@ -30,15 +30,28 @@
 #define MICO_BIN_PIX 32     /* output pixels per block */
 #define MICO_BIN_SPAN 96    /* bits of an input row span read at once */
 
+#if defined(__GNUC__) && defined(__riscv) && !defined(__riscv_zbb)
+/* Zbb's cpop, encoded directly: the generator calls the _cpop kernels only for a target whose
+ * ISA has Zbb, so the program needs no other -march (nor a Zbb build of the C library) */
+static inline uint32_t mico_bin_cpop(uint32_t x)
+{
+    uint32_t r;
+    __asm__(".insn i 0x13, 1, %0, %1, 0x602" : "=r"(r) : "r"(x));
+    return r;
+}
+#define MICO_POPCOUNT(x) ((int32_t)mico_bin_cpop(x))
+#elif defined(__GNUC__)
+#define MICO_POPCOUNT(x) ((int32_t)__builtin_popcount(x))
+#endif
+
 #if defined(__GNUC__)
 #define MICO_BIN_INLINE static inline __attribute__((always_inline))
-#define MICO_POPCOUNT(x) ((int32_t)__builtin_popcount(x))
 /* hides a constant from the compiler, which would otherwise turn a multiply by it into
  * shifts and adds (five instructions for one) */
 #define MICO_BIN_OPAQUE(x) __asm__("" : "+r"(x))
 #else
 #define MICO_BIN_INLINE static inline
-#define MICO_POPCOUNT(x) mico_bin_bytesum(mico_bin_bytecount(x))
+#define MICO_POPCOUNT(x) mico_bin_bytesum(mico_bin_bytecount(x)) /* no cpop: counted */
 #define MICO_BIN_OPAQUE(x) (void)(x)
 #endif
 

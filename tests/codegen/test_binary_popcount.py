@@ -191,22 +191,16 @@ def test_kernels_bit_exact_on_host(a_fmt, path):
 
 
 # ----------------------------------------------------------------------------- a whole model
-@needs_gcc
-@pytest.mark.parametrize("signed_mid", [False, True], ids=["relu", "no-relu"])
-def test_compiled_w1a1_model_is_bit_exact(signed_mid, tmp_path):
-    """A small conv net at W1A1 (8-bit input layer): the generator emits the popcount
-    kernels, and the program (ASan + UBSan) equals the Python reference. Without a ReLU
-    between two convolutions the middle activations are binary {-1, +1}."""
+def _w1a1_graph(signed_mid: bool):
+    """A small conv net at W1A1 (8-bit input layer), lowered for static mode; and samples.
+    Without a ReLU between two convolutions the middle activations are binary {-1, +1}."""
     import torch
     from torch import nn
 
-    from mico.codegen import emit_c_project
-    from mico.execute import run_graph
     from mico.ir import extract_ir
     from mico.models import from_torch
     from mico.passes import lower_static
     from mico.quant import calibrate
-    from mico.targets import host
 
     torch.manual_seed(3)
     mid = nn.Identity() if signed_mid else nn.ReLU()
@@ -226,26 +220,63 @@ def test_compiled_w1a1_model_is_bit_exact(signed_mid, tmp_path):
     model.eval()  # no BatchNorm to fold
     calibrate(model, batches)
     graph = lower_static(extract_ir(model, example), batches)
+    return graph, torch.randn((3, *example.shape[1:]), generator=gen)
+
+
+@needs_gcc
+@pytest.mark.parametrize("signed_mid", [False, True], ids=["relu", "no-relu"])
+def test_compiled_w1a1_model_is_bit_exact(signed_mid, tmp_path):
+    """The generator emits the popcount kernels (SWAR: no ISA extensions given), and the
+    program (ASan + UBSan) equals the Python reference."""
+    from mico.codegen import emit_c_project
+    from mico.execute import run_graph
+    from mico.targets import host
+
+    graph, samples = _w1a1_graph(signed_mid)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
-    assert source.count("_bin_swar(") >= 3, source
+    assert source.count("_bin_swar(") >= 3 and "_bin_cpop(" not in source, source
     if signed_mid:
         assert any(
             node.inputs[0].qformat == B1 for node in graph.nodes if node.op == "mico.qconv2d"
         )
     host.build(project, sanitize=True)
-    samples = torch.randn((3, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()
     c_out = host.run(project, samples.numpy())
     assert np.array_equal(c_out.reshape(reference.shape), reference)
+
+
+@needs_gcc
+def test_zbb_extensions_pick_cpop_and_stay_bit_exact(tmp_path):
+    """Given a target's extensions with Zbb, every binary layer calls the cpop kernels; the
+    program equals the reference on host and, when the rv32 tools are there, under qemu (the
+    kernels encode cpop themselves: the rv32imac build needs no other flag)."""
+    from mico.codegen import emit_c_project
+    from mico.execute import run_graph
+    from mico.targets import host
+    from mico.targets.catalog import get_target
+
+    extensions = get_target("rv32").extensions
+    assert popcount_path(extensions) == "swar"  # the rv32imac target has no Zbb
+    graph, samples = _w1a1_graph(False)
+    project = emit_c_project(graph, tmp_path / "c", "m", isa_extensions=(*extensions, "zbb"))
+    source = (project.directory / "m.c").read_text()
+    assert source.count("_bin_cpop(") >= 3 and "_bin_swar(" not in source, source
+    reference = run_graph(graph, samples)[0].numpy()
+    host.build(project)
+    assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
+    if rv32.available():
+        rv32.build(project)
+        on_device = rv32.run(project, samples.numpy()).outputs
+        assert np.array_equal(on_device.reshape(reference.shape), reference)
 
 
 # ----------------------------------------------------------------------------- rv32
 @pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
 @pytest.mark.parametrize("path", sorted(PATHS))
 def test_rv32_bit_exact_and_cheaper_than_plain(path):
-    """On rv32imac (the cpop path's source built with -march=rv32imac_zbb): bit-exact, and
-    fewer instructions than the plain kernels."""
+    """On rv32imac (qemu's rv32 CPU runs Zbb's cpop): bit-exact, and fewer instructions than
+    the plain kernels."""
     layers = [
         _conv(U1, 40, in_c=16, out_c=8, hw=6, k=3, pad=1),
         _conv(B1, 41, in_c=16, out_c=8, hw=6, k=3, pad=1),
