@@ -230,7 +230,7 @@ class EmitContext:
         if value.qformat is not None and value.data is not None:
             return value.qformat, int(np.asarray(value.data).size)
         bits = node.attrs.get("w_bits")  # type: ignore[union-attr]
-        if isinstance(bits, int) and not isinstance(bits, bool):  # float weights quantized in C
+        if isinstance(bits, int | float) and not isinstance(bits, bool):  # quantized in C
             return QFormat.for_bits(bits, True), int(value.type.numel)
         return None
 

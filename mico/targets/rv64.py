@@ -95,8 +95,11 @@ def run(project: CProject, samples: np.ndarray, timeout: float = 300) -> np.ndar
         count = write_samples(project, samples, work / "inputs.bin")
         if count == 0:
             return no_outputs(project)
+        weights = []  # --weights-file: the project's own file
+        if project.weights_file is not None:
+            weights = [str(project.directory / project.weights_file)]
         run_program(
-            [QEMU_RV64, str(exe), "inputs.bin", "outputs.bin"],
+            [QEMU_RV64, str(exe), "inputs.bin", "outputs.bin", *weights],
             f"{exe.name} under {QEMU_RV64}",
             timeout,
             cwd=work,

@@ -281,6 +281,8 @@ def run(
         if count == 0:
             empty = np.zeros(0, dtype=np.int64)
             return VexRiscvRun(no_outputs(project), empty, empty.copy(), variant)
+        if project.weights_file is not None:  # --weights-file: opened in the run directory
+            shutil.copyfile(project.directory / project.weights_file, work / project.weights_file)
         sim = simulate(elf, variant, cwd=work, timeout=timeout, max_cycles=max_cycles)
         if sim.status != 0:
             raise BuildError(
