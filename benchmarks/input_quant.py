@@ -49,7 +49,8 @@ else:  # the instret reader of the kernel benchmark, by import
     _spec.loader.exec_module(kernels_rv32)
 
 SOURCES = ("mico_nn_run.c", "mico_quant.c")
-PATHS = ("float", "table")
+#: the float kernel, the table kernel of the width (what programs call), the any-width one
+PATHS = ("float", "table", "table_any")
 
 
 @dataclass
@@ -71,7 +72,7 @@ def _fmt(f: QFormat) -> str:
 
 
 def _case_code(case: Case, tag: str) -> tuple[list[str], list[str]]:
-    """Constants of one case and its two calls (float path, table path)."""
+    """Constants of one case and its calls, one per path of :data:`PATHS`."""
     f, n = case.fmt, case.x.size
     xs = ", ".join(c_float(v) for v in case.x)
     table = ", ".join(str(int(v)) for v in c_table(case.scale, f))
@@ -84,6 +85,7 @@ def _case_code(case: Case, tag: str) -> tuple[list[str], list[str]]:
     calls = [
         f"mico_quantize_f32({tag}x, y, {n}, {inv}, {tag}f, {f.qmin}, {f.qmax})",
         f"{quantize_table_kernel(f)}({tag}x, y, {n}, {tag}t, {tag}f, {f.qmin})",
+        f"mico_quantize_f32_table({tag}x, y, {n}, {tag}t, {tag}f, {f.qmin})",
     ]
     return code, calls
 
@@ -150,7 +152,7 @@ def run_cases(cases: list[Case], target: str = "host", cc: str = "gcc") -> list[
 #: (label, bits, signed, zero point as a fraction of the code range)
 FORMATS = [
     (f"{kind} {bits}-bit", bits, signed, zero)
-    for bits in (8, 4, 2, 1)
+    for bits in (8, 6, 4, 3, 2, 1)
     for kind, signed, zero in (
         ("signed", True, 0.0),
         ("unsigned", False, 0.0),
@@ -228,7 +230,7 @@ def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
     sample = batches[0][0].numpy()
     rows = {}
     usable = emitters.table_usable
-    for path in PATHS:
+    for path in ("float", "table"):
         # the float path is what a scale without a finite reciprocal still gets
         emitters.table_usable = usable if path == "table" else (lambda scale: False)
         try:
@@ -264,23 +266,27 @@ def _markdown(rows: list[dict], models: dict[str, dict], meta: dict) -> str:
         f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
         "-icount shift=0. **float**: `mico_quantize_f32` (x * inv_scale through the soft-float "
         "library, integer rounding and clamping; kept for scales without a finite float32 "
-        "reciprocal). **table**: what static programs emit now, `mico_quantize_f32_table_b<bits>` "
-        "(or `mico_quantize_f32_table` for 3, 5, 6, 7 bits): the float's bits as an int32 key "
+        "reciprocal). **table**: what static programs emit now, `mico_quantize_f32_table_b<bits>`: "
+        "the float's bits as an int32 key "
         "ordered like the floats, a branch-free binary search of `bits` steps in the code "
-        "thresholds (`mico.quant.thresholds`, an int32 table in flash), fields written a byte "
-        "at a time. Both are held to `mico.quant.quantize` bit for bit.",
+        "thresholds (`mico.quant.thresholds`, an int32 table in flash), fields written straight "
+        "(bytes of 8 / bits fields, or through a bit buffer); **any-width kernel**: "
+        "`mico_quantize_f32_table`, the same search with the width read at run time and "
+        "codes packed through `mico_pack`. All are held to "
+        "`mico.quant.quantize` bit for bit.",
         "",
         f"## The kernels alone ({rows[0]['elements']} float32 inputs a call, packing included)",
         "",
-        "| case | format | float instr/elem | table instr/elem | speed-up | table bytes | exact |",
-        "|---|---|---:|---:|---:|---:|---|",
+        "| case | format | float instr/elem | table instr/elem | speed-up | table bytes | "
+        "any-width kernel | exact |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         out.append(
             f"| {r['case']} | {r['format']} | {r['float_per_element']:.1f} | "
             f"{r['table_per_element']:.1f} | "
             f"{r['float_per_element'] / r['table_per_element']:.1f}x | {r['table_bytes']} | "
-            f"{'yes' if r['exact'] else 'NO'} |"
+            f"{r['table_any_per_element']:.1f} | {'yes' if r['exact'] else 'NO'} |"
         )
     if models:
         out += [

@@ -147,11 +147,9 @@ def _call(ctx: EmitContext, kernel: str, params: str, *values: Value) -> list[st
 
 
 def quantize_table_kernel(fmt: QFormat) -> str:
-    """The C function quantizing float32 to ``fmt`` by thresholds: whole bytes of fields for
-    1, 2, 4 and 8 bits, runs through mico_pack for the other widths."""
-    if fmt.bits in (1, 2, 4, 8):
-        return f"mico_quantize_f32_table_b{fmt.bits}"
-    return "mico_quantize_f32_table"
+    """The C function quantizing float32 to ``fmt`` by thresholds: one per width, the search
+    unrolled (a program links only the one it calls)."""
+    return f"mico_quantize_f32_table_b{fmt.bits}"
 
 
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:

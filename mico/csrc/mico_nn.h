@@ -383,7 +383,8 @@ void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, M
  * mico.quant.thresholds.c_table) below x's key; binary codes (one entry) are -1 + 2 * that. */
 void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_t *t,
                              MicoFmt fmt, int32_t qmin);
-/* The same for codes of 1, 2, 4 or 8 bits (fmt.bits), a byte of fields at a time. */
+/* The same for codes of one width (fmt.bits), the search unrolled: 1, 2, 4 and 8 bits a byte
+ * of fields at a time, 3, 5, 6 and 7 through a bit buffer. */
 void mico_quantize_f32_table_b1(const float *x, void *codes, size_t n, const int32_t *t,
                                 MicoFmt fmt, int32_t qmin);
 void mico_quantize_f32_table_b2(const float *x, void *codes, size_t n, const int32_t *t,
@@ -391,6 +392,14 @@ void mico_quantize_f32_table_b2(const float *x, void *codes, size_t n, const int
 void mico_quantize_f32_table_b4(const float *x, void *codes, size_t n, const int32_t *t,
                                 MicoFmt fmt, int32_t qmin);
 void mico_quantize_f32_table_b8(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b3(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b5(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b6(const float *x, void *codes, size_t n, const int32_t *t,
+                                MicoFmt fmt, int32_t qmin);
+void mico_quantize_f32_table_b7(const float *x, void *codes, size_t n, const int32_t *t,
                                 MicoFmt fmt, int32_t qmin);
 
 /* mico_qconv2d picks its path by the layer: int32 inputs go element by element

@@ -10,8 +10,8 @@
  * as the oracle): x's bits become an int32 key ordered like the floats, and a branch-free
  * binary search of bits steps counts the table entries below the key.
  *
- * Codes go out in runs of MICO_QUANT_RUN through mico_pack, or for 1, 2, 4 and 8 bits
- * (mico_quantize_f32_table_b<bits>) straight into whole bytes. */
+ * Codes go out in runs of MICO_QUANT_RUN through mico_pack; the table kernels of one width,
+ * mico_quantize_f32_table_b<bits> (what programs call), write their fields straight. */
 #include <string.h>
 
 #include "mico_nn.h"
@@ -132,7 +132,7 @@ void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_
 }
 
 /* The same for b = 1, 2, 4 or 8 bits, written straight into whole bytes of 8 / b fields, the
- * search unrolled for b. A field is the rank plus base (masked to b bits): binary fields are
+ * search unrolled for b (mico_quantize_f32_table takes any width, one code at a time). A field is the rank plus base (masked to b bits): binary fields are
  * the rank itself (0: -1, 1: +1), others qmin + zero + rank (two's complement, or code +
  * zero). A last partial byte keeps its bits past the tensor, as mico_pack does. */
 static MICO_QINLINE void mico_qtable_bytes(const float *x, uint8_t *out, size_t n,
@@ -175,6 +175,40 @@ MICO_QTABLE_BYTES(1)
 MICO_QTABLE_BYTES(2)
 MICO_QTABLE_BYTES(4)
 MICO_QTABLE_BYTES(8)
+
+/* The same for b = 3, 5, 6 or 7 bits, the fields streamed through a bit buffer. */
+static MICO_QINLINE void mico_qtable_stream(const float *x, uint8_t *out, size_t n,
+                                            const int32_t *t, uint32_t base, const int32_t b)
+{
+    const uint32_t mask = (1u << b) - 1u;
+    uint32_t acc = 0, used = 0;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i]), b);
+        acc |= ((r + base) & mask) << used;
+        used += (uint32_t)b;
+        if (used >= 8u) {
+            *out++ = (uint8_t)acc;
+            acc >>= 8;
+            used -= 8u;
+        }
+    }
+    if (used) {
+        *out = (uint8_t)((*out & (0xffu << used) & 0xffu) | acc);
+    }
+}
+
+#define MICO_QTABLE_STREAM(b)                                                                \
+    void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
+                                      MicoFmt fmt, int32_t qmin)                             \
+    {                                                                                        \
+        mico_qtable_stream(x, (uint8_t *)codes, n, t, (uint32_t)(qmin + fmt.zero), b);       \
+    }
+
+MICO_QTABLE_STREAM(3)
+MICO_QTABLE_STREAM(5)
+MICO_QTABLE_STREAM(6)
+MICO_QTABLE_STREAM(7)
 
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax)
