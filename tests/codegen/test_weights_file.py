@@ -291,3 +291,46 @@ def test_the_generation_program_reads_its_weights_from_the_file(tmp_path):
     (a / "lm.bin").write_bytes(b"MICOWTS\0" + bytes(200))
     bad = subprocess.run([str(a / "lm_generate")], input=b"Hi", cwd=a, capture_output=True)
     assert bad.returncode == 6 and b"format version" in bad.stderr
+
+
+def test_export_weights_from_a_checkpoint_on_the_command_line(
+    trained_cnn, calibration_batches, digits_split, tmp_path
+):
+    """The user's path: compile checkpoint A with --weights-file, build once, export
+    checkpoint B's file with `mico export-weights`, run A's program on it: B's reference."""
+    from typer.testing import CliRunner
+
+    from mico.cli import app
+    from mico.deploy import DeployOptions, compile_from_options
+    from mico.quant import QuantConfig, calibrate, quantize_model
+    from mico.train.checkpoint import save_checkpoint
+
+    def checkpoint(model: torch.nn.Module, path: Path) -> Path:
+        model = copy.deepcopy(model)
+        quantize_model(model, PLAN, QuantConfig(act_mode="static"))
+        model.eval()
+        calibrate(model, calibration_batches)
+        return save_checkpoint(model, path)
+
+    a = checkpoint(trained_cnn, tmp_path / "a.pt")
+    b = checkpoint(_model_b(trained_cnn), tmp_path / "b.pt")
+    runner = CliRunner()
+    project = tmp_path / "proj"
+    done = runner.invoke(app, ["compile", "--checkpoint", str(a), "--weights-file", "-o",
+                               str(project), "--name", "cnn", "-q"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    compiled_b, _ = compile_from_options(
+        DeployOptions(checkpoint=b, out_dir=tmp_path / "ref_b", name="cnn"), log=lambda _m: None
+    )
+    done = runner.invoke(app, ["export-weights", "--checkpoint", str(b), "--project",
+                               str(project), "-o", str(tmp_path / "b.bin"), "-q"])  # fmt: skip
+    assert done.exit_code == 0, done.output
+    assert "conv1=8, conv2=4, fc=2" in done.output
+    from mico.codegen.project import CProject
+
+    ran = CProject(project, "cnn", [], compiled_b.project.arena, {}, (1, 1, 8, 8), (1, 10), 1.0,
+                   weights_file="cnn.bin")  # fmt: skip
+    host.build(ran)
+    samples = digits_split.x_test[:32]
+    out = host.run(ran, samples, weights=tmp_path / "b.bin")
+    np.testing.assert_array_equal(out, compiled_b.reference(samples))
