@@ -431,9 +431,12 @@ def compile_cmd(
     )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
+    what, where = "flash", ""
+    if project.weights_file:  # --weights-file: none in flash
+        what, where = "constants", f"in {project.weights_file}, loaded at run time "
     typer.echo(
-        f"wrote {len(project.files)} files to {out}: flash {sum(project.flash.values())} B "
-        f"(weights {project.flash['weights']} B), arena {project.arena.size} B (lower bound "
+        f"wrote {len(project.files)} files to {out}: {what} {sum(project.flash.values())} B "
+        f"{where}(weights {project.flash['weights']} B), arena {project.arena.size} B (lower bound "
         f"{project.arena.lower_bound} B)"
     )
 

@@ -567,6 +567,9 @@ def export_weights(
 
     expected = project_fingerprint(project)
     manifest = json.loads((Path(project) / "mico.json").read_text())
+    memory = Path(project) / "memory.json"  # the project's mode, for a zoo model given none
+    if options.mode is None and options.checkpoint is None and memory.is_file():
+        options.mode = json.loads(memory.read_text()).get("mode")
     options.name, options.weights_file, options.force = manifest["name"], True, False
     with tempfile.TemporaryDirectory(prefix="mico-export-") as tmp:
         options.out_dir = Path(tmp) / "project"
