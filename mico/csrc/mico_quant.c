@@ -68,7 +68,9 @@ static int32_t mico_round_clamp(float v, int32_t qmin, int32_t qmax)
 
 /* The int32 whose order is the order of the floats (-0.0 -> -1, +0.0 -> 0): the bits as
  * int32, with the 31 magnitude bits of negative floats flipped. Read through a union (one
- * load on rv32imac, where memcpy became four byte loads). */
+ * load on rv32imac, where memcpy became four byte loads). +-Inf get qmax / qmin; NaN never
+ * gets here (the run function refuses it first, mico_first_nonfinite), it would get qmax or
+ * qmin by its sign. */
 static MICO_QINLINE int32_t mico_f32_key(const float *x)
 {
     union {
