@@ -164,6 +164,12 @@ def _edge_layers(a_fmt: QFormat) -> list:
         _conv(a_fmt, 13, in_c=2, out_c=3, hw=40, k=3, pad=1),  # 40-pixel rows: two blocks
     ]  # fmt: skip
     layers[-1].x = layers[-1].x[:, :3, :]  # 3 x 40 inputs
+    layers += [  # binary outputs without a ReLU: thresholds inside the sums' range
+        _conv(a_fmt, 16, in_c=10, out_c=6, hw=7, k=3, pad=1, o_fmt=B1, relu=False),
+        _conv(a_fmt, 17, in_c=40, out_c=6, hw=7, k=1, o_fmt=B1, relu=False),
+        kernels_rv32.random_layer("linear", W1, a_fmt, in_c=77, out_c=9, rows=2, seed=18,
+                                  o_fmt=B1, relu=False),
+    ]  # fmt: skip
     zeros = _conv(a_fmt, 14, in_c=7, out_c=4, hw=5, k=3, pad=1)
     zeros.x[:] = a_fmt.qmin  # all 0 (unsigned) / all -1 (binary)
     ones = _conv(a_fmt, 15, in_c=7, out_c=4, hw=5, k=3, pad=1)
