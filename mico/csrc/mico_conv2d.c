@@ -376,6 +376,251 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     }
 }
 
+/* ------------------------------------------------------------------------ W8A8 path */
+
+#define MICO_S8_PATCH 2048 /* bytes of the W8A8 patch: taps x 8 pixels */
+#define MICO_S8_TILE 256   /* int32 sums waiting for requantization (channels x pixels) */
+
+/* An optimization barrier between the pixels of a tap: without it the scheduler hoists every
+ * load of the tap first and runs out of registers (spills in the inner loop). */
+#if defined(__GNUC__)
+#define MICO_S8_SEQ() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_S8_SEQ()
+#endif
+
+/* Pixel J of one tap: code x[J] times the two channels' weights u, v. */
+#define MICO_S8_PX(J)                                                                       \
+    do {                                                                                    \
+        const int32_t x_ = x[J];                                                            \
+        a##J += u * x_;                                                                     \
+        b##J += v * x_;                                                                     \
+        MICO_S8_SEQ();                                                                      \
+    } while (0)
+
+/* Micro-kernel: two output channels (weight rows wa, wb: int8, read as they are stored) x 8
+ * pixels, 16 sums in registers; each weight read serves 8 pixels, each code 2 channels (10
+ * loads for 16 multiply-adds). Tap t of pixel j of group q is x0[q * xq + t * xs + j]: the
+ * patch (xs = 8) or, for a pointwise convolution, the input planes themselves (xs = the plane).
+ * The sums of group q are added (modulo 2^32) to ta[8q ..] and tb[8q ..]. XT: uint8_t for
+ * unsigned codes, int8_t for signed ones. */
+#define MICO_S8_MK(NAME, XT)                                                                \
+    static MICO_NOINLINE void NAME(const int8_t *wa0, const int8_t *wb0, const XT *x0,        \
+                                   int32_t xs, int32_t xq, int32_t taps, int32_t nq,        \
+                                   int32_t *ta, int32_t *tb)                                \
+    {                                                                                       \
+        int32_t q;                                                                          \
+        for (q = 0; q < nq; q++, x0 += xq, ta += 8, tb += 8) {                              \
+            const int8_t *wa = wa0, *wb = wb0, *const end = wa0 + taps;                     \
+            const XT *x = x0;                                                               \
+            int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;         \
+            int32_t b0 = 0, b1 = 0, b2 = 0, b3 = 0, b4 = 0, b5 = 0, b6 = 0, b7 = 0;         \
+            for (; wa < end; wa++, wb++, x += xs) {                                         \
+                const int32_t u = *wa, v = *wb;                                             \
+                MICO_S8_PX(0);                                                              \
+                MICO_S8_PX(1);                                                              \
+                MICO_S8_PX(2);                                                              \
+                MICO_S8_PX(3);                                                              \
+                MICO_S8_PX(4);                                                              \
+                MICO_S8_PX(5);                                                              \
+                MICO_S8_PX(6);                                                              \
+                MICO_S8_PX(7);                                                              \
+            }                                                                               \
+            MICO_S8_ADD(ta, a);                                                             \
+            MICO_S8_ADD(tb, b);                                                             \
+        }                                                                                   \
+    }
+#define MICO_S8_ADD(T, S)                                                                   \
+    do {                                                                                    \
+        (T)[0] = (int32_t)((uint32_t)(T)[0] + (uint32_t)S##0);                              \
+        (T)[1] = (int32_t)((uint32_t)(T)[1] + (uint32_t)S##1);                              \
+        (T)[2] = (int32_t)((uint32_t)(T)[2] + (uint32_t)S##2);                              \
+        (T)[3] = (int32_t)((uint32_t)(T)[3] + (uint32_t)S##3);                              \
+        (T)[4] = (int32_t)((uint32_t)(T)[4] + (uint32_t)S##4);                              \
+        (T)[5] = (int32_t)((uint32_t)(T)[5] + (uint32_t)S##5);                              \
+        (T)[6] = (int32_t)((uint32_t)(T)[6] + (uint32_t)S##6);                              \
+        (T)[7] = (int32_t)((uint32_t)(T)[7] + (uint32_t)S##7);                              \
+    } while (0)
+MICO_S8_MK(mico_s8_mk_u, uint8_t)
+MICO_S8_MK(mico_s8_mk_s, int8_t)
+
+/* The micro-kernel for the layer's codes (signed: int8, else uint8), if there is a group. */
+static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb,
+                         const uint8_t *x, int32_t xs, int32_t taps, int32_t nq, int32_t *ta,
+                         int32_t *tb)
+{
+    if (nq > 0 && p->in_fmt.is_signed) {
+        mico_s8_mk_s(wa, wb, (const int8_t *)(const void *)x, xs, 8, taps, nq, ta, tb);
+    } else if (nq > 0) {
+        mico_s8_mk_u(wa, wb, x, xs, 8, taps, nq, ta, tb);
+    }
+}
+
+/* Requantize v[0 .. n) (sums, bias included) as q says and store them at element `start` of
+ * the output. The usual case (a multiplier with a shift above 32, ReLU, a non-negative clamp,
+ * byte codes) runs in one tight loop: the high word of the product, no sign to handle. */
+static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, int32_t *v,
+                                        int32_t n, void *out, size_t start)
+{
+    const MicoFmt f = p->out.fmt;
+    int32_t j;
+    if (q->scaled && !q->binary && q->shift > 32 && q->relu && q->lo >= 0 && f.bits == 8) {
+        const uint32_t m = (uint32_t)q->m, s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+        const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
+        uint8_t *o = (uint8_t *)out + start;
+        for (j = 0; j < n; j++) {
+            const int32_t r = v[j];
+            int32_t y = r <= 0 ? 0
+                               : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >>
+                                           s);
+            y = y < lo ? lo : y;
+            y = y > hi ? hi : y;
+            o[j] = (uint8_t)(uint32_t)(y + zero);
+        }
+        return;
+    }
+    mico_rq_run_fast(q, v, n);
+    mico_pack(out, start, v, n, f);
+}
+
+/* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
+ * channel ic0) for output pixels pix0 .. pix0 + np - 1 (np <= 8): patch[t * 8 + j] holds the
+ * byte of tap t ((r - r0) * k_w + kx) of pixel j as stored; padding and the columns np .. 7
+ * hold pad, the byte of code 0. Each run of pixels within one output row copies, per tap, the
+ * span of its row that lies inside the input and pads the rest. */
+static MICO_NOINLINE void mico_s8_patch(const MicoConv2d *p, const uint8_t *in, int32_t ic0,
+                                        int32_t r0, int32_t r1, int32_t pix0, int32_t np,
+                                        uint8_t pad, uint8_t *patch)
+{
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    const int32_t kw = p->k_w, sw = p->stride_w, dw = p->dil_w, in_w = p->in_w;
+    int32_t i, j, r, kx, t;
+    for (i = 0; np < 8 && i < (r1 - r0) * kw * 8; i++) {
+        patch[i] = pad;
+    }
+    for (j = 0; j < np;) { /* runs of pixels within one output row */
+        const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+        const int32_t seg = np - j < p->out_w - ox ? np - j : p->out_w - ox;
+        const int32_t ix0 = ox * sw - p->pad_w;
+        for (r = r0; r < r1; r++) {
+            const int32_t iy = oy * p->stride_h - p->pad_h + (r % p->k_h) * p->dil_h;
+            const int row_in = iy >= 0 && iy < p->in_h;
+            const size_t row = (size_t)(ic0 + r / p->k_h) * plane + (size_t)(row_in ? iy : 0) *
+                                                                        (size_t)in_w;
+            uint8_t *dst = patch + (r - r0) * kw * 8 + j;
+            for (kx = 0; kx < kw; kx++, dst += 8) {
+                const int32_t ix = ix0 + kx * dw; /* column of the run's first pixel */
+                /* pixels [lo, hi) of the run read inside the row; the others are padding */
+                int32_t lo = ix >= 0 ? 0 : (sw - 1 - ix) / sw;
+                int32_t hi = ix + (seg - 1) * sw < in_w ? seg
+                             : ix >= in_w              ? 0
+                                                       : (in_w - 1 - ix) / sw + 1;
+                hi = row_in ? hi : 0;
+                lo = lo < hi ? lo : hi;
+                for (t = 0; t < lo; t++) {
+                    dst[t] = pad;
+                }
+                if (t < hi) {
+                    const uint8_t *s = in + row + (size_t)(ix + lo * sw);
+                    for (; t < hi; t++, s += sw) {
+                        dst[t] = *s;
+                    }
+                }
+                for (; t < seg; t++) {
+                    dst[t] = pad;
+                }
+            }
+        }
+        j += seg;
+    }
+}
+
+/* W8A8 convolutions (8-bit codes in, 8-bit weights): the bytes are the codes, so nothing is
+ * unpacked. Output pixels go in blocks: one group of 8 through a patch of bytes (im2col, built
+ * once per block and chunk of kernel rows), or, for a pointwise convolution (1x1, stride 1, no
+ * padding), up to 4 groups of 8 read straight from the input planes (the last group of a plane
+ * moved back to end with it, its already computed pixels not stored again). Every pair of
+ * output channels runs the 2 x 8 micro-kernel over the block; sums start at the bias (less
+ * zero x the channel's weight sum for asymmetric inputs, whose bytes are code + zero; their
+ * padding is the byte zero) and wait in a tile for the last chunk, then are requantized and
+ * stored channel by channel. Returns 0 (nothing done) for what it does not take: fewer than two
+ * output channels per group, kernel rows longer than the patch. Stack: about 3.3 KB. */
+static MICO_NOINLINE int mico_qconv2d_s8(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
+    const int32_t npix = p->out_h * p->out_w;
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    const int direct = p->k_h == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                       p->pad_h == 0 && p->pad_w == 0 && npix >= 8;
+    const int32_t zero = p->in_fmt.is_signed ? 0 : p->in_fmt.zero;
+    const int32_t bp = direct ? 32 : 8;          /* pixels of a block (a tile row) */
+    const int32_t pass = MICO_S8_TILE / bp;      /* channels whose sums wait in the tile */
+    const int32_t rpc = direct ? rows : MICO_S8_PATCH / (kw * 8); /* kernel rows per chunk */
+    const int8_t *w = (const int8_t *)(const void *)p->weight;
+    uint8_t patch[MICO_S8_PATCH];
+    int32_t tile[MICO_S8_TILE];
+    int32_t g, pix0, oc0, r0, c, i;
+    if (opg < 2 || rpc == 0) {
+        return 0;
+    }
+    for (g = 0; g < p->groups; g++) {
+        const uint8_t *x_g = (const uint8_t *)in + (size_t)(g * ipg) * plane;
+        for (pix0 = 0; pix0 < npix; pix0 += bp) {
+            const int32_t np = npix - pix0 < bp ? npix - pix0 : bp;
+            /* groups of 8 read in place (direct), the rest as one group ending with the plane */
+            const int32_t nq = direct ? np / 8 : 1, rem = direct ? np % 8 : 0;
+            if (!direct && rpc >= rows) { /* one chunk: the patch serves every channel */
+                mico_s8_patch(p, x_g, 0, 0, rows, pix0, np, (uint8_t)zero, patch);
+            }
+            for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += pass) {
+                const int32_t oc1 = oc0 + pass < (g + 1) * opg ? oc0 + pass : (g + 1) * opg;
+                for (c = oc0; c < oc1; c++) { /* the sums start at the bias */
+                    uint32_t b = (uint32_t)p->bias[c];
+                    for (i = 0; zero != 0 && i < k_all; i++) {
+                        b -= (uint32_t)zero * (uint32_t)(int32_t)w[(size_t)c * (size_t)k_all + (size_t)i];
+                    }
+                    for (i = 0; i < ((np + 7) & ~7); i++) {
+                        tile[(c - oc0) * bp + i] = (int32_t)b;
+                    }
+                }
+                for (r0 = 0; r0 < rows; r0 += rpc) {
+                    const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, taps = (r1 - r0) * kw;
+                    const uint8_t *x = direct ? x_g + pix0 : patch;
+                    if (!direct && rpc < rows) {
+                        mico_s8_patch(p, x_g, 0, r0, r1, pix0, np, (uint8_t)zero, patch);
+                    }
+                    for (c = oc0; c < oc1; c += 2) { /* an odd one out: twice, a spare row */
+                        const int32_t cb = c + 1 < oc1 ? c + 1 : c;
+                        const int8_t *wa = w + (size_t)c * (size_t)k_all + (size_t)(r0 * kw);
+                        const int8_t *wb = w + (size_t)cb * (size_t)k_all + (size_t)(r0 * kw);
+                        int32_t *ta = tile + (c - oc0) * bp;
+                        mico_s8_pair(p, wa, wb, x, direct ? (int32_t)plane : 8, taps, nq, ta,
+                                     ta + bp);
+                        if (rem) { /* the plane's last pixels: the group of its last 8 */
+                            int32_t e[16] = {0};
+                            mico_s8_pair(p, wa, wb, x_g + npix - 8, (int32_t)plane, taps, 1, e,
+                                         e + 8);
+                            for (i = 0; i < rem; i++) {
+                                ta[np - rem + i] =
+                                    (int32_t)((uint32_t)ta[np - rem + i] + (uint32_t)e[8 - rem + i]);
+                                ta[bp + np - rem + i] = (int32_t)((uint32_t)ta[bp + np - rem + i] +
+                                                                  (uint32_t)e[16 - rem + i]);
+                            }
+                        }
+                    }
+                }
+                for (c = oc0; c < oc1; c++) { /* requantize and store */
+                    const MicoRq rq = mico_rq(&p->out, c);
+                    mico_s8_store(p, &rq, tile + (c - oc0) * bp, np, out,
+                                  (size_t)c * (size_t)npix + (size_t)pix0);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 /* ------------------------------------------------------------------------ channel lanes */
 
 #define MICO_LANES_PATCH 768 /* int16 elements of the lanes path's patch */
@@ -620,6 +865,9 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
+    if (p->w_bits == 8 && p->in_fmt.bits == 8 && mico_qconv2d_s8(p, in, out)) {
+        return; /* W8A8: bytes as they are */
+    }
     mico_qconv2d_im2col(p, in, out);
 }
 
