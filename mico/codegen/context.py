@@ -204,8 +204,16 @@ class EmitContext:
         self.kernels.add(kernel_source)
         self.kernels.update(KERNEL_DEPENDENCIES.get(kernel_source, ()))
 
-    def _record(self, symbol: str, kind: str, ctype: str, data: bytes, name: str,
-                codes: tuple[Any, int] | None = None, layout: str = "packed") -> None:
+    def _record(
+        self,
+        symbol: str,
+        kind: str,
+        ctype: str,
+        data: bytes,
+        name: str,
+        codes: tuple[Any, int] | None = None,
+        layout: str = "packed",
+    ) -> None:
         """Keep a constant for the weights file, with its codes' format when it packs codes
         (given, or the format of the emitted node's input of that name: a layer's weights)."""
         if codes is None and kind == "weights" and self.node is not None:
@@ -235,7 +243,11 @@ class EmitContext:
         return None
 
     def const_bytes(
-        self, name: str, data: np.ndarray, kind: str = "weights", comment: str = "",
+        self,
+        name: str,
+        data: np.ndarray,
+        kind: str = "weights",
+        comment: str = "",
         codes: tuple[Any, int] | None = None,
     ) -> str:
         shared = self._reuse(name, "uint8", data)

@@ -206,9 +206,7 @@ int {name}_run(const float *input, {name}_output_t *output);
 """
 
 
-def _source(
-    name: str, graph: Graph, ctx: EmitContext, body: list[str], layout: Any = None
-) -> str:
+def _source(name: str, graph: Graph, ctx: EmitContext, body: list[str], layout: Any = None) -> str:
     up = name.upper()
     const, loader, guard = "const ", "", ""
     if layout is not None:  # --weights-file
