@@ -114,6 +114,23 @@ int main(void)
         return 1;
     }}
     fclose(in);
+#ifdef {up}_WEIGHTS_BYTES /* compiled with --weights-file: load {name}.bin first */
+    {{
+        static union {{
+            uint64_t align;
+            uint8_t bytes[{up}_WEIGHTS_BYTES];
+        }} blob;
+        FILE *w = fopen("{name}.bin", "rb");
+        size_t got = w ? fread(blob.bytes, 1, sizeof blob.bytes, w) : 0;
+        if (w) {{
+            fclose(w);
+        }}
+        if ({name}_load_weights(blob.bytes, got) != {up}_WEIGHTS_OK) {{
+            fprintf(stderr, "error: {name}.bin: the weights file is missing or refused\\n");
+            return 1;
+        }}
+    }}
+#endif
     mico_last = mico_instret();
     status = {name}_run(input, output);
     tail = mico_instret() - mico_last;

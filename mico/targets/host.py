@@ -94,6 +94,20 @@ def run(
         return read_outputs(project, outputs, count, str(exe))
 
 
+def weights_arguments(exe: Path) -> list[str]:
+    """The weights-file argument of a program built from a ``--weights-file`` project (its
+    own ``<name>.bin``, by absolute path: runs elsewhere than the project find it), else none."""
+    import json
+
+    try:
+        info = json.loads((exe.parent / "mico.json").read_text()).get("weights_file", {})
+    except (OSError, ValueError):
+        return []
+    if info.get("format") != "mico-weights":
+        return []
+    return [str((exe.parent / info["file"]).resolve())]
+
+
 def section_sizes(project: CProject) -> dict[str, int]:
     """``size`` of the model's object code (text, data, bss), when binutils is present."""
     exe = project.directory / executable(project.name, "host")
@@ -191,7 +205,7 @@ def callgrind_counts(
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
             f"--toggle-collect={function}", f"--dump-after={function}",
             "--dump-instr=no", "--dump-line=no", "--compress-strings=no",
-            str(exe), str(inputs), str(Path(tmp) / "outputs.bin"),
+            str(exe), str(inputs), str(Path(tmp) / "outputs.bin"), *weights_arguments(exe),
         ]  # fmt: skip
         env = {**os.environ, "LD_BIND_NOW": "1"}
         run_program(command, f"{exe.name} under callgrind", timeout, cwd=Path(tmp), env=env)
@@ -260,5 +274,6 @@ def profile(
 def _timed(exe: Path, inputs: Path, work: Path, timeout: float) -> float:
     """Wall seconds of one native run of ``exe`` on ``inputs``."""
     start = time.perf_counter()
-    run_program([str(exe), str(inputs), str(work / "out.bin")], exe.name, timeout, cwd=work)
+    command = [str(exe), str(inputs), str(work / "out.bin"), *weights_arguments(exe)]
+    run_program(command, exe.name, timeout, cwd=work)
     return time.perf_counter() - start
