@@ -334,3 +334,19 @@ def test_export_weights_from_a_checkpoint_on_the_command_line(
     samples = digits_split.x_test[:32]
     out = host.run(ran, samples, weights=tmp_path / "b.bin")
     np.testing.assert_array_equal(out, compiled_b.reference(samples))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not rv32.available(), reason="rv32 toolchain missing: " +
+                    rv32.missing_tools_hint())  # fmt: skip
+def test_the_generation_program_reads_its_weights_on_rv32(tmp_path):
+    """The same on bare metal: lm.bin read through semihosting, 32 tokens equal to Python."""
+    from mico.generate import generate
+    from mico.models.llama import LLaMa
+
+    torch.manual_seed(5)
+    model = LLaMa(dim=16, n_layers=2, n_heads=2, vocab_size=300, max_seq_len=8, hidden_dim=24)
+    result = generate(model, b"Hi", 32, target="rv32", work_dir=tmp_path / "lm",
+                      log=lambda _m: None, weights_file=True)  # fmt: skip
+    assert result.kv_cache and result.c_ids == result.python_ids
+    assert "static const float" not in (tmp_path / "lm" / "lm_weights.h").read_text()
