@@ -8,7 +8,11 @@
  * is read again. (Input rows the current or later rows need may be cached on the stack before
  * storing; outputs may be stored later than computed.) Every path below keeps that order.
  *
- * Four paths, all bit-identical to the element-by-element definition:
+ * Five paths, all bit-identical to the element-by-element definition:
+ *  - W8A8 (8-bit weights and 8-bit codes, taken by mico_qconv2d_tiled when it applies): the
+ *    bytes are the codes, nothing is unpacked; a 2-channel x 8-pixel register loop over a byte
+ *    patch, or over the input planes themselves for pointwise layers; requantization and the
+ *    byte stores fused (see mico_qconv2d_s8). Stack: about 3.3 KB.
  *  - channel lanes (mico_qconv2d_lanes_w<bits>g<G>, chosen by the code generator for 1-, 2-,
  *    4- and 8-bit weights whose output channels per group fill words of F = 32 / bits, when
  *    the widths make it pay): weights stored as words of F channels per tap, several low-bit
@@ -379,7 +383,9 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
 /* ------------------------------------------------------------------------ W8A8 path */
 
 #define MICO_S8_PATCH 2048 /* bytes of the W8A8 patch: taps x 8 pixels */
-#define MICO_S8_TILE 256   /* int32 sums waiting for requantization (channels x pixels) */
+#define MICO_S8_TILE 256   /* int32 sums waiting for requantization (channels x pixels): an
+                              even number of tile rows of 8, 16, 24 or 32 pixels */
+#define MICO_S8_KW 16      /* widest kernel row of the patch */
 
 /* An optimization barrier between the pixels of a tap: without it the scheduler hoists every
  * load of the tap first and runs out of registers (spills in the inner loop). */
@@ -396,6 +402,20 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
         a##J += u * x_;                                                                     \
         b##J += v * x_;                                                                     \
         MICO_S8_SEQ();                                                                      \
+    } while (0)
+
+/* Tap K of a step: weights wa[K], wb[K] times the 8 codes x[0 .. 7]. */
+#define MICO_S8_TAP(K)                                                                      \
+    do {                                                                                    \
+        const int32_t u = wa[K], v = wb[K];                                                 \
+        MICO_S8_PX(0);                                                                      \
+        MICO_S8_PX(1);                                                                      \
+        MICO_S8_PX(2);                                                                      \
+        MICO_S8_PX(3);                                                                      \
+        MICO_S8_PX(4);                                                                      \
+        MICO_S8_PX(5);                                                                      \
+        MICO_S8_PX(6);                                                                      \
+        MICO_S8_PX(7);                                                                      \
     } while (0)
 
 /* Micro-kernel: two output channels (weight rows wa, wb: int8, read as they are stored) x 8
@@ -415,16 +435,17 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
             const XT *x = x0;                                                               \
             int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;         \
             int32_t b0 = 0, b1 = 0, b2 = 0, b3 = 0, b4 = 0, b5 = 0, b6 = 0, b7 = 0;         \
-            for (; wa < end; wa++, wb++, x += xs) {                                         \
-                const int32_t u = *wa, v = *wb;                                             \
-                MICO_S8_PX(0);                                                              \
-                MICO_S8_PX(1);                                                              \
-                MICO_S8_PX(2);                                                              \
-                MICO_S8_PX(3);                                                              \
-                MICO_S8_PX(4);                                                              \
-                MICO_S8_PX(5);                                                              \
-                MICO_S8_PX(6);                                                              \
-                MICO_S8_PX(7);                                                              \
+            if (taps & 1) { /* an odd tap first, then two a step */                         \
+                MICO_S8_TAP(0);                                                             \
+                wa++;                                                                       \
+                wb++;                                                                       \
+                x += xs;                                                                    \
+            }                                                                               \
+            for (; wa < end; wa += 2, wb += 2) {                                            \
+                MICO_S8_TAP(0);                                                             \
+                x += xs;                                                                    \
+                MICO_S8_TAP(1);                                                             \
+                x += xs;                                                                    \
             }                                                                               \
             MICO_S8_ADD(ta, a);                                                             \
             MICO_S8_ADD(tb, b);                                                             \
@@ -446,13 +467,13 @@ MICO_S8_MK(mico_s8_mk_s, int8_t)
 
 /* The micro-kernel for the layer's codes (signed: int8, else uint8), if there is a group. */
 static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb,
-                         const uint8_t *x, int32_t xs, int32_t taps, int32_t nq, int32_t *ta,
-                         int32_t *tb)
+                         const uint8_t *x, int32_t xs, int32_t xq, int32_t taps, int32_t nq,
+                         int32_t *ta, int32_t *tb)
 {
     if (nq > 0 && p->in_fmt.is_signed) {
-        mico_s8_mk_s(wa, wb, (const int8_t *)(const void *)x, xs, 8, taps, nq, ta, tb);
+        mico_s8_mk_s(wa, wb, (const int8_t *)(const void *)x, xs, xq, taps, nq, ta, tb);
     } else if (nq > 0) {
-        mico_s8_mk_u(wa, wb, x, xs, 8, taps, nq, ta, tb);
+        mico_s8_mk_u(wa, wb, x, xs, xq, taps, nq, ta, tb);
     }
 }
 
@@ -483,18 +504,48 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, in
     mico_pack(out, start, v, n, f);
 }
 
+/* dst[t] = the bytes of one tap for the pixels of a run: pad for t < lo and lo <= hi <= t < seg,
+ * src[(t - lo) * sw] for lo <= t < hi; a whole run of 8 consecutive columns at once. */
+static void mico_s8_span(uint8_t *dst, const uint8_t *src, int32_t lo, int32_t hi, int32_t seg,
+                         int32_t sw, uint8_t pad)
+{
+    int32_t t;
+    if (lo == 0 && hi == 8 && sw == 1) {
+        dst[0] = src[0];
+        dst[1] = src[1];
+        dst[2] = src[2];
+        dst[3] = src[3];
+        dst[4] = src[4];
+        dst[5] = src[5];
+        dst[6] = src[6];
+        dst[7] = src[7];
+        return;
+    }
+    for (t = 0; t < lo; t++) {
+        dst[t] = pad;
+    }
+    for (; t < hi; t++, src += sw) {
+        dst[t] = *src;
+    }
+    for (; t < seg; t++) {
+        dst[t] = pad;
+    }
+}
+
 /* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1 (np <= 8): patch[t * 8 + j] holds the
  * byte of tap t ((r - r0) * k_w + kx) of pixel j as stored; padding and the columns np .. 7
- * hold pad, the byte of code 0. Each run of pixels within one output row copies, per tap, the
- * span of its row that lies inside the input and pads the rest. */
+ * hold pad, the byte of code 0. For each run of pixels within one output row, the pixels whose
+ * columns lie inside the input are found once per kx (k_w <= MICO_S8_KW), then every kernel row
+ * copies them. */
 static MICO_NOINLINE void mico_s8_patch(const MicoConv2d *p, const uint8_t *in, int32_t ic0,
                                         int32_t r0, int32_t r1, int32_t pix0, int32_t np,
                                         uint8_t pad, uint8_t *patch)
 {
     const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
     const int32_t kw = p->k_w, sw = p->stride_w, dw = p->dil_w, in_w = p->in_w;
-    int32_t i, j, r, kx, t;
+    int32_t lo[MICO_S8_KW], hi[MICO_S8_KW];
+    int32_t i, j, r, kx;
     for (i = 0; np < 8 && i < (r1 - r0) * kw * 8; i++) {
         patch[i] = pad;
     }
@@ -502,49 +553,87 @@ static MICO_NOINLINE void mico_s8_patch(const MicoConv2d *p, const uint8_t *in, 
         const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
         const int32_t seg = np - j < p->out_w - ox ? np - j : p->out_w - ox;
         const int32_t ix0 = ox * sw - p->pad_w;
+        for (kx = 0; kx < kw; kx++) { /* pixels [lo, hi) of the run read inside the row */
+            const int32_t ix = ix0 + kx * dw; /* column of the run's first pixel */
+            const int32_t h = ix + (seg - 1) * sw < in_w ? seg
+                              : ix >= in_w              ? 0
+                                                        : (in_w - 1 - ix) / sw + 1;
+            const int32_t l = ix >= 0 ? 0 : (sw - 1 - ix) / sw;
+            lo[kx] = l < h ? l : h;
+            hi[kx] = h;
+        }
         for (r = r0; r < r1; r++) {
             const int32_t iy = oy * p->stride_h - p->pad_h + (r % p->k_h) * p->dil_h;
-            const int row_in = iy >= 0 && iy < p->in_h;
-            const size_t row = (size_t)(ic0 + r / p->k_h) * plane + (size_t)(row_in ? iy : 0) *
-                                                                        (size_t)in_w;
             uint8_t *dst = patch + (r - r0) * kw * 8 + j;
-            for (kx = 0; kx < kw; kx++, dst += 8) {
-                const int32_t ix = ix0 + kx * dw; /* column of the run's first pixel */
-                /* pixels [lo, hi) of the run read inside the row; the others are padding */
-                int32_t lo = ix >= 0 ? 0 : (sw - 1 - ix) / sw;
-                int32_t hi = ix + (seg - 1) * sw < in_w ? seg
-                             : ix >= in_w              ? 0
-                                                       : (in_w - 1 - ix) / sw + 1;
-                hi = row_in ? hi : 0;
-                lo = lo < hi ? lo : hi;
-                for (t = 0; t < lo; t++) {
-                    dst[t] = pad;
+            if (iy < 0 || iy >= p->in_h) { /* a padding row */
+                for (kx = 0; kx < kw; kx++) {
+                    mico_s8_span(dst + kx * 8, in, 0, 0, seg, sw, pad);
                 }
-                if (t < hi) {
-                    const uint8_t *s = in + row + (size_t)(ix + lo * sw);
-                    for (; t < hi; t++, s += sw) {
-                        dst[t] = *s;
-                    }
-                }
-                for (; t < seg; t++) {
-                    dst[t] = pad;
-                }
+                continue;
+            }
+            for (kx = 0; kx < kw; kx++) {
+                const size_t at = (size_t)(ic0 + r / p->k_h) * plane + (size_t)iy * (size_t)in_w +
+                                  (size_t)(ix0 + kx * dw + lo[kx] * sw);
+                mico_s8_span(dst + kx * 8, lo[kx] < hi[kx] ? in + at : in, lo[kx], hi[kx], seg,
+                             sw, pad);
             }
         }
         j += seg;
     }
 }
 
+/* The patch of kernel rows [r0, r1) for the np pixels from pix0: groups of 8 pixels, group q at
+ * patch + q * (r1 - r0) * k_w * 8. */
+static void mico_s8_patches(const MicoConv2d *p, const uint8_t *in, int32_t r0, int32_t r1,
+                            int32_t pix0, int32_t np, uint8_t pad, uint8_t *patch)
+{
+    int32_t q;
+    for (q = 0; 8 * q < np; q++) {
+        mico_s8_patch(p, in, 0, r0, r1, pix0 + 8 * q, np - 8 * q < 8 ? np - 8 * q : 8, pad,
+                      patch + (size_t)q * (size_t)((r1 - r0) * p->k_w * 8));
+    }
+}
+
+/* tile[i] = the bias of channel c (less zero x the sum of its weights: asymmetric input bytes
+ * are code + zero) for i < n, modulo 2^32. */
+static void mico_s8_bias(const MicoConv2d *p, int32_t c, int32_t k_all, int32_t zero,
+                         int32_t *tile, int32_t n)
+{
+    const int8_t *w = (const int8_t *)(const void *)p->weight + (size_t)c * (size_t)k_all;
+    uint32_t b = (uint32_t)p->bias[c];
+    int32_t i;
+    for (i = 0; zero != 0 && i < k_all; i++) {
+        b -= (uint32_t)zero * (uint32_t)(int32_t)w[i];
+    }
+    for (i = 0; i < n; i++) {
+        tile[i] = (int32_t)b;
+    }
+}
+
+/* ta[np - rem ..] += the sums of the plane's last rem pixels (pointwise layers whose plane does
+ * not end on a group of 8: the group of its last 8 pixels, x_end its end). */
+static MICO_NOINLINE void mico_s8_tail(const MicoConv2d *p, const int8_t *wa, const int8_t *wb,
+                                       const uint8_t *x_end, int32_t xs, int32_t taps,
+                                       int32_t rem, int32_t *ta, int32_t *tb)
+{
+    int32_t e[16] = {0}, i;
+    mico_s8_pair(p, wa, wb, x_end - 8, xs, 8, taps, 1, e, e + 8);
+    for (i = 0; i < rem; i++) {
+        ta[i] = (int32_t)((uint32_t)ta[i] + (uint32_t)e[8 - rem + i]);
+        tb[i] = (int32_t)((uint32_t)tb[i] + (uint32_t)e[16 - rem + i]);
+    }
+}
+
 /* W8A8 convolutions (8-bit codes in, 8-bit weights): the bytes are the codes, so nothing is
- * unpacked. Output pixels go in blocks: one group of 8 through a patch of bytes (im2col, built
- * once per block and chunk of kernel rows), or, for a pointwise convolution (1x1, stride 1, no
- * padding), up to 4 groups of 8 read straight from the input planes (the last group of a plane
- * moved back to end with it, its already computed pixels not stored again). Every pair of
- * output channels runs the 2 x 8 micro-kernel over the block; sums start at the bias (less
- * zero x the channel's weight sum for asymmetric inputs, whose bytes are code + zero; their
- * padding is the byte zero) and wait in a tile for the last chunk, then are requantized and
- * stored channel by channel. Returns 0 (nothing done) for what it does not take: fewer than two
- * output channels per group, kernel rows longer than the patch. Stack: about 3.3 KB. */
+ * unpacked. Output pixels go in blocks of up to 4 groups of 8: through a patch of bytes
+ * (im2col, built once per block and chunk of kernel rows; as many groups as the patch holds
+ * when every kernel row fits, else one group and chunks), or, for a pointwise convolution
+ * (1x1, stride 1, no padding), read straight from the input planes (a plane's last pixels that
+ * fill no group: the group of its last 8, only their sums kept). Every pair of output channels
+ * runs the 2 x 8 micro-kernel over the block; sums start at the bias and wait in a tile for
+ * the last chunk, then are requantized and stored channel by channel. Returns 0 (nothing done)
+ * for what it does not take: fewer than two output channels per group, kernel rows wider than
+ * MICO_S8_KW or longer than the patch. Stack: about 3.3 KB. */
 static MICO_NOINLINE int mico_qconv2d_s8(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
@@ -554,59 +643,48 @@ static MICO_NOINLINE int mico_qconv2d_s8(const MicoConv2d *p, const void *in, vo
     const int direct = p->k_h == 1 && kw == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                        p->pad_h == 0 && p->pad_w == 0 && npix >= 8;
     const int32_t zero = p->in_fmt.is_signed ? 0 : p->in_fmt.zero;
-    const int32_t bp = direct ? 32 : 8;          /* pixels of a block (a tile row) */
-    const int32_t pass = MICO_S8_TILE / bp;      /* channels whose sums wait in the tile */
     const int32_t rpc = direct ? rows : MICO_S8_PATCH / (kw * 8); /* kernel rows per chunk */
+    const int32_t fit = MICO_S8_PATCH / (k_all * 8);             /* groups the patch holds */
+    const int32_t nq_max = direct ? 4 : rpc < rows ? 1 : fit < 4 ? fit : 4;
+    const int32_t bp = 8 * nq_max;          /* pixels of a block (a tile row) */
+    const int32_t pass = MICO_S8_TILE / bp; /* channels whose sums wait in the tile */
+    const int32_t xs = direct ? (int32_t)plane : 8;
     const int8_t *w = (const int8_t *)(const void *)p->weight;
     uint8_t patch[MICO_S8_PATCH];
     int32_t tile[MICO_S8_TILE];
-    int32_t g, pix0, oc0, r0, c, i;
-    if (opg < 2 || rpc == 0) {
+    int32_t g, pix0, oc0, r0, c;
+    if (opg < 2 || rpc == 0 || kw > MICO_S8_KW) {
         return 0;
     }
     for (g = 0; g < p->groups; g++) {
         const uint8_t *x_g = (const uint8_t *)in + (size_t)(g * ipg) * plane;
         for (pix0 = 0; pix0 < npix; pix0 += bp) {
             const int32_t np = npix - pix0 < bp ? npix - pix0 : bp;
-            /* groups of 8 read in place (direct), the rest as one group ending with the plane */
-            const int32_t nq = direct ? np / 8 : 1, rem = direct ? np % 8 : 0;
+            const int32_t nq = direct ? np / 8 : (np + 7) / 8, rem = direct ? np % 8 : 0;
             if (!direct && rpc >= rows) { /* one chunk: the patch serves every channel */
-                mico_s8_patch(p, x_g, 0, 0, rows, pix0, np, (uint8_t)zero, patch);
+                mico_s8_patches(p, x_g, 0, rows, pix0, np, (uint8_t)zero, patch);
             }
             for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += pass) {
                 const int32_t oc1 = oc0 + pass < (g + 1) * opg ? oc0 + pass : (g + 1) * opg;
                 for (c = oc0; c < oc1; c++) { /* the sums start at the bias */
-                    uint32_t b = (uint32_t)p->bias[c];
-                    for (i = 0; zero != 0 && i < k_all; i++) {
-                        b -= (uint32_t)zero * (uint32_t)(int32_t)w[(size_t)c * (size_t)k_all + (size_t)i];
-                    }
-                    for (i = 0; i < ((np + 7) & ~7); i++) {
-                        tile[(c - oc0) * bp + i] = (int32_t)b;
-                    }
+                    mico_s8_bias(p, c, k_all, zero, tile + (c - oc0) * bp, 8 * nq + rem);
                 }
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, taps = (r1 - r0) * kw;
                     const uint8_t *x = direct ? x_g + pix0 : patch;
                     if (!direct && rpc < rows) {
-                        mico_s8_patch(p, x_g, 0, r0, r1, pix0, np, (uint8_t)zero, patch);
+                        mico_s8_patches(p, x_g, r0, r1, pix0, np, (uint8_t)zero, patch);
                     }
                     for (c = oc0; c < oc1; c += 2) { /* an odd one out: twice, a spare row */
                         const int32_t cb = c + 1 < oc1 ? c + 1 : c;
                         const int8_t *wa = w + (size_t)c * (size_t)k_all + (size_t)(r0 * kw);
                         const int8_t *wb = w + (size_t)cb * (size_t)k_all + (size_t)(r0 * kw);
                         int32_t *ta = tile + (c - oc0) * bp;
-                        mico_s8_pair(p, wa, wb, x, direct ? (int32_t)plane : 8, taps, nq, ta,
+                        mico_s8_pair(p, wa, wb, x, xs, direct ? 8 : taps * 8, taps, nq, ta,
                                      ta + bp);
-                        if (rem) { /* the plane's last pixels: the group of its last 8 */
-                            int32_t e[16] = {0};
-                            mico_s8_pair(p, wa, wb, x_g + npix - 8, (int32_t)plane, taps, 1, e,
-                                         e + 8);
-                            for (i = 0; i < rem; i++) {
-                                ta[np - rem + i] =
-                                    (int32_t)((uint32_t)ta[np - rem + i] + (uint32_t)e[8 - rem + i]);
-                                ta[bp + np - rem + i] = (int32_t)((uint32_t)ta[bp + np - rem + i] +
-                                                                  (uint32_t)e[16 - rem + i]);
-                            }
+                        if (rem) {
+                            mico_s8_tail(p, wa, wb, x_g + npix, xs, taps, rem, ta + 8 * nq,
+                                         ta + bp + 8 * nq);
                         }
                     }
                 }

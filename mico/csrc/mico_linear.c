@@ -8,6 +8,9 @@
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *
+ * W8A8 with symmetric codes (mico_qlinear_s8): the input bytes are the codes, read in place;
+ * 8 outputs x 4 taps a step (each code loaded once for 8 rows), requantization inline.
+ *
  * Weights in channel lanes (mico_qlinear_lanes_w<bits>g<G>, chosen by the code generator):
  * words of F = 32 / bits outputs per input, several low-bit products per 32-bit multiply (see
  * the channel-lanes section of mico_nn.h). */
