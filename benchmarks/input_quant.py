@@ -32,9 +32,10 @@ from typing import Any
 import numpy as np
 
 from mico.codegen.context import c_float
-from mico.codegen.emitters import quantize_table_kernel
+from mico.codegen.emitters import c_int, quantize_table_kernel
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import QFormat, inv_scale_f32, quantize
+from mico.quant.exact_input import exact_params
 from mico.quant.packing import unpack
 from mico.quant.thresholds import c_table
 
@@ -49,8 +50,9 @@ else:  # the instret reader of the kernel benchmark, by import
     _spec.loader.exec_module(kernels_rv32)
 
 SOURCES = ("mico_nn_run.c", "mico_quant.c")
-#: the float kernel, the table kernel of the width (what programs call), the any-width one
-PATHS = ("float", "table", "table_any")
+#: the float kernel, the table kernel of the width, the any-width one, the exact kernel of the
+#: width (no table; widths 2..8 where exact_params allows)
+PATHS = ("float", "table", "table_any", "exact")
 
 
 @dataclass
@@ -64,6 +66,10 @@ class Case:
 
     def reference(self) -> np.ndarray:
         return np.asarray(quantize(self.x, self.scale, self.fmt), dtype=np.int64)
+
+    def paths(self) -> tuple[str, ...]:
+        """The paths of :data:`PATHS` this case has (the exact kernel needs exact_params)."""
+        return PATHS if exact_params(self.scale, self.fmt) is not None else PATHS[:3]
 
 
 def _fmt(f: QFormat) -> str:
@@ -87,6 +93,11 @@ def _case_code(case: Case, tag: str) -> tuple[list[str], list[str]]:
         f"{quantize_table_kernel(f)}({tag}x, y, {n}, {tag}t, {tag}f, {f.qmin})",
         f"mico_quantize_f32_table({tag}x, y, {n}, {tag}t, {tag}f, {f.qmin})",
     ]
+    exact = exact_params(case.scale, f)
+    if exact is not None:
+        fields = ", ".join(f".{k} = {c_int(v)}" for k, v in exact.c_fields().items())
+        code.append(f"static const MicoQuantExact {tag}q = {{ {fields} }};")
+        calls.append(f"mico_quantize_f32_exact_b{f.bits}({tag}x, y, {n}, &{tag}q, {tag}f)")
     return code, calls
 
 
@@ -140,7 +151,7 @@ def run_cases(cases: list[Case], target: str = "host", cc: str = "gcc") -> list[
     results = []
     for case in cases:
         row = {}
-        for path in PATHS:
+        for path in case.paths():
             j = next(marks)
             raw = np.frombuffer(bytes.fromhex(text[j + 2]), dtype=np.uint8)
             row[path] = (int(text[j + 1]), np.asarray(unpack(raw, case.x.size, case.fmt)))
@@ -186,8 +197,9 @@ def measure(n: int = 512, target: str = "rv32") -> list[dict]:
             "format": str(case.fmt),
             "elements": n,
             "table_bytes": 4 * c_table(case.scale, case.fmt).size,
-            **{f"{p}_per_element": got[p][0] / n for p in PATHS},
-            "exact": all(bool(np.array_equal(got[p][1], ref)) for p in PATHS),
+            "exact_kernel_params": exact_params(case.scale, case.fmt) is not None,
+            **{f"{p}_per_element": got[p][0] / n if p in got else None for p in PATHS},
+            "exact": all(bool(np.array_equal(got[p][1], ref)) for p in got),
         })  # fmt: skip
     return rows
 

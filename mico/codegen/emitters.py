@@ -21,6 +21,7 @@ from mico.ir.ops import mico_ops
 from mico.ir.ops.mico_ops import code_range
 from mico.ir.ops.registry import OpRegistry
 from mico.quant.arithmetic import QFormat, inv_scale_f32
+from mico.quant.exact_input import exact_params, exact_preferred
 from mico.quant.packing import lane_channels, lane_plan, pack, pack_binary_rows, pack_lanes
 from mico.quant.thresholds import c_table, table_usable
 
@@ -152,10 +153,18 @@ def quantize_table_kernel(fmt: QFormat) -> str:
     return f"mico_quantize_f32_table_b{fmt.bits}"
 
 
+def quantize_exact_kernel(fmt: QFormat) -> str:
+    """The C function quantizing float32 to ``fmt`` with one integer multiply and no table
+    (mico.quant.exact_input): one per width, like the table kernels."""
+    return f"mico_quantize_f32_exact_b{fmt.bits}"
+
+
 def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
-    """float32 input to codes. The scale is known here, so C gets the codes' thresholds
-    (mico.quant.thresholds: exact, integer compares only) rather than a float multiply,
-    unless the scale has no finite float32 reciprocal."""
+    """float32 input to codes. The scale is known here, so C needs no float multiply: codes of
+    4 bits or more get the exact integer kernel (mico.quant.exact_input: no table, fewer
+    instructions), narrower ones the codes' thresholds (mico.quant.thresholds: a table of at
+    most 28 bytes, integer compares only). A scale the exact kernel cannot take keeps the table
+    and one without a finite float32 reciprocal the float kernel."""
     fmt: QFormat = node.attrs["qformat"]
     scale = node.attrs["scale"]
     fmt_fields: dict[str, object] = {"bits": fmt.bits, "is_signed": int(fmt.signed)}
@@ -163,7 +172,15 @@ def emit_quantize(node: Node, ctx: EmitContext) -> list[str]:
         fmt_fields["zero"] = fmt.zero
     fmt_sym = ctx.const_struct("MicoFmt", f"{node.name}_fmt", _fields(fmt_fields))
     ctx.need("mico_quant.c")
-    if np.ndim(scale) == 0 and table_usable(float(scale)):
+    scalar = np.ndim(scale) == 0
+    exact = exact_params(float(scale), fmt) if scalar and exact_preferred(fmt) else None
+    if exact is not None:
+        fields = {k: c_int(v) for k, v in exact.c_fields().items()}
+        q_sym = ctx.const_struct("MicoQuantExact", f"{node.name}_exact", _fields(fields))
+        args = [ctx.buffer(node.inputs[0]), ctx.buffer(node.output)]
+        args += [str(node.output.type.numel), f"&{q_sym}", fmt_sym]
+        return [f"{quantize_exact_kernel(fmt)}({', '.join(args)});"]
+    if scalar and table_usable(float(scale)):
         table = ctx.const_int32(f"{node.name}_thresholds", c_table(float(scale), fmt), "params")
         args = [ctx.buffer(node.inputs[0]), ctx.buffer(node.output)]
         args += [str(node.output.type.numel), table, fmt_sym, c_int(fmt.qmin)]

@@ -402,6 +402,32 @@ void mico_quantize_f32_table_b6(const float *x, void *codes, size_t n, const int
 void mico_quantize_f32_table_b7(const float *x, void *codes, size_t n, const int32_t *t,
                                 MicoFmt fmt, int32_t qmin);
 
+/* A scale known ahead as integers (mico.quant.exact_input.exact_params): x * inv_scale,
+ * rounded as float32 rounds it and then half away from zero, clamped, with one mulhu. */
+typedef struct {
+    uint32_t m;    /* inv_scale's 24-bit significand (hidden bit included) times 4 */
+    int32_t k;     /* 277 - inv_scale's exponent: an input of exponent field e shifts by k - e */
+    int32_t qmin;  /* the code range [qmin, qmin + span] */
+    uint32_t span; /* qmax - qmin */
+} MicoQuantExact;
+/* The codes of mico_quantize_f32 without float operations and without a table, for codes of
+ * one width (fmt.bits, 2..8; not binary): 2, 4 and 8 bits a byte of fields at a time, the
+ * others through a bit buffer. */
+void mico_quantize_f32_exact_b2(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b3(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b4(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b5(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b6(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b7(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+void mico_quantize_f32_exact_b8(const float *x, void *codes, size_t n, const MicoQuantExact *q,
+                                MicoFmt fmt);
+
 /* mico_qconv2d picks its path by the layer: int32 inputs go element by element
  * (mico_qconv2d_elementwise), depthwise 3x3 layers with unit column dilation take
  * mico_qconv2d_depthwise3x3, every other layer mico_qconv2d_tiled (im2col). */

@@ -133,12 +133,25 @@ void mico_quantize_f32_table(const float *x, void *codes, size_t n, const int32_
     }
 }
 
-/* The same for b = 1, 2, 4 or 8 bits, written straight into whole bytes of 8 / b fields, the
- * search unrolled for b (mico_quantize_f32_table takes any width, one code at a time). A field is the rank plus base (masked to b bits): binary fields are
- * the rank itself (0: -1, 1: +1), others qmin + zero + rank (two's complement, or code +
- * zero). A last partial byte keeps its bits past the tensor, as mico_pack does. */
-static MICO_QINLINE void mico_qtable_bytes(const float *x, uint8_t *out, size_t n,
-                                           const int32_t *t, uint32_t base, const int32_t b)
+/* The rank (code - qmin) one kernel gives the float at x; ctx holds what the kernel knows of the
+ * scale, b is the code width (a constant once inlined). The packers below take one, so the
+ * table and the exact kernels share their field writing. */
+typedef uint32_t (*MicoQRank)(const float *x, const void *ctx, int32_t b);
+
+/* The table's rank: the entries of the threshold table ctx below x's key. */
+static MICO_QINLINE uint32_t mico_qtable_rank(const float *x, const void *ctx, int32_t b)
+{
+    return (uint32_t)mico_table_rank((const int32_t *)ctx, mico_f32_key(x), b);
+}
+
+/* The fields of b = 1, 2, 4 or 8 bits written straight into whole bytes of 8 / b fields, the
+ * rank inlined for b (mico_quantize_f32_table takes any width, one code at a time). A field
+ * is the rank plus base (masked to b bits): binary fields are the rank itself (0: -1, 1: +1),
+ * others qmin + zero + rank (two's complement, or code + zero). A last partial byte keeps its
+ * bits past the tensor, as mico_pack does. */
+static MICO_QINLINE void mico_qfield_bytes(const float *x, uint8_t *out, size_t n,
+                                           MicoQRank rank, const void *ctx, uint32_t base,
+                                           const int32_t b)
 {
     const int32_t per = 8 / b;
     const uint32_t mask = (1u << b) - 1u;
@@ -149,8 +162,7 @@ static MICO_QINLINE void mico_qtable_bytes(const float *x, uint8_t *out, size_t 
         acc = 0;
         MICO_UNROLL
         for (k = 0; k < per; k++) {
-            const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i + (size_t)k]), b);
-            acc |= ((r + base) & mask) << (k * b);
+            acc |= ((rank(&x[i + (size_t)k], ctx, b) + base) & mask) << (k * b);
         }
         *out++ = (uint8_t)acc;
     }
@@ -158,36 +170,22 @@ static MICO_QINLINE void mico_qtable_bytes(const float *x, uint8_t *out, size_t 
         const int32_t rest = (int32_t)(n - i);
         acc = 0;
         for (k = 0; k < rest; k++) {
-            const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i + (size_t)k]), b);
-            acc |= ((r + base) & mask) << (k * b);
+            acc |= ((rank(&x[i + (size_t)k], ctx, b) + base) & mask) << (k * b);
         }
         *out = (uint8_t)((*out & (0xffu << (rest * b)) & 0xffu) | acc);
     }
 }
 
-#define MICO_QTABLE_BYTES(b)                                                                 \
-    void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
-                                      MicoFmt fmt, int32_t qmin)                             \
-    {                                                                                        \
-        const uint32_t base = fmt.is_signed && fmt.bits == 1 ? 0u : (uint32_t)(qmin + fmt.zero); \
-        mico_qtable_bytes(x, (uint8_t *)codes, n, t, base, b);                               \
-    }
-
-MICO_QTABLE_BYTES(1)
-MICO_QTABLE_BYTES(2)
-MICO_QTABLE_BYTES(4)
-MICO_QTABLE_BYTES(8)
-
 /* The same for b = 3, 5, 6 or 7 bits, the fields streamed through a bit buffer. */
-static MICO_QINLINE void mico_qtable_stream(const float *x, uint8_t *out, size_t n,
-                                            const int32_t *t, uint32_t base, const int32_t b)
+static MICO_QINLINE void mico_qfield_stream(const float *x, uint8_t *out, size_t n,
+                                            MicoQRank rank, const void *ctx, uint32_t base,
+                                            const int32_t b)
 {
     const uint32_t mask = (1u << b) - 1u;
     uint32_t acc = 0, used = 0;
     size_t i;
     for (i = 0; i < n; i++) {
-        const uint32_t r = (uint32_t)mico_table_rank(t, mico_f32_key(&x[i]), b);
-        acc |= ((r + base) & mask) << used;
+        acc |= ((rank(&x[i], ctx, b) + base) & mask) << used;
         used += (uint32_t)b;
         if (used >= 8u) {
             *out++ = (uint8_t)acc;
@@ -200,17 +198,87 @@ static MICO_QINLINE void mico_qtable_stream(const float *x, uint8_t *out, size_t
     }
 }
 
-#define MICO_QTABLE_STREAM(b)                                                                \
+/* Whole bytes of fields for 1, 2, 4 and 8 bits, the bit buffer for the others. */
+static MICO_QINLINE void mico_qfields(const float *x, uint8_t *out, size_t n, MicoQRank rank,
+                                      const void *ctx, uint32_t base, const int32_t b)
+{
+    if (8 % b == 0) {
+        mico_qfield_bytes(x, out, n, rank, ctx, base, b);
+    } else {
+        mico_qfield_stream(x, out, n, rank, ctx, base, b);
+    }
+}
+
+#define MICO_QTABLE(b)                                                                       \
     void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
                                       MicoFmt fmt, int32_t qmin)                             \
     {                                                                                        \
-        mico_qtable_stream(x, (uint8_t *)codes, n, t, (uint32_t)(qmin + fmt.zero), b);       \
+        const uint32_t base = fmt.is_signed && fmt.bits == 1 ? 0u : (uint32_t)(qmin + fmt.zero); \
+        mico_qfields(x, (uint8_t *)codes, n, mico_qtable_rank, t, base, b);                  \
     }
 
-MICO_QTABLE_STREAM(3)
-MICO_QTABLE_STREAM(5)
-MICO_QTABLE_STREAM(6)
-MICO_QTABLE_STREAM(7)
+MICO_QTABLE(1)
+MICO_QTABLE(2)
+MICO_QTABLE(3)
+MICO_QTABLE(4)
+MICO_QTABLE(5)
+MICO_QTABLE(6)
+MICO_QTABLE(7)
+MICO_QTABLE(8)
+
+/* The exact kernels' rank: x * inv_scale as float32 rounds it, rounded half away from zero
+ * and clamped, in integers (mico.quant.exact_input derives the constants and the proof).
+ * With x = mx * 2^(ex - 150) (mx: 24 bits, hidden bit included) and the product's exact
+ * significand P = mx * mi in [2^46, 2^48), the float32 product RNE24(P) * 2^E, rounded half
+ * away from zero, is floor((P + 2^(22 + n) + 2^(s - 1)) / 2^s) with n = [P >= 2^47] and
+ * s = -E: ties of the 24-bit rounding at k + 0.5 - ulp / 2 go up to the even k + 0.5, so the
+ * integer rounding sees v plus half an ulp. mulhu of mx << 8 and m = mi << 2 gives
+ * h = floor(P / 2^22); the 2^(22+n) and 2^(s-1) terms are whole multiples of 2^22 there,
+ * so the product's low word never matters. The shift is q->k - ex (clamped to [0, 31]: 0 is
+ * far above every code, 31 far below 0.5). Exponent field 0 (zeros, subnormals) reads as
+ * mx = 2^23 + f, a value below the smallest normal, which the generator checked rounds to 0. */
+static MICO_QINLINE uint32_t mico_qexact_rank(const float *x, const void *ctx, int32_t b)
+{
+    const MicoQuantExact *q = (const MicoQuantExact *)ctx;
+    union {
+        float f;
+        uint32_t u;
+    } bits;
+    uint32_t h, r;
+    int32_t sh, sg, t;
+    (void)b;
+    bits.f = *x;
+    h = (uint32_t)(((uint64_t)((bits.u << 8) | 0x80000000u) * q->m) >> 32);
+    h += (h >> 25) + 1u; /* + 2^(22 + n) / 2^22 */
+    sh = q->k - (int32_t)((bits.u << 1) >> 24);
+    if ((uint32_t)sh > 31u) {
+        sh = sh < 0 ? 0 : 31;
+    }
+    r = ((h >> sh) + 1u) >> 1; /* half away from zero of |v| (shift by sh + 1 overall) */
+    sg = (int32_t)bits.u >> 31;
+    t = ((int32_t)r ^ sg) - sg - q->qmin; /* the code minus qmin */
+    if ((uint32_t)t > q->span) {
+        t = t < 0 ? 0 : (int32_t)q->span;
+    }
+    return (uint32_t)t;
+}
+
+#define MICO_QEXACT(b)                                                                       \
+    void mico_quantize_f32_exact_b##b(const float *x, void *codes, size_t n,                 \
+                                      const MicoQuantExact *q, MicoFmt fmt)                  \
+    {                                                                                        \
+        const MicoQuantExact p = *q; /* in registers: byte stores may alias *q */            \
+        mico_qfields(x, (uint8_t *)codes, n, mico_qexact_rank, &p,                           \
+                     (uint32_t)(p.qmin + fmt.zero), b);                                      \
+    }
+
+MICO_QEXACT(2)
+MICO_QEXACT(3)
+MICO_QEXACT(4)
+MICO_QEXACT(5)
+MICO_QEXACT(6)
+MICO_QEXACT(7)
+MICO_QEXACT(8)
 
 void mico_quantize_f32(const float *x, void *codes, size_t n, float inv_scale, MicoFmt fmt,
                        int32_t qmin, int32_t qmax)

@@ -1,7 +1,8 @@
 """Input quantization by thresholds (mico.quant.thresholds, mico_quantize_f32_table*): the
 table reproduces mico.quant.quantize at random floats and at every threshold and its float32
 neighbours, +-0, subnormals and clamped extremes; the C kernels give the same codes on the host
-(and on rv32 under qemu); static models emit the table kernel and stay bit-exact."""
+(and on rv32 under qemu); static models emit the table kernel (codes below 4 bits) or the exact
+integer kernel (test_input_quant_exact.py) and stay bit-exact."""
 
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mico.codegen import emit_c_project
+from mico.codegen.emitters import quantize_exact_kernel, quantize_table_kernel
 from mico.execute import run_graph
 from mico.ir.ops import mico_ops
 from mico.pipeline import lower_model, quantize_ptq
 from mico.quant import QuantPlan
 from mico.quant.arithmetic import QFormat, quantize
+from mico.quant.exact_input import exact_preferred
 from mico.quant.thresholds import (
     KEY_NEG_INF,
     KEY_POS_INF,
@@ -179,7 +182,7 @@ def test_c_kernels_give_the_reference_codes_at_every_edge():
     cases = _edge_cases()
     for case, got in zip(cases, input_quant.run_cases(cases, "host"), strict=True):
         ref = reference(case.x, case.scale, case.fmt)
-        for path in input_quant.PATHS:
+        for path in case.paths():
             np.testing.assert_array_equal(got[path][1], ref, err_msg=f"{case.label} {path}")
 
 
@@ -191,7 +194,7 @@ def test_c_codes_of_tensors_ending_inside_a_byte():
         for n in (1, 3)
     ]
     for case, got in zip(cases, input_quant.run_cases(cases, "host"), strict=True):
-        for path in input_quant.PATHS:
+        for path in case.paths():
             assert got[path][1].tolist() == reference(case.x, 0.1, case.fmt).tolist()
 
 
@@ -200,15 +203,18 @@ def test_c_kernels_on_rv32():
     cases = _edge_cases()[::3]
     for case, got in zip(cases, input_quant.run_cases(cases, "rv32"), strict=True):
         ref = reference(case.x, case.scale, case.fmt)
-        for path in input_quant.PATHS:
+        for path in case.paths():
             np.testing.assert_array_equal(got[path][1], ref, err_msg=f"{case.label} {path}")
         assert got["table"][0] < got["float"][0]  # fewer instructions retired
 
 
 # ----------------------------------------------------------------------------- whole models
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-@pytest.mark.parametrize("plan", ["conv1=8/8,conv2=4/4,fc=2/8", "conv1=2/6,conv2=4/4,fc=4/4"])
-def test_static_model_quantizes_its_input_by_table(
+@pytest.mark.parametrize(
+    "plan",
+    ["conv1=8/8,conv2=4/4,fc=2/8", "conv1=2/6,conv2=4/4,fc=4/4", "conv1=4/3,conv2=4/4,fc=4/4"],
+)
+def test_static_model_quantizes_its_input_without_floats(
     plan, trained_cnn, calibration_batches, digits_split, tmp_path
 ):
     model = quantize_ptq(trained_cnn, QuantPlan.parse(plan), calibration_batches)
@@ -216,10 +222,14 @@ def test_static_model_quantizes_its_input_by_table(
     (node,) = [n for n in graph.nodes if n.op == mico_ops.QUANTIZE]
     project = emit_c_project(graph, tmp_path / "c", "cnn")
     source = (tmp_path / "c" / "cnn.c").read_text()
-    assert "mico_quantize_f32_table" in source and "mico_quantize_f32(" not in source
+    fmt, scale = node.attrs["qformat"], node.attrs["scale"]
+    # 4 bits and more: the exact integer kernel, no table; narrower codes: the table
+    wide = exact_preferred(fmt)
+    kernel = quantize_exact_kernel(fmt) if wide else quantize_table_kernel(fmt)
+    assert f"{kernel}(" in source and "mico_quantize_f32(" not in source
+    assert ("_thresholds" in source) != wide
     host.build(project)
     # real samples, then samples made of the input node's thresholds and their neighbours
-    fmt, scale = node.attrs["qformat"], node.attrs["scale"]
     edges = np.resize(edge_values(scale, fmt), (6, 64)).reshape(6, 1, 8, 8)
     samples = np.concatenate([digits_split.x_test[:16], edges]).astype(np.float32)
     np.testing.assert_array_equal(host.run(project, samples), run_graph(graph, samples)[0].numpy())
