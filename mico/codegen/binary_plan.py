@@ -28,7 +28,10 @@ POPCOUNT_PATHS = (("zbb", "cpop"),)
 PORTABLE_PATH = "swar"
 #: at most this many weight-row words (half the patch buffer of mico_binary.c: binary
 #: activations with padding keep a validity mask beside each patch)
-MAX_WORDS = 512
+MAX_WORDS = 288
+#: layers of fewer MACs keep the other kernels: the popcount path adds about 6 KB of code to a
+#: program (the lanes' rule, emitters.LANES_MIN_MACS, for the same reason)
+MIN_MACS = 32768
 
 
 def popcount_path(extensions: Iterable[str] = ()) -> str:
@@ -52,14 +55,17 @@ def takes_binary(
     groups: int = 1,
     dil_w: int = 1,
     k_w: int = 1,
+    macs: int | None = None,
 ) -> bool:
     """Whether a layer of these formats and shape takes the popcount kernels.
 
     Binary weights, 1-bit activations (not asymmetric: 1-bit codes never are), one group, unit
-    column dilation, kernel rows of at most 32 taps and rows of at most :data:`MAX_WORDS`
-    words.
+    column dilation, kernel rows of at most 32 taps, rows of at most :data:`MAX_WORDS` words
+    and, when ``macs`` is given, at least :data:`MIN_MACS` of them.
     """
     if w_fmt is None or a_fmt is None or not w_fmt.binary:
+        return False
+    if macs is not None and macs < MIN_MACS:
         return False
     if a_fmt.bits != 1 or a_fmt.zero or groups != 1 or dil_w != 1 or k_w > 32:
         return False

@@ -261,7 +261,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     macs = out_c * out_h * out_w * (in_c // a["groups"]) * k_h * k_w
     taps = in_c // a["groups"] * k_h * k_w
     binary = binary_plan.takes_binary(
-        node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w
+        node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
     )
     lanes = (
         None
@@ -328,7 +328,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     a = node.attrs
     rows = x.type.numel // (in_features * x.type.shape[0])
     macs = rows * in_features * out_features
-    binary = binary_plan.takes_binary(node.inputs[1].qformat, x.qformat, in_features)
+    binary = binary_plan.takes_binary(node.inputs[1].qformat, x.qformat, in_features, macs=macs)
     lanes = (
         None
         if binary

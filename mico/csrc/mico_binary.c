@@ -23,10 +23,11 @@
  * one multiply), plain rv32imac; mico_q*_bin_cpop takes one Zbb `cpop` per word (on RISC-V the
  * instruction itself, whatever -march says; elsewhere __builtin_popcount). The code generator
  * picks the entry point from the target's ISA extensions (mico.codegen.binary_plan).
- * Stack: about 4.4 KB (the block's patches). */
+ * Stack (rv32): about 4 KB for a convolution (the block's patches), 2.6 KB for a linear
+ * layer. */
 #include "mico_nn.h"
 
-#define MICO_BIN_PATCH 1024 /* uint32 words of the block's patches (and validity masks) */
+#define MICO_BIN_PATCH 576 /* uint32 words of the block's patches (and validity masks) */
 #define MICO_BIN_PIX 32     /* output pixels per block */
 #define MICO_BIN_SPAN 96    /* bits of an input row span read at once */
 
@@ -470,8 +471,6 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
             } else {
                 mico_bin_channels1(p, thr, patch, base, np, (size_t)pix0, out, 0, cpop);
             }
-        } else if (g.words == 1) {
-            mico_bin_channels(p, &g, thr, patch, base, np, (size_t)pix0, out, 1, cpop);
         } else {
             mico_bin_channels(p, &g, thr, patch, base, np, (size_t)pix0, out, g.words, cpop);
         }

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from mico.codegen.binary_plan import (
     MAX_WORDS,
+    MIN_MACS,
     binary_kernel,
     popcount_path,
     takes_binary,
@@ -137,6 +138,8 @@ def test_which_layers_take_the_popcount_kernels():
     assert not takes_binary(W1, U1, 144, dil_w=2)
     assert not takes_binary(W1, U1, 33 * 33, k_w=33)
     assert not takes_binary(W1, U1, 32 * MAX_WORDS + 1)
+    assert takes_binary(W1, U1, 144, macs=MIN_MACS)  # small layers keep the other kernels
+    assert not takes_binary(W1, U1, 144, macs=MIN_MACS - 1)
 
 
 # ----------------------------------------------------------------------------- kernels on host
@@ -198,7 +201,8 @@ def test_kernels_bit_exact_on_host(a_fmt, path):
 
 # ----------------------------------------------------------------------------- a whole model
 def _w1a1_graph(signed_mid: bool):
-    """A small conv net at W1A1 (8-bit input layer), lowered for static mode; and samples.
+    """A small conv net at W1A1 (8-bit input layer; every other layer has enough MACs for the
+    popcount kernels), lowered for static mode; and samples.
     Without a ReLU between two convolutions the middle activations are binary {-1, +1}."""
     import torch
     from torch import nn
@@ -214,10 +218,10 @@ def _w1a1_graph(signed_mid: bool):
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
         nn.Conv2d(16, 24, 3, padding=1), mid,
         nn.Conv2d(24, 20, 3, padding=1, stride=2), nn.ReLU(),
-        nn.Conv2d(20, 16, 1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(16 * 4 * 4, 10),
+        nn.Conv2d(20, 32, 1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(32 * 8 * 8, 16),
     )  # fmt: skip
-    model = from_torch(net, input_shape=(3, 8, 8))
+    model = from_torch(net, input_shape=(3, 16, 16))
     n = 5
     model.set_qscheme([[1] * n, [8] + [1] * (n - 1)], act_mode="static")
     example = model.example_input()
@@ -241,7 +245,7 @@ def test_compiled_w1a1_model_is_bit_exact(signed_mid, tmp_path):
     graph, samples = _w1a1_graph(signed_mid)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
-    assert source.count("_bin_swar(") >= 3 and "_bin_cpop(" not in source, source
+    assert source.count("_bin_swar(") == 4 and "_bin_cpop(" not in source, source
     if signed_mid:
         assert any(
             node.inputs[0].qformat == B1 for node in graph.nodes if node.op == "mico.qconv2d"
@@ -267,7 +271,7 @@ def test_zbb_extensions_pick_cpop_and_stay_bit_exact(tmp_path):
     graph, samples = _w1a1_graph(False)
     project = emit_c_project(graph, tmp_path / "c", "m", isa_extensions=(*extensions, "zbb"))
     source = (project.directory / "m.c").read_text()
-    assert source.count("_bin_cpop(") >= 3 and "_bin_swar(" not in source, source
+    assert source.count("_bin_cpop(") == 4 and "_bin_swar(" not in source, source
     reference = run_graph(graph, samples)[0].numpy()
     host.build(project)
     assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
