@@ -8,10 +8,12 @@ Each case is one quantize node (a width, signed / unsigned / asymmetric codes, a
 seeded float32 inputs. A C program quantizes them with both kernels of ``mico_quant.c`` and
 prints the instructions each call retired (the ``instret`` CSR, qemu ``-icount shift=0``) and
 the packed codes: **float** ``mico_quantize_f32`` (``x * inv_scale``, a soft-float multiply on
-rv32imac, then integer rounding and clamping) and **table** ``mico_quantize_f32_table`` (the
-code as a binary search of float-ordered integer keys in the thresholds of
-``mico.quant.thresholds``, what ``mico compile`` emits in static mode now). Both outputs are
-held to the Python reference (``mico.quant.quantize``). Results: ``input_quant.{md,json}``.
+rv32imac, then integer rounding and clamping), **table** ``mico_quantize_f32_table_b<bits>``
+(the code as a binary search of float-ordered integer keys in the thresholds of
+``mico.quant.thresholds``; ``mico compile`` emits it for codes of 1 to 3 bits) and **exact**
+``mico_quantize_f32_exact_b<bits>`` (one integer multiply, no table:
+``mico.quant.exact_input``; emitted for 4 to 8 bits). All outputs are held to the Python
+reference (``mico.quant.quantize``). Results: ``input_quant.{md,json}``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from mico.codegen.context import c_float
 from mico.codegen.emitters import c_int, quantize_table_kernel
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import QFormat, inv_scale_f32, quantize
-from mico.quant.exact_input import exact_params
+from mico.quant.exact_input import exact_params, exact_preferred
 from mico.quant.packing import unpack
 from mico.quant.thresholds import c_table
 
@@ -163,7 +165,7 @@ def run_cases(cases: list[Case], target: str = "host", cc: str = "gcc") -> list[
 #: (label, bits, signed, zero point as a fraction of the code range)
 FORMATS = [
     (f"{kind} {bits}-bit", bits, signed, zero)
-    for bits in (8, 6, 4, 3, 2, 1)
+    for bits in (8, 7, 6, 5, 4, 3, 2, 1)
     for kind, signed, zero in (
         ("signed", True, 0.0),
         ("unsigned", False, 0.0),
@@ -197,7 +199,7 @@ def measure(n: int = 512, target: str = "rv32") -> list[dict]:
             "format": str(case.fmt),
             "elements": n,
             "table_bytes": 4 * c_table(case.scale, case.fmt).size,
-            "exact_kernel_params": exact_params(case.scale, case.fmt) is not None,
+            "emitted": "exact" if "exact" in got and exact_preferred(case.fmt) else "table",
             **{f"{p}_per_element": got[p][0] / n if p in got else None for p in PATHS},
             "exact": all(bool(np.array_equal(got[p][1], ref)) for p in got),
         })  # fmt: skip
@@ -223,7 +225,9 @@ def _tiny_cnn() -> Any:
 def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
     """The input quantize node of a static 3x32x32 CNN, as ``mico verify --per-layer`` counts
     it on rv32 (:func:`mico.hw.nodes.node_costs`), with each path: instructions per input
-    element, and the whole inference."""
+    element, and the whole inference. ``exact`` is forced for every width here (programs take
+    it from :data:`mico.quant.exact_input.EXACT_MIN_BITS` bits on); ``emitted`` names the path
+    ``mico compile`` takes."""
     import torch
 
     from mico.codegen import emitters
@@ -240,11 +244,12 @@ def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
     batches = [torch.randn(8, 3, 32, 32) for _ in range(2)]
     calibrate(model, batches)
     sample = batches[0][0].numpy()
-    rows = {}
-    usable = emitters.table_usable
-    for path in ("float", "table"):
+    rows: dict[str, Any] = {}
+    usable, preferred = emitters.table_usable, emitters.exact_preferred
+    for path in ("float", "table", "exact"):
         # the float path is what a scale without a finite reciprocal still gets
         emitters.table_usable = usable if path == "table" else (lambda scale: False)
+        emitters.exact_preferred = lambda fmt, path=path: path == "exact"
         try:
             with tempfile.TemporaryDirectory(prefix="mico-input-quant-") as tmp:
                 compiled = compile_model(model, batches[0][:1], Path(tmp) / "m", "m",
@@ -254,7 +259,7 @@ def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
                 size = subprocess.run([RV32_CC.replace("gcc", "size"), str(elf)], check=True,
                                       capture_output=True, text=True).stdout  # fmt: skip
         finally:
-            emitters.table_usable = usable
+            emitters.table_usable, emitters.exact_preferred = usable, preferred
         (node,) = [n for n in compiled.graph.nodes if n.op == mico_ops.QUANTIZE]
         count = dict(costs.nodes)[node.name]
         total = sum(c for _, c in costs.nodes) + costs.tail
@@ -268,38 +273,116 @@ def model_rows(plan: str, asymmetric: bool) -> dict[str, dict]:
             "constants_bytes": sum(compiled.project.flash.values()),
             "text_bytes": int(size.splitlines()[1].split()[0]),  # code and const data
         }
+    fmt = node.attrs["qformat"]
+    rows["emitted"] = "exact" if preferred(fmt) else "table"
     return rows
 
 
-def _markdown(rows: list[dict], models: dict[str, dict], meta: dict) -> str:
+def digits_constants() -> dict[str, dict[str, int]]:
+    """The constants (``MiCoEval.eval_size``: :func:`mico.codegen.project.project_flash`) of
+    the digits CNN (SmallCNN(4, 8), 1x8x8 inputs) at W8A8, static, with its input quantized by
+    the table and by the exact kernel, by kind."""
+    import torch
+
+    from mico.codegen import emitters
+    from mico.codegen.project import project_flash
+    from mico.models import SmallCNN
+    from mico.pipeline import lower_model
+    from mico.quant import QuantConfig, calibrate, quantize_model
+
+    torch.manual_seed(0)
+    model = SmallCNN(channels=(4, 8)).eval()
+    quantize_model(model, "8/8", QuantConfig(act_mode="static"),
+                   example_inputs=torch.zeros(1, 1, 8, 8))  # fmt: skip
+    calibrate(model, [torch.rand(16, 1, 8, 8) * 16 for _ in range(2)])
+    graph = lower_model(model, torch.zeros(1, 1, 8, 8), "cnn")
+    out = {}
+    preferred = emitters.exact_preferred
+    for path in ("table", "exact"):
+        emitters.exact_preferred = lambda fmt, path=path: path == "exact"
+        try:
+            out[path] = project_flash(graph)
+        finally:
+            emitters.exact_preferred = preferred
+    return out
+
+
+def _num(v: float | None) -> str:
+    return "–" if v is None else f"{v:.1f}"
+
+
+def _kernel_rows(rows: list[dict]) -> list[str]:
+    out = [
+        "| case | format | float | table | exact | any-width table | emitted | table bytes "
+        "| flash saved | bit-exact |",
+        "|---|---|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for r in rows:
+        emitted = "exact" if r["emitted"] == "exact" else "table"
+        saved = r["table_bytes"] if emitted == "exact" else 0
+        out.append(
+            f"| {r['case']} | {r['format']} | {_num(r['float_per_element'])} | "
+            f"{_num(r['table_per_element'])} | {_num(r['exact_per_element'])} | "
+            f"{_num(r['table_any_per_element'])} | {emitted} | {r['table_bytes']} | {saved} | "
+            f"{'yes' if r['exact'] else 'NO'} |"
+        )
+    return out
+
+
+def _model_rows(models: dict[str, dict]) -> list[str]:
+    out = [
+        "| plan | input format | emitted | float | table | exact | share float / table / exact "
+        "| inference float / table / exact | constants table → exact | text float / table / "
+        "exact |",
+        "|---|---|---|---:|---:|---:|---|---|---|---|",
+    ]
+    for label, m in models.items():
+        f, t, e = m["float"], m["table"], m["exact"]
+        out.append(
+            f"| {label} | {t['format']} | {m['emitted']} | {f['per_element']:.1f} | "
+            f"{t['per_element']:.1f} | {e['per_element']:.1f} | {f['share_pct']:.1f} / "
+            f"{t['share_pct']:.1f} / {e['share_pct']:.1f} % | {f['total']:,} / {t['total']:,} / "
+            f"{e['total']:,} | {t['constants_bytes']:,} → {e['constants_bytes']:,} | "
+            f"{f['text_bytes']:,} / {t['text_bytes']:,} / {e['text_bytes']:,} |"
+        )
+    return out
+
+
+def _markdown(rows: list[dict], models: dict[str, dict], digits: dict, meta: dict) -> str:
     out = [
         "# Input quantization on rv32imac (benchmarks/input_quant.py)",
         "",
         f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
         "-icount shift=0. **float**: `mico_quantize_f32` (x * inv_scale through the soft-float "
         "library, integer rounding and clamping; kept for scales without a finite float32 "
-        "reciprocal). **table**: what static programs emit now, `mico_quantize_f32_table_b<bits>`: "
-        "the float's bits as an int32 key "
-        "ordered like the floats, a branch-free binary search of `bits` steps in the code "
-        "thresholds (`mico.quant.thresholds`, an int32 table in flash), fields written straight "
-        "(bytes of 8 / bits fields, or through a bit buffer); **any-width kernel**: "
-        "`mico_quantize_f32_table`, the same search with the width read at run time and "
-        "codes packed through `mico_pack`. All are held to "
+        "reciprocal). **table**: `mico_quantize_f32_table_b<bits>`, the float's bits as an "
+        "int32 key ordered like the floats, a branch-free binary search of `bits` steps in the "
+        "code thresholds (`mico.quant.thresholds`, an int32 table of 2^bits - 1 entries in "
+        "flash). **exact**: `mico_quantize_f32_exact_b<bits>`, no table: the float32 product's "
+        "24-bit rounding and the rounding half away from zero done together on the high word "
+        "of one 32x32 multiply (`mico.quant.exact_input`, a 16-byte struct of constants). Both "
+        "write their fields straight (bytes of 8 / bits fields, or through a bit buffer). "
+        "**any-width table**: `mico_quantize_f32_table`, the search with the width read at run "
+        "time, codes packed through `mico_pack`. Static programs take the exact kernel for "
+        "codes of 4 bits or more and the table below (**emitted**). All are held to "
         "`mico.quant.quantize` bit for bit.",
         "",
-        f"## The kernels alone ({rows[0]['elements']} float32 inputs a call, packing included)",
+        f"## The kernels alone ({rows[0]['elements']} float32 inputs a call, packing included; "
+        "instructions per element)",
         "",
-        "| case | format | float instr/elem | table instr/elem | speed-up | table bytes | "
-        "any-width kernel | exact |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        *_kernel_rows(rows),
     ]
-    for r in rows:
-        out.append(
-            f"| {r['case']} | {r['format']} | {r['float_per_element']:.1f} | "
-            f"{r['table_per_element']:.1f} | "
-            f"{r['float_per_element'] / r['table_per_element']:.1f}x | {r['table_bytes']} | "
-            f"{r['table_any_per_element']:.1f} | {'yes' if r['exact'] else 'NO'} |"
-        )
+    if digits:
+        t, e = digits["table"], digits["exact"]
+        kinds = ", ".join(f"{k} {t[k]} → {e[k]}" for k in t)
+        out += [
+            "",
+            "## Constants of the digits CNN (what `MiCoEval.eval_size` counts)",
+            "",
+            f"SmallCNN(4, 8) on 1x8x8 digits, W8A8 static, bytes by kind with the input "
+            f"quantized by the table → by the exact kernel: {kinds}; total "
+            f"{sum(t.values()):,} → {sum(e.values()):,}.",
+        ]
     if models:
         out += [
             "",
@@ -309,20 +392,13 @@ def _markdown(rows: list[dict], models: dict[str, dict], meta: dict) -> str:
             "calibrated on normal inputs), its input quantize node as `mico verify --per-layer` "
             "counts it on rv32 (`mico.hw.nodes.node_costs`: the node's count includes the "
             "run function's NaN / Inf check of the input, about 6 instructions an element), "
-            "per input element and as a share of the inference; program size is the ELF's "
-            "text (code and constants).",
+            "instructions per input element with each kernel and as a share of the inference; "
+            "constants are the project's flash constants, program size the ELF's text (code "
+            "and constants). The exact column is forced at every width (the 2/2 plan emits the "
+            "table).",
             "",
-            "| plan | input format | float instr/elem | table instr/elem | float share | "
-            "table share | inference float → table | text bytes float → table |",
-            "|---|---|---:|---:|---:|---:|---|---|",
+            *_model_rows(models),
         ]
-        for label, m in models.items():
-            f, t = m["float"], m["table"]
-            out.append(
-                f"| {label} | {t['format']} | {f['per_element']:.1f} | {t['per_element']:.1f} | "
-                f"{f['share_pct']:.1f} % | {t['share_pct']:.1f} % | "
-                f"{f['total']:,} → {t['total']:,} | {f['text_bytes']:,} → {t['text_bytes']:,} |"
-            )
     return "\n".join(out)
 
 
@@ -337,13 +413,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = measure(args.n)
     for r in rows:
         verdict = "exact" if r["exact"] else "MISMATCH"
-        print(f"{r['case']:22s} float {r['float_per_element']:7.1f}  table "
-              f"{r['table_per_element']:6.1f}  {verdict}")  # fmt: skip
+        print(f"{r['case']:22s} float {_num(r['float_per_element']):>6}  table "
+              f"{_num(r['table_per_element']):>5}  exact {_num(r['exact_per_element']):>5}  "
+              f"{verdict}")  # fmt: skip
+    digits = digits_constants()
+    print("digits CNN constants", {p: sum(v.values()) for p, v in digits.items()})
     models = {}
     for label, plan, asymmetric in [] if args.no_models else MODEL_PLANS:
         models[label] = model_rows(plan, asymmetric)
-        print(f"model {label:16s} float {models[label]['float']['per_element']:7.1f}  table "
-              f"{models[label]['table']['per_element']:6.1f} instr/elem")  # fmt: skip
+        print(f"model {label:16s}", {p: round(models[label][p]["per_element"], 1)
+                                    for p in ("float", "table", "exact")})  # fmt: skip
     cc = subprocess.run([RV32_CC, "--version"], capture_output=True, text=True).stdout
     meta = {
         "date": __import__("datetime").date.today().isoformat(),
@@ -352,9 +431,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    data = {"meta": meta, "results": rows, "models": models}
+    data = {"meta": meta, "results": rows, "digits_constants": digits, "models": models}
     (out / "input_quant.json").write_text(json.dumps(data, indent=1))
-    (out / "input_quant.md").write_text(_markdown(rows, models, meta) + "\n")
+    (out / "input_quant.md").write_text(_markdown(rows, models, digits, meta) + "\n")
     return 0 if all(r["exact"] for r in rows) else 1
 
 

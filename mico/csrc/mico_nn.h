@@ -7,7 +7,8 @@
  *    MicoFmt.zero) are shifted, in [-z, 2^b-1-z], and stored as the unsigned field code + z;
  *  - input quantization: float32 x * inv_scale, rounded half away from zero (an exact test on
  *    the fractional part, never floor(|v| + 0.5)), clamped (static programs get the same codes
- *    from a table of thresholds, integer compares only: mico_quantize_f32_table);
+ *    without float operations: one integer multiply for 4..8-bit codes,
+ *    mico_quantize_f32_exact_b<bits>, a table of thresholds below, mico_quantize_f32_table);
  *  - requantization: v * m / 2^shift in 64-bit integers, rounded half away from zero, clamped;
  *  - storage: activations and weights alike are one little-endian bit stream per tensor, code i
  *    at bits [i*b, (i+1)*b), LSB first, b-bit two's complement (signed) or plain binary

@@ -10,8 +10,14 @@
  * as the oracle): x's bits become an int32 key ordered like the floats, and a branch-free
  * binary search of bits steps counts the table entries below the key.
  *
- * Codes go out in runs of MICO_QUANT_RUN through mico_pack; the table kernels of one width,
- * mico_quantize_f32_table_b<bits> (what programs call), write their fields straight. */
+ * mico_quantize_f32_exact_b<bits> (a scale known ahead, codes of 2..8 bits; programs use it
+ * from 4 bits on): no float operation and no table either. The float32 product's rounding to
+ * 24 bits and the rounding half away from zero are done together on the high word of one
+ * 32x32 multiply (mico.quant.exact_input derives the constants and shows why it is exact).
+ *
+ * Codes go out in runs of MICO_QUANT_RUN through mico_pack; the kernels of one width,
+ * mico_quantize_f32_table_b<bits> and mico_quantize_f32_exact_b<bits> (what programs call),
+ * write their fields straight. */
 #include <string.h>
 
 #include "mico_nn.h"

@@ -14,7 +14,8 @@ Floats are compared as *keys*: the int32 whose order is the float order
 (:func:`f32_keys`). ``+0.0`` has key 0 and ``-0.0`` key -1; both give the same code, so a
 threshold never falls between them unless the reference itself tells them apart.
 The C side (``mico_quantize_f32_table`` in ``mico/csrc/mico_quant.c``) computes the same key
-with three integer operations and binary-searches the table.
+with three integer operations and binary-searches the table. Static programs use it for codes
+of 1 to 3 bits; wider codes take :mod:`mico.quant.exact_input` (no table).
 """
 
 from __future__ import annotations
