@@ -465,6 +465,59 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
 MICO_S8_MK(mico_s8_mk_u, uint8_t)
 MICO_S8_MK(mico_s8_mk_s, int8_t)
 
+/* Channel C of a 4 x 4 tap: its weight wq[K + C] times the 4 codes xa .. xd. */
+#define MICO_S8_CH(K, C)                                                                    \
+    do {                                                                                    \
+        const int32_t w_ = wq[(K) + (C)];                                                   \
+        s##C##0 += w_ * xa;                                                                 \
+        s##C##1 += w_ * xb;                                                                 \
+        s##C##2 += w_ * xc;                                                                 \
+        s##C##3 += w_ * xd;                                                                 \
+        MICO_S8_SEQ();                                                                      \
+    } while (0)
+/* The tap of weights wq[K ..] and codes x[0 .. 3]. */
+#define MICO_S8_TAP44(K)                                                                    \
+    do {                                                                                    \
+        const int32_t xa = x[0], xb = x[1], xc = x[2], xd = x[3];                           \
+        MICO_S8_CH(K, 0);                                                                   \
+        MICO_S8_CH(K, 1);                                                                   \
+        MICO_S8_CH(K, 2);                                                                   \
+        MICO_S8_CH(K, 3);                                                                   \
+    } while (0)
+#define MICO_S8_SET(T, C)                                                                   \
+    do {                                                                                    \
+        (T)[0] = s##C##0;                                                                   \
+        (T)[1] = s##C##1;                                                                   \
+        (T)[2] = s##C##2;                                                                   \
+        (T)[3] = s##C##3;                                                                   \
+    } while (0)
+
+/* Micro-kernel of pointwise layers: 4 output channels x 4 pixels, 16 sums in registers; the
+ * block's weights interleaved (wq0[t * 4 + c]: tap t of channel c, one pointer for the four),
+ * so each tap is 8 loads for 16 multiply-adds. Tap t of pixel j of group q is
+ * x0[q * 4 + t * xs + j] (xs: the input plane); the sums of group q go to tile[c * tp + 4q ..]. */
+#define MICO_S8_MK44(NAME, XT)                                                              \
+    static MICO_NOINLINE void NAME(const int8_t *wq0, const XT *x0, int32_t xs,             \
+                                   int32_t taps, int32_t nq, int32_t *tile, int32_t tp)     \
+    {                                                                                       \
+        int32_t q;                                                                          \
+        for (q = 0; q < nq; q++, x0 += 4, tile += 4) {                                      \
+            const int8_t *wq = wq0, *const end = wq0 + 4 * taps;                            \
+            const XT *x = x0;                                                               \
+            int32_t s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0; \
+            int32_t s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0; \
+            for (; wq < end; wq += 4, x += xs) {                                            \
+                MICO_S8_TAP44(0);                                                           \
+            }                                                                               \
+            MICO_S8_SET(tile, 0);                                                           \
+            MICO_S8_SET(tile + tp, 1);                                                      \
+            MICO_S8_SET(tile + 2 * tp, 2);                                                  \
+            MICO_S8_SET(tile + 3 * tp, 3);                                                  \
+        }                                                                                   \
+    }
+MICO_S8_MK44(mico_s8_mk44_u, uint8_t)
+MICO_S8_MK44(mico_s8_mk44_s, int8_t)
+
 /* The micro-kernel for the layer's codes (signed: int8, else uint8), if there is a group. */
 static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb,
                          const uint8_t *x, int32_t xs, int32_t xq, int32_t taps, int32_t nq,
@@ -477,11 +530,11 @@ static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb
     }
 }
 
-/* Requantize v[0 .. n) (sums, bias included) as q says and store them at element `start` of
+/* Requantize b + v[0 .. n) (sums; modulo 2^32) as q says and store them at element `start` of
  * the output. The usual case (a multiplier with a shift above 32, ReLU, a non-negative clamp,
  * byte codes) runs in one tight loop: the high word of the product, no sign to handle. */
-static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, int32_t *v,
-                                        int32_t n, void *out, size_t start)
+static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, uint32_t b,
+                                        int32_t *v, int32_t n, void *out, size_t start)
 {
     const MicoFmt f = p->out.fmt;
     int32_t j;
@@ -490,7 +543,7 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, in
         const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
         uint8_t *o = (uint8_t *)out + start;
         for (j = 0; j < n; j++) {
-            const int32_t r = v[j];
+            const int32_t r = (int32_t)(b + (uint32_t)v[j]);
             int32_t y = r <= 0 ? 0
                                : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >>
                                            s);
@@ -499,6 +552,9 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, in
             o[j] = (uint8_t)(uint32_t)(y + zero);
         }
         return;
+    }
+    for (j = 0; b != 0 && j < n; j++) {
+        v[j] = (int32_t)(b + (uint32_t)v[j]);
     }
     mico_rq_run_fast(q, v, n);
     mico_pack(out, start, v, n, f);
@@ -624,6 +680,87 @@ static MICO_NOINLINE void mico_s8_tail(const MicoConv2d *p, const int8_t *wa, co
     }
 }
 
+/* The 4 x 4 micro-kernel for the layer's codes (signed: int8, else uint8). */
+static void mico_s8_quad(const MicoConv2d *p, const int8_t *wq, const uint8_t *x, int32_t xs,
+                         int32_t taps, int32_t nq, int32_t *tile, int32_t tp)
+{
+    if (p->in_fmt.is_signed) {
+        mico_s8_mk44_s(wq, (const int8_t *)(const void *)x, xs, taps, nq, tile, tp);
+    } else {
+        mico_s8_mk44_u(wq, x, xs, taps, nq, tile, tp);
+    }
+}
+
+/* wq[t * 4 + c] = tap t of channel oc[c], c < 4 (k_all taps each). */
+static void mico_s8_interleave(const int8_t *w, const int32_t *oc, int32_t k_all, int8_t *wq)
+{
+    const int8_t *w0 = w + (size_t)oc[0] * (size_t)k_all, *w1 = w + (size_t)oc[1] * (size_t)k_all;
+    const int8_t *w2 = w + (size_t)oc[2] * (size_t)k_all, *w3 = w + (size_t)oc[3] * (size_t)k_all;
+    int32_t t;
+    for (t = 0; t < k_all; t++, wq += 4) {
+        wq[0] = w0[t];
+        wq[1] = w1[t];
+        wq[2] = w2[t];
+        wq[3] = w3[t];
+    }
+}
+
+/* Pointwise W8A8 convolutions (1x1, stride 1, no padding): the codes of a pixel's taps are
+ * the input planes themselves, read in place. Output channels go in blocks of 4 whose weights
+ * are interleaved once on the stack (the last block repeats the group's last channel); then
+ * every run of up to 32 pixels takes the 4 x 4 micro-kernel (a plane's last pixels that fill
+ * no group of 4: the group of its last 4, only their sums kept) and is requantized and stored
+ * channel by channel. Returns 0 (nothing done) for what it does not take: other kernels,
+ * planes of fewer than 4 pixels, fewer than 4 output channels per group, more than
+ * MICO_S8_PATCH / 4 input channels per group. Stack: about 2.7 KB. */
+static MICO_NOINLINE int mico_qconv2d_s8_pw(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t npix = p->out_h * p->out_w;
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    const int32_t zero = p->in_fmt.is_signed ? 0 : p->in_fmt.zero;
+    const int8_t *w = (const int8_t *)(const void *)p->weight;
+    int8_t wq[MICO_S8_PATCH];
+    int32_t tile[4 * 32], e[16], oc[4];
+    uint32_t b[4];
+    int32_t g, oc0, pix0, c, i;
+    if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
+        p->pad_w != 0 || npix < 4 || opg < 4 || 4 * ipg > MICO_S8_PATCH) {
+        return 0;
+    }
+    for (g = 0; g < p->groups; g++) {
+        const uint8_t *x_g = (const uint8_t *)in + (size_t)(g * ipg) * plane;
+        for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += 4) {
+            const int32_t n_oc = (g + 1) * opg - oc0 < 4 ? (g + 1) * opg - oc0 : 4;
+            for (c = 0; c < 4; c++) {
+                oc[c] = c < n_oc ? oc0 + c : oc0 + n_oc - 1;
+                mico_s8_bias(p, oc[c], ipg, zero, e + c, 1); /* b: bias less zero x sum w */
+                b[c] = (uint32_t)e[c];
+            }
+            mico_s8_interleave(w, oc, ipg, wq);
+            for (pix0 = 0; pix0 < npix; pix0 += 32) {
+                const int32_t np = npix - pix0 < 32 ? npix - pix0 : 32, nq = np / 4;
+                const int32_t rem = np % 4;
+                mico_s8_quad(p, wq, x_g + pix0, (int32_t)plane, ipg, nq, tile, 32);
+                if (rem) { /* the group of the plane's last 4 pixels */
+                    mico_s8_quad(p, wq, x_g + npix - 4, (int32_t)plane, ipg, 1, e, 4);
+                    for (c = 0; c < 4; c++) {
+                        for (i = 0; i < rem; i++) {
+                            tile[c * 32 + 4 * nq + i] = e[c * 4 + 4 - rem + i];
+                        }
+                    }
+                }
+                for (c = 0; c < n_oc; c++) { /* requantize and store */
+                    const MicoRq rq = mico_rq(&p->out, oc0 + c);
+                    mico_s8_store(p, &rq, b[c], tile + c * 32, np, out,
+                                  (size_t)(oc0 + c) * (size_t)npix + (size_t)pix0);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 /* W8A8 convolutions (8-bit codes in, 8-bit weights): the bytes are the codes, so nothing is
  * unpacked. Output pixels go in blocks of up to 4 groups of 8: through a patch of bytes
  * (im2col, built once per block and chunk of kernel rows; as many groups as the patch holds
@@ -690,7 +827,7 @@ static MICO_NOINLINE int mico_qconv2d_s8(const MicoConv2d *p, const void *in, vo
                 }
                 for (c = oc0; c < oc1; c++) { /* requantize and store */
                     const MicoRq rq = mico_rq(&p->out, c);
-                    mico_s8_store(p, &rq, tile + (c - oc0) * bp, np, out,
+                    mico_s8_store(p, &rq, 0u, tile + (c - oc0) * bp, np, out,
                                   (size_t)c * (size_t)npix + (size_t)pix0);
                 }
             }
@@ -943,7 +1080,8 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
-    if (p->w_bits == 8 && p->in_fmt.bits == 8 && mico_qconv2d_s8(p, in, out)) {
+    if (p->w_bits == 8 && p->in_fmt.bits == 8 &&
+        (mico_qconv2d_s8_pw(p, in, out) || mico_qconv2d_s8(p, in, out))) {
         return; /* W8A8: bytes as they are */
     }
     mico_qconv2d_im2col(p, in, out);

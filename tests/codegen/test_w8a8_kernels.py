@@ -1,0 +1,146 @@
+"""The W8A8 kernels (mico_qconv2d_tiled's byte paths mico_qconv2d_s8_pw / mico_qconv2d_s8,
+mico_qlinear's mico_qlinear_s8) against the Python integer arithmetic, layer by layer, through the
+C program of benchmarks/kernels_rv32.py: odd channel counts (a channel computed twice), pixel
+counts that fill no group (a patch's empty columns, a pointwise plane's last group), padding,
+stride 2, groups, reductions longer than the patch (chunks), kernel rows wider than the patch
+takes (the generic path), pointwise layers through the 4 x 4 kernel and the 2 x 8 one, signed,
+unsigned and asymmetric codes, code extremes, biases as near the int32 limits as leaves every
+sum in int32, saturating multipliers; one case on rv32 under qemu."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mico.quant.arithmetic import QFormat
+from mico.targets import rv32
+
+_PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
+if "kernels_rv32" in sys.modules:
+    kernels_rv32 = sys.modules["kernels_rv32"]
+else:
+    _spec = importlib.util.spec_from_file_location("kernels_rv32", _PATH)
+    assert _spec is not None and _spec.loader is not None
+    kernels_rv32 = importlib.util.module_from_spec(_spec)
+    sys.modules["kernels_rv32"] = kernels_rv32
+    _spec.loader.exec_module(kernels_rv32)
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+W8 = QFormat(8, True)
+A_FMTS = [QFormat(8, False), QFormat(8, True)]
+
+# (in_c, out_c, hw, k, pad, stride, groups)
+CONVS = [
+    (3, 5, 7, 3, 1, 1, 1),  # odd channels, 49 pixels
+    (16, 9, 5, 3, 1, 2, 1),  # stride 2, 9 pixels
+    (8, 6, 6, 3, 1, 1, 2),  # groups of 3 output channels
+    (40, 4, 4, 3, 1, 1, 1),  # 360 taps: two chunks of kernel rows
+    (2, 2, 3, 3, 1, 1, 1),  # a plane smaller than a group
+    (6, 4, 11, 5, 2, 2, 2),  # 5x5, stride 2, groups
+    (1, 8, 9, 5, 0, 1, 1),  # one input channel, no padding
+    (4, 4, 18, 17, 1, 1, 1),  # kernel rows wider than the patch takes: the generic path
+    (12, 6, 6, 3, 1, 1, 6),  # one output channel per group: the generic path
+    (7, 3, 9, 1, 0, 1, 1),  # pointwise, 81 pixels (a last group of 1)
+    (32, 33, 5, 1, 0, 1, 1),  # pointwise, 25 pixels, 33 channels
+    (24, 16, 8, 1, 0, 1, 1),  # pointwise, 64 pixels (whole groups)
+    (4, 4, 2, 1, 0, 1, 1),  # pointwise, 4 pixels: through the patch
+    (9, 6, 13, 1, 0, 2, 3),  # pointwise, stride 2, groups: through the patch
+    (300, 4, 3, 1, 0, 1, 1),  # pointwise, 300 taps
+    (520, 4, 3, 1, 0, 1, 1),  # pointwise, too many taps to interleave: the 2 x 8 kernel
+    (8, 8, 5, 1, 0, 1, 2),  # pointwise, groups of 4 output channels
+    (5, 6, 1, 1, 0, 1, 1),  # pointwise, one pixel: through the patch
+]
+
+
+def check(layers, target: str = "host") -> list[str]:
+    """Run every layer's paths (one program); all must equal the reference exactly. Returns
+    the chosen kernel of each layer."""
+    chosen = []
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers, target), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
+        chosen.append(results[0][0])
+    return chosen
+
+
+def within_int32(layer):
+    """The layer with its biases moved just far enough from the int32 limits that bias plus
+    any sum of its taps fits int32 (the range mico's integer layers work in)."""
+    bound = layer.taps * 127 * 255
+    layer.bias = np.clip(layer.bias, -(2**31) + bound, 2**31 - 1 - bound)
+    return layer
+
+
+def conv(a_fmt: QFormat, shape: tuple, seed: int, extreme: bool = False):
+    in_c, out_c, hw, k, pad, stride, groups = shape
+    return within_int32(kernels_rv32.random_layer(
+        "conv", W8, a_fmt, in_c=in_c, out_c=out_c, hw=hw, k=k, pad=pad, stride=stride,
+        groups=groups, seed=seed, extreme=extreme, relu=not extreme,
+        o_fmt=QFormat(8, True) if extreme else None,
+    ))  # fmt: skip
+
+
+@pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
+def test_conv_shapes(a_fmt):
+    """Every shape above, random codes and at the code extremes (saturating multipliers,
+    biases near the int32 limits, no ReLU, signed 8-bit outputs)."""
+    layers = [
+        conv(a_fmt, shape, seed=2 * i + extreme, extreme=bool(extreme))
+        for i, shape in enumerate(CONVS)
+        for extreme in (0, 1)
+    ]
+    assert set(check(layers)) == {"mico_qconv2d_tiled"}
+
+
+@pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
+def test_linear_shapes(a_fmt):
+    """Outputs in blocks of 8 and left over (70: two runs of requantization), input lengths
+    that fill no step of 4 taps, several rows, extremes with 4-bit outputs."""
+    layers = [
+        within_int32(kernels_rv32.random_layer(
+            "linear", W8, a_fmt, in_c=in_c, out_c=out_c, rows=rows, seed=i + 10 * extreme,
+            extreme=bool(extreme), o_fmt=QFormat(4, False) if extreme else None,
+        ))
+        for i, (in_c, out_c, rows) in enumerate(
+            [(37, 3, 3), (256, 64, 1), (5, 1, 2), (301, 70, 1), (64, 16, 3), (1000, 9, 1)]
+        )
+        for extreme in (0, 1)
+    ]  # fmt: skip
+    assert set(check(layers)) == {"mico_qlinear"}
+
+
+def test_asymmetric_codes(monkeypatch):
+    """Asymmetric 8-bit inputs (bytes are code + zero): the conv path takes the zero point off
+    through the weight sums (padding is the byte zero); linear layers keep the unpacking path."""
+
+    def fmt_with_zero(f: QFormat) -> str:
+        zero = f", .zero = {f.zero}" if f.zero else ""
+        return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)}{zero} }}"
+
+    monkeypatch.setattr(kernels_rv32, "_fmt", fmt_with_zero)
+    layers = []
+    for i, zero in enumerate((37, 200)):
+        a_fmt = QFormat.asymmetric(8, zero)
+        layers += [conv(a_fmt, shape, seed=50 + i * 20 + j) for j, shape in enumerate(CONVS[:12])]
+        layers.append(kernels_rv32.random_layer("linear", W8, a_fmt, in_c=37, out_c=12, rows=2,
+                                                seed=90 + i))  # fmt: skip
+    check(layers)
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_rv32_w8a8_bit_exact():
+    """On rv32imac: a 3x3 conv with padding and an odd channel count, a pointwise conv whose
+    plane ends inside a group, and a linear layer, bit-exact."""
+    layers = [
+        conv(QFormat(8, False), (5, 7, 9, 3, 1, 1, 1), seed=1),
+        conv(QFormat(8, True), (16, 8, 5, 1, 0, 1, 1), seed=2),
+        kernels_rv32.random_layer("linear", W8, QFormat(8, False), in_c=75, out_c=20, seed=3),
+    ]
+    check(layers, "rv32")
