@@ -201,13 +201,20 @@ static void mico_bin_flush(uint32_t *planes, uint32_t *dst, int32_t np, int32_t 
  * row is read once; shifted by kx it is the plane of tap (c, ky, kx) (one bit per pixel). 32
  * planes at a time are transposed into one word of every pixel's patch. */
 static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, int32_t pix0,
-                                          int32_t np, uint32_t *patch)
+                                          int32_t np, int32_t raw, uint32_t *patch)
 {
     const int32_t kw = g->k_w, nw = g->words;
     uint32_t *vpatch = patch + np * nw;
     uint32_t planes[32], vplanes[32], rp[32], rv[32], seg[4];
     int32_t sj0[MICO_BIN_PIX], siy[MICO_BIN_PIX], sixa[MICO_BIN_PIX], slen[MICO_BIN_PIX];
     int32_t nseg = 0, j, c, ky, kx, t = 0, r;
+    if (g->pointwise && raw) { /* the planes themselves: runs of the input planes */
+        for (c = 0; c < g->in_c; c++) {
+            patch[c] = mico_bin_get((const uint8_t *)in,
+                                    (size_t)c * (size_t)g->in_w + (size_t)pix0, np);
+        }
+        return;
+    }
     if (g->pointwise) { /* the planes are runs of the input planes */
         for (c = 0; c < g->in_c; c++) {
             planes[c & 31] = mico_bin_get((const uint8_t *)in,
@@ -258,7 +265,10 @@ static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, 
                     }
                 }
             }
-            for (kx = 0; kx < kw; kx++, t++) {
+            for (kx = 0; raw && kx < kw; kx++, t++) {
+                patch[t] = rp[kx]; /* the planes themselves (raw: no validity masks) */
+            }
+            for (kx = 0; !raw && kx < kw; kx++, t++) {
                 planes[t & 31] = rp[kx];
                 vplanes[t & 31] = rv[kx];
                 if ((t & 31) == 31) {
@@ -270,7 +280,7 @@ static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, 
             }
         }
     }
-    if (t & 31) { /* the last, partial group: zero taps up to the word's end */
+    if (!raw && (t & 31)) { /* the last, partial group: zero taps up to the word's end */
         for (j = t & 31; j < 32; j++) {
             planes[j] = vplanes[j] = 0;
         }
@@ -334,6 +344,74 @@ static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, 
             }
         }
     }
+}
+
+/* Carry-save adder over bit-sliced counts: h:l = a + b + c, bit by bit. */
+#define MICO_CSA(h, l, a, b, c)                                                             \
+    do {                                                                                    \
+        const uint32_t u_ = (a) ^ (b), c_ = (c);                                            \
+        (h) = ((a) & (b)) | (u_ & c_);                                                      \
+        (l) = u_ ^ c_;                                                                      \
+    } while (0)
+
+/* The tap of plane x agrees with weight bit b: x where b = 1, ~x where b = 0 (XNOR). */
+#define MICO_XNOR(x, wv, k) ((x) ^ ((((wv) >> (k)) & 1u) - 1u))
+
+/* Bit-sliced counting: bit j of the result is set when pixel j's count of taps t whose
+ * activation bit (bit j of planes[t]) equals the weight bit is at least `need` (1 <= need <=
+ * taps <= MICO_BIN_PATCH). The counts are kept as bits (ones, twos, fours, then cnt[i] of
+ * weight 8 * 2^i) for 32 pixels at once: 8 taps go through 7 carry-save adders, their eights
+ * ripple into cnt; then count - need is formed bit by bit and its borrow says count < need. */
+static MICO_NOINLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t *wrow,
+                                              int32_t taps, int32_t need)
+{
+    uint32_t cnt[8], ones = 0, twos = 0, fours = 0, borrow = 0;
+    int32_t t, i, top = 0;
+    while ((1 << top) <= taps) {
+        top++; /* bits of the largest count */
+    }
+    for (i = 0; i < 8; i++) {
+        cnt[i] = 0;
+    }
+    for (t = 0; t + 8 <= taps; t += 8) {
+        const uint32_t wv = wrow[t >> 5] >> (t & 31);
+        const uint32_t *x = planes + t;
+        uint32_t twos_a, twos_b, fours_a, fours_b, eights, carry;
+        MICO_CSA(twos_a, ones, ones, MICO_XNOR(x[0], wv, 0), MICO_XNOR(x[1], wv, 1));
+        MICO_CSA(twos_b, ones, ones, MICO_XNOR(x[2], wv, 2), MICO_XNOR(x[3], wv, 3));
+        MICO_CSA(fours_a, twos, twos, twos_a, twos_b);
+        MICO_CSA(twos_a, ones, ones, MICO_XNOR(x[4], wv, 4), MICO_XNOR(x[5], wv, 5));
+        MICO_CSA(twos_b, ones, ones, MICO_XNOR(x[6], wv, 6), MICO_XNOR(x[7], wv, 7));
+        MICO_CSA(fours_b, twos, twos, twos_a, twos_b);
+        MICO_CSA(eights, fours, fours, fours_a, fours_b);
+        for (carry = eights, i = 0; carry != 0 && i < 8; i++) {
+            const uint32_t n = cnt[i] & carry;
+            cnt[i] ^= carry;
+            carry = n;
+        }
+    }
+    for (; t < taps; t++) { /* the last taps one at a time */
+        uint32_t carry = MICO_XNOR(planes[t], wrow[t >> 5], t & 31), n;
+        n = ones & carry;
+        ones ^= carry;
+        carry = n;
+        n = twos & carry;
+        twos ^= carry;
+        carry = n;
+        n = fours & carry;
+        fours ^= carry;
+        carry = n;
+        for (i = 0; carry != 0 && i < 8; i++) {
+            n = cnt[i] & carry;
+            cnt[i] ^= carry;
+            carry = n;
+        }
+    }
+    for (i = 0; i < top; i++) { /* borrow of count - need, from the lowest bit up */
+        const uint32_t c = i == 0 ? ones : i == 1 ? twos : i == 2 ? fours : cnt[i - 3];
+        borrow = (need >> i) & 1 ? ~c | borrow : ~c & borrow;
+    }
+    return ~borrow;
 }
 
 /* s = sum_t w_t x_t of the output channel with weight row wrow at pixel j (see the top). */
@@ -412,6 +490,33 @@ MICO_BIN_INLINE void mico_bin_channels1(const MicoConv2d *p, const int32_t *thr,
     }
 }
 
+/* Every output channel of a block by bit-sliced counts (mico_bin_sliced): the stored bit is
+ * s >= thr, and s is a count of agreeing taps less a constant of the channel. */
+static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const MicoBinGeom *g,
+                                                   const int32_t *thr, const uint32_t *planes,
+                                                   int32_t np, size_t pix0, void *out)
+{
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    const int32_t taps = g->taps, nw = g->words;
+    int32_t oc;
+    for (oc = 0; oc < p->out_c; oc++) {
+        const uint32_t *wrow = w + (size_t)oc * (size_t)nw;
+        int32_t need;
+        uint32_t bits;
+        if (p->in_fmt.is_signed) { /* s = 2 count - taps >= thr */
+            const int32_t q = thr[oc] + taps + 1;
+            need = q <= 0 ? 0 : q / 2;
+        } else { /* s = count - (taps with weight -1) >= thr */
+            need = thr[oc] + (taps - mico_bin_ones(wrow, nw));
+        }
+        bits = need <= 0 ? 0xffffffffu
+               : need > taps ? 0u
+                             : mico_bin_sliced(planes, wrow, taps, need);
+        mico_bin_put((uint8_t *)out, (size_t)oc * npix + pix0, bits, np);
+    }
+}
+
 /* The convolution (groups 1, unit column dilation, 1-bit inputs, k_w <= 32; anything else
  * goes to mico_qconv2d_tiled, which the code generator never asks for). */
 MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, const void *in,
@@ -424,7 +529,7 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
     MicoBinGeom g;
     uint32_t patch[MICO_BIN_PATCH];
     int32_t base[MICO_BIN_PIX];
-    int32_t pix_block, pix0, j;
+    int32_t pix_block, pix0, j, sliced;
     g.in_c = p->in_c;
     g.in_h = pointwise ? 1 : p->in_h;
     g.in_w = pointwise ? p->in_h * p->in_w : p->in_w;
@@ -451,14 +556,22 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
         mico_qconv2d_tiled(p, in, out);
         return;
     }
+    sliced = thr != NULL && !g.masked && g.stride_w == 1 && g.taps <= MICO_BIN_PATCH;
+    pix_block = sliced ? MICO_BIN_PIX : pix_block;
     for (pix0 = 0; pix0 < npix;) {
         const int32_t ox = pix0 % g.out_w;
         int32_t np = npix - pix0 < pix_block ? npix - pix0 : pix_block;
+        if (sliced) { /* 1-bit outputs by bit-sliced counts over the tap planes */
+            mico_bin_planes(&g, in, pix0, np, 1, patch);
+            mico_bin_sliced_channels(p, &g, thr, patch, np, (size_t)pix0, out);
+            pix0 += np;
+            continue;
+        }
         if (g.stride_w != 1) { /* one output row at a time */
             np = np < g.out_w - ox ? np : g.out_w - ox;
             mico_bin_fields(&g, in, pix0 / g.out_w, ox, np, patch);
         } else {
-            mico_bin_planes(&g, in, pix0, np, patch);
+            mico_bin_planes(&g, in, pix0, np, 0, patch);
         }
         for (j = 0; j < np; j++) { /* ones of the patch, or the taps inside the input */
             base[j] = !binary   ? mico_bin_ones(patch + j * g.words, g.words)

@@ -164,6 +164,7 @@ def _edge_layers(a_fmt: QFormat) -> list:
         _conv(a_fmt, 11, in_c=12, out_c=5, hw=6, k=3, pad=1, extreme=True,
               o_fmt=QFormat(4, False)),
         _conv(a_fmt, 12, in_c=16, out_c=4, hw=40, k=1),  # pointwise, blocks across rows
+        _conv(a_fmt, 19, in_c=66, out_c=3, hw=4, k=3, pad=1),  # K = 594: no bit-sliced counts
         _conv(a_fmt, 13, in_c=2, out_c=3, hw=40, k=3, pad=1),  # 40-pixel rows: two blocks
     ]  # fmt: skip
     layers[-1].x = layers[-1].x[:, :3, :]  # 3 x 40 inputs
