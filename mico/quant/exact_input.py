@@ -24,8 +24,10 @@ is applied to ``r``, then the clamp to ``[qmin, qmax]``. Zeros and subnormal inp
 field 0) read as ``mx = 2**23 + f``, a value below the smallest normal float: their code is 0
 whenever the reference gives the smallest normal (and its negative) code 0, which
 :func:`exact_params` checks with the reference itself; a scale that fails (``inv_scale`` above
-about ``2**125``) keeps the table. NaN never reaches the kernel; +-Inf (exponent field 255) get
-qmax / qmin like the table.
+about ``2**125``) keeps the table. NaN and +-Inf never reach the kernel (a program refuses
+them before it runs, ``mico_first_nonfinite``): it would read +-Inf as +-2**128, which clamps
+to qmax / qmin like the reference's infinite product unless ``inv_scale`` is below about
+``2**-120``.
 
 :func:`codes_exact` is the same integer arithmetic in numpy (the C kernel's model, for tests).
 """
