@@ -447,7 +447,9 @@ def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
     label, wb, ab, signed = plan
     spec = dict(shape)
     kind = spec.pop("kind")
-    layer = random_layer(kind, QFormat.for_bits(wb, True), QFormat.for_bits(ab, signed), **spec)
+    a_fmt = QFormat.for_bits(ab, signed)
+    # binary outputs follow no ReLU (after one every output would be +1)
+    layer = random_layer(kind, QFormat.for_bits(wb, True), a_fmt, relu=not a_fmt.binary, **spec)
     ref = layer.reference().ravel()
     (chosen, c_count, c_out), (plain, p_count, p_out) = run_layer(layer, target)
     zbb: dict = {"zbb_kernel": None, "zbb_instructions": None, "zbb_per_mac": None}
@@ -486,7 +488,8 @@ def _markdown(results: dict, meta: dict) -> str:
         "depthwise 3x3 layers take pixel lanes, mico_qconv2d_dwl_s<lane bits>: k = 32 / s "
         "pixels of a row per word, one multiply per tap for k outputs, s = 32 being the "
         "one-pixel form W8A8 takes; other W8A8 layers keep the plain kernels). Seeded "
-        "random codes, per-channel requantization, ReLU; every output is held to the Python "
+        "random codes, per-channel requantization, ReLU (none before the binary outputs of "
+        "1/±1); every output is held to the Python "
         "integer reference (✓ = every path bit-exact). Activations are unsigned (after a "
         "ReLU, as mico stores them) unless marked signed; ±1: binary activations.",
         "",

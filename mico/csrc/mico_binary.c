@@ -266,7 +266,10 @@ static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, 
                 }
             }
             for (kx = 0; raw && kx < kw; kx++, t++) {
-                patch[t] = rp[kx]; /* the planes themselves (raw: no validity masks) */
+                patch[t] = rp[kx]; /* the planes themselves, then their validity */
+                if (g->masked) {
+                    patch[g->taps + t] = rv[kx];
+                }
             }
             for (kx = 0; !raw && kx < kw; kx++, t++) {
                 planes[t & 31] = rp[kx];
@@ -357,57 +360,89 @@ static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, 
 /* The tap of plane x agrees with weight bit b: x where b = 1, ~x where b = 0 (XNOR). */
 #define MICO_XNOR(x, wv, k) ((x) ^ ((((wv) >> (k)) & 1u) - 1u))
 
-/* Bit-sliced counting: bit j of the result is set when pixel j's count of taps t whose
- * activation bit (bit j of planes[t]) equals the weight bit is at least `need` (1 <= need <=
- * taps <= MICO_BIN_PATCH). The counts are kept as bits (ones, twos, fours, then cnt[i] of
- * weight 8 * 2^i) for 32 pixels at once: 8 taps go through 7 carry-save adders, their eights
- * ripple into cnt; then count - need is formed bit by bit and its borrow says count < need. */
-static MICO_NOINLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t *wrow,
-                                              int32_t taps, int32_t need)
+/* Add one bit plane x to the bit-sliced counts (ones, twos, fours, cnt[] of weight 8 * 2^i). */
+#define MICO_BIN_ADD1(x)                                                                    \
+    do {                                                                                    \
+        uint32_t carry_ = (x), n_;                                                          \
+        n_ = ones & carry_;                                                                 \
+        ones ^= carry_;                                                                     \
+        carry_ = n_;                                                                        \
+        n_ = twos & carry_;                                                                 \
+        twos ^= carry_;                                                                     \
+        carry_ = n_;                                                                        \
+        n_ = fours & carry_;                                                                \
+        fours ^= carry_;                                                                    \
+        carry_ = n_;                                                                        \
+        for (i = 0; carry_ != 0 && i < 8; i++) {                                            \
+            n_ = cnt[i] & carry_;                                                           \
+            cnt[i] ^= carry_;                                                               \
+            carry_ = n_;                                                                    \
+        }                                                                                   \
+    } while (0)
+
+/* Add eight bit planes: seven carry-save adders, the eights rippling into cnt. */
+#define MICO_BIN_ADD8(x0, x1, x2, x3, x4, x5, x6, x7)                                       \
+    do {                                                                                    \
+        uint32_t twos_a, twos_b, fours_a, fours_b, eights;                                  \
+        MICO_CSA(twos_a, ones, ones, x0, x1);                                               \
+        MICO_CSA(twos_b, ones, ones, x2, x3);                                               \
+        MICO_CSA(fours_a, twos, twos, twos_a, twos_b);                                      \
+        MICO_CSA(twos_a, ones, ones, x4, x5);                                               \
+        MICO_CSA(twos_b, ones, ones, x6, x7);                                               \
+        MICO_CSA(fours_b, twos, twos, twos_a, twos_b);                                      \
+        MICO_CSA(eights, fours, fours, fours_a, fours_b);                                   \
+        for (i = 0; eights != 0 && i < 8; i++) {                                            \
+            const uint32_t n_ = cnt[i] & eights;                                            \
+            cnt[i] ^= eights;                                                               \
+            eights = n_;                                                                    \
+        }                                                                                   \
+    } while (0)
+
+/* Bit-sliced counting: bit j of the result is set when pixel j's count C is at least `need`
+ * (1 <= need <= 2 * taps, taps <= MICO_BIN_PATCH). Without masks (vplanes NULL), C counts the
+ * taps t whose activation bit (bit j of planes[t]) equals the weight bit (XNOR); with validity
+ * masks, C = sum_t 2 * (agree and valid) + (not valid), each tap entering as the two planes
+ * a = agree & valid and a | ~valid. The counts are kept as bits (ones, twos, fours, then
+ * cnt[i] of weight 8 * 2^i) for 32 pixels at once, 8 planes through 7 carry-save adders;
+ * then C - need is formed bit by bit and its borrow says C < need. */
+MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t *vplanes,
+                                         const uint32_t *wrow, int32_t taps, int32_t need)
 {
     uint32_t cnt[8], ones = 0, twos = 0, fours = 0, borrow = 0;
     int32_t t, i, top = 0;
-    while ((1 << top) <= taps) {
+    while ((1 << top) <= (vplanes != NULL ? 2 * taps : taps)) {
         top++; /* bits of the largest count */
     }
     for (i = 0; i < 8; i++) {
         cnt[i] = 0;
     }
-    for (t = 0; t + 8 <= taps; t += 8) {
-        const uint32_t wv = wrow[t >> 5] >> (t & 31);
-        const uint32_t *x = planes + t;
-        uint32_t twos_a, twos_b, fours_a, fours_b, eights, carry;
-        MICO_CSA(twos_a, ones, ones, MICO_XNOR(x[0], wv, 0), MICO_XNOR(x[1], wv, 1));
-        MICO_CSA(twos_b, ones, ones, MICO_XNOR(x[2], wv, 2), MICO_XNOR(x[3], wv, 3));
-        MICO_CSA(fours_a, twos, twos, twos_a, twos_b);
-        MICO_CSA(twos_a, ones, ones, MICO_XNOR(x[4], wv, 4), MICO_XNOR(x[5], wv, 5));
-        MICO_CSA(twos_b, ones, ones, MICO_XNOR(x[6], wv, 6), MICO_XNOR(x[7], wv, 7));
-        MICO_CSA(fours_b, twos, twos, twos_a, twos_b);
-        MICO_CSA(eights, fours, fours, fours_a, fours_b);
-        for (carry = eights, i = 0; carry != 0 && i < 8; i++) {
-            const uint32_t n = cnt[i] & carry;
-            cnt[i] ^= carry;
-            carry = n;
+    if (vplanes == NULL) {
+        for (t = 0; t + 8 <= taps; t += 8) {
+            const uint32_t wv = wrow[t >> 5] >> (t & 31);
+            const uint32_t *x = planes + t;
+            MICO_BIN_ADD8(MICO_XNOR(x[0], wv, 0), MICO_XNOR(x[1], wv, 1),
+                          MICO_XNOR(x[2], wv, 2), MICO_XNOR(x[3], wv, 3),
+                          MICO_XNOR(x[4], wv, 4), MICO_XNOR(x[5], wv, 5),
+                          MICO_XNOR(x[6], wv, 6), MICO_XNOR(x[7], wv, 7));
+        }
+        for (; t < taps; t++) { /* the last taps one at a time */
+            MICO_BIN_ADD1(MICO_XNOR(planes[t], wrow[t >> 5], t & 31));
+        }
+    } else {
+        for (t = 0; t + 4 <= taps; t += 4) {
+            const uint32_t wv = wrow[t >> 5] >> (t & 31);
+            const uint32_t *x = planes + t, *v = vplanes + t;
+            const uint32_t a0 = MICO_XNOR(x[0], wv, 0) & v[0], a1 = MICO_XNOR(x[1], wv, 1) & v[1];
+            const uint32_t a2 = MICO_XNOR(x[2], wv, 2) & v[2], a3 = MICO_XNOR(x[3], wv, 3) & v[3];
+            MICO_BIN_ADD8(a0, a0 | ~v[0], a1, a1 | ~v[1], a2, a2 | ~v[2], a3, a3 | ~v[3]);
+        }
+        for (; t < taps; t++) {
+            const uint32_t a = MICO_XNOR(planes[t], wrow[t >> 5], t & 31) & vplanes[t];
+            MICO_BIN_ADD1(a);
+            MICO_BIN_ADD1(a | ~vplanes[t]);
         }
     }
-    for (; t < taps; t++) { /* the last taps one at a time */
-        uint32_t carry = MICO_XNOR(planes[t], wrow[t >> 5], t & 31), n;
-        n = ones & carry;
-        ones ^= carry;
-        carry = n;
-        n = twos & carry;
-        twos ^= carry;
-        carry = n;
-        n = fours & carry;
-        fours ^= carry;
-        carry = n;
-        for (i = 0; carry != 0 && i < 8; i++) {
-            n = cnt[i] & carry;
-            cnt[i] ^= carry;
-            carry = n;
-        }
-    }
-    for (i = 0; i < top; i++) { /* borrow of count - need, from the lowest bit up */
+    for (i = 0; i < top; i++) { /* borrow of C - need, from the lowest bit up */
         const uint32_t c = i == 0 ? ones : i == 1 ? twos : i == 2 ? fours : cnt[i - 3];
         borrow = (need >> i) & 1 ? ~c | borrow : ~c & borrow;
     }
@@ -504,15 +539,22 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
         const uint32_t *wrow = w + (size_t)oc * (size_t)nw;
         int32_t need;
         uint32_t bits;
-        if (p->in_fmt.is_signed) { /* s = 2 count - taps >= thr */
-            const int32_t q = thr[oc] + taps + 1;
-            need = q <= 0 ? 0 : q / 2;
-        } else { /* s = count - (taps with weight -1) >= thr */
-            need = thr[oc] + (taps - mico_bin_ones(wrow, nw));
+        if (g->masked) { /* s = C - taps >= thr, C = 2 (agree, valid) + (not valid) */
+            need = thr[oc] + taps;
+            bits = need <= 0 ? 0xffffffffu
+                   : need > 2 * taps ? 0u
+                                     : mico_bin_sliced(planes, planes + taps, wrow, taps, need);
+        } else {
+            if (p->in_fmt.is_signed) { /* s = 2 C - taps >= thr */
+                const int32_t q = thr[oc] + taps + 1;
+                need = q <= 0 ? 0 : q / 2;
+            } else { /* s = C - (taps with weight -1) >= thr */
+                need = thr[oc] + (taps - mico_bin_ones(wrow, nw));
+            }
+            bits = need <= 0 ? 0xffffffffu
+                   : need > taps ? 0u
+                                 : mico_bin_sliced(planes, NULL, wrow, taps, need);
         }
-        bits = need <= 0 ? 0xffffffffu
-               : need > taps ? 0u
-                             : mico_bin_sliced(planes, wrow, taps, need);
         mico_bin_put((uint8_t *)out, (size_t)oc * npix + pix0, bits, np);
     }
 }
@@ -556,7 +598,7 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
         mico_qconv2d_tiled(p, in, out);
         return;
     }
-    sliced = thr != NULL && !g.masked && g.stride_w == 1 && g.taps <= MICO_BIN_PATCH;
+    sliced = thr != NULL && g.stride_w == 1 && g.taps * (g.masked ? 2 : 1) <= MICO_BIN_PATCH;
     pix_block = sliced ? MICO_BIN_PIX : pix_block;
     for (pix0 = 0; pix0 < npix;) {
         const int32_t ox = pix0 % g.out_w;

@@ -144,6 +144,8 @@ def test_which_layers_take_the_popcount_kernels():
 
 # ----------------------------------------------------------------------------- kernels on host
 def _conv(a_fmt, seed, o_fmt=None, **shape):
+    """A conv layer; binary outputs without a ReLU (after one, every output would be +1)."""
+    shape.setdefault("relu", not (o_fmt or a_fmt).binary)
     return kernels_rv32.random_layer("conv", W1, a_fmt, o_fmt=o_fmt, seed=seed, **shape)
 
 
@@ -181,7 +183,8 @@ def _edge_layers(a_fmt: QFormat) -> list:
     layers += [zeros, ones]
     for i, (in_f, out_f, rows) in enumerate(((256, 64, 1), (45, 7, 3), (1000, 40, 2), (1, 3, 1))):
         layers.append(kernels_rv32.random_layer("linear", W1, a_fmt, in_c=in_f, out_c=out_f,
-                                                rows=rows, seed=20 + i))  # fmt: skip
+                                                rows=rows, seed=20 + i,
+                                                relu=not a_fmt.binary))  # fmt: skip
     layers.append(kernels_rv32.random_layer("linear", W1, a_fmt, in_c=50, out_c=6, seed=30,
                                             o_fmt=QFormat(8, True), relu=False))  # fmt: skip
     layers.append(kernels_rv32.random_layer("linear", W1, a_fmt, in_c=50, out_c=6, seed=31,
