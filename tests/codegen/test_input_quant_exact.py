@@ -82,8 +82,8 @@ scales = st.one_of(
     st.floats(1e-6, 1e3).map(float),  # calibrated inputs
     st.builds(_scale_of, st.integers(1, 254), st.sampled_from(_FRACS)),
     st.builds(_scale_of, st.integers(1, 254), st.integers(0, 2**23 - 1)),
-    st.builds(_scale_of, st.integers(1, 254), st.integers(0, 2**23 - 1)).filter(
-        lambda s: s > 1e30 or s < 1e-30
+    st.builds(  # reciprocals near the ends of the float32 range: huge and tiny scales
+        _scale_of, st.integers(1, 20) | st.integers(230, 254), st.integers(0, 2**23 - 1)
     ),
     st.sampled_from(
         [
