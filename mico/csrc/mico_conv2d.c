@@ -531,8 +531,9 @@ static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb
 }
 
 /* Requantize b + v[0 .. n) (sums; modulo 2^32) as q says and store them at element `start` of
- * the output. The usual case (a multiplier with a shift above 32, ReLU, a non-negative clamp,
- * byte codes) runs in one tight loop: the high word of the product, no sign to handle. */
+ * the output. The usual cases (a multiplier with a shift above 32, byte codes) run in tight
+ * loops, the high word of the product only: with ReLU and a non-negative clamp no sign to
+ * handle, else through the magnitude. */
 static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, uint32_t b,
                                         int32_t *v, int32_t n, void *out, size_t start)
 {
@@ -547,6 +548,23 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, ui
             int32_t y = r <= 0 ? 0
                                : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >>
                                            s);
+            y = y < lo ? lo : y;
+            y = y > hi ? hi : y;
+            o[j] = (uint8_t)(uint32_t)(y + zero);
+        }
+        return;
+    }
+    if (q->scaled && !q->binary && q->shift > 32 && f.bits == 8) { /* signed sums */
+        const uint32_t m = (uint32_t)q->m, s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+        const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
+        uint8_t *o = (uint8_t *)out + start;
+        for (j = 0; j < n; j++) {
+            int32_t r = (int32_t)(b + (uint32_t)v[j]), y;
+            uint32_t mag;
+            r = q->relu && r < 0 ? 0 : r;
+            mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+            y = r < 0 ? -(int32_t)mag : (int32_t)mag;
             y = y < lo ? lo : y;
             y = y > hi ? hi : y;
             o[j] = (uint8_t)(uint32_t)(y + zero);

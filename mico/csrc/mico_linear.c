@@ -210,9 +210,9 @@ static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *
 MICO_LIN_MK8(mico_lin_s8_mk_u, uint8_t)
 MICO_LIN_MK8(mico_lin_s8_mk_s, int8_t)
 
-/* acc[j] requantized for output o0 + j, j < n: the usual case (a multiplier with a shift above
- * 32, ReLU, a non-negative clamp) inline, the high word of the product only; others as
- * mico_rq_apply. */
+/* acc[j] requantized for output o0 + j, j < n: the usual cases (a multiplier with a shift above
+ * 32, not binary) inline, the high word of the product only (with ReLU and a non-negative
+ * clamp, no sign to handle); others as mico_rq_apply. */
 static MICO_NOINLINE void mico_lin_s8_requant(const MicoOut *o, int32_t o0, int32_t *acc,
                                               int32_t n)
 {
@@ -227,6 +227,15 @@ static MICO_NOINLINE void mico_lin_s8_requant(const MicoOut *o, int32_t o0, int3
                                                        32) +
                                             (1u << (s - 1u))) >>
                                            s);
+            y = y < q.lo ? q.lo : y;
+            acc[j] = y > q.hi ? q.hi : y;
+        } else if (q.scaled && !q.binary && q.shift > 32) { /* signed sums: the magnitude */
+            const uint32_t s = (uint32_t)(q.shift - 32);
+            const int32_t r = q.relu && acc[j] < 0 ? 0 : acc[j];
+            uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            int32_t y;
+            mag = ((uint32_t)(((uint64_t)mag * (uint32_t)q.m) >> 32) + (1u << (s - 1u))) >> s;
+            y = r < 0 ? -(int32_t)mag : (int32_t)mag;
             y = y < q.lo ? q.lo : y;
             acc[j] = y > q.hi ? q.hi : y;
         } else {

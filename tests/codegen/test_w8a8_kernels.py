@@ -102,11 +102,13 @@ def test_conv_shapes(a_fmt):
 @pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
 def test_linear_shapes(a_fmt):
     """Outputs in blocks of 8 and left over (70: two runs of requantization), input lengths
-    that fill no step of 4 taps, several rows, extremes with 4-bit outputs."""
+    that fill no step of 4 taps, several rows, extremes with 4-bit outputs, with and without
+    ReLU."""
     layers = [
         within_int32(kernels_rv32.random_layer(
             "linear", W8, a_fmt, in_c=in_c, out_c=out_c, rows=rows, seed=i + 10 * extreme,
             extreme=bool(extreme), o_fmt=QFormat(4, False) if extreme else None,
+            relu=not (extreme and i % 2),
         ))
         for i, (in_c, out_c, rows) in enumerate(
             [(37, 3, 3), (256, 64, 1), (5, 1, 2), (301, 70, 1), (64, 16, 3), (1000, 9, 1)]
