@@ -29,7 +29,7 @@ PORTABLE_PATH = "swar"
 #: at most this many weight-row words (half the patch buffer of mico_binary.c: binary
 #: activations with padding keep a validity mask beside each patch)
 MAX_WORDS = 288
-#: layers of fewer MACs keep the other kernels: the popcount path adds about 6 KB of code to a
+#: layers of fewer MACs keep the other kernels: the popcount path adds about 7 KB of code to a
 #: program (the lanes' rule, emitters.LANES_MIN_MACS, for the same reason)
 MIN_MACS = 32768
 

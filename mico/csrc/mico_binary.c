@@ -10,14 +10,20 @@
  * without padding v is all ones and V = K). popcount(a) and V belong to the pixel, shared by
  * every output channel.
  *
- * Per block of up to 32 output pixels of one output row (of the whole plane for pointwise
- * layers), the bit patch of every pixel is built once (mico_bin_patch; the field of k_w taps
- * of one input row is cut from a span of the row read once for the block), then every
- * output channel runs its popcount dot products over the block. A layer whose output is
+ * Per block of up to 32 output pixels the bit patch of every pixel is built once: with stride
+ * 1 the block runs across output rows and each tap's plane (a bit per pixel, cut from input
+ * row spans read once) goes through a 32 x 32 bit transpose (mico_bin_planes); other strides
+ * take one output row at a time and cut each pixel's k_w-tap fields (mico_bin_fields). Every
+ * output channel then runs its popcount dot products over the block. A layer whose output is
  * 1-bit codes with a threshold table `thr` (mico.codegen.binary_plan: the smallest sum whose
  * requantized code is stored as bit 1, found with the Python arithmetic, bias included)
  * stores s >= thr[oc] directly; otherwise bias + s goes through the usual requantization
  * (mico_rq_run_fast) and mico_pack.
+ *
+ * Convolutions with 1-bit outputs, stride 1 and at most 576 taps (288 with validity masks)
+ * skip the transposes and popcounts: the tap planes (a bit per pixel) are XNOR'ed with the
+ * weight bit and summed per pixel by carry-save adders, 32 pixels at once ("bit-sliced"), and
+ * compared with one constant per channel (mico_bin_sliced).
  *
  * popcount: mico_q*_bin_swar counts bits in SWAR form (per-byte counts of up to 7 words, then
  * one multiply), plain rv32imac; mico_q*_bin_cpop takes one Zbb `cpop` per word (on RISC-V the
@@ -256,7 +262,7 @@ static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, 
                 for (kx = 1; kx < kw; kx++) {
                     rp[kx] |= (((seg[0] >> kx) | (seg[1] << (32 - kx))) & lmask) << j0;
                 }
-                for (kx = 0; g->masked && kx < kw; kx++) { /* columns inside the input */
+                for (kx = 0; g->masked && (c == 0 || !raw) && kx < kw; kx++) { /* columns inside */
                     const int32_t x0 = sixa[r] + kx, lo = x0 < 0 ? -x0 : 0;
                     const int32_t hi = g->in_w - x0 < len ? g->in_w - x0 : len;
                     if (hi > lo) {
@@ -267,8 +273,8 @@ static MICO_NOINLINE void mico_bin_planes(const MicoBinGeom *g, const void *in, 
             }
             for (kx = 0; raw && kx < kw; kx++, t++) {
                 patch[t] = rp[kx]; /* the planes themselves, then their validity */
-                if (g->masked) {
-                    patch[g->taps + t] = rv[kx];
+                if (g->masked) { /* the same for every input channel */
+                    patch[g->taps + t] = c == 0 ? rv[kx] : patch[g->taps + ky * kw + kx];
                 }
             }
             for (kx = 0; !raw && kx < kw; kx++, t++) {
@@ -406,7 +412,8 @@ static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, 
  * cnt[i] of weight 8 * 2^i) for 32 pixels at once, 8 planes through 7 carry-save adders;
  * then C - need is formed bit by bit and its borrow says C < need. */
 MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t *vplanes,
-                                         const uint32_t *wrow, int32_t taps, int32_t need)
+                                         const uint32_t *wrow, int32_t taps, int32_t need,
+                                         const uint32_t *u)
 {
     uint32_t cnt[8], ones = 0, twos = 0, fours = 0, borrow = 0;
     int32_t t, i, top = 0;
@@ -428,19 +435,30 @@ MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t 
         for (; t < taps; t++) { /* the last taps one at a time */
             MICO_BIN_ADD1(MICO_XNOR(planes[t], wrow[t >> 5], t & 31));
         }
-    } else {
-        for (t = 0; t + 4 <= taps; t += 4) {
+    } else { /* A = the valid taps that agree; C = 2 A + u */
+        uint32_t carry = 0;
+        for (t = 0; t + 8 <= taps; t += 8) {
             const uint32_t wv = wrow[t >> 5] >> (t & 31);
             const uint32_t *x = planes + t, *v = vplanes + t;
-            const uint32_t a0 = MICO_XNOR(x[0], wv, 0) & v[0], a1 = MICO_XNOR(x[1], wv, 1) & v[1];
-            const uint32_t a2 = MICO_XNOR(x[2], wv, 2) & v[2], a3 = MICO_XNOR(x[3], wv, 3) & v[3];
-            MICO_BIN_ADD8(a0, a0 | ~v[0], a1, a1 | ~v[1], a2, a2 | ~v[2], a3, a3 | ~v[3]);
+            MICO_BIN_ADD8(MICO_XNOR(x[0], wv, 0) & v[0], MICO_XNOR(x[1], wv, 1) & v[1],
+                          MICO_XNOR(x[2], wv, 2) & v[2], MICO_XNOR(x[3], wv, 3) & v[3],
+                          MICO_XNOR(x[4], wv, 4) & v[4], MICO_XNOR(x[5], wv, 5) & v[5],
+                          MICO_XNOR(x[6], wv, 6) & v[6], MICO_XNOR(x[7], wv, 7) & v[7]);
         }
         for (; t < taps; t++) {
-            const uint32_t a = MICO_XNOR(planes[t], wrow[t >> 5], t & 31) & vplanes[t];
-            MICO_BIN_ADD1(a);
-            MICO_BIN_ADD1(a | ~vplanes[t]);
+            MICO_BIN_ADD1(MICO_XNOR(planes[t], wrow[t >> 5], t & 31) & vplanes[t]);
         }
+        for (i = 0; i < top; i++) { /* bit i of 2 A + u, then of the borrow of C - need */
+            const uint32_t a = i == 0 ? 0u
+                               : i == 1 ? ones
+                               : i == 2 ? twos
+                               : i == 3 ? fours
+                                        : cnt[i - 4];
+            const uint32_t h = a ^ u[i], c = h ^ carry;
+            carry = (a & u[i]) | (carry & h);
+            borrow = (need >> i) & 1 ? ~c | borrow : ~c & borrow;
+        }
+        return ~borrow;
     }
     for (i = 0; i < top; i++) { /* borrow of C - need, from the lowest bit up */
         const uint32_t c = i == 0 ? ones : i == 1 ? twos : i == 2 ? fours : cnt[i - 3];
@@ -534,16 +552,32 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
     const int32_t taps = g->taps, nw = g->words;
-    int32_t oc;
+    uint32_t u[12];
+    int32_t oc, t, i;
+    if (g->masked) { /* u: the taps outside the input, per pixel, bit-sliced (u[i]: bit i) */
+        uint32_t cnt[8], ones = 0, twos = 0, fours = 0;
+        for (i = 0; i < 8; i++) {
+            cnt[i] = 0;
+        }
+        for (t = 0; t < taps; t++) {
+            MICO_BIN_ADD1(~planes[taps + t]);
+        }
+        u[0] = ones;
+        u[1] = twos;
+        u[2] = fours;
+        for (i = 3; i < 12; i++) {
+            u[i] = i - 3 < 8 ? cnt[i - 3] : 0u;
+        }
+    }
     for (oc = 0; oc < p->out_c; oc++) {
         const uint32_t *wrow = w + (size_t)oc * (size_t)nw;
         int32_t need;
         uint32_t bits;
-        if (g->masked) { /* s = C - taps >= thr, C = 2 (agree, valid) + (not valid) */
+        if (g->masked) { /* s = C - taps >= thr, C = 2 (valid, agree) + (not valid) */
             need = thr[oc] + taps;
             bits = need <= 0 ? 0xffffffffu
                    : need > 2 * taps ? 0u
-                                     : mico_bin_sliced(planes, planes + taps, wrow, taps, need);
+                                     : mico_bin_sliced(planes, planes + taps, wrow, taps, need, u);
         } else {
             if (p->in_fmt.is_signed) { /* s = 2 C - taps >= thr */
                 const int32_t q = thr[oc] + taps + 1;
@@ -553,7 +587,7 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
             }
             bits = need <= 0 ? 0xffffffffu
                    : need > taps ? 0u
-                                 : mico_bin_sliced(planes, NULL, wrow, taps, need);
+                                 : mico_bin_sliced(planes, NULL, wrow, taps, need, NULL);
         }
         mico_bin_put((uint8_t *)out, (size_t)oc * npix + pix0, bits, np);
     }
