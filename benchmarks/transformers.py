@@ -3,7 +3,8 @@
 Run on demand (not a test):  python benchmarks/transformers.py [--samples 2] [--out DIR]
 
 For ``vit_tiny`` and ``tinyllama`` (dynamic and static, W8A8; ``--case tinyllama:static``
-re-runs one case and keeps the others' figures) it compiles the model, runs a few samples on
+re-runs one case and keeps the others' figures; ``--only plans``: static W4A4, W4A8 and a
+mixed plan with 1- and 2-bit weights) it compiles the model, runs a few samples on
 the host and on rv32 (qemu ``-icount shift=0``), and records flash (weights and everything
 else), the arena against its lower bound, the agreement with the Python reference and the
 instructions per inference, plus host time per inference against PyTorch
@@ -40,6 +41,7 @@ import torch
 from mico.codegen.compile import compile_model
 from mico.models import from_zoo
 from mico.quant import QuantConfig, calibrate, quantize_model
+from mico.quant.order import quantizable_layers
 from mico.targets import host, rv32
 
 CASES = [("vit_tiny", "dynamic"), ("vit_tiny", "static"), ("tinyllama", "dynamic"),
@@ -65,17 +67,32 @@ def _seconds(fn, repeat: int = 5) -> float:
     return float(np.median(times))
 
 
-def run_case(name: str, mode: str, samples: int, work: Path) -> dict[str, Any]:
+#: the issue's plans beside W8A8 (``--only plans``): W4A4, W4A8 and a mixed plan with 1- and
+#: 2-bit weights (every layer's widths drawn from a fixed cycle, activations 4 or 8 bits)
+PLANS = ("4/4", "4/8", "mixed")
+MIXED_W, MIXED_A = (1, 2, 4, 8, 2, 4, 1, 2), (8, 8, 4, 8, 4, 8, 8, 4)
+
+
+def _plan(model: torch.nn.Module, plan: str) -> Any:
+    """``plan`` as quantize_model takes it: ``"W/A"`` or the mixed per-layer lists."""
+    if plan != "mixed":
+        return plan
+    n = len(quantizable_layers(model, model.example_input()))
+    return [[MIXED_W[i % len(MIXED_W)] for i in range(n)],
+            [MIXED_A[i % len(MIXED_A)] for i in range(n)]]  # fmt: skip
+
+
+def run_case(name: str, mode: str, samples: int, work: Path, plan: str = "8/8") -> dict[str, Any]:
     torch.manual_seed(0)
     model = from_zoo(name)
-    quantize_model(model, "8/8", QuantConfig(act_mode=mode))
+    quantize_model(model, _plan(model, plan), QuantConfig(act_mode=mode))
     model.eval()
     x = _samples(model, max(samples, 8), 1)
     if mode == "static":
         language = getattr(model, "task", "") == "language"
         calibrate(model, [x.long() if language else x])  # token ids as int64
-    compiled = compile_model(model, x[:1], work / f"{name}_{mode}", "m", mode=mode,
-                             calibration=[x])  # fmt: skip
+    folder = work / f"{name}_{mode}_{plan.replace('/', '')}"
+    compiled = compile_model(model, x[:1], folder, "m", mode=mode, calibration=[x])
     project = compiled.project
     data = x[:samples].numpy()
     reference = compiled.reference(data)
@@ -86,6 +103,7 @@ def run_case(name: str, mode: str, samples: int, work: Path) -> dict[str, Any]:
     entry: dict[str, Any] = {
         "model": name,
         "mode": mode,
+        "plan": plan,
         "flash_weights": project.flash.get("weights", 0),
         "flash_total": sum(project.flash.values()),
         "arena_bytes": project.arena.size,
@@ -458,6 +476,28 @@ def markdown(results: dict[str, Any]) -> str:
         "Host time includes starting the program (one sample per run), so it overstates the "
         "model's own time; rv32 instructions are exact (qemu `-icount shift=0`).",
     ]
+    if results.get("plans"):
+        lines += [
+            "",
+            "## Other plans, static mode (`--only plans`)",
+            "",
+            f"W4A4, W4A8 and a mixed plan (weights cycling through {MIXED_W}, activations "
+            f"through {MIXED_A} layer by layer: 1- and 2-bit weights included), "
+            f"{results.get('plan_samples', 2)} samples each on the host and on rv32 (qemu "
+            "`-icount shift=0`), held to the "
+            "Python reference bit for bit.",
+            "",
+            "| model | plan | flash weights | flash total | arena | host == Python | "
+            "rv32 == Python | rv32 instructions / inference |",
+            "|---|---|---:|---:|---:|---|---|---:|",
+        ]
+        for e in results["plans"]:
+            rv = {"1": "yes", "0": "NO"}.get(str(e.get("rv32_exact")), "-")
+            lines.append(
+                f"| {e['model']} | {e['plan']} | {e['flash_weights']} | {e['flash_total']} | "
+                f"{e['arena_bytes']} | {e['host_exact']} exact | {rv} | "
+                f"{e.get('rv32_instructions', '-'):,} |"
+            )
     if "accuracy" in results:
         lines += accuracy_markdown(results["accuracy"])
     if "generation" in results:
@@ -469,7 +509,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
-    parser.add_argument("--only", choices=("models", "accuracy", "generation"), default=None)
+    parser.add_argument(
+        "--only", choices=("models", "plans", "accuracy", "generation"), default=None
+    )
     parser.add_argument(
         "--case",
         action="append",
@@ -487,6 +529,13 @@ def main() -> None:
             fresh = {(n, m): run_case(n, m, args.samples, Path(tmp)) for n, m in chosen}
             old = {(e["model"], e["mode"]): e for e in results.get("cases", [])}
             results["cases"] = [fresh.get(c) or old[c] for c in CASES if c in fresh or c in old]
+        if args.only in (None, "plans"):
+            results["plan_samples"] = args.samples
+            results["plans"] = [
+                run_case(name, "static", args.samples, Path(tmp), plan)
+                for name in ("vit_tiny", "tinyllama")
+                for plan in PLANS
+            ]
         if args.only in (None, "accuracy"):
             results["accuracy"] = run_accuracy()
         if args.only in (None, "generation") and rv32.available():
