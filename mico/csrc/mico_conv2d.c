@@ -530,6 +530,27 @@ static void mico_s8_pair(const MicoConv2d *p, const int8_t *wa, const int8_t *wb
     }
 }
 
+/* The bytes o[j] of b + v[j] (sums of either sign, modulo 2^32) requantized through their
+ * magnitude (a multiplier with a shift above 32, ReLU or not), plus zero. */
+static MICO_NOINLINE void mico_s8_store_signed(const MicoRq *q, uint32_t b, const int32_t *v,
+                                               int32_t n, uint8_t *o, int32_t zero)
+{
+    const uint32_t m = (uint32_t)q->m, s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+    const int32_t lo = q->lo, hi = q->hi, relu = q->relu;
+    int32_t j;
+    for (j = 0; j < n; j++) {
+        int32_t r = (int32_t)(b + (uint32_t)v[j]), y;
+        uint32_t mag;
+        r = relu && r < 0 ? 0 : r;
+        mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+        y = r < 0 ? -(int32_t)mag : (int32_t)mag;
+        y = y < lo ? lo : y;
+        y = y > hi ? hi : y;
+        o[j] = (uint8_t)(uint32_t)(y + zero);
+    }
+}
+
 /* Requantize b + v[0 .. n) (sums; modulo 2^32) as q says and store them at element `start` of
  * the output. The usual cases (a multiplier with a shift above 32, byte codes) run in tight
  * loops, the high word of the product only: with ReLU and a non-negative clamp no sign to
@@ -555,20 +576,7 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, ui
         return;
     }
     if (q->scaled && !q->binary && q->shift > 32 && f.bits == 8) { /* signed sums */
-        const uint32_t m = (uint32_t)q->m, s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
-        const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
-        uint8_t *o = (uint8_t *)out + start;
-        for (j = 0; j < n; j++) {
-            int32_t r = (int32_t)(b + (uint32_t)v[j]), y;
-            uint32_t mag;
-            r = q->relu && r < 0 ? 0 : r;
-            mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
-            mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
-            y = r < 0 ? -(int32_t)mag : (int32_t)mag;
-            y = y < lo ? lo : y;
-            y = y > hi ? hi : y;
-            o[j] = (uint8_t)(uint32_t)(y + zero);
-        }
+        mico_s8_store_signed(q, b, v, n, (uint8_t *)out + start, f.is_signed ? 0 : f.zero);
         return;
     }
     for (j = 0; b != 0 && j < n; j++) {
