@@ -363,8 +363,9 @@ static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, 
         (l) = u_ ^ c_;                                                                      \
     } while (0)
 
-/* The tap of plane x agrees with weight bit b: x where b = 1, ~x where b = 0 (XNOR). */
-#define MICO_XNOR(x, wv, k) ((x) ^ ((((wv) >> (k)) & 1u) - 1u))
+/* Where the tap of plane x disagrees with bit k of wv (the weight bit): x ^ (all ones where
+ * the weight bit is 1), two shifts and an XOR. */
+#define MICO_XOR(x, wv, k) ((x) ^ (uint32_t)((int32_t)((wv) << (31 - (k))) >> 31))
 
 /* Add one bit plane x to the bit-sliced counts (ones, twos, fours, cnt[] of weight 8 * 2^i). */
 #define MICO_BIN_ADD1(x)                                                                    \
@@ -404,15 +405,15 @@ static MICO_NOINLINE void mico_bin_fields(const MicoBinGeom *g, const void *in, 
         }                                                                                   \
     } while (0)
 
-/* Bit-sliced counting: bit j of the result is set when pixel j's count C is at least `need`
- * (1 <= need <= 2 * taps, taps <= MICO_BIN_PATCH). Without masks (vplanes NULL), C counts the
- * taps t whose activation bit (bit j of planes[t]) equals the weight bit (XNOR); with validity
- * masks, C = sum_t 2 * (agree and valid) + (not valid), each tap entering as the two planes
- * a = agree & valid and a | ~valid. The counts are kept as bits (ones, twos, fours, then
- * cnt[i] of weight 8 * 2^i) for 32 pixels at once, 8 planes through 7 carry-save adders;
- * then C - need is formed bit by bit and its borrow says C < need. */
+/* Bit-sliced counting: bit j of the result is set when pixel j's count X is below `lim`
+ * (1 <= lim <= 2 * taps, taps <= MICO_BIN_PATCH). Without masks (vplanes NULL), X counts the
+ * taps t whose activation bit (bit j of planes[t]) differs from the weight bit; with validity
+ * masks X = 2 D + u, D the valid taps that differ and u (bit-sliced) the taps outside the
+ * input. The counts are kept as bits (ones, twos, fours, then cnt[i] of weight 8 * 2^i) for
+ * 32 pixels at once, 8 planes through 7 carry-save adders; then X - lim is formed bit by bit
+ * and its borrow says X < lim. */
 MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t *vplanes,
-                                         const uint32_t *wrow, int32_t taps, int32_t need,
+                                         const uint32_t *wrow, int32_t taps, int32_t lim,
                                          const uint32_t *u)
 {
     uint32_t cnt[8], ones = 0, twos = 0, fours = 0, borrow = 0;
@@ -427,28 +428,28 @@ MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t 
         for (t = 0; t + 8 <= taps; t += 8) {
             const uint32_t wv = wrow[t >> 5] >> (t & 31);
             const uint32_t *x = planes + t;
-            MICO_BIN_ADD8(MICO_XNOR(x[0], wv, 0), MICO_XNOR(x[1], wv, 1),
-                          MICO_XNOR(x[2], wv, 2), MICO_XNOR(x[3], wv, 3),
-                          MICO_XNOR(x[4], wv, 4), MICO_XNOR(x[5], wv, 5),
-                          MICO_XNOR(x[6], wv, 6), MICO_XNOR(x[7], wv, 7));
+            MICO_BIN_ADD8(MICO_XOR(x[0], wv, 0), MICO_XOR(x[1], wv, 1),
+                          MICO_XOR(x[2], wv, 2), MICO_XOR(x[3], wv, 3),
+                          MICO_XOR(x[4], wv, 4), MICO_XOR(x[5], wv, 5),
+                          MICO_XOR(x[6], wv, 6), MICO_XOR(x[7], wv, 7));
         }
         for (; t < taps; t++) { /* the last taps one at a time */
-            MICO_BIN_ADD1(MICO_XNOR(planes[t], wrow[t >> 5], t & 31));
+            MICO_BIN_ADD1(MICO_XOR(planes[t], wrow[t >> 5], t & 31));
         }
-    } else { /* A = the valid taps that agree; C = 2 A + u */
+    } else { /* D = the valid taps that differ; X = 2 D + u */
         uint32_t carry = 0;
         for (t = 0; t + 8 <= taps; t += 8) {
             const uint32_t wv = wrow[t >> 5] >> (t & 31);
             const uint32_t *x = planes + t, *v = vplanes + t;
-            MICO_BIN_ADD8(MICO_XNOR(x[0], wv, 0) & v[0], MICO_XNOR(x[1], wv, 1) & v[1],
-                          MICO_XNOR(x[2], wv, 2) & v[2], MICO_XNOR(x[3], wv, 3) & v[3],
-                          MICO_XNOR(x[4], wv, 4) & v[4], MICO_XNOR(x[5], wv, 5) & v[5],
-                          MICO_XNOR(x[6], wv, 6) & v[6], MICO_XNOR(x[7], wv, 7) & v[7]);
+            MICO_BIN_ADD8(MICO_XOR(x[0], wv, 0) & v[0], MICO_XOR(x[1], wv, 1) & v[1],
+                          MICO_XOR(x[2], wv, 2) & v[2], MICO_XOR(x[3], wv, 3) & v[3],
+                          MICO_XOR(x[4], wv, 4) & v[4], MICO_XOR(x[5], wv, 5) & v[5],
+                          MICO_XOR(x[6], wv, 6) & v[6], MICO_XOR(x[7], wv, 7) & v[7]);
         }
         for (; t < taps; t++) {
-            MICO_BIN_ADD1(MICO_XNOR(planes[t], wrow[t >> 5], t & 31) & vplanes[t]);
+            MICO_BIN_ADD1(MICO_XOR(planes[t], wrow[t >> 5], t & 31) & vplanes[t]);
         }
-        for (i = 0; i < top; i++) { /* bit i of 2 A + u, then of the borrow of C - need */
+        for (i = 0; i < top; i++) { /* bit i of 2 D + u, then of the borrow of X - lim */
             const uint32_t a = i == 0 ? 0u
                                : i == 1 ? ones
                                : i == 2 ? twos
@@ -456,15 +457,15 @@ MICO_BIN_INLINE uint32_t mico_bin_sliced(const uint32_t *planes, const uint32_t 
                                         : cnt[i - 4];
             const uint32_t h = a ^ u[i], c = h ^ carry;
             carry = (a & u[i]) | (carry & h);
-            borrow = (need >> i) & 1 ? ~c | borrow : ~c & borrow;
+            borrow = (lim >> i) & 1 ? ~c | borrow : ~c & borrow;
         }
-        return ~borrow;
+        return borrow;
     }
-    for (i = 0; i < top; i++) { /* borrow of C - need, from the lowest bit up */
+    for (i = 0; i < top; i++) { /* borrow of X - lim, from the lowest bit up */
         const uint32_t c = i == 0 ? ones : i == 1 ? twos : i == 2 ? fours : cnt[i - 3];
-        borrow = (need >> i) & 1 ? ~c | borrow : ~c & borrow;
+        borrow = (lim >> i) & 1 ? ~c | borrow : ~c & borrow;
     }
-    return ~borrow;
+    return borrow;
 }
 
 /* s = sum_t w_t x_t of the output channel with weight row wrow at pixel j (see the top). */
@@ -571,23 +572,23 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
     }
     for (oc = 0; oc < p->out_c; oc++) {
         const uint32_t *wrow = w + (size_t)oc * (size_t)nw;
-        int32_t need;
         uint32_t bits;
-        if (g->masked) { /* s = C - taps >= thr, C = 2 (valid, agree) + (not valid) */
-            need = thr[oc] + taps;
-            bits = need <= 0 ? 0xffffffffu
-                   : need > 2 * taps ? 0u
-                                     : mico_bin_sliced(planes, planes + taps, wrow, taps, need, u);
+        if (g->masked) { /* s = V - 2 D = taps - u - 2 D >= thr: X = 2 D + u < taps - thr + 1 */
+            const int32_t lim = taps - thr[oc] + 1;
+            bits = lim <= 0 ? 0u
+                   : lim > 2 * taps ? 0xffffffffu
+                                    : mico_bin_sliced(planes, planes + taps, wrow, taps, lim, u);
         } else {
-            if (p->in_fmt.is_signed) { /* s = 2 C - taps >= thr */
-                const int32_t q = thr[oc] + taps + 1;
-                need = q <= 0 ? 0 : q / 2;
-            } else { /* s = C - (taps with weight -1) >= thr */
-                need = thr[oc] + (taps - mico_bin_ones(wrow, nw));
+            int32_t lim;
+            if (p->in_fmt.is_signed) { /* s = taps - 2 D >= thr: D < (taps - thr) / 2 + 1 */
+                const int32_t q = taps - thr[oc];
+                lim = q < 0 ? 0 : q / 2 + 1;
+            } else { /* s = (taps - D) - (taps with weight -1) >= thr */
+                lim = taps - thr[oc] - (taps - mico_bin_ones(wrow, nw)) + 1;
             }
-            bits = need <= 0 ? 0xffffffffu
-                   : need > taps ? 0u
-                                 : mico_bin_sliced(planes, NULL, wrow, taps, need, NULL);
+            bits = lim <= 0 ? 0u
+                   : lim > taps ? 0xffffffffu
+                                : mico_bin_sliced(planes, NULL, wrow, taps, lim, NULL);
         }
         mico_bin_put((uint8_t *)out, (size_t)oc * npix + pix0, bits, np);
     }
