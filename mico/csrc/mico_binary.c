@@ -135,14 +135,19 @@ static uint32_t mico_bin_get(const uint8_t *buf, size_t bit, int32_t n)
 {
     const uint8_t *p = buf + (bit >> 3);
     const uint32_t off = (uint32_t)(bit & 7u);
-    const int32_t nb = (int32_t)((off + (uint32_t)n + 7u) >> 3);
-    uint32_t v = 0;
-    int32_t i;
-    for (i = 0; i < nb && i < 4; i++) {
-        v |= (uint32_t)p[i] << (8 * i);
+    const uint32_t nb = (off + (uint32_t)n + 7u) >> 3;
+    uint32_t v = p[0];
+    if (nb > 1u) {
+        v |= (uint32_t)p[1] << 8;
+    }
+    if (nb > 2u) {
+        v |= (uint32_t)p[2] << 16;
+    }
+    if (nb > 3u) {
+        v |= (uint32_t)p[3] << 24;
     }
     v >>= off;
-    if (nb > 4) {
+    if (nb > 4u) {
         v |= (uint32_t)p[4] << (32u - off);
     }
     return n < 32 ? v & ((1u << n) - 1u) : v;
@@ -555,19 +560,34 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
     const int32_t taps = g->taps, nw = g->words;
     uint32_t u[12];
     int32_t oc, t, i;
-    if (g->masked) { /* u: the taps outside the input, per pixel, bit-sliced (u[i]: bit i) */
-        uint32_t cnt[8], ones = 0, twos = 0, fours = 0;
+    if (g->masked) { /* u: the taps outside the input, per pixel, bit-sliced (u[i]: bit i):
+                      * in_c times those of one input channel (the first k_h * k_w planes) */
+        uint32_t cnt[8], u0[12], ones = 0, twos = 0, fours = 0;
+        int32_t k;
         for (i = 0; i < 8; i++) {
             cnt[i] = 0;
         }
-        for (t = 0; t < taps; t++) {
+        for (t = 0; t < g->k_h * g->k_w; t++) {
             MICO_BIN_ADD1(~planes[taps + t]);
         }
-        u[0] = ones;
-        u[1] = twos;
-        u[2] = fours;
+        u0[0] = ones;
+        u0[1] = twos;
+        u0[2] = fours;
         for (i = 3; i < 12; i++) {
-            u[i] = i - 3 < 8 ? cnt[i - 3] : 0u;
+            u0[i] = i - 3 < 8 ? cnt[i - 3] : 0u;
+            u[i] = 0;
+        }
+        u[0] = u[1] = u[2] = 0;
+        for (k = 0; k < 12; k++) { /* u += u0 << k for every bit k of in_c */
+            uint32_t carry = 0;
+            if (!((g->in_c >> k) & 1)) {
+                continue;
+            }
+            for (i = k; i < 12; i++) {
+                const uint32_t a = u[i], b = u0[i - k], h = a ^ b;
+                u[i] = h ^ carry;
+                carry = (a & b) | (carry & h);
+            }
         }
     }
     for (oc = 0; oc < p->out_c; oc++) {
