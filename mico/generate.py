@@ -5,9 +5,9 @@ first token where they part.
 Each step runs the model on the window of the last ``seq_len`` tokens (right-padded: a causal
 model's logits at a position never see the positions after it) and chooses the next token with
 :mod:`mico.sampling` (greedy, or seeded top-k sampling whose integer arithmetic C shares). The C
-program (:mod:`mico.codegen.generate_c`) is built from the model's dynamic-mode project; the
-Python side runs the graph the C was emitted from (the reference executor). Without a tokenizer
-of its own the model reads UTF-8 bytes (ids 0..255).
+program (:mod:`mico.codegen.generate_c`) is built from the model's dynamic-mode (or static-mode)
+project; the Python side runs the graph the C was emitted from (the reference executor). Without
+a tokenizer of its own the model reads UTF-8 bytes (ids 0..255).
 
 The prompt reaches the C program as text at run time (stdin on the host, ``prompt.txt`` through
 semihosting on rv32) and is encoded there by the tokenizer's BPE encoder in C; Python encodes
@@ -93,6 +93,8 @@ def generate(
     max_prompt_bytes: int = DEFAULT_MAX_PROMPT_BYTES,
     kv_cache: bool | None = None,
     weights_file: bool = False,
+    mode: str = "dynamic",
+    calibration: list[torch.Tensor] | None = None,
 ) -> Generation:
     """Continue ``prompt`` by ``tokens`` tokens in Python and in C on ``target``.
 
@@ -104,7 +106,10 @@ def generate(
     one position per token from a KV cache (:mod:`mico.codegen.decode_c`) while the context fits
     the window; None uses it where the model allows, True insists (ConfigError if it cannot).
     ``weights_file``: the program reads every weight from ``lm.bin`` in its working directory
-    (:mod:`mico.codegen.weights_file`), none is compiled in.
+    (:mod:`mico.codegen.weights_file`), none is compiled in. ``mode="static"``: the integer-only
+    program of a model quantized with static activation scales and calibrated (``calibration``:
+    token-id batches for the lowering, default the prompt's window); its logits are int32 codes
+    of the output scale and its KV cache holds codes (:mod:`mico.codegen.decode_static_c`).
     """
     from mico.codegen.compile import compile_model, token_vocabulary
     from mico.codegen.decode_c import decode_plan
@@ -128,9 +133,9 @@ def generate(
     example = torch.from_numpy(_window(prompt_ids, seq_len)[0])
     with tempfile.TemporaryDirectory(prefix="mico-generate-") as tmp:
         out_dir = Path(work_dir) if work_dir is not None else Path(tmp) / "model"
-        log(f"compiling the model to C (dynamic mode) in {out_dir}")
-        compiled = compile_model(model, example, out_dir, "lm", mode="dynamic", force=False,
-                                 weights_file=weights_file)  # fmt: skip
+        log(f"compiling the model to C ({mode} mode) in {out_dir}")
+        compiled = compile_model(model, example, out_dir, "lm", mode=mode, force=False,
+                                 weights_file=weights_file, calibration=calibration)  # fmt: skip
         result = Generation(list(prompt_ids))
         plan = None
         if kv_cache is not False:

@@ -99,15 +99,19 @@ def _params(model: nn.Module) -> list[str]:
 
 
 def decode_plan(model: nn.Module, directory: Path, name: str, arena_bytes: int) -> DecodePlan | str:
-    """The decode step for ``model``'s project in ``directory``, or why there is none."""
+    """The decode step for ``model``'s project in ``directory``, or why there is none (a
+    static-mode project: :func:`mico.codegen.decode_static_c.static_decode_plan`)."""
+    from mico.codegen.decode_static_c import static_decode_plan
     from mico.models.llama import LLaMa
 
+    source = (Path(directory) / f"{name}.c").read_text()
+    if "mico_qembedding(" in source:  # the static mode's integer embedding
+        return static_decode_plan(model, directory, name, arena_bytes)  # type: ignore[return-value]
     if not isinstance(model, LLaMa):
         return f"the KV cache is built for the zoo's LLaMA layout, not {type(model).__name__}"
     attention = model.layers[0].attention
     if attention.n_kv_heads != attention.n_heads:
         return "the KV cache does not take grouped-query attention (n_kv_heads < n_heads) yet"
-    source = (Path(directory) / f"{name}.c").read_text()
     for symbol in _linears(model):
         if not re.search(rf"mico_f32_linear\([^;]*\b{symbol}\b", source):
             return (
@@ -146,7 +150,10 @@ def decode_plan(model: nn.Module, directory: Path, name: str, arena_bytes: int) 
 
 
 def decode_source(plan: DecodePlan) -> str:
-    """C of ``gen_decode(token, pos, logits)`` (to follow ``#include "<name>.c"``)."""
+    """C of ``gen_decode(token, pos, logits)`` (to follow ``#include "<name>.c"``); a static
+    plan writes its own (:mod:`mico.codegen.decode_static_c`)."""
+    if not isinstance(plan, DecodePlan):
+        return plan.source()
     p = plan
     storage = (
         "#define KV ((gen_kv_t *)(void *)mico_arena.bytes) /* laid over the model's arena */"

@@ -1,0 +1,69 @@
+"""The KV cache of the static (integer-only) tinyllama generation program
+(:mod:`mico.codegen.decode_static_c`): the cached program's int32 logits equal the uncached
+program's bit for bit at every step (while cached, and after the window slides, when it runs the
+full window), and its tokens equal Python's; on rv32 too, in fewer instructions per token."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from mico.generate import generate
+from mico.targets import rv32
+
+_spec = importlib.util.spec_from_file_location(
+    "_transformer_static", Path(__file__).with_name("test_transformer_static.py")
+)
+_static = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_static)  # the calibrated static tinyllamas of those tests
+
+#: 40 byte tokens + 32 generated: the last 8 steps are past the 64-token window
+PROMPT = "Once upon a time there was a little cat."
+TOKENS = 32
+
+
+def _both(plan, directory: Path, target: str = "host", tokens: int = TOKENS, prompt=PROMPT):
+    """The static program with and without the cache: (cached, uncached) generations."""
+    model, calibration, _ = _static.static_llama(plan)
+    return [generate(model, prompt, tokens, target=target, work_dir=directory / str(kv),
+                     log=lambda _m: None, kv_cache=kv, mode="static",
+                     calibration=[calibration]) for kv in (True, False)]  # fmt: skip
+
+
+@pytest.mark.parametrize("plan", ["8/8", "mixed"])
+def test_the_static_kv_cache_is_bit_exact(tmp_path, plan):
+    on, off = _both(_static.MIXED if plan == "mixed" else plan, tmp_path)
+    assert on.kv_cache and not off.kv_cache
+    assert len(on.c_logit_hashes) == TOKENS
+    assert on.c_logit_hashes == off.c_logit_hashes  # every step, cached and past the window
+    assert on.c_ids == off.c_ids == on.python_ids
+    memory = on.memory
+    assert memory["kv_cache"] == 2 * 2 * 4 * 64 * 16  # k and v, layers, heads, positions, hd
+    assert memory["kv_in_arena"] and memory["kv_extra_ram"] == 0
+    report = json.loads((tmp_path / "True" / "generate.json").read_text())
+    assert report["memory"] == memory and report["kv_cache"]
+    source = (tmp_path / "True" / "generate.c").read_text()
+    assert "decode_static_c" in source and "mico_f32_" not in source.split("gen_decode")[1]
+
+
+def test_the_static_plan_says_why_it_refuses(tmp_path):
+    from mico.codegen.decode_static_c import static_decode_plan
+
+    model, _, _ = _static.static_llama("8/8")
+    (tmp_path / "llm.c").write_text("int llm_run(const float *input, int32_t *output)\n{\n}\n")
+    assert "not a sequence of kernel calls" in static_decode_plan(model, tmp_path, "llm", 1 << 20)
+    attention = model.layers[0].attention
+    attention.n_kv_heads = attention.n_heads // 2
+    assert "grouped-query" in static_decode_plan(model, tmp_path, "llm", 1 << 20)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
+def test_the_static_kv_cache_on_rv32(tmp_path):
+    on, off = _both("8/8", tmp_path, target="rv32", tokens=4, prompt="Once upon")
+    assert on.c_logit_hashes == off.c_logit_hashes and on.c_ids == off.c_ids == on.python_ids
+    assert len(on.instructions) == len(off.instructions) == 4
+    assert max(on.instructions[1:]) * 20 < min(off.instructions)  # one position, not 64
