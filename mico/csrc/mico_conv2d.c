@@ -717,6 +717,33 @@ static void mico_s8_quad(const MicoConv2d *p, const int8_t *wq, const uint8_t *x
     }
 }
 
+/* The 4 channels of wq (interleaved as for mico_s8_quad) for n single pixels: tap t of pixel j
+ * is x[t * xs + j] (a signed or an unsigned byte); sums to tile[c * tp + j]. For the last pixels
+ * of a plane that fill no group of 4 (no multiply spent on pixels that are not there). */
+static MICO_NOINLINE void mico_s8_column(const int8_t *wq0, const uint8_t *x0, int is_signed,
+                                         int32_t xs, int32_t taps, int32_t n, int32_t *tile,
+                                         int32_t tp)
+{
+    const int32_t flip = is_signed ? 0x80 : 0; /* (byte ^ 0x80) - 0x80: the signed code */
+    int32_t j;
+    for (j = 0; j < n; j++) {
+        const int8_t *wq = wq0, *const end = wq0 + 4 * taps;
+        const uint8_t *x = x0 + j;
+        int32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (; wq < end; wq += 4, x += xs) {
+            const int32_t v = (*x ^ flip) - flip;
+            s0 += wq[0] * v;
+            s1 += wq[1] * v;
+            s2 += wq[2] * v;
+            s3 += wq[3] * v;
+        }
+        tile[j] = s0;
+        tile[tp + j] = s1;
+        tile[2 * tp + j] = s2;
+        tile[3 * tp + j] = s3;
+    }
+}
+
 /* wq[t * 4 + c] = tap t of channel oc[c], c < 4 (k_all taps each). */
 static void mico_s8_interleave(const int8_t *w, const int32_t *oc, int32_t k_all, int8_t *wq)
 {
@@ -735,7 +762,8 @@ static void mico_s8_interleave(const int8_t *w, const int32_t *oc, int32_t k_all
  * the input planes themselves, read in place. Output channels go in blocks of 4 whose weights
  * are interleaved once on the stack (the last block repeats the group's last channel); then
  * every run of up to 32 pixels takes the 4 x 4 micro-kernel (a plane's last pixels that fill
- * no group of 4: the group of its last 4, only their sums kept) and is requantized and stored
+ * no group of 4: one or two one at a time, three as the group of its last 4, only their sums
+ * kept) and is requantized and stored
  * channel by channel. Returns 0 (nothing done) for what it does not take: other kernels,
  * planes of fewer than 4 pixels, fewer than 4 output channels per group, more than
  * MICO_S8_PATCH / 4 input channels per group. Stack: about 2.7 KB. */
@@ -768,13 +796,16 @@ static MICO_NOINLINE int mico_qconv2d_s8_pw(const MicoConv2d *p, const void *in,
                 const int32_t np = npix - pix0 < 32 ? npix - pix0 : 32, nq = np / 4;
                 const int32_t rem = np % 4;
                 mico_s8_quad(p, wq, x_g + pix0, (int32_t)plane, ipg, nq, tile, 32);
-                if (rem) { /* the group of the plane's last 4 pixels */
+                if (rem == 3) { /* the group of the plane's last 4 pixels */
                     mico_s8_quad(p, wq, x_g + npix - 4, (int32_t)plane, ipg, 1, e, 4);
                     for (c = 0; c < 4; c++) {
                         for (i = 0; i < rem; i++) {
                             tile[c * 32 + 4 * nq + i] = e[c * 4 + 4 - rem + i];
                         }
                     }
+                } else if (rem) { /* one or two last pixels: one at a time */
+                    mico_s8_column(wq, x_g + pix0 + 4 * nq, p->in_fmt.is_signed,
+                                   (int32_t)plane, ipg, rem, tile + 4 * nq, 32);
                 }
                 for (c = 0; c < n_oc; c++) { /* requantize and store */
                     const MicoRq rq = mico_rq(&p->out, oc0 + c);

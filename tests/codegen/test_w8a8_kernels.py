@@ -118,6 +118,21 @@ def test_linear_shapes(a_fmt):
     assert set(check(layers)) == {"mico_qlinear"}
 
 
+@pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
+def test_pointwise_plane_tails(a_fmt):
+    """Pointwise planes of h x w pixels ending 1, 2 or 3 pixels past a group of 4 (one or two
+    pixels one at a time, three as the plane's last group), and 6 output channels (a block
+    of 4 repeating its last channel)."""
+    rng = np.random.default_rng(5)
+    layers = []
+    for i, (h, w) in enumerate([(1, 5), (2, 5), (5, 7), (3, 6), (2, 3), (7, 10)]):
+        layer = kernels_rv32.random_layer("conv", W8, a_fmt, in_c=10, out_c=6, hw=1, k=1,
+                                          seed=60 + i)  # fmt: skip
+        layer.x = kernels_rv32._codes(rng, a_fmt, (10, h, w), False)
+        layers.append(layer)
+    check(layers)
+
+
 def test_asymmetric_codes(monkeypatch):
     """Asymmetric 8-bit inputs (bytes are code + zero): the conv path takes the zero point off
     through the weight sums (padding is the byte zero); linear layers keep the unpacking path."""
