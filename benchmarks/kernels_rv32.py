@@ -498,7 +498,9 @@ def _markdown(results: dict, meta: dict) -> str:
         "mico_q*_bin_swar on rv32imac (a SWAR bit count), and, in the **Zbb** column, "
         "mico_q*_bin_cpop, one Zbb `cpop` per word (the instruction encoded by the kernel, "
         "the build unchanged; qemu's rv32 CPU has Zbb). "
-        "Their 1-bit outputs are stored by per-channel thresholds on the popcount sum.",
+        "Their 1-bit outputs are stored by per-channel thresholds on the sum; convolutions "
+        "with 1-bit outputs and stride 1 count bit-sliced (32 pixels per word, carry-save "
+        "adders), no popcount, so their Zbb figure is the same.",
         "",
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
