@@ -19,10 +19,10 @@ output of that op, in output LSBs; then the whole W8A8 program's logits against 
 and against the PyTorch fake-quant model (top-1 agreement, max error, next-token accuracy).
 
 Generation (``--only generation`` runs this part alone and keeps the other figures): ``mico
-generate`` with ``tinyllama`` (float layers, the only ones the KV cache takes) on rv32, with and
-without the KV cache: instructions per generated token (the first token includes the prompt's
-positions), the cache's bytes and where they live, and that both programs' logits are bit-identical
-and their tokens Python's.
+generate`` with ``tinyllama`` on rv32, float layers and the static W8A8 integer program, each with
+and without its KV cache: instructions per generated token (the first token includes the
+prompt's positions), the cache's bytes and where they live, and that both programs' logits are
+bit-identical and their tokens Python's.
 """
 
 from __future__ import annotations
@@ -347,20 +347,29 @@ def accuracy_markdown(a: dict[str, Any]) -> list[str]:
     return lines
 
 
-def run_generation(work: Path, target: str = "rv32") -> dict[str, Any]:
-    """tinyllama generating GEN_TOKENS tokens on ``target``, with and without the KV cache."""
+def _static_llama() -> tuple[torch.nn.Module, torch.Tensor]:
+    """The zoo tinyllama, W8A8 with static activation scales, calibrated as run_case does."""
+    torch.manual_seed(0)
+    model = from_zoo("tinyllama")
+    quantize_model(model, "8/8", QuantConfig(act_mode="static"))
+    model.eval()
+    x = _samples(model, 8, 1)
+    calibrate(model, [x.long()])  # token ids as int64
+    return model, x
+
+
+def _generation_pair(label: str, make, work: Path, target: str, **kw: Any) -> dict[str, Any]:
+    """One model generating GEN_TOKENS tokens on ``target`` with and without the KV cache:
+    agreement, memory and instructions per token (``make`` builds a fresh model)."""
     from mico.generate import generate
 
     runs = {}
     for cached in (True, False):
-        torch.manual_seed(0)
-        model = from_zoo("tinyllama")
-        runs[cached] = generate(model, GEN_PROMPT, GEN_TOKENS, target=target,
-                                work_dir=work / f"gen_{int(cached)}", log=lambda _m: None,
-                                kv_cache=cached)  # fmt: skip
+        runs[cached] = generate(make(), GEN_PROMPT, GEN_TOKENS, target=target,
+                                work_dir=work / f"gen_{label}_{int(cached)}", log=lambda _m: None,
+                                kv_cache=cached, **kw)  # fmt: skip
     on, off = runs[True], runs[False]
     entry: dict[str, Any] = {
-        "model": "tinyllama (float layers)",
         "target": target,
         "prompt": GEN_PROMPT,
         "prompt_tokens": len(on.prompt_ids),
@@ -374,7 +383,27 @@ def run_generation(work: Path, target: str = "rv32") -> dict[str, Any]:
             entry[f"{key}_instructions_first"] = run.instructions[0]
             rest = run.instructions[1:]
             entry[f"{key}_instructions_per_token"] = round(sum(rest) / len(rest)) if rest else None
+    return entry
+
+
+def run_generation(work: Path, target: str = "rv32") -> dict[str, Any]:
+    """tinyllama generating GEN_TOKENS tokens on ``target``, with and without the KV cache:
+    float layers (and the host's speed), then the static W8A8 integer program."""
+
+    def float_llama() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return from_zoo("tinyllama")
+
+    entry = {"model": "tinyllama (float layers)",
+             **_generation_pair("float", float_llama, work, target)}  # fmt: skip
     entry["host"] = host_generation_speed(work)
+    model, calibration = _static_llama()
+    entry["static"] = {
+        "model": "tinyllama (static W8A8, integer-only)",
+        **_generation_pair(
+            "static", lambda: model, work, target, mode="static", calibration=[calibration]
+        ),
+    }
     return entry
 
 
@@ -413,45 +442,75 @@ def host_generation_speed(work: Path, repeat: int = 5) -> dict[str, Any]:
     return speed
 
 
+def _instruction_rows(g: dict[str, Any], label: str) -> list[str]:
+    rows = []
+    for key in ("cached", "uncached"):
+        first, per = g.get(f"{key}_instructions_first"), g.get(f"{key}_instructions_per_token")
+        rows.append(f"| {label}, {key} | {first:,} | {per:,} |" if first else
+                    f"| {label}, {key} | - | - |")  # fmt: skip
+    return rows
+
+
 def generation_markdown(g: dict[str, Any]) -> list[str]:
     m = g["memory"]
     where = "laid over the model's arena (no extra RAM)" if m["kv_in_arena"] else "own RAM"
+    s = g.get("static")
     lines = [
         "",
-        f"## Generation with a KV cache ({g['model']}, {g['target']})",
+        f"## Generation with a KV cache (tinyllama, {g['target']})",
         "",
         f"`mico generate tinyllama --prompt {g['prompt']!r} --tokens {g['tokens']}` "
-        f"({g['prompt_tokens']} prompt tokens); tokens agree with Python: "
+        f"({g['prompt_tokens']} prompt tokens). Float layers: tokens agree with Python: "
         f"{g['tokens_agree_with_python']}; logits of the cached and uncached programs "
-        f"bit-identical: {g['logits_bit_identical']}.",
+        f"bit-identical: {g['logits_bit_identical']}."
+        + (
+            f' Static W8A8 (integer-only; `generate(..., mode="static")`): tokens agree '
+            f"with Python: {s['tokens_agree_with_python']}; int32 logits of the cached and "
+            f"uncached programs bit-identical: {s['logits_bit_identical']}."
+            if s
+            else ""
+        ),
         "",
         "| program | instructions, first token (prompt included) | instructions / later token |",
         "|---|---:|---:|",
+        *_instruction_rows(g, "float layers"),
+        *(_instruction_rows(s, "static W8A8") if s else []),
     ]
-    for key in ("cached", "uncached"):
-        first, per = g.get(f"{key}_instructions_first"), g.get(f"{key}_instructions_per_token")
-        lines.append(f"| {key} | {first:,} | {per:,} |" if first else f"| {key} | - | - |")
     h = g.get("host")
     if h:
         lines += [
             "",
-            f"Host, {h['tokens']} tokens after the prompt: the C program {h['cached']} tokens/s "
-            f"with the cache, {h['uncached']} without; PyTorch eager (`LLaMa.generate`, no "
-            f"cache) {h['pytorch_eager']} tokens/s. The C figures include starting the program "
-            "and encoding the prompt; PyTorch runs the context's own length each step (16 to 55 "
-            "positions), the uncached C program always the padded 64-token window, with plain "
-            "scalar float kernels. One run each on a shared machine (other jobs running): "
-            "rough ratios; the rv32 counts are exact.",
+            f"Host, float layers, {h['tokens']} tokens after the prompt: the C program "
+            f"{h['cached']} tokens/s with the cache, {h['uncached']} without; PyTorch eager "
+            f"(`LLaMa.generate`, no cache) {h['pytorch_eager']} tokens/s. The C figures include "
+            "starting the program and encoding the prompt; PyTorch runs the context's own length "
+            "each step (16 to 55 positions), the uncached C program always the padded 64-token "
+            "window, with plain scalar float kernels. One run each on a shared machine (other "
+            "jobs running): rough ratios; the rv32 counts are exact.",
         ]
     lines += [
         "",
-        f"KV cache {m['kv_cache']:,} bytes + decode scratch {m['decode_scratch']:,} bytes, "
-        f"{where}; model arena {m['model_arena']:,} bytes; prompt and context buffers "
-        f"{m['prompt_buffers']:,} bytes (512-byte prompt limit); RAM in all {m['total_ram']:,} "
-        "bytes. The cache is used while the context fits the 64-token window; beyond it every "
-        "token runs the whole window (the uncached figure). Float layers on rv32imac are soft "
-        "float; the W8A8 model above runs its window in 423 M instructions but is not cached "
-        "(its activation scales span the window).",
+        f"Float layers: KV cache {m['kv_cache']:,} bytes (float32) + decode scratch "
+        f"{m['decode_scratch']:,} bytes, {where}; model arena {m['model_arena']:,} bytes; prompt "
+        f"and context buffers {m['prompt_buffers']:,} bytes (512-byte prompt limit); RAM in all "
+        f"{m['total_ram']:,} bytes. Float layers on rv32imac are soft float.",
+    ]
+    if s:
+        sm = s["memory"]
+        where = "laid over the model's arena" if sm["kv_in_arena"] else "own RAM"
+        lines += [
+            "",
+            f"Static W8A8: KV cache {sm['kv_cache']:,} bytes (the keys and values as the "
+            f"model's codes, one byte each at 8 bits) + decode scratch {sm['decode_scratch']:,} "
+            f"bytes (one position's activations and the int32 logits), {where}; model arena "
+            f"{sm['model_arena']:,} bytes; RAM in all {sm['total_ram']:,} bytes. Every scale is "
+            "a compile-time constant, so the earlier positions' codes never change "
+            "([mico.codegen.decode_static_c](../../mico/codegen/decode_static_c.py)).",
+        ]
+    lines += [
+        "",
+        "Both caches are used while the context fits the 64-token window; beyond it every "
+        "token runs the whole window (the uncached figure).",
     ]
     return lines
 

@@ -22,7 +22,8 @@ are laid over the model's arena when they fit: the arena is only used by the ful
 which only happens once the cache is dead; otherwise they are one static buffer of their own.
 
 Only the zoo's LLaMA layout (``mico.models.llama.LLaMa``, ``n_kv_heads == n_heads``) compiled
-with float layers is cached; :func:`decode_plan` says why another model is not.
+with float layers is cached here; a static (integer-only) project gets the cache of codes of
+:mod:`mico.codegen.decode_static_c`; :func:`decode_plan` says why another model is not.
 """
 
 from __future__ import annotations
