@@ -124,8 +124,11 @@ def parse_run(source: str, name: str) -> tuple[list[_Call], int]:
 
 
 def struct_fields(sources: str, symbol: str) -> dict[str, str]:
-    """The designated initialisers of ``static const Mico* symbol = {...};`` (top level)."""
-    m = re.search(rf"static const Mico\w+ {re.escape(symbol)} = \{{(.*)\}};", sources)
+    """The designated initialisers of ``static const Mico* symbol = {...};`` (top level), or of
+    ``symbol = (Mico*){...};`` (a weights-file project binds its structs at load time)."""
+    name = re.escape(symbol)
+    m = re.search(rf"(?:static const Mico\w+ {name} = |\b{name} = \(Mico\w+\))\{{(.*)\}};",
+                  sources)  # fmt: skip
     if m is None:
         raise Refused(f"the param struct {symbol} is not in the project's sources")
     fields = {}
@@ -431,8 +434,10 @@ def static_decode_plan(
         calls, out_at = parse_run(source, name)
         builder = _Builder(calls, structs, plan.seq_len, plan)
         builder.build()
-        last = max(i for i, c in enumerate(calls) if _ARENA.match(c.args[c.out_arg])
-                   and int(_ARENA.match(c.args[c.out_arg])[1]) == out_at)  # fmt: skip
+        writers = [i for i, c in enumerate(calls) if c.args[c.out_arg] == f"MICO_ARENA({out_at})"]
+        if not writers:
+            raise Refused(f"no call of {name}_run writes its output")
+        last = writers[-1]
         if calls[last].bits != 32 or calls[last].numel != plan.seq_len * plan.vocab:
             raise Refused(f"{name}_run's output is not int32 logits of every position")
     except Refused as why:
