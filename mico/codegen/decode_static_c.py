@@ -138,6 +138,18 @@ def struct_fields(sources: str, symbol: str) -> dict[str, str]:
     return fields
 
 
+def _permutation(shape: list[int], stride: list[int]) -> bool:
+    """Whether input strides ``stride`` of an output of ``shape`` read every input element once,
+    i.e. the copy permutes the dims of a contiguous input (the innermost stride 1, each next one
+    the product of the sizes inside it)."""
+    expected = 1
+    for step, size in sorted((st, sz) for sz, st in zip(shape, stride, strict=True) if sz > 1):
+        if step != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _ints(text: str) -> list[int]:
     return [int(v) for v in re.findall(r"-?\d+", text)]
 
@@ -378,6 +390,8 @@ class _Builder:
             raise Refused(f"{c.node} requantizes or offsets as it copies; not a layout copy")
         rank = int(f["rank"])
         shape, stride = _ints(f["shape"])[:rank], _ints(f["stride"])[:rank]
+        if not _permutation(shape, stride):
+            raise Refused(f"{c.node} reads a strided view, not a permutation of its input")
         axes = [k for k, s in enumerate(shape) if s == self.t]
         if len(axes) != 1:
             raise Refused(f"{c.node}: cannot tell the positions among the dims {shape}")
