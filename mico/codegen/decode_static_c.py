@@ -163,11 +163,9 @@ class StaticDecodePlan:
     vocab: int
     arena_bytes: int
     body: list[str] = field(default_factory=list)
-    helpers: list[str] = field(default_factory=list)
     cache_bytes: int = 0
     scratch_bytes: int = 0
     cache_layout: list[str] = field(default_factory=list)  # per cache: what, where, bytes
-    output_bits: int = 32
 
     @property
     def logits_bytes(self) -> int:
@@ -186,7 +184,8 @@ class StaticDecodePlan:
         return 0 if self.in_arena else self.total_bytes
 
     def memory(self) -> dict[str, int | bool]:
-        """The figures of the generation report (offsets inside gen_kv_t)."""
+        """The figures of the generation report (offsets inside gen_kv_t: the int32 logits,
+        the caches, one position's activations; decode_scratch counts the logits too)."""
         return {
             "model_arena": self.arena_bytes,
             "kv_cache": self.cache_bytes,
@@ -207,7 +206,7 @@ class _Builder:
 
     def __init__(self, calls: list[_Call], structs: str, seq_len: int, plan: StaticDecodePlan):
         self.calls, self.structs, self.t, self.plan = calls, structs, seq_len, plan
-        self.live: dict[int, tuple[int, int, str]] = {}  # offset -> (bytes, call, decode buf)
+        self.bufs: dict[int, str] = {}  # call -> its output's one-position buffer
         self.producer: list[dict[int, int]] = []  # per call: arg -> producing call
         self.caches: dict[int, str] = {}  # copy call index -> cache buffer
         self.scratch = 0
@@ -278,7 +277,6 @@ class _Builder:
     def build(self) -> None:
         self.dataflow()
         self.find_caches()
-        self.bufs: dict[int, str] = {}
         body = self.plan.body
         last_write = max(self.caches)  # past it, only the logits need the calls
         for i, c in enumerate(self.calls):
