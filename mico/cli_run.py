@@ -86,6 +86,21 @@ def generate(
             help="The program reads every weight from lm.bin at run time (none compiled in).",
         ),
     ] = False,
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="dynamic (float scales at run time) or static (integer-only program; its KV "
+            "cache holds codes). In static mode a model not yet quantized is quantized with "
+            "--plan and calibrated on the prompt's window."
+        ),
+    ] = "dynamic",
+    plan: Annotated[
+        str | None,
+        typer.Option(
+            help="Bit-widths for a model not yet quantized, e.g. 8/8 or 4/8 (static mode: "
+            "8/8 by default; dynamic mode: float layers unless given)."
+        ),
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the texts.")] = False,
 ) -> None:
     """Generate text in Python and with a C program that runs the whole loop on the target
@@ -119,9 +134,16 @@ def generate(
     sampler = Sampler(top_k, temperature, sample_seed)  # checked before any work
     tokenizer = tokenizer_for(net, extra)
     log = (lambda _m: None) if quiet else typer.echo
+    if mode not in ("dynamic", "static"):
+        raise ConfigError(f"--mode {mode!r}: choose dynamic or static")
+    from mico.quant.model import bit_layers
+
+    if not bit_layers(net) and (mode == "static" or plan is not None):
+        _quantize_for_generation(net, plan or "8/8", mode, prompt, tokenizer, log)
     result = run_generation(
         net, prompt, tokens, target=target, log=log, sampler=sampler, tokenizer=tokenizer,
         max_prompt_bytes=max_prompt_bytes, kv_cache=kv_cache, weights_file=weights_file,
+        mode=mode,
     )  # fmt: skip
     python_text = decode(tokenizer, result.python_ids)
     c_text = result.c_text.decode("utf-8", "replace")  # as the C program printed it
@@ -474,6 +496,32 @@ def _search_widths(bits: str, device: str) -> list[int]:
             "choose among those or --bits target"
         )
     return qtypes
+
+
+def _quantize_for_generation(net: object, plan: str, mode: str, prompt: str,
+                             tokenizer: object, log: object) -> None:  # fmt: skip
+    """A float language model quantized with ``plan`` for ``mode``; in static mode calibrated
+    on the prompt's window (the only text at hand: a model trained by ``mico train`` carries
+    scales calibrated on its data)."""
+    import torch
+
+    from mico.codegen.compile import token_vocabulary
+    from mico.generate import _window, check_prompt, prompt_bytes
+    from mico.quant import QuantConfig, calibrate, quantize_model
+
+    vocab = token_vocabulary(net)
+    if vocab is None:
+        return  # not a language model: mico generate says so
+    quantize_model(net, plan, QuantConfig(act_mode=mode))
+    if mode == "static":
+        seq_len = int(net.default_input_shape[-1])  # type: ignore[attr-defined]
+        ids = check_prompt(prompt_bytes(prompt), tokenizer, vocab, 1 << 20)  # type: ignore[arg-type]
+        window = torch.from_numpy(_window(ids, seq_len)[0]).long()
+        calibrate(net, [window])  # type: ignore[arg-type]
+    log(
+        f"quantized {plan} ({mode} mode)"  # type: ignore[operator]
+        + (", static scales calibrated on the prompt's window" if mode == "static" else "")
+    )
 
 
 def _save_weights(net: object, path: Path, dataset: str) -> None:

@@ -49,6 +49,21 @@ def test_cli_prints_both_texts():
     assert "the C program generated the same 3 tokens" in result.output
 
 
+@pytest.mark.slow
+def test_cli_generates_with_the_static_integer_program():
+    """--mode static: the zoo model quantized (--plan) and calibrated on the prompt's window, its
+    integer-only program generating from a KV cache of codes, token for token as Python."""
+    result = runner.invoke(app, ["generate", "tinyllama", "--mode", "static", "--plan", "4/8",
+                                 "--prompt", "Once", "--tokens", "4"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "quantized 4/8 (static mode), static scales calibrated on the prompt's window" in (
+        result.output
+    )
+    assert "compiling the model to C (static mode)" in result.output
+    assert "KV cache 16384 B" in result.output  # 2 layers x (K + V) x 64 positions x 64 codes
+    assert "the C program generated the same 4 tokens" in result.output
+
+
 def test_first_difference_and_decoding():
     assert Generation([1], [5, 6, 7], [5, 9, 7]).first_difference == 1
     assert Generation([1], [5, 6], [5, 6, 7]).first_difference == 2
@@ -69,6 +84,7 @@ def test_first_difference_and_decoding():
         (["generate", "tinyllama", "--temperature", "-1"], "--temperature must be from 0"),
         (["generate", "tinyllama", "--sample-seed", "-3"], "--sample-seed must be from 0"),
         (["generate"], "give a zoo model name or --checkpoint"),
+        (["generate", "tinyllama", "--mode", "fixed"], "--mode 'fixed': choose dynamic or static"),
     ],
 )
 def test_bad_requests_are_one_line_errors(args, message):
