@@ -151,7 +151,9 @@ def generate(
         result.kv_cache = plan is not None
         result.memory = generation_memory(compiled.project.arena.size, plan, max_prompt_bytes,
                                           tokens)  # fmt: skip
-        python_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
+        # a static program's logits are int32 codes: the temperature applies to code x scale
+        unit = compiled.project.output_scale if mode == "static" else 1.0
+        python_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed, unit)
         context = list(prompt_ids)
         for _ in range(tokens):
             window, last = _window(context, seq_len)
@@ -159,7 +161,7 @@ def generate(
             next_id = python_side.pick(logits[last])
             result.python_ids.append(next_id)
             context.append(next_id)
-        c_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed)
+        c_side = Sampler(sampler.top_k, sampler.temperature, sampler.seed, unit)
         text = token_text if token_text is not None else token_texts(tokenizer)
         log(f"running the generation loop in C on {target}")
         program = _Program(tokenizer, max_prompt_bytes, tokens, c_side, vocab, seq_len,
@@ -183,6 +185,7 @@ def _write_report(path: Path, result: Generation, program: _Program, target: str
             "top_k": program.sampler.top_k,
             "temperature": program.sampler.temperature,
             "seed": program.sampler.seed,
+            "logit_scale": program.sampler.logit_scale,
         },
         "merges": len(program.tokenizer.merges),
         "kv_cache": result.kv_cache,

@@ -35,6 +35,9 @@ class Sampler:
     top_k: int = 1
     temperature: float = 1.0
     seed: int = 0
+    #: what one logit unit is worth: 1 for float logits, the output scale for a static
+    #: program's int32 logit codes (so the temperature applies to the real logits)
+    logit_scale: float = 1.0
 
     def __post_init__(self) -> None:
         top_k = self.top_k
@@ -42,6 +45,8 @@ class Sampler:
             raise ConfigError(f"--top-k must be an integer from 1 to 10000, got {top_k!r}")
         if not (math.isfinite(self.temperature) and 0 <= self.temperature <= 100):
             raise ConfigError(f"--temperature must be from 0 to 100, got {self.temperature!r}")
+        if not (math.isfinite(self.logit_scale) and self.logit_scale > 0):
+            raise ConfigError(f"the logit scale must be positive, got {self.logit_scale!r}")
         if not 0 <= int(self.seed) < 2**32:
             raise ConfigError(f"--sample-seed must be from 0 to 2**32 - 1, got {self.seed!r}")
         self.state = int(self.seed) or DEFAULT_SEED
@@ -52,10 +57,11 @@ class Sampler:
 
     @property
     def scale(self) -> np.float32:
-        """log2(e) / temperature, rounded to float32 (the C program gets this exact value)."""
-        return (
-            np.float32(math.log2(math.e) / self.temperature) if not self.greedy else np.float32(0)
-        )
+        """log2(e) * logit_scale / temperature, rounded to float32 (the C program gets this
+        exact value)."""
+        if self.greedy:
+            return np.float32(0)
+        return np.float32(math.log2(math.e) * self.logit_scale / self.temperature)
 
     def next_random(self) -> int:
         """xorshift32 (13, 17, 5): the same sequence as the C program's."""

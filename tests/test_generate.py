@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 
 import numpy as np
@@ -54,7 +55,8 @@ def test_cli_generates_with_the_static_integer_program():
     """--mode static: the zoo model quantized (--plan) and calibrated on the prompt's window, its
     integer-only program generating from a KV cache of codes, token for token as Python."""
     result = runner.invoke(app, ["generate", "tinyllama", "--mode", "static", "--plan", "4/8",
-                                 "--prompt", "Once", "--tokens", "4"])  # fmt: skip
+                                 "--prompt", "Once", "--tokens", "4", "--top-k", "8",
+                                 "--temperature", "0.8"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "quantized 4/8 (static mode), static scales calibrated on the prompt's window" in (
         result.output
@@ -324,3 +326,17 @@ def test_the_kv_cache_on_rv32_costs_fewer_instructions(tmp_path):
     assert on.c_ids == off.c_ids == on.python_ids and on.c_logit_hashes == off.c_logit_hashes
     assert len(on.instructions) == len(off.instructions) == 3
     assert max(on.instructions[1:]) * 3 < min(off.instructions)  # one position, not eight
+
+
+def test_the_sampler_weighs_real_logits_of_static_codes():
+    """Static programs give int32 codes of the output scale: the sampler's constant folds the
+    scale in, so codes at scale s sample as the real logits do at scale 1."""
+    real = Sampler(8, 0.7, 3)
+    codes = Sampler(8, 0.7, 3, logit_scale=0.125)
+    assert codes.scale == np.float32(math.log2(math.e) * 0.125 / 0.7)
+    logits = np.linspace(-2, 2, 64).astype(np.float32)
+    picks_real = [real.pick(logits) for _ in range(20)]
+    picks_codes = [codes.pick(logits / np.float32(0.125)) for _ in range(20)]
+    assert picks_real == picks_codes
+    with pytest.raises(ConfigError, match="logit scale must be positive"):
+        Sampler(8, 0.7, 3, logit_scale=0.0)
