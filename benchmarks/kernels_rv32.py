@@ -31,7 +31,7 @@ import numpy as np
 
 from mico.codegen.binary_plan import binary_kernel, takes_binary, thresholds
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
-from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan
+from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan, linear_kernel
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
 from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
@@ -249,8 +249,13 @@ def _layer_code(
                 f"static const MicoLinear {p} = {{ .rows = {rows}, .in_features = {in_f}, "
                 f".out_features = {out_c}, {common} }};"
             )
+            # chosen: the W8A8 byte path whatever the layer's size (the generator takes it
+            # from LINEAR_S8_MIN_MACS MACs: every benchmark shape); plain: mico_qlinear
+            bytes_path = linear_kernel(layer.w_fmt.bits, layer.a_fmt) if path == "chosen" else None
             kernel = (
-                lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits) if lanes else "mico_qlinear"
+                lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits)
+                if lanes
+                else bytes_path or "mico_qlinear"
             )
         else:
             in_c, h, wd = layer.x.shape
@@ -263,7 +268,9 @@ def _layer_code(
                 f".k_w = {kw}, .stride_h = {s}, .stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, "
                 f".dil_h = 1, .dil_w = 1, .groups = {layer.groups}, {common} }};"
             )
-            plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw), 1)
+            w_bits = layer.w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
+            plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw), 1,
+                                  w_bits=w_bits)  # fmt: skip
             kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))

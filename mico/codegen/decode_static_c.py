@@ -78,9 +78,10 @@ class _Call:
 
 
 #: which argument of each kernel is its output buffer (the others' arena arguments are inputs)
-_OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_lanes": 3,
-            "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4, "mico_requant": 2,
-            "mico_qsoftmax_prefix": 2, "mico_add": 3, "mico_lut": 1, "mico_qmul": 4}  # fmt: skip
+_OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_s8": 2,
+            "mico_qlinear_lanes": 3, "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4,
+            "mico_requant": 2, "mico_qsoftmax_prefix": 2, "mico_add": 3, "mico_lut": 1,
+            "mico_qmul": 4}  # fmt: skip
 
 
 class Refused(Exception):
@@ -312,6 +313,9 @@ class _Builder:
         return [f"    {{ MicoLinear p = {symbol}; p.rows = 1; {c.func}({', '.join(a)}); }}"]
 
     def emit_qlinear(self, i: int, c: _Call) -> list[str]:
+        return self._linear(i, c, 1)
+
+    def emit_qlinear_s8(self, i: int, c: _Call) -> list[str]:
         return self._linear(i, c, 1)
 
     def emit_qlinear_lanes(self, i: int, c: _Call) -> list[str]:

@@ -303,23 +303,56 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
     in_bits = fmt_of(x)[0]
-    kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1])
+    kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1],
+                           w_bits=w_bits, macs=macs)  # fmt: skip
     return _call(ctx, kernel, params, x, out)
 
 
+#: W8A8 layers of at least this many MACs take the byte paths (mico_qconv2d_tiled_s8: about
+#: 7 KB of rv32 code, 3.3-3.7 instructions per MAC against 6.6-6.9; mico_qlinear_s8: 2.7 KB,
+#: 3.7 against 4.8); smaller ones keep the plain kernels, as for the lanes (LANES_MIN_MACS)
+CONV_S8_MIN_MACS = 32768
+LINEAR_S8_MIN_MACS = 8192
+
+
 def conv2d_kernel(
-    in_bits: int, groups: int, in_c: int, out_c: int, kernel: tuple[int, int], dil_w: int
+    in_bits: int,
+    groups: int,
+    in_c: int,
+    out_c: int,
+    kernel: tuple[int, int],
+    dil_w: int,
+    w_bits: int | None = None,
+    macs: int | None = None,
 ) -> str:
     """The path ``mico_qconv2d`` takes for a layer, as the entry point to call.
 
     Calling the path directly (not the dispatcher) lets the linker drop the paths a model does
-    not use: a model without depthwise layers carries no depthwise kernel.
+    not use: a model without depthwise layers carries no depthwise kernel, one without W8A8
+    layers of :data:`CONV_S8_MIN_MACS` MACs or more no byte path.
     """
     if in_bits > 8:
         return "mico_qconv2d_elementwise"
     if groups == in_c == out_c and tuple(kernel) == (3, 3) and dil_w == 1:
         return "mico_qconv2d_depthwise3x3"
+    if w_bits == in_bits == 8 and (macs is None or macs >= CONV_S8_MIN_MACS):
+        return "mico_qconv2d_tiled_s8"
     return "mico_qconv2d_tiled"
+
+
+def linear_kernel(w_bits: int, in_fmt: QFormat | None, macs: int | None = None) -> str:
+    """``mico_qlinear_s8`` for a W8A8 layer of :data:`LINEAR_S8_MIN_MACS` MACs or more (any
+    size when ``macs`` is None) with symmetric or unsigned input codes (what its byte path
+    takes), else ``mico_qlinear``."""
+    if (
+        w_bits == 8
+        and in_fmt is not None
+        and in_fmt.bits == 8
+        and (in_fmt.signed or not in_fmt.zero)
+        and (macs is None or macs >= LINEAR_S8_MIN_MACS)
+    ):
+        return "mico_qlinear_s8"
+    return "mico_qlinear"
 
 
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
@@ -358,7 +391,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
-    return _call(ctx, "mico_qlinear", params, x, out)
+    return _call(ctx, linear_kernel(w_bits, x.qformat, macs), params, x, out)
 
 
 def _pool_geometry(node: Node) -> dict[str, int]:

@@ -1137,6 +1137,13 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
+    mico_qconv2d_im2col(p, in, out);
+}
+
+/* W8A8 layers: the byte paths (about 7 KB of code, linked only by programs that call this),
+ * the im2col path for a layer they do not take. */
+void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out)
+{
     if (p->w_bits == 8 && p->in_fmt.bits == 8 &&
         (mico_qconv2d_s8_pw(p, in, out) || mico_qconv2d_s8(p, in, out))) {
         return; /* W8A8: bytes as they are */
@@ -1158,6 +1165,8 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
     } else if (p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
                p->dil_w == 1) {
         mico_qconv2d_depthwise3x3(p, in, out);
+    } else if (p->w_bits == 8 && p->in_fmt.bits == 8) {
+        mico_qconv2d_tiled_s8(p, in, out);
     } else {
         mico_qconv2d_tiled(p, in, out);
     }

@@ -8,8 +8,10 @@
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *
- * W8A8 with symmetric codes (mico_qlinear_s8): the input bytes are the codes, read in place;
- * 8 outputs x 4 taps a step (each code loaded once for 8 rows), requantization inline.
+ * W8A8 with symmetric codes (mico_qlinear_s8, its own entry point, which the code generator
+ * calls for W8A8 layers of LINEAR_S8_MIN_MACS or more, so that other programs do not link its
+ * 2.7 KB): the input bytes are the codes, read in place; 8 outputs x 4 taps a step (each code
+ * loaded once for 8 rows), requantization inline. Other layers given to it take mico_qlinear.
  *
  * Weights in channel lanes (mico_qlinear_lanes_w<bits>g<G>, chosen by the code generator):
  * words of F = 32 / bits outputs per input, several low-bit products per 32-bit multiply (see
@@ -247,7 +249,7 @@ static MICO_NOINLINE void mico_lin_s8_requant(const MicoOut *o, int32_t o0, int3
 /* W8A8 with symmetric codes (signed, or unsigned without a zero point): the input bytes are
  * the codes, read in place. Outputs go 8 at a time (the last ones by mico_dot2_w8 on the row
  * unpacked), sums from the bias, then requantized and packed as one run. */
-static MICO_NOINLINE void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out)
+static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t nf = p->in_features, nout = p->out_features;
     const int8_t *w = (const int8_t *)(const void *)p->weight;
@@ -299,10 +301,6 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
     int32_t r, o0, k0, j;
     if (p->in_fmt.bits > 8) {
         mico_qlinear_generic(p, in, out);
-        return;
-    }
-    if (wb == 8 && p->in_fmt.bits == 8 && (p->in_fmt.is_signed || p->in_fmt.zero == 0)) {
-        mico_qlinear_s8(p, in, out); /* W8A8: bytes as they are */
         return;
     }
     for (r = 0; r < p->rows; r++) {
@@ -391,3 +389,12 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
         mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                     \
     }
 MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)
+
+void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out)
+{
+    if (p->w_bits == 8 && p->in_fmt.bits == 8 && (p->in_fmt.is_signed || p->in_fmt.zero == 0)) {
+        mico_qlinear_s8_rows(p, in, out); /* W8A8: bytes as they are */
+        return;
+    }
+    mico_qlinear(p, in, out);
+}

@@ -431,11 +431,14 @@ void mico_quantize_f32_exact_b8(const float *x, void *codes, size_t n, const Mic
 
 /* mico_qconv2d picks its path by the layer: int32 inputs go element by element
  * (mico_qconv2d_elementwise), depthwise 3x3 layers with unit column dilation take
- * mico_qconv2d_depthwise3x3, every other layer mico_qconv2d_tiled (im2col). */
+ * mico_qconv2d_depthwise3x3, W8A8 layers mico_qconv2d_tiled_s8 (bytes as codes), every other
+ * layer mico_qconv2d_tiled (im2col). Generated code calls the path itself
+ * (mico.codegen.emitters.conv2d_kernel), so a program links only the paths it uses. */
 void mico_qconv2d(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
+void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
 /* Depthwise 3x3 in pixel lanes (mico_dwconv.c): s-bit lanes of k = 32 / s pixels of a row, q
  * lane words per chunk of the row (mico.codegen.dwconv_plan), one entry point per lane width. */
 typedef struct {
@@ -447,6 +450,8 @@ typedef struct {
 MICO_DWL_DECLARE(4) MICO_DWL_DECLARE(6) MICO_DWL_DECLARE(8) MICO_DWL_DECLARE(12)
 MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
+/* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
+void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
 /* The channel-lane paths (weights in the lanes layout): conv (any kernel, groups whose output
  * channels are a multiple of F) and linear (out_features a multiple of F), one entry point per
  * weight width and field-group count G = s / w_bits (mico_q*_lanes_w<bits>g<G>, declared with

@@ -21,11 +21,13 @@ from typing import Any
 
 from mico.errors import MicoError
 from mico.hw.layers import LayerShape, storage_bits
+from mico.quant.arithmetic import QFormat
 
 #: op kinds of the MAC layers (as :data:`mico.hw.layers.KINDS`)
 MAC_KINDS = ("conv2d", "dwconv2d", "conv1d", "linear")
 #: kernel paths, as a feature code (the order is arbitrary but fixed)
-PATHS = ("tiled", "depthwise3x3", "elementwise", "linear", "lanes", "none", "dwlanes")
+PATHS = ("tiled", "depthwise3x3", "elementwise", "linear", "lanes", "none", "dwlanes",
+         "tiled_s8", "linear_s8")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -93,11 +95,19 @@ def _lanes(
     return "lanes", int(plan["s"]), int(plan["n"])
 
 
-def _plain_conv_path(in_bits: int, groups: int, in_c: int, out_c: int, kh: int, kw: int) -> str:
+def _plain_conv_path(
+    in_bits: int, groups: int, in_c: int, out_c: int, kh: int, kw: int, w_bits: int, macs: int
+) -> str:
     from mico.codegen.emitters import conv2d_kernel
 
-    name = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), 1)
+    name = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), 1, w_bits=w_bits, macs=macs)
     return name.removeprefix("mico_qconv2d_")
+
+
+def _plain_linear_path(w_bits: int, in_fmt: QFormat | None, macs: int) -> str:
+    from mico.codegen.emitters import linear_kernel
+
+    return linear_kernel(w_bits, in_fmt, macs).removeprefix("mico_q")
 
 
 def op_from_layer(
@@ -115,10 +125,11 @@ def op_from_layer(
     out_pixels = layer.out_size[0] * layer.out_size[1]
     if layer.kind == "linear":
         lanes = _lanes(w, a, in_signed, layer.out_channels, 1, layer.macs)
-        path = "linear"
+        path = _plain_linear_path(w, QFormat(a, in_signed) if a <= 8 else None, layer.macs)
     else:
         lanes = _lanes(w, a, in_signed, layer.out_channels // layer.groups, 4, layer.macs)
-        path = _plain_conv_path(a, layer.groups, layer.in_channels, layer.out_channels, kh, kw)
+        path = _plain_conv_path(a, layer.groups, layer.in_channels, layer.out_channels, kh, kw,
+                                w, layer.macs)  # fmt: skip
     lane_s = lane_n = 0
     if lanes is not None:
         path, lane_s, lane_n = lanes
@@ -214,7 +225,8 @@ def graph_op_shapes(graph: Any) -> list[OpShape]:
                 dil = node.attrs.get("dilation", (1, 1))[1]
                 from mico.codegen.emitters import conv2d_kernel
 
-                path = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), dil)
+                path = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), dil,
+                                     w_bits=w_bits, macs=macs)  # fmt: skip
                 path, lane_s, lane_n = path.removeprefix("mico_qconv2d_"), 0, 0
             shapes.append(OpShape(
                 kind=kind, w_bits=w_bits, macs=macs, in_channels=in_c, out_channels=out_c,
@@ -229,7 +241,8 @@ def graph_op_shapes(graph: Any) -> list[OpShape]:
             macs = rows * in_f * out_f
             plan = lanes_plan(weight.qformat, x.qformat, out_f, pixels=1, macs=macs)
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            path, lane_s, lane_n = ("linear", 0, 0) if plan is None else (
+            plain = _plain_linear_path(w_bits, x.qformat, macs)
+            path, lane_s, lane_n = (plain, 0, 0) if plan is None else (
                 "lanes", int(plan["s"]), int(plan["n"]))  # fmt: skip
             shapes.append(OpShape(
                 kind="linear", w_bits=w_bits, macs=macs, in_channels=in_f, out_channels=out_f,

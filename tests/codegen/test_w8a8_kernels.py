@@ -1,5 +1,5 @@
-"""The W8A8 kernels (mico_qconv2d_tiled's byte paths mico_qconv2d_s8_pw / mico_qconv2d_s8,
-mico_qlinear's mico_qlinear_s8) against the Python integer arithmetic, layer by layer, through the
+"""The W8A8 kernels (mico_qconv2d_tiled_s8's byte paths mico_qconv2d_s8_pw / mico_qconv2d_s8,
+mico_qlinear_s8's rows) against the Python integer arithmetic, layer by layer, through the
 C program of benchmarks/kernels_rv32.py: odd channel counts (a channel computed twice), pixel
 counts that fill no group (a patch's empty columns, a pointwise plane's last group), padding,
 stride 2, groups, reductions longer than the patch (chunks), kernel rows wider than the patch
@@ -96,7 +96,7 @@ def test_conv_shapes(a_fmt):
         for i, shape in enumerate(CONVS)
         for extreme in (0, 1)
     ]
-    assert set(check(layers)) == {"mico_qconv2d_tiled"}
+    assert set(check(layers)) == {"mico_qconv2d_tiled_s8"}
 
 
 @pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
@@ -115,7 +115,7 @@ def test_linear_shapes(a_fmt):
         )
         for extreme in (0, 1)
     ]  # fmt: skip
-    assert set(check(layers)) == {"mico_qlinear"}
+    assert set(check(layers)) == {"mico_qlinear_s8"}
 
 
 @pytest.mark.parametrize("a_fmt", A_FMTS, ids=str)
@@ -188,7 +188,8 @@ def test_generated_dscnn_w8a8_is_bit_exact(tmp_path):
     calibrate(model, batches)
     graph = lower_static(extract_ir(model, example), batches)
     project = emit_c_project(graph, tmp_path / "c", "m")
-    assert "mico_qconv2d_tiled" in (project.directory / "m.c").read_text()
+    source = (project.directory / "m.c").read_text()
+    assert "mico_qconv2d_tiled_s8(" in source and "mico_qlinear_s8(" not in source  # fc: small
     host.build(project, sanitize=True)
     samples = torch.randn((3, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()

@@ -101,7 +101,7 @@ def test_layers_alone_guess_the_same_paths(programs):
             assert guessed[name] == graph_ops[name].path, (bits, name)
     layer = LayerShape("c", "conv2d", 16, 16, (3, 3), (1, 1), 1, (8, 8), (8, 8), 4, 4)
     assert op_from_layer(layer).path == "lanes"
-    assert op_from_layer(layer.with_bits(8, 8)).path == "tiled"
+    assert op_from_layer(layer.with_bits(8, 8)).path == "tiled_s8"  # W8A8: the byte path
     assert op_from_layer(layer.with_bits(3, 8)).path == "tiled"  # no 3-bit lanes
 
 
