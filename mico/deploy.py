@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,6 +245,7 @@ def compile_from_options(
             extras=_write_compile_report,
             sample_inputs=samples,
             weights_file=options.weights_file,
+            isa_extensions=device_extensions(options.targets),
         )
     except MicoError as exc:
         deployable = list(DEPLOYABLE_MODELS)
@@ -306,6 +307,7 @@ def run_on_target(
     from mico.targets import host, rv32, rv64
 
     project = compiled.project
+    target = runner_kind(target)
     if target == "host":
         host.build(project, cc=options.cc, sanitize=options.sanitize)
         return TargetRun(host.run(project, samples))
@@ -428,11 +430,45 @@ def _log_segments(
         log(f"{target}: {seg['name']} {seg['shape']}: {agreement.summary()}")
 
 
+#: the runners of target files that mico verify builds and runs, as the built-in target names
+RUNNER_KINDS = {"host": "host", "qemu-rv32": "rv32", "qemu-rv64": "rv64",
+                "verilator-vexriscv": "vexriscv"}  # fmt: skip
+
+
+def runner_kind(target: str) -> str:
+    """How ``target`` is built and run: a built-in target's own name, or the one its target
+    file's runner stands for (a board added as a file, e.g. an rv32 core with Zbb)."""
+    if target in TARGETS:
+        return target
+    from mico.errors import MicoError
+    from mico.targets.catalog import get_target
+
+    try:
+        spec = get_target(target)
+    except MicoError:
+        spec = None
+    if spec is None or spec.runner not in RUNNER_KINDS:
+        raise BuildError(
+            f"unknown target '{target}'; use one of {', '.join(TARGETS)} or a target file whose "
+            f"runner is {', '.join(RUNNER_KINDS)} (mico targets)"
+        )
+    return RUNNER_KINDS[spec.runner]
+
+
+def device_extensions(targets: Sequence[str]) -> tuple[str, ...]:
+    """The ISA extensions every device target among ``targets`` has (the host is not one:
+    the kernels' portable paths build there), from their target files; none without a
+    device target."""
+    from mico.targets.catalog import get_target
+
+    sets = [set(get_target(t).extensions) for t in targets if runner_kind(t) != "host"]
+    return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+
 def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:
     """Compile, then verify on every target in ``options.targets``."""
-    unknown = [t for t in options.targets if t not in TARGETS]
-    if unknown:
-        raise BuildError(f"unknown target '{unknown[0]}'; use one of {', '.join(TARGETS)}")
+    for target in options.targets:
+        runner_kind(target)  # an unknown target is refused before any work
     compiled, samples = compile_from_options(options, log)
     result = verify_compiled(compiled, samples, options, log)
     paths = write_verify_report(result, options)
@@ -549,9 +585,7 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
     return md, js
 
 
-def export_weights(
-    options: DeployOptions, project: Path, output: Path, log: Log = print
-) -> Any:
+def export_weights(options: DeployOptions, project: Path, output: Path, log: Log = print) -> Any:
     """``mico export-weights``: the weights file of ``options``' model for ``project`` (compiled
     with ``--weights-file``), written atomically to ``output``; the project's program runs it
     without recompiling. A model whose layout differs (architecture, plan, mode) is refused

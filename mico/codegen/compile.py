@@ -263,6 +263,7 @@ def compile_model(
     extras: Callable[[CompiledModel], None] | None = None,
     sample_inputs: Any = None,
     weights_file: bool = False,
+    isa_extensions: Sequence[str] = (),
 ) -> CompiledModel:
     """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
 
@@ -271,16 +272,18 @@ def compile_model(
     the project's ``inputs.bin`` for ``make run``. ``extras`` writes further files (reports,
     plots) into the project while it is still the temporary directory, so they appear with it.
     ``weights_file``: the constants go to a weights file the program loads at run time
-    (:mod:`mico.codegen.weights_file`) instead of its code.
+    (:mod:`mico.codegen.weights_file`) instead of its code. ``isa_extensions``: the target
+    core's ISA extensions (its target file's ``extensions``), from which kernels choose their
+    path (Zbb: ``cpop`` in the binary layers); other targets still build the project.
     """
     check_model_name(name)
     final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
     with atomic_directory(final, force=force, command="compile_model") as tmp:
         bundled = sample_inputs if sample_inputs is not None else example
-        project = emit_c_project(
-            graph, tmp, name, align=align, sample_inputs=bundled, weights_file=weights_file
-        )
+        project = emit_c_project(graph, tmp, name, align=align, sample_inputs=bundled,
+                                 weights_file=weights_file,
+                                 isa_extensions=isa_extensions)  # fmt: skip
         if extras is not None:
             extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)

@@ -39,7 +39,9 @@ def _board(folder: Path, text: str = BOARD, name: str = "gd32.yaml") -> Path:
 def test_shipped_targets_load(monkeypatch):
     monkeypatch.delenv(catalog.ENV_DIRS, raising=False)
     targets = load_catalog()
-    assert set(targets) == {"host", "rv32", "rv64", "vexriscv", "bitfusion"}
+    assert set(targets) == {"host", "rv32", "rv32zbb", "rv64", "vexriscv", "bitfusion"}
+    assert targets["rv32zbb"].extensions == ("zicsr", "zbb")  # same runner, more ISA
+    assert targets["rv32zbb"].runner == "qemu-rv32"
     rv32 = targets["rv32"]
     assert (rv32.isa, rv32.runner, rv32.cost) == ("rv32imac", "qemu-rv32", "instructions")
     assert rv32.flash_bytes == rv32.ram_bytes == 4 << 20
