@@ -25,6 +25,7 @@ import os
 import struct
 import tempfile
 import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -96,16 +97,11 @@ class Entry:
         }  # fmt: skip
 
 
-@dataclass(frozen=True)
-class Layout:
-    """Where everything goes in a file, and the fingerprint the program checks."""
+class _Table:
+    """What a planned layout and a file read back both answer: the fingerprint, an entry."""
 
-    model: str
-    entries: tuple[Entry, ...]
-    data_offset: int
-    file_bytes: int
-    align: int
-    fingerprint: bytes  # 32 bytes
+    fingerprint: bytes
+    entries: Sequence[Entry]
 
     @property
     def fingerprint_hex(self) -> str:
@@ -115,7 +111,19 @@ class Layout:
         for e in self.entries:
             if e.name == name:
                 return e
-        raise KeyError(name)
+        raise KeyError(f"'{name}' is not a constant of the weights file")
+
+
+@dataclass(frozen=True)
+class Layout(_Table):
+    """Where everything goes in a file, and the fingerprint the program checks."""
+
+    model: str
+    entries: tuple[Entry, ...]
+    data_offset: int
+    file_bytes: int
+    align: int
+    fingerprint: bytes  # 32 bytes
 
 
 def _aligned(offset: int, align: int) -> int:
@@ -203,7 +211,7 @@ def write_atomically(path: str | Path, data: bytes) -> Path:
 
 
 @dataclass
-class WeightsFile:
+class WeightsFile(_Table):
     """A weights file read back: header fields, the table, and every constant's values."""
 
     path: Path
@@ -214,16 +222,6 @@ class WeightsFile:
     data_offset: int
     entries: list[Entry]
     arrays: dict[str, np.ndarray] = field(default_factory=dict)  # native values, by name
-
-    @property
-    def fingerprint_hex(self) -> str:
-        return self.fingerprint.hex()
-
-    def entry(self, name: str) -> Entry:
-        for e in self.entries:
-            if e.name == name:
-                return e
-        raise KeyError(f"'{name}' is not a constant of {self.path}")
 
     def codes(self, name: str) -> np.ndarray:
         """The integer codes of a packed entry, unpacked (mico.quant.packing.unpack)."""
