@@ -22,7 +22,6 @@ import argparse
 import importlib.util
 import json
 import platform
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -35,7 +34,7 @@ import numpy as np
 
 from mico.codegen.context import c_float
 from mico.codegen.emitters import c_int, quantize_table_kernel
-from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
+from mico.codegen.makefile import RV32_CC
 from mico.quant.arithmetic import QFormat, inv_scale_f32, quantize
 from mico.quant.exact_input import exact_params, exact_preferred
 from mico.quant.packing import unpack
@@ -136,19 +135,7 @@ def run_cases(cases: list[Case], target: str = "host", cc: str = "gcc") -> list[
             (work / name).write_text((csrc / name).read_text())
         (work / "main.c").write_text(quant_program(cases))
         sources = [str(work / name) for name in ("main.c", *SOURCES)]
-        if target == "host":
-            exe = work / "main"
-            cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(work),
-                   *sources, "-o", str(exe)]  # fmt: skip
-            run = [str(exe)]
-        else:
-            exe = work / "main.elf"
-            flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
-            cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
-            run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=600)
-    text = (res.stdout + res.stderr).split()
+        text = kernels_rv32.build_and_run(work, sources, target, cc, timeout=600).split()
     marks = iter([i for i, token in enumerate(text) if token == "instret"])
     results = []
     for case in cases:

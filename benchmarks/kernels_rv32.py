@@ -364,6 +364,24 @@ def _sources(work: Path) -> list[str]:
     return [str(work / name) for name in KERNEL_SOURCES]
 
 
+def build_and_run(work: Path, sources: list[str], target: str, cc: str, timeout: int) -> str:
+    """Compile ``sources`` (headers in ``work``) for the host with ``cc`` or for rv32 bare
+    metal, run the program (rv32: under qemu -icount) and return what it printed."""
+    if target == "host":
+        exe = work / "main"
+        cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(work), *sources,
+               "-o", str(exe)]  # fmt: skip
+        run = [str(exe)]
+    else:
+        exe = work / "main.elf"
+        flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
+        cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
+        run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True)
+    res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=timeout)
+    return res.stdout + res.stderr
+
+
 def run_layers(
     layers: list[Layer],
     target: str = "host",
@@ -381,19 +399,7 @@ def run_layers(
         work = Path(tmp)
         (work / "main.c").write_text(program)
         sources = [str(work / "main.c"), *_sources(work)]
-        if target == "host":
-            exe = work / "main"
-            cmd = [cc, "-std=c99", "-O2", "-Wall", "-Werror", "-I", str(work), *sources,
-                   "-o", str(exe)]  # fmt: skip
-            run = [str(exe)]
-        else:
-            exe = work / "main.elf"
-            flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
-            cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
-            run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=1800)
-    text = (res.stdout + res.stderr).split()
+        text = build_and_run(work, sources, target, cc, timeout=1800).split()
     marks = iter([i for i, token in enumerate(text) if token == "instret"])
     results = []
     for i, layer in enumerate(layers):
