@@ -7,6 +7,9 @@ stages the files in a hidden folder inside the target, then moves each one into 
 held during the moves), and records their names in ``.mico-files`` — the only files a later run
 may replace. A file of the same name that mico did not write is never replaced: the run is
 refused, naming it, before any move.
+
+:func:`write_file_atomically` is the single-file form: one file replaced whole, never seen
+half-written, for the files mico writes one by one (reports, weights files).
 """
 
 from __future__ import annotations
@@ -90,3 +93,33 @@ def files_into_directory(target: str | Path, command: str) -> Iterator[Path]:
                 os.replace(stage / MANIFEST, final / MANIFEST)
         finally:
             shutil.rmtree(stage, ignore_errors=True)
+
+
+def write_file_atomically(path: str | Path, data: bytes | str) -> Path:
+    """Write ``data`` to ``path`` through a temporary file in the same folder and a rename.
+
+    A reader sees the old file or the new one, never half of one; on any failure (a full disk,
+    Ctrl-C) the temporary file is removed and ``path`` is left as it was. The new file gets the
+    mode an ordinary ``open()`` would give it (0o666 less the umask), not mkstemp's 0o600.
+    """
+    path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name[:200]}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o666 & ~_current_umask())
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _current_umask() -> int:
+    """The process umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -592,11 +592,8 @@ def export_weights(options: DeployOptions, project: Path, output: Path, log: Log
     with the first difference named. Returns the file as read back (WeightsFile)."""
     import tempfile
 
-    from mico.codegen.weights_file import (
-        project_fingerprint,
-        read_weights_file,
-        write_atomically,
-    )
+    from mico.atomic_files import write_file_atomically
+    from mico.codegen.weights_file import project_fingerprint, read_weights_file
     from mico.errors import WeightsFileError
 
     expected = project_fingerprint(project)
@@ -616,7 +613,7 @@ def export_weights(options: DeployOptions, project: Path, output: Path, log: Log
                 f"mismatch): {_layout_difference(manifest, mine)}; export a model of the "
                 "project's architecture, plan and mode, or recompile the project"
             )
-        write_atomically(output, made.read_bytes())
+        write_file_atomically(output, made.read_bytes())
     log(f"wrote {output} ({Path(output).stat().st_size} B) for {project}")
     return read_weights_file(output, expected)
 

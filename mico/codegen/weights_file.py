@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import struct
-import tempfile
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from mico.atomic_files import write_file_atomically
 from mico.errors import WeightsFileError
 
 MAGIC = b"MICOWTS\0"
@@ -190,24 +189,7 @@ def encode(layout: Layout, constants: list[Constant]) -> bytes:
 def write_weights_file(path: str | Path, layout: Layout, constants: list[Constant]) -> Path:
     """Write the file atomically: a temporary file beside ``path``, then a rename (a reader
     never sees half a file, and a failure leaves ``path`` as it was)."""
-    return write_atomically(path, encode(layout, constants))
-
-
-def write_atomically(path: str | Path, data: bytes) -> Path:
-    """``data`` into ``path`` through a temporary file in the same folder and a rename."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # as an ordinary file, not mkstemp's owner-only
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_file_atomically(path, encode(layout, constants))
 
 
 @dataclass

@@ -17,7 +17,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import re
 import tempfile
 from collections.abc import Callable
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mico.atomic_files import write_file_atomically
 from mico.errors import ConfigError, PlanError
 
 Log = Callable[[str], None]
@@ -391,20 +391,6 @@ def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: An
     }
 
 
-def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w", newline="") as handle:
-        handle.write(text)
-    os.chmod(tmp, 0o666 & ~_umask())
-    os.replace(tmp, path)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
     """``best_plan.yaml``, ``trials.csv``, ``report.md`` / ``report.json`` and the plots
     (``trajectory.png``, ``pareto.png``, ``bits.png``) into ``out``, each file atomically."""
@@ -414,13 +400,13 @@ def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
     from mico.search.plots import plot_bits, plot_pareto, plot_trajectory
 
     plan = as_plan(result.best_scheme, layer_names)
-    _write(out / "best_plan.yaml", plan.to_yaml())
+    write_file_atomically(out / "best_plan.yaml", plan.to_yaml())
     buffer = io.StringIO()
     fields = list(result.trials[0]) if result.trials else ["trial"]
     writer = csv.DictWriter(buffer, fieldnames=fields)
     writer.writeheader()
     writer.writerows(result.trials)
-    _write(out / "trials.csv", buffer.getvalue())
+    write_file_atomically(out / "trials.csv", buffer.getvalue())
     plot_trajectory(result.trials, out / "trajectory.png", result.objective)
     primary = result.primary
     plot_pareto(result.trials, out / "pareto.png", primary, result.budgets[primary],
@@ -442,7 +428,8 @@ def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
         "files": ["best_plan.yaml", "trials.csv", "trajectory.png", "pareto.png", "bits.png"]
         + ([f"{result.verification['directory']}/"] if result.verification else []),
     }
-    _write(out / "report.json", json.dumps(data, indent=2, default=_json_default) + "\n")
+    report = json.dumps(data, indent=2, default=_json_default) + "\n"
+    write_file_atomically(out / "report.json", report)
     lines = [
         "# mico tune",
         "",
@@ -460,7 +447,7 @@ def write_run(result: TuneResult, layer_names: list[str], out: Path) -> None:
         "",
     ]
     lines += _verification_lines(result.verification)
-    _write(out / "report.md", "\n".join(lines))
+    write_file_atomically(out / "report.md", "\n".join(lines))
 
 
 def _verification_lines(v: dict[str, Any] | None) -> list[str]:
