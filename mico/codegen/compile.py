@@ -264,6 +264,7 @@ def compile_model(
     sample_inputs: Any = None,
     weights_file: bool = False,
     isa_extensions: Sequence[str] = (),
+    patch: str = "off",
 ) -> CompiledModel:
     """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
 
@@ -275,15 +276,21 @@ def compile_model(
     (:mod:`mico.codegen.weights_file`) instead of its code. ``isa_extensions``: the target
     core's ISA extensions (its target file's ``extensions``), from which kernels choose their
     path (Zbb: ``cpop`` in the binary layers); other targets still build the project.
+    ``patch``: ``"auto"`` runs the first high-resolution layers in row bands when that lowers
+    the arena (:mod:`mico.codegen.patch_plan`; ``project.patch`` reports the arena with and
+    without and the recomputed MACs), ``"off"`` keeps whole tensors.
     """
     check_model_name(name)
+    from mico.codegen.patch_plan import check_patch_mode
+
+    check_patch_mode(patch)
     final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
     with atomic_directory(final, force=force, command="compile_model") as tmp:
         bundled = sample_inputs if sample_inputs is not None else example
         project = emit_c_project(graph, tmp, name, align=align, sample_inputs=bundled,
                                  weights_file=weights_file,
-                                 isa_extensions=isa_extensions)  # fmt: skip
+                                 isa_extensions=isa_extensions, patch=patch)  # fmt: skip
         if extras is not None:
             extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)

@@ -259,6 +259,9 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     k_h, k_w = node.inputs[1].type.shape[2:]
     a = node.attrs
     macs = out_c * out_h * out_w * (in_c // a["groups"]) * k_h * k_w
+    # a band of a layer run in patches (mico.codegen.patch_plan) takes the whole layer's path
+    # and shares its requantization constants
+    macs, const_name = a.get("whole_macs", macs), a.get("whole_name", node.name)
     taps = in_c // a["groups"] * k_h * k_w
     binary = binary_plan.takes_binary(
         node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
@@ -288,7 +291,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
                 "w_bits": w_bits,
                 "weight": w_sym,
                 "bias": b_sym,
-                "out": c_out(ctx, node.name, out, a.get("requant"), a.get("relu", False)),
+                "out": c_out(ctx, const_name, out, a.get("requant"), a.get("relu", False)),
             }
         ),
     )

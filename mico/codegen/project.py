@@ -51,6 +51,9 @@ class CProject:
     schedule: list[dict] = field(default_factory=list)
     output_dtype: str = "int32"  # numpy name of the output element type: int32 or float32
     weights_file: str | None = None  # --weights-file: the file main.c loads (<name>.bin)
+    #: patch-based execution of the first layers (mico.codegen.patch_plan): chosen or not, the
+    #: arena with and without, the recomputed MACs
+    patch: dict[str, Any] | None = None
 
     @property
     def weight_bytes(self) -> int:
@@ -546,17 +549,33 @@ def _bundled_inputs(graph: Graph, samples: Any) -> tuple[np.ndarray, str]:
 
 
 def _emit_nodes(
-    graph: Graph, align: int, isa_extensions: Sequence[str] = ()
-) -> tuple[ArenaPlan, EmitContext, list[str], list[dict]]:
-    """Plan the arena and run every node's emit rule: the project's contents, before files."""
-    arena = plan_graph(graph, align)
+    graph: Graph, align: int, isa_extensions: Sequence[str] = (), patch: str = "off"
+) -> tuple[ArenaPlan, EmitContext, list[str], list[dict], dict[str, Any]]:
+    """Plan the arena and run every node's emit rule: the project's contents, before files.
+    ``patch="auto"`` runs the first layers in row bands when that lowers the arena
+    (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen."""
+    from mico.codegen import patch_plan
+
+    patch_plan.check_patch_mode(patch)
+    patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
+    arena = patches.arena if patches is not None else plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
     ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
     ctx.need(INPUT_CHECK)
     body: list[str] = []
     schedule: list[dict] = []
-    for node in graph.nodes:
+    nodes = graph.nodes
+    if patches is not None:
+        body.extend(patch_plan.emit_stage(patches, ctx))
+        schedule += [{"node": n.name, "op": n.op, "output": str(n.output.type),
+                      "offset": arena.offsets.get(n.output.name), "patch": True}
+                     for n in patches.stage]  # fmt: skip
+        nodes = graph.nodes[len(patches.stage) :]
+        summary = {"mode": patch, **patches.summary()}
+    else:
+        summary = patch_plan.no_patch_summary(graph, arena, patch)
+    for node in nodes:
         ctx.node = node
         statements = emit_rule(node)(node, ctx)
         if statements:
@@ -575,7 +594,7 @@ def _emit_nodes(
                 "offset": arena.offsets.get(base.name),
             }
         )
-    return arena, ctx, body, schedule
+    return arena, ctx, body, schedule, summary
 
 
 def project_flash(graph: Graph, align: int = 8) -> dict[str, int]:
@@ -592,6 +611,7 @@ def emit_c_project(
     sample_inputs: Any = None,
     weights_file: bool = False,
     isa_extensions: Sequence[str] = (),
+    patch: str = "off",
 ) -> CProject:
     """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
 
@@ -602,9 +622,11 @@ def emit_c_project(
     of the same layout without recompiling.
     ``isa_extensions``: the target ISA's extensions (a target file's ``extensions``), which
     pick ISA-specific kernel paths: ``zbb`` gives binary layers one ``cpop`` per word.
+    ``patch``: ``"auto"`` runs the first layers in row bands when that lowers the arena
+    (:mod:`mico.codegen.patch_plan`), ``"off"`` keeps whole tensors.
     """
     _check(graph, name, align)
-    arena, ctx, body, schedule = _emit_nodes(graph, align, isa_extensions)
+    arena, ctx, body, schedule, patched = _emit_nodes(graph, align, isa_extensions, patch)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     kernel_dir = resources.files("mico.csrc")
@@ -647,6 +669,7 @@ def emit_c_project(
         "arena_lower_bound": arena.lower_bound,
         "flash": ctx.flash,
         "weights_file": weights_info,
+        "patch": patched,
     }
     manifest["outputs"] = getattr(graph, "output_segments", None) or [
         {"name": "output", "shape": list(y.type.shape[1:]), "offset": 0, "size": y.type.numel}
@@ -667,4 +690,5 @@ def emit_c_project(
         schedule,
         OUTPUT_TYPES[y.type.dtype][1],
         None if layout is None else f"{name}.bin",
+        patched,
     )
