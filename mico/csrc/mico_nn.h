@@ -449,6 +449,11 @@ typedef struct {
                                void *out);
 MICO_DWL_DECLARE(4) MICO_DWL_DECLARE(6) MICO_DWL_DECLARE(8) MICO_DWL_DECLARE(12)
 MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
+/* Depthwise 3x3 on bytes (mico_dwconv.c): 8-bit codes in and out, register tiles of 4 outputs
+ * along the rows (or columns) of a padded copy of each channel plane, stride 1 or 2 along them
+ * (f1 / f2); other layers go to mico_qconv2d_dwl_s32. l is unused (the lanes' signature). */
+void mico_qconv2d_dw8_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
