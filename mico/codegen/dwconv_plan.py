@@ -41,6 +41,63 @@ def window_range(weight: np.ndarray, a_fmt: QFormat) -> int:
     return int((np.maximum(a, b).sum(axis=1) - np.minimum(a, b).sum(axis=1)).max(initial=0))
 
 
+#: bytes per row and rows of the byte path's buffer (MICO_DW8_PITCH / _ROWS in mico_dwconv.c)
+DW8_PITCH = 64
+DW8_ROWS = 52
+
+
+def _dw8_cost(n_fast: int, n_slow: int) -> int:
+    """The kernel's estimate of a plane (``mico_dw8_cost``): 4-output tiles, lone outputs."""
+    return n_slow * (128 * (n_fast >> 2) + 45 * (n_fast & 3) + 20)
+
+
+def dw8_plan(
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The byte path of a depthwise 3x3 layer with 8-bit codes in and out (``mico_dw8`` in
+    ``mico_dwconv.c``), or None when the kernel would not take it.
+
+    Mirrors the kernel's own choice: buffer rows along the input rows, or along its columns
+    (transposed) when the kernel's estimate says so (:func:`_dw8_cost`); the stride along a
+    buffer row (1 or 2) names the entry point; the padded plane must fit the
+    buffer. ``s = q = 0``: no lanes (the entry takes the lanes' signature).
+    """
+    if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or a_fmt.bits != 8:
+        return None
+    if out_fmt is None or out_fmt.bits != 8 or getattr(out_fmt, "zero", 0):
+        return None
+    if tuple(dilation) != (1, 1) or min(padding) < 0:
+        return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    (sh, sw), (ph, pw) = (int(v) for v in stride), (int(v) for v in padding)
+    big = 2**31 - 1
+    best = None
+    for sf in (1, 2):
+        cost_n = _dw8_cost(out_w, out_h) if sw == sf else big
+        cost_t = _dw8_cost(out_h, out_w) + out_h * out_w // 2 if sh == sf else big
+        trans = cost_t < cost_n
+        cost = cost_t if trans else cost_n
+        if cost == big:
+            continue
+        n_fast, n_slow, ss = (out_h, out_w, sw) if trans else (out_w, out_h, sh)
+        fast_in, slow_in, pf, ps = (in_h, in_w, ph, pw) if trans else (in_w, in_h, pw, ph)
+        if (
+            (n_fast - 1) * sf + 3 > DW8_PITCH
+            or pf + fast_in > DW8_PITCH
+            or (n_slow - 1) * ss + 3 > DW8_ROWS
+            or ps + slow_in > DW8_ROWS
+        ):
+            continue
+        best = {"s": 0, "q": 0, "sf": sf}
+    return best
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -63,6 +120,9 @@ def dw_lane_plan(
     """
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
         return None
+    byte = dw8_plan(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if byte is not None and np.asarray(weight).shape[1:] == (1, 3, 3):
+        return byte
     w = np.asarray(weight)
     if w.ndim != 4 or w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1):
         return None
@@ -111,7 +171,9 @@ def dw_lane_plan(
 
 
 def dw_kernel(plan: dict[str, int]) -> str:
-    """The entry point of a pixel-lanes layer."""
+    """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set)."""
+    if plan.get("sf"):
+        return f"mico_qconv2d_dw8_f{plan['sf']}"
     return f"mico_qconv2d_dwl_s{plan['s']}"
 
 

@@ -593,3 +593,265 @@ static MICO_NOINLINE int mico_dwl(const MicoConv2d *p, const MicoDwLanes *l, con
         }                                                                                         \
     }
 MICO_DWL_EACH(MICO_DWL_ENTRY)
+
+/* ------------------------------------------------------------------------------------------
+ * Depthwise 3x3 on bytes (mico_qconv2d_dw8_f<1|2>): 8-bit activation codes, 8-bit outputs.
+ *
+ * A 3x3 depthwise window has little reuse (each input pixel meets 9 weights of one channel),
+ * so what counts besides the 9 multiplies and 9 adds of an output is its loads and its
+ * requantization. Per channel:
+ *  - the input plane is copied once into a stack buffer with a fixed row pitch
+ *    (MICO_DW8_PITCH), its padding borders zero (cleared once per layer, never written
+ *    again), either as it is (buffer rows = input rows) or transposed (buffer rows = input
+ *    columns), whichever is estimated cheaper (mico_dw8_cost: a 25 x 5 plane runs as 5
+ *    buffer rows of 25 outputs);
+ *  - a register tile computes 4 neighbouring outputs along a buffer row: the 3 buffer rows
+ *    under it are read once as bytes at constant offsets (6 loads each at stride 1, 9 at
+ *    stride 2: 18 / 27 loads for 36 MACs), the weights of a row are loaded with it; the
+ *    last 1-3 outputs of a row are computed one by one;
+ *  - each output is requantized in registers and stored as a byte straight away (ReLU
+ *    layers: a high-word multiply, the rounding add, a shift and the clamp).
+ * Reading the whole plane before storing any of its outputs keeps the in-place contract of
+ * mico_conv2d.c in any output order. Layers this path does not take (a plane too large for
+ * the buffer, shifts of 32 or less, unscaled or binary outputs) go to the pixel lanes. */
+
+#define MICO_DW8_PITCH 64 /* bytes per buffer row (a padded row of the plane) */
+#define MICO_DW8_ROWS 52  /* buffer rows (the padded plane's other side): 3.3 KB of stack */
+
+/* How one layer maps onto the buffer. */
+typedef struct {
+    int32_t n_fast, n_slow;       /* outputs along a buffer row, output lines (buffer rows) */
+    int32_t ss;                   /* buffer rows between output lines (the other stride) */
+    int32_t ostep_fast, ostep_slow; /* output elements between neighbours along each axis */
+    int32_t relu, lo, hi;
+} MicoDw8;
+
+/* Store the requantized sum r at o (shift above 32, the rounding of mico_rescale): ReLU
+ * layers with lo <= 0 <= hi take `relu` (max(r, 0) rescaled, then at most hi: a high-word
+ * multiply, the rounding add, a shift, the clamp), others the signed form. */
+static MICO_DWL_INLINE void mico_dw8_put(uint8_t *o, int32_t r, uint32_t m, uint32_t sh,
+                                         uint32_t rnd, uint32_t hi, const MicoDw8 *g,
+                                         const int relu)
+{
+    uint32_t q;
+    int32_t y;
+    if (relu) {
+        if (r <= 0) {
+            *o = 0;
+            return;
+        }
+        q = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> sh;
+        *o = (uint8_t)(q > hi ? hi : q);
+        return;
+    }
+    if (g->relu && r < 0) {
+        r = 0;
+    }
+    q = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+    q = ((uint32_t)(((uint64_t)q * m) >> 32) + rnd) >> sh;
+    y = r < 0 ? -(int32_t)q : (int32_t)q;
+    y = y < g->lo ? g->lo : y;
+    *o = (uint8_t)(y > g->hi ? g->hi : y);
+}
+
+/* One buffer row of taps (weights W0..W2) into the 4 sums of a tile at stride SF. */
+#define MICO_DW8_TAPS(X, W0, W1, W2, SF)                                                         \
+    do {                                                                                          \
+        const int32_t x0 = (X)[0], x1 = (X)[1], x2 = (X)[2], x3 = (X)[3], x4 = (X)[4];            \
+        const int32_t x5 = (X)[5];                                                                \
+        if ((SF) == 1) {                                                                          \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x1 + (W1) * x2 + (W2) * x3;                                              \
+            a2 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a3 += (W0) * x3 + (W1) * x4 + (W2) * x5;                                              \
+        } else {                                                                                  \
+            const int32_t x6 = (X)[6], x7 = (X)[7], x8 = (X)[8];                                  \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a2 += (W0) * x4 + (W1) * x5 + (W2) * x6;                                              \
+            a3 += (W0) * x6 + (W1) * x7 + (W2) * x8;                                              \
+        }                                                                                         \
+    } while (0)
+
+/* A compiler fence between the buffer rows of a tile: the weights of a buffer row are read
+ * after it (3 loads per row), so that the byte loads are not all hoisted to the tile's start
+ * and the requantization's constants keep their registers (9 weights, 4 sums, 6 codes and
+ * the constants do not fit rv32's registers at once). */
+#if defined(__GNUC__)
+#define MICO_DW8_FENCE() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_DW8_FENCE()
+#endif
+
+/* The 4 sums a0..a3 of the tile whose first window starts at B (weights at wp). */
+#define MICO_DW8_TILE(B, SF)                                                                     \
+    a0 = a1 = a2 = a3 = bias;                                                                     \
+    MICO_DW8_TAPS(B, wp[0], wp[1], wp[2], SF);                                                    \
+    MICO_DW8_FENCE();                                                                             \
+    MICO_DW8_TAPS((B) + MICO_DW8_PITCH, wp[3], wp[4], wp[5], SF);                                 \
+    MICO_DW8_FENCE();                                                                             \
+    MICO_DW8_TAPS((B) + 2 * MICO_DW8_PITCH, wp[6], wp[7], wp[8], SF)
+
+/* Every output of one channel from its buffer (element type T: the codes' signedness),
+ * weights w in buffer order (w[3 r + c]: buffer row r, offset c), stride SF along a row. */
+#define MICO_DW8_PLANE(NAME, T, SF, RELU)                                                        \
+    static MICO_NOINLINE void NAME(const void *codes, const int32_t *w, int32_t bias, uint32_t m, \
+                                   uint32_t sh, const MicoDw8 *g, uint8_t *out)                   \
+    {                                                                                             \
+        const T *const buf = (const T *)codes;                                                    \
+        const int32_t *const wp = w;                                                              \
+        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 2, rest = g->n_fast & 3;            \
+        int32_t s, a0, a1, a2, a3, j;                                                             \
+        for (s = 0; s < g->n_slow; s++) {                                                         \
+            const T *b = buf + s * g->ss * MICO_DW8_PITCH;                                        \
+            const T *const end = b + full * 4 * (SF);                                             \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            for (; b < end; b += 4 * (SF)) { /* whole tiles: requantized and stored */           \
+                MICO_DW8_TILE(b, SF);                                                             \
+                MICO_DW8_FENCE();                                                                 \
+                mico_dw8_put(o, a0, m, sh, rnd, hi, g, RELU);                                     \
+                o += of;                                                                          \
+                mico_dw8_put(o, a1, m, sh, rnd, hi, g, RELU);                                     \
+                o += of;                                                                          \
+                mico_dw8_put(o, a2, m, sh, rnd, hi, g, RELU);                                     \
+                o += of;                                                                          \
+                mico_dw8_put(o, a3, m, sh, rnd, hi, g, RELU);                                     \
+                o += of;                                                                          \
+            }                                                                                     \
+            for (j = 0; j < rest; j++, b += (SF), o += of) { /* the row's last outputs, alone */ \
+                int32_t a = bias + wp[0] * b[0] + wp[1] * b[1] + wp[2] * b[2];                    \
+                a += wp[3] * b[MICO_DW8_PITCH] + wp[4] * b[MICO_DW8_PITCH + 1] +                  \
+                     wp[5] * b[MICO_DW8_PITCH + 2];                                               \
+                a += wp[6] * b[2 * MICO_DW8_PITCH] + wp[7] * b[2 * MICO_DW8_PITCH + 1] +          \
+                     wp[8] * b[2 * MICO_DW8_PITCH + 2];                                           \
+                mico_dw8_put(o, a, m, sh, rnd, hi, g, RELU);                                      \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+typedef void (*MicoDw8Plane)(const void *, const int32_t *, int32_t, uint32_t, uint32_t,
+                             const MicoDw8 *, uint8_t *);
+
+/* Estimated instructions of a plane of n_slow rows of n_fast outputs (mico.codegen.dwconv_plan
+ * mirrors it). */
+static int32_t mico_dw8_cost(int32_t n_fast, int32_t n_slow)
+{
+    return n_slow * (128 * (n_fast >> 2) + 45 * (n_fast & 3) + 20);
+}
+
+/* The layer with the plane functions of its stride along a buffer row ([signed][relu]);
+ * 0 (nothing done) when this path does not take it. */
+static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out,
+                                  MicoDw8Plane const fns[2][2], int32_t sf_fixed)
+{
+    uint8_t buf[MICO_DW8_PITCH * MICO_DW8_ROWS];
+    MicoDw8 g;
+    MicoFmt w_fmt = p->in_fmt;
+    int32_t ch, i, t, rows, fast_in, slow_in, pf, ps, sf, n_pad, cost_n, cost_t, trans;
+    const int32_t in_plane = p->in_h * p->in_w, out_plane = p->out_h * p->out_w;
+    if (p->in_fmt.bits != 8 || p->in_fmt.zero != 0 || p->out.fmt.bits != 8 ||
+        p->out.fmt.zero != 0 || p->k_h != 3 || p->k_w != 3 || p->dil_h != 1 || p->dil_w != 1 ||
+        p->groups != p->in_c || p->in_c != p->out_c || p->out.n_mult == 0 || p->pad_h < 0 ||
+        p->pad_w < 0 || p->stride_h < 1 || p->stride_w < 1 || p->out_h < 1 || p->out_w < 1) {
+        return 0;
+    }
+    for (ch = 0; ch < (p->out.n_mult > 1 ? p->out_c : 1); ch++) {
+        if (p->out.shift[ch] <= 32) {
+            return 0;
+        }
+    }
+    /* orientation: buffer rows along the input rows, or along its columns when that is
+     * cheaper (estimated rv32 instructions: a 4-output tile, a lone output, a row) */
+    cost_n = p->stride_w == sf_fixed ? mico_dw8_cost(p->out_w, p->out_h) : 0x7fffffff;
+    cost_t = p->stride_h == sf_fixed ? mico_dw8_cost(p->out_h, p->out_w) + out_plane / 2
+                                     : 0x7fffffff;
+    trans = cost_t < cost_n;
+    g.n_fast = trans ? p->out_h : p->out_w;
+    g.n_slow = trans ? p->out_w : p->out_h;
+    g.ss = trans ? p->stride_w : p->stride_h;
+    g.ostep_fast = trans ? p->out_w : 1;
+    g.ostep_slow = trans ? 1 : p->out_w;
+    fast_in = trans ? p->in_h : p->in_w;
+    slow_in = trans ? p->in_w : p->in_h;
+    pf = trans ? p->pad_h : p->pad_w;
+    ps = trans ? p->pad_w : p->pad_h;
+    sf = sf_fixed;
+    /* the buffer holds the padded rows the windows read */
+    n_pad = (g.n_fast - 1) * sf + 3;
+    rows = (g.n_slow - 1) * g.ss + 3;
+    if ((trans ? cost_t : cost_n) == 0x7fffffff || n_pad > MICO_DW8_PITCH ||
+        pf + fast_in > MICO_DW8_PITCH || rows > MICO_DW8_ROWS || ps + slow_in > MICO_DW8_ROWS) {
+        return 0;
+    }
+    rows = rows > ps + slow_in ? rows : ps + slow_in;
+    for (i = 0; i < rows * MICO_DW8_PITCH; i++) {
+        buf[i] = 0; /* the padding, never written again */
+    }
+    g.relu = p->out.relu;
+    g.lo = p->out.lo;
+    g.hi = p->out.hi;
+    w_fmt.bits = p->w_bits;
+    w_fmt.is_signed = 1;
+    w_fmt.zero = 0;
+    for (ch = 0; ch < p->out_c; ch++) {
+        const MicoRq rq = mico_rq(&p->out, ch);
+        const uint8_t *src = (const uint8_t *)in + (size_t)ch * (size_t)in_plane;
+        const int relu = g.relu && g.lo <= 0 && g.hi >= 0;
+        int32_t w[9], y, x;
+        for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
+            const int32_t r = t / 3, c = t % 3;
+            w[t] = mico_load(p->weight, (size_t)ch * 9u + (size_t)(trans ? c * 3 + r : t), w_fmt);
+        }
+        if (trans) { /* buffer row ps + x holds input column x */
+            for (y = 0; y < p->in_h; y++, src += p->in_w) {
+                uint8_t *d = buf + ps * MICO_DW8_PITCH + pf + y;
+                for (x = 0; x + 4 <= p->in_w; x += 4, d += 4 * MICO_DW8_PITCH) {
+                    d[0] = src[x];
+                    d[MICO_DW8_PITCH] = src[x + 1];
+                    d[2 * MICO_DW8_PITCH] = src[x + 2];
+                    d[3 * MICO_DW8_PITCH] = src[x + 3];
+                }
+                for (; x < p->in_w; x++, d += MICO_DW8_PITCH) {
+                    *d = src[x];
+                }
+            }
+        } else {
+            for (y = 0; y < p->in_h; y++, src += p->in_w) {
+                uint8_t *d = buf + (ps + y) * MICO_DW8_PITCH + pf;
+                for (x = 0; x + 4 <= p->in_w; x += 4) {
+                    d[x] = src[x];
+                    d[x + 1] = src[x + 1];
+                    d[x + 2] = src[x + 2];
+                    d[x + 3] = src[x + 3];
+                }
+                for (; x < p->in_w; x++) {
+                    d[x] = src[x];
+                }
+            }
+        }
+        fns[p->in_fmt.is_signed ? 1 : 0][relu](buf, w, p->bias[ch], (uint32_t)rq.m,
+                                               (uint32_t)(rq.shift - 32), &g,
+                                               (uint8_t *)out + (size_t)ch * (size_t)out_plane);
+    }
+    return 1;
+}
+
+#define MICO_DW8_ENTRY(SF)                                                                       \
+    MICO_DW8_PLANE(mico_dw8_u##SF##_0, uint8_t, SF, 0)                                            \
+    MICO_DW8_PLANE(mico_dw8_u##SF##_1, uint8_t, SF, 1)                                            \
+    MICO_DW8_PLANE(mico_dw8_s##SF##_0, int8_t, SF, 0)                                             \
+    MICO_DW8_PLANE(mico_dw8_s##SF##_1, int8_t, SF, 1)                                             \
+    void mico_qconv2d_dw8_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
+                                void *out)                                                        \
+    {                                                                                             \
+        static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
+                                               {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
+        static const MicoDwLanes one = {32, 0};                                                   \
+        (void)l;                                                                                  \
+        if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
+            mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
+        }                                                                                         \
+    }
+MICO_DW8_ENTRY(1)
+MICO_DW8_ENTRY(2)

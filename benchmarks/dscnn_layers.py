@@ -1,0 +1,227 @@
+"""Where DS-CNN's rv32 instructions go: per-node instructions of one inference, per MAC.
+
+Builds the zoo's ``dscnn`` (seed 0, static mode, calibrated as ``benchmarks/c_backend.py``
+does) under uniform plans, checks the host build against the Python integer reference, and
+counts every node's instructions on rv32imac (qemu ``-icount shift=0``, the ``instret``
+markers of :func:`mico.hw.nodes.rv32_node_costs`), with the kernel path each node takes.
+
+    .venv/bin/python benchmarks/dscnn_layers.py [--plans W8A8 W4A4 W2A2] [--label after]
+
+The figures of each run are stored in ``benchmarks/results/dscnn_layers.json`` under
+``--label`` (a previous label's figures are kept, so "before" and "after" sit side by side),
+and the Markdown table is written from every label stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from c_backend import (
+    CALIBRATION_BATCH_SIZE,
+    CALIBRATION_BATCHES,
+    quantized,
+    random_inputs,
+    uniform,
+)
+
+from mico.codegen.compile import compile_model
+from mico.hw.nodes import rv32_node_costs
+from mico.hw.opshape import graph_op_shapes
+from mico.models import from_zoo
+from mico.targets import host
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
+
+
+def kernel_calls(source: str) -> dict[str, str]:
+    """The kernel each node calls in a generated ``<name>.c`` (the first ``mico_*(`` call after
+    the node's comment line ``/* <node> ...``)."""
+    calls: dict[str, str] = {}
+    node = None
+    for line in source.splitlines():
+        text = line.strip()
+        if text.startswith("/* ") and node is None:
+            node = text[3:].split()[0].rstrip(":")
+            continue
+        if node is not None and text.startswith("mico_") and "(" in text:
+            calls[node] = text.split("(")[0]
+            node = None
+    return calls
+
+
+def measure(plan_name: str, seed: int) -> dict[str, Any]:
+    """One plan's per-node figures (and the host agreement check)."""
+    torch.manual_seed(seed)
+    base = from_zoo("dscnn").eval()
+    bits = BITS[plan_name]
+    example = base.example_input()
+    shape = tuple(example.shape[1:])
+    calib = [
+        torch.from_numpy(random_inputs(shape, CALIBRATION_BATCH_SIZE, seed + 100 + i))
+        for i in range(CALIBRATION_BATCHES)
+    ]
+    qmodel, _ = quantized(base, uniform(base.n_layers, bits, bits), "static", calib)
+    with tempfile.TemporaryDirectory(prefix="mico-dscnn-layers-") as tmp:
+        compiled = compile_model(
+            qmodel, example, Path(tmp) / "m", name="m", mode="static", calibration=calib
+        )
+        samples = random_inputs(shape, 4, seed + 1)
+        host.build(compiled.project)
+        exact = bool(
+            np.array_equal(host.run(compiled.project, samples), compiled.reference(samples))
+        )
+        costs = rv32_node_costs(compiled.project, samples[0])
+        source = (compiled.project.directory / "m.c").read_text()
+    calls = kernel_calls(source)
+    shapes = {s.name: s for s in graph_op_shapes(compiled.graph)}
+    nodes = []
+    for name, count in costs.nodes:
+        s = shapes.get(name)
+        nodes.append(
+            {
+                "node": name,
+                "kind": s.kind if s else "",
+                "kernel": calls.get(name, ""),
+                "macs": s.macs if s else 0,
+                "instructions": count,
+                "shape": (
+                    f"{s.in_channels}->{s.out_channels} k{s.kh}x{s.kw} s{s.sh} {s.out_pixels} px"
+                    if s and s.macs
+                    else ""
+                ),
+            }
+        )
+    macs = sum(n["macs"] for n in nodes)
+    return {
+        "plan": plan_name,
+        "exact_host": exact,
+        "macs": macs,
+        "instructions": costs.total,
+        "per_mac": costs.total / macs,
+        "tail": costs.tail,
+        "nodes": nodes,
+    }
+
+
+def groups(record: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(group, instructions, MACs) by layer kind: first conv, depthwise, pointwise, rest."""
+    out: dict[str, list[int]] = {}
+    first = True
+    for n in record["nodes"]:
+        if n["kind"] in ("conv2d", "conv1d") and first:
+            key, first = "first conv", False
+        elif n["kind"] == "dwconv2d":
+            key = "depthwise 3x3"
+        elif n["kind"] in ("conv2d", "conv1d"):
+            key = "pointwise 1x1"
+        elif n["kind"] == "linear":
+            key = "classifier"
+        else:
+            key = "other (quantize, pool, glue)"
+        acc = out.setdefault(key, [0, 0])
+        acc[0] += n["instructions"]
+        acc[1] += n["macs"]
+    return [(k, v[0], v[1]) for k, v in out.items()]
+
+
+def markdown(data: dict[str, Any]) -> str:
+    lines = [
+        "# DS-CNN per layer on rv32imac (benchmarks/dscnn_layers.py)",
+        "",
+        "The zoo's `dscnn` (seed 0, static mode, calibrated as in `c_backend.py`), one "
+        "inference on qemu-system-riscv32 `-icount shift=0` (rv32imac, -O2): instructions "
+        "retired by each node between two `instret` markers (`mico.hw.nodes`), per MAC of the "
+        "node. Every build's host output is checked bit-exact against the Python integer "
+        "reference on 4 samples (`exact`).",
+        "",
+    ]
+    for label, runs in data["labels"].items():
+        meta = runs.get("_meta", {})
+        lines += [f"## {label}", "", f"{meta.get('note', '')} (commit {meta.get('commit', '?')}, "
+                  f"{meta.get('date', '')})", ""]  # fmt: skip
+        summary = ["| plan | instructions | MACs | per MAC | exact |", "|---|---:|---:|---:|---|"]
+        for plan, rec in runs.items():
+            if plan.startswith("_"):
+                continue
+            summary.append(
+                f"| {plan} | {rec['instructions']:,} | {rec['macs']:,} | {rec['per_mac']:.2f} | "
+                f"{'✓' if rec['exact_host'] else '✗'} |"
+            )
+        lines += [*summary, ""]
+        for plan, rec in runs.items():
+            if plan.startswith("_"):
+                continue
+            lines += [
+                f"### {label}: {plan}",
+                "",
+                "| group | instructions | share | per MAC |",
+                "|---|---:|---:|---:|",
+            ]
+            for key, ins, macs in groups(rec):
+                per = f"{ins / macs:.2f}" if macs else "-"
+                lines.append(f"| {key} | {ins:,} | {ins / rec['instructions']:.1%} | {per} |")
+            lines += [
+                "",
+                "| node | kind | shape | kernel | MACs | instructions | per MAC |",
+                "|---|---|---|---|---:|---:|---:|",
+            ]
+            for n in rec["nodes"]:
+                per = f"{n['instructions'] / n['macs']:.2f}" if n["macs"] else "-"
+                lines.append(
+                    f"| {n['node']} | {n['kind']} | {n['shape']} | {n['kernel']} | "
+                    f"{n['macs']:,} | {n['instructions']:,} | {per} |"
+                )
+            lines += [f"| (tail) | | | | | {rec['tail']:,} | |", ""]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--plans", nargs="+", default=["W8A8"], choices=sorted(BITS))
+    parser.add_argument("--label", default="now")
+    parser.add_argument("--note", default="")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    options = parser.parse_args()
+    path = options.out / "dscnn_layers.json"
+    data = json.loads(path.read_text()) if path.exists() else {"labels": {}}
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    runs: dict[str, Any] = {
+        "_meta": {
+            "commit": commit,
+            "date": time.strftime("%Y-%m-%d"),
+            "note": options.note,
+            "machine": platform.machine(),
+        }
+    }
+    for plan in options.plans:
+        rec = measure(plan, options.seed)
+        runs[plan] = rec
+        print(f"{plan}: {rec['instructions']:,} instructions, {rec['per_mac']:.2f} per MAC, "
+              f"exact {rec['exact_host']}")  # fmt: skip
+        for key, ins, macs in groups(rec):
+            print(f"  {key:30s} {ins:>10,} " + (f"{ins / macs:.2f}" if macs else "-"))
+    data["labels"][options.label] = runs
+    options.out.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    (options.out / "dscnn_layers.md").write_text(markdown(data))
+
+
+if __name__ == "__main__":
+    main()

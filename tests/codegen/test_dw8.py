@@ -1,0 +1,143 @@
+"""Depthwise 3x3 on bytes (mico_qconv2d_dw8_f1 / _f2 in mico_dwconv.c, chosen by
+mico.codegen.dwconv_plan.dw8_plan) against the Python integer reference, through the C program
+of benchmarks/kernels_rv32.py (one program for many layers): plane widths 1-8 and tall or wide
+planes (both buffer orientations, lone outputs at row ends), odd channel counts, strides 1 and
+2 (also unequal), padding 0-2, signed activations, code extremes with saturating multipliers,
+signed outputs without ReLU, the layers it hands to the pixel lanes; dscnn W8A8 end to end."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from mico.codegen.dwconv_plan import dw8_plan, dw_kernel, dw_lane_plan
+from mico.quant.arithmetic import QFormat
+from tests.codegen.test_dwconv_lanes import kernels_rv32
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def _layer(h, w, *, c=3, stride=1, pad=1, signed=False, seed=0, extreme=False, o_fmt=None,
+           relu=True, w_bits=8):  # fmt: skip
+    layer = kernels_rv32.random_layer(
+        "conv", QFormat.for_bits(w_bits, True), QFormat.for_bits(8, signed), in_c=c, out_c=c,
+        hw=max(h, w), k=3, pad=pad, stride=stride, groups=c, seed=seed, extreme=extreme,
+        o_fmt=o_fmt, relu=relu,
+    )  # fmt: skip
+    layer.x = layer.x[:, :h, :w]
+    return layer
+
+
+def _check(layers) -> list[str]:
+    chosen = []
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            assert np.array_equal(out, ref), (kernel, layer.x.shape, np.flatnonzero(out != ref)[:8])
+        chosen.append(results[0][0])
+    return chosen
+
+
+def _grid() -> list:
+    """Widths 1-8, tall and wide planes, odd channel counts, stride 1 / 2, padding 0-2,
+    unsigned and signed codes, 4-bit weights."""
+    layers = []
+    geometry = [(h, w) for h in (1, 3, 5, 9) for w in range(1, 9)] + [
+        (25, 5),
+        (5, 25),
+        (16, 16),
+        (47, 3),
+        (2, 61),
+    ]
+    for i, (h, w) in enumerate(geometry):
+        stride, pad = (1, 1) if i % 3 else (2, i % 2)
+        if h + 2 * pad < 3 or w + 2 * pad < 3:
+            pad = 1
+        if i % 7 == 3:
+            pad = 2
+        layers.append(_layer(h, w, c=1 + 2 * (i % 3), stride=stride, pad=pad,
+                             signed=i % 4 == 1, seed=i, w_bits=4 if i % 5 == 4 else 8))  # fmt: skip
+    return layers
+
+
+def _extremes() -> list:
+    """Codes at their limits, saturating multipliers, biases near the int32 limits without
+    ReLU; signed 8-bit outputs (the general requantization form)."""
+    return [
+        _layer(7, 13, extreme=True, relu=False, o_fmt=QFormat(8, True), seed=1),
+        _layer(6, 9, stride=2, extreme=True, o_fmt=QFormat(8, True), seed=2),
+        _layer(11, 4, signed=True, extreme=True, seed=3),
+        _layer(5, 5, relu=False, o_fmt=QFormat(8, True), seed=4),
+        _layer(5, 6, signed=True, relu=False, o_fmt=QFormat(8, True), seed=5),
+    ]
+
+
+def _others() -> list:
+    """What the byte path does not take: a plane wider than its buffer, shifts of 32 or less
+    (the kernel hands them to the one-pixel lanes itself), sub-byte outputs."""
+    wide = _layer(3, 100, seed=6)
+    small_shift = _layer(6, 6, seed=7)
+    small_shift.shift = np.minimum(small_shift.shift, 30)
+    small_shift.m = np.minimum(small_shift.m, 2**29)
+    four = _layer(6, 6, seed=8, o_fmt=QFormat(4, False))
+    return [wide, small_shift, four]
+
+
+def test_byte_path_bit_exact():
+    """Every layer of the three groups above (one C program) equals the reference on the
+    chosen and the plain path; the byte path is chosen where it applies, and not elsewhere
+    (the shift <= 32 layer is chosen: the kernel itself hands it on)."""
+    grid, extremes, others = _grid(), _extremes(), _others()
+    chosen = _check(grid + extremes + others)
+    assert all(k.startswith("mico_qconv2d_dw8_f") for k in chosen[: -len(others)]), chosen
+    assert [k.startswith("mico_qconv2d_dw8") for k in chosen[-3:]] == [False, True, False]
+
+
+def test_plan_mirrors_the_kernel():
+    """The plan names the entry point of the stride along the buffer rows (the transposed
+    orientation for tall planes), and declines what the kernel declines."""
+    a8, o8 = QFormat(8, False), QFormat(8, False)
+    assert dw8_plan(a8, o8, (25, 5), (25, 5), (1, 1), (1, 1), (1, 1)) == {"s": 0, "q": 0, "sf": 1}
+    assert dw8_plan(a8, o8, (32, 32), (16, 16), (2, 2), (1, 1), (1, 1))["sf"] == 2
+    tall = dw8_plan(a8, o8, (40, 6), (20, 6), (2, 1), (1, 1), (1, 1))  # rows of 20 at stride 2
+    assert tall is not None and tall["sf"] == 2
+    assert dw8_plan(a8, QFormat(4, False), (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
+    assert dw8_plan(QFormat(4, False), o8, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
+    assert dw8_plan(a8, o8, (8, 8), (8, 8), (1, 1), (2, 2), (2, 2)) is None  # dilation
+    assert dw8_plan(a8, o8, (3, 100), (3, 100), (1, 1), (1, 1), (1, 1)) is None
+    w = np.ones((4, 1, 3, 3), dtype=np.int64)
+    plan = dw_lane_plan(w, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
+
+
+def test_generated_dscnn_w8a8(tmp_path):
+    """End to end: dscnn at W8A8 (static) emits the byte path for its depthwise layers and the
+    program equals the Python reference."""
+    import torch
+
+    from mico.codegen import emit_c_project
+    from mico.execute import run_graph
+    from mico.ir import extract_ir
+    from mico.models import from_zoo
+    from mico.passes import lower_static
+    from mico.quant import calibrate, fuse_model
+    from mico.targets import host
+
+    torch.manual_seed(3)
+    model = from_zoo("dscnn")
+    n = model.n_layers
+    model.set_qscheme([[8] * n, [8] * n], act_mode="static")
+    example = model.example_input()
+    gen = torch.Generator().manual_seed(3)
+    model = fuse_model(model, example).eval()
+    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
+    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
+    project = emit_c_project(graph, tmp_path / "c", "m")
+    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dw8_f1(") == 4
+    host.build(project)
+    samples = torch.randn((3, *example.shape[1:]), generator=gen)
+    reference = run_graph(graph, samples)[0].numpy()
+    c_out = host.run(project, samples.numpy())
+    assert np.array_equal(c_out.reshape(reference.shape), reference)
