@@ -143,6 +143,22 @@ void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out)
     mico_pool2d(&g, 0, p->count_include_pad, p->in_fmt, &p->out, p->out.fmt, in, out);
 }
 
+/* Sum of n bytes (T: uint8_t or int8_t codes), four per iteration. */
+#define MICO_SUM_BYTES(NAME, T)                                                                  \
+    static int32_t NAME(const T *x, int32_t n)                                                    \
+    {                                                                                             \
+        int32_t acc = 0, i;                                                                       \
+        for (i = 0; i + 4 <= n; i += 4) {                                                         \
+            acc += (int32_t)x[i] + (int32_t)x[i + 1] + (int32_t)x[i + 2] + (int32_t)x[i + 3];     \
+        }                                                                                         \
+        for (; i < n; i++) {                                                                      \
+            acc += x[i];                                                                          \
+        }                                                                                         \
+        return acc;                                                                               \
+    }
+MICO_SUM_BYTES(mico_sum_u8, uint8_t)
+MICO_SUM_BYTES(mico_sum_s8, int8_t)
+
 void mico_mean(const MicoMean *p, const void *in, void *out)
 {
     int32_t buf[MICO_POOL_OUT];
@@ -151,7 +167,15 @@ void mico_mean(const MicoMean *p, const void *in, void *out)
         const size_t base = (size_t)o * (size_t)p->count;
         int32_t acc = 0;
         MicoRq rq;
-        for (j = 0; j < p->count; j += MICO_POOL_OUT) {
+        if (p->in_fmt.bits == 8) { /* bytes are the codes (plus the zero point) */
+            acc = p->in_fmt.is_signed
+                      ? mico_sum_s8((const int8_t *)in + base, p->count)
+                      : mico_sum_u8((const uint8_t *)in + base, p->count) - p->count * p->in_fmt.zero;
+            j = p->count; /* nothing left to unpack */
+        } else {
+            j = 0;
+        }
+        for (; j < p->count; j += MICO_POOL_OUT) {
             const int32_t n = p->count - j < MICO_POOL_OUT ? p->count - j : MICO_POOL_OUT;
             mico_unpack_i32(in, base + (size_t)j, n, p->in_fmt, buf);
             for (i = 0; i < n; i++) {
