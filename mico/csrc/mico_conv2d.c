@@ -997,11 +997,379 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
     }
 }
 
+/* ------------------------------------------------------------------------ channel lanes by rows */
+
+#define MICO_LR_BUF 1536 /* int16 codes of the unpacked, zero-padded input rows of a chunk */
+#define MICO_LR_TAPS 400 /* pointers to the taps of a chunk, and the ends of segments */
+#define MICO_LR_TILE 512 /* int32 lane sums of an output row's channel blocks */
+#define MICO_LR_SUMS 256 /* int32 sums over the chunk's channels of its input rows */
+#define MICO_LR_COLS 64  /* output columns of a row (padded to whole pixel groups) */
+
+/* One block of F channels over np pixels of an output row, a group of NPX = 16 / G pixels at
+ * a time (16 lane words in registers: G field groups x NPX pixels): tap t of pixel j is
+ * xt[t][j], the table cut into segments of at most n taps by NULL entries (and ended by one).
+ * After each segment the lane words go into the tile (tile[c * tp + j] += sums of channel c,
+ * pixel j; see mico_lanes_settle and mico_lanes_widen). One pixel's loads at a time
+ * (MICO_S8_SEQ): 16 sums, G lane weights, a code, the pixel offset, two pointers and the mask
+ * stay in registers (the NULL ends a segment: no end pointer). */
+/* A value the optimizer must take as it is (not split into induction variables). */
+#if defined(__GNUC__)
+#define MICO_LR_OPAQUE(v) __asm__("" : "+r"(v))
+#else
+#define MICO_LR_OPAQUE(v) ((void)0)
+#endif
+#define MICO_LR_FN(BITS, G)                                                                 \
+    static MICO_NOINLINE void mico_lr_w##BITS##g##G(const uint32_t *w,                       \
+                                                    const int16_t *const *xt, int32_t taps,  \
+                                                    int32_t np, int32_t is_signed,           \
+                                                    int32_t *tile, int32_t tp)               \
+    {                                                                                       \
+        enum { NPX = 16 / (G) };                                                            \
+        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
+        const uint32_t *const wend = w + taps;                                              \
+        uint32_t wide[2 * (G) * NPX];                                                       \
+        int32_t j0, g, q;                                                                   \
+        for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
+            const uint32_t *wp = w;                                                         \
+            const int16_t *const *xpp = xt;                                                 \
+            int32_t segs = 0, jb = 2 * j0; /* the group's byte offset in a row */           \
+            MICO_LR_OPAQUE(jb);                                                             \
+            while (wp < wend) {                                                             \
+                const int16_t *xp;                                                          \
+                uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        acc[g][q] = 0;                                                      \
+                    }                                                                       \
+                }                                                                           \
+                while ((xp = *xpp++) != NULL) {                                             \
+                    const uint32_t wv = *wp++;                                              \
+                    uint32_t wl[G];                                                         \
+                    xp = (const int16_t *)(const void *)((const char *)xp + jb);            \
+                    MICO_LR_OPAQUE(xp); /* not reassociated with the pixels' offsets */     \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        wl[g] = (wv >> (g * (BITS))) & m;                                   \
+                    }                                                                       \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        const uint32_t xv = (uint32_t)(int32_t)xp[q];                       \
+                        MICO_UNROLL for (g = 0; g < (G); g++) {                             \
+                            acc[g][q] += wl[g] * xv;                                        \
+                        }                                                                   \
+                        MICO_S8_SEQ();                                                      \
+                    }                                                                       \
+                }                                                                           \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        sums[g * NPX + q] = acc[g][q];                                      \
+                    }                                                                       \
+                }                                                                           \
+                if (s == 16u) { /* two lanes a word: inline */                              \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
+                            const uint32_t v = acc[g][q];                                   \
+                            const uint32_t lo = is_signed ? (uint32_t)((int32_t)(v << 16) >> 16) \
+                                                          : v & 0xffffu;                    \
+                            const uint32_t hi = is_signed ? (uint32_t)((int32_t)(v - lo) >> 16) \
+                                                          : v >> 16;                        \
+                            int32_t *const tt = tile + j0 + g * tp + q;                     \
+                            tt[0] = (int32_t)((uint32_t)tt[0] + lo);                        \
+                            tt[(G) * tp] = (int32_t)((uint32_t)tt[(G) * tp] + hi);          \
+                        }                                                                   \
+                    }                                                                       \
+                } else if (s <= 8u && !is_signed) {                                         \
+                    segs = mico_lanes_widen(sums, wide, segs, wp >= wend, (G), NPX,         \
+                                            tile + j0, tp, NPX, s);                         \
+                } else {                                                                    \
+                    mico_lanes_settle(sums, (G), NPX, tile + j0, tp, (G) * tp, NPX, s,      \
+                                      is_signed);                                           \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+typedef void (*MicoLrFn)(const uint32_t *w, const int16_t *const *xt, int32_t taps, int32_t np,
+                         int32_t is_signed, int32_t *tile, int32_t tp);
+
+/* n codes of a packed tensor from element `start` into dst: 8-, 4- and 2-bit codes a byte at
+ * a time (code = ((field ^ x) << sh) - o, mico_field_map), other widths by mico_unpack. */
+static MICO_NOINLINE void mico_lr_unpack(const void *in, size_t start, int32_t n, MicoFmt f,
+                                         int16_t *dst)
+{
+    const MicoFieldMap fm = mico_field_map(f);
+    const uint32_t b = (uint32_t)f.bits, x = fm.x;
+    const int32_t o = fm.o;
+    const int16_t *const end = dst + n;
+    const uint8_t *src;
+    if ((b != 8u && b != 4u && b != 2u) || fm.sh) {
+        mico_unpack(in, start, n, f, dst);
+        return;
+    }
+    src = (const uint8_t *)in + start * b / 8u;
+    if (b == 8u) {
+        for (; dst < end; dst++, src++) {
+            *dst = (int16_t)((int32_t)(*src ^ x) - o);
+        }
+        return;
+    }
+    if (b == 4u && start % 2u == 0u) { /* whole bytes: two codes each */
+        for (; dst + 2 <= end; dst += 2, src++) {
+            const uint32_t v = *src;
+            dst[0] = (int16_t)((int32_t)((v & 15u) ^ x) - o);
+            dst[1] = (int16_t)((int32_t)((v >> 4) ^ x) - o);
+        }
+        if (dst < end) {
+            *dst = (int16_t)((int32_t)((*src & 15u) ^ x) - o);
+        }
+        return;
+    }
+    if (b == 2u && start % 4u == 0u) { /* whole bytes: four codes each */
+        for (; dst + 4 <= end; dst += 4, src++) {
+            const uint32_t v = *src;
+            dst[0] = (int16_t)((int32_t)((v & 3u) ^ x) - o);
+            dst[1] = (int16_t)((int32_t)(((v >> 2) & 3u) ^ x) - o);
+            dst[2] = (int16_t)((int32_t)(((v >> 4) & 3u) ^ x) - o);
+            dst[3] = (int16_t)((int32_t)((v >> 6) ^ x) - o);
+        }
+    }
+    {
+        const uint32_t per = 8u / b, mask = (1u << b) - 1u;
+        uint32_t k = (uint32_t)(start % per), v = *src++ >> (k * b);
+        for (; dst < end; dst++) {
+            if (k == per) {
+                v = *src++;
+                k = 0;
+            }
+            *dst = (int16_t)((int32_t)((v & mask) ^ x) - o);
+            v >>= b;
+            k++;
+        }
+    }
+}
+
+/* Requantize and store n sums of one channel: code j is q applied to b + (v[j] << sh) -
+ * csq[j] (modulo 2^32: the lane sums to the layer's sums), stored at element `start` of out.
+ * The usual case (ReLU with a non-negative clamp, a multiplier whose shift is above 32, codes
+ * of 8, 4 or 2 bits from a byte boundary, whole bytes) packs the codes in registers, a byte
+ * at a time; returns 0 (nothing done) for others. */
+static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
+                                       const int32_t *v, const int32_t *csq, int32_t n, MicoFmt f,
+                                       void *out, size_t start)
+{
+    const uint32_t bits = (uint32_t)f.bits, m = (uint32_t)q->m;
+    const uint32_t s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+    const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
+    const uint32_t per = 8u / bits;
+    uint8_t *o;
+    int32_t j;
+    uint32_t k;
+    if (!q->scaled || q->binary || q->shift <= 32 || !q->relu || lo < 0 ||
+        (bits != 8u && bits != 4u && bits != 2u) || (start * bits) % 8u != 0u ||
+        ((uint32_t)n * bits) % 8u != 0u) {
+        return 0;
+    }
+    o = (uint8_t *)out + start * bits / 8u;
+    for (j = 0; j < n; j += (int32_t)per) {
+        uint32_t byte = 0;
+        for (k = 0; k < per; k++) {
+            const int32_t r = (int32_t)(b + ((uint32_t)v[j + (int32_t)k] << sh) -
+                                        (uint32_t)csq[j + (int32_t)k]);
+            int32_t y = r <= 0 ? 0
+                               : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >>
+                                           s);
+            y = y < lo ? lo : y;
+            y = y > hi ? hi : y;
+            byte |= ((uint32_t)(y + zero) & 0xffu) << (k * bits);
+        }
+        *o++ = (uint8_t)byte;
+    }
+    return 1;
+}
+
+/* Input row iy of channel ic (0 <= iy < in_h) into a buffer row: padded column c (input column
+ * c - pad_w; outside the input: code 0) at (c % sw) * wq + c / sw, sw * wq columns (by stride
+ * phase, so that a tap of consecutive output pixels reads consecutive elements). */
+static void mico_lr_row(const MicoConv2d *p, const void *in, int32_t ic, int32_t iy, int32_t wq,
+                        int16_t *dst)
+{
+    const int32_t sw = p->stride_w, len = sw * wq, pw = p->pad_w;
+    const int32_t hi = p->in_w + pw < len ? p->in_w + pw : len; /* padded columns [pw, hi) */
+    const size_t at = ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w;
+    int16_t tmp[2 * MICO_LR_COLS];
+    int16_t *const row = sw == 1 ? dst : tmp;
+    int32_t c;
+    for (c = 0; c < len; c++) { /* padding columns (a loop, not a call of memset) */
+        row[c] = 0;
+        MICO_S8_SEQ();
+        c = c == pw - 1 && hi > pw ? hi - 1 : c;
+    }
+    if (hi > pw) {
+        mico_lr_unpack(in, at, hi - pw, p->in_fmt, row + pw);
+    }
+    for (c = 0; sw > 1 && c < len; c++) {
+        dst[(c % sw) * wq + c / sw] = tmp[c];
+    }
+}
+
+/* Weights in channel lanes, by output rows. The input rows a chunk of input channels needs for
+ * an output row are unpacked once into int16 rows (zero-padded, by stride phase: mico_lr_row);
+ * when one chunk takes every input channel, the rows stay in a ring (R = (k_h - 1) * dil_h + 1
+ * per channel, row iy in slot iy mod R), so each input row is unpacked once per layer. Each
+ * slot also keeps its rows' sum over the channels, from which the column sums (the weights'
+ * offset) of a row come in k_h * k_w adds per pixel. Then for each group of NPX pixels, a
+ * table of one pointer per tap, and every block of F channels runs the register-tiled block
+ * kernel fn; the row's sums wait in a tile, then each channel's row is requantized and stored.
+ * Blocks go in passes of as many as the tile holds (the rows refilled per pass when they take
+ * several chunks). Returns 0 (nothing done) for a layer it does not take: output rows wider
+ * than MICO_LR_COLS, rows of one input channel that do not fit the buffers.
+ * Stack: about 7.5 KB. */
+static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, const void *in,
+                                      void *out, MicoLrFn fn, int32_t npx)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kh = p->k_h, kw = p->k_w, sw = p->stride_w, dw = p->dil_w;
+    const int32_t rr = (kh - 1) * p->dil_h + 1; /* ring slots per channel */
+    const int32_t k_all = ipg * kh * kw, f = 32 / p->w_bits, nblk = opg / f;
+    const int32_t npix = p->out_h * p->out_w, opw = (p->out_w + npx - 1) / npx * npx;
+    const int32_t wq = ((opw - 1) * sw + (kw - 1) * dw) / sw + 1, len = sw * wq;
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
+    const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
+    int16_t buf[MICO_LR_BUF];
+    const int16_t *xt[MICO_LR_TAPS];
+    int32_t tile[MICO_LR_TILE], sums[MICO_LR_SUMS], cs[MICO_LR_COLS], csq[MICO_LR_COLS];
+    int32_t tag[MICO_LR_SUMS];
+    int32_t slot[MICO_LR_COLS], col[MICO_LR_COLS];
+    int32_t icc, nch, multi, pass, g, oy, b0, ic0, b, c, j, t, k, i, ky, kx;
+    if (p->in_fmt.bits > 8 || opw > MICO_LR_COLS || len > 2 * MICO_LR_COLS ||
+        rr * len > MICO_LR_SUMS || kh > MICO_LR_COLS || kw > MICO_LR_COLS) {
+        return 0;
+    }
+    for (kx = 0; kx < kw; kx++) { /* the column of tap kx (of pixel 0) in a row */
+        col[kx] = (kx * dw) % sw * wq + kx * dw / sw;
+    }
+    icc = MICO_LR_BUF / (rr * len);
+    t = (int32_t)((MICO_LR_TAPS - 1) * (int64_t)l->n / (l->n + 1)); /* taps the table holds */
+    icc = icc < t / (kh * kw) ? icc : t / (kh * kw);
+    pass = MICO_LR_TILE / (f * opw); /* blocks whose sums wait in the tile */
+    if (icc == 0 || pass == 0) {
+        return 0;
+    }
+    nch = (ipg + icc - 1) / icc; /* chunks of input channels, balanced */
+    icc = (ipg + nch - 1) / nch;
+    multi = nch > 1;
+    for (g = 0; g < p->groups; g++) {
+        for (i = 0; i < rr; i++) {
+            tag[i] = INT32_MIN; /* the ring holds no row yet */
+        }
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_h;
+            for (j = 0; j < opw; j++) {
+                cs[j] = 0;
+            }
+            for (ky = 0; ky < kh; ky++) { /* the ring slot of each kernel row */
+                const int32_t iy = iy0 + ky * p->dil_h;
+                slot[ky] = ((iy % rr) + rr) % rr;
+            }
+            for (b0 = 0; b0 < nblk; b0 += pass) {
+                const int32_t b1 = b0 + pass < nblk ? b0 + pass : nblk;
+                for (j = 0; j < (b1 - b0) * f * opw; j += 4) { /* not a call of memset */
+                    tile[j] = 0;
+                    tile[j + 1] = 0;
+                    tile[j + 2] = 0;
+                    tile[j + 3] = 0;
+                    MICO_S8_SEQ();
+                }
+                for (ic0 = 0; ic0 < ipg; ic0 += icc) {
+                    const int32_t n_ic = ipg - ic0 < icc ? ipg - ic0 : icc;
+                    const int32_t taps = n_ic * kh * kw;
+                    for (ky = 0; ky < kh; ky++) { /* the rows of the chunk, channel sums */
+                        const int32_t iy = iy0 + ky * p->dil_h, sl = slot[ky];
+                        int32_t *const sm = sums + sl * len;
+                        if (!multi && tag[sl] == iy) {
+                            continue;
+                        }
+                        tag[sl] = multi ? INT32_MIN : iy;
+                        for (c = 0; c < len; c++) {
+                            sm[c] = 0;
+                            MICO_S8_SEQ();
+                        }
+                        for (i = 0; i < n_ic; i++) {
+                            int16_t *const row = buf + (i * rr + sl) * len;
+                            if (iy < 0 || iy >= p->in_h) { /* a padding row */
+                                for (c = 0; c < len; c++) {
+                                    row[c] = 0;
+                                    MICO_S8_SEQ();
+                                }
+                                continue;
+                            }
+                            mico_lr_row(p, in, g * ipg + ic0 + i, iy, wq, row);
+                        }
+                        for (c = 0; c < len && iy >= 0 && iy < p->in_h; c++) {
+                            const int16_t *x = buf + sl * len + c, *const x_end = x + n_ic * rr * len;
+                            int32_t v = 0;
+                            for (; x < x_end; x += rr * len) {
+                                v += *x;
+                            }
+                            sm[c] = v;
+                        }
+                    }
+                    for (ky = 0; b0 == 0 && ky < kh; ky++) { /* column sums */
+                        for (kx = 0; kx < kw; kx++) {
+                            const int32_t *sm = sums + slot[ky] * len + col[kx];
+                            for (j = 0; j < opw; j++) {
+                                cs[j] += sm[j];
+                            }
+                        }
+                    }
+                    for (i = 0, t = 0, k = 0; i < n_ic; i++) { /* tap (i, ky, kx) */
+                        for (ky = 0; ky < kh; ky++) {
+                            const int16_t *const row = buf + (i * rr + slot[ky]) * len;
+                            for (kx = 0; kx < kw; kx++) {
+                                xt[k++] = row + col[kx];
+                                if (++t % l->n == 0 || t == taps) {
+                                    xt[k++] = NULL; /* the end of a segment */
+                                }
+                            }
+                        }
+                    }
+                    for (b = b0; b < b1; b++) {
+                        fn(w + (size_t)(g * nblk + b) * (size_t)k_all + (size_t)(ic0 * kh * kw),
+                           xt, taps, opw, l->is_signed, tile + (b - b0) * f * opw, opw);
+                    }
+                }
+                for (j = 0; b0 == 0 && j < opw; j++) { /* the offset, pixel by pixel */
+                    csq[j] = (int32_t)(q_w * (uint32_t)cs[j]);
+                }
+                for (c = b0 * f; c < b1 * f; c++) { /* requantize and store the pass */
+                    const int32_t oc = g * opg + c;
+                    const MicoRq rq = mico_rq(&p->out, oc);
+                    const size_t at = (size_t)oc * (size_t)npix + (size_t)(oy * p->out_w);
+                    int32_t *const v = tile + (c - b0 * f) * opw;
+                    if (!mico_lr_store(&rq, (uint32_t)p->bias[oc], s_w - 1u, v, csq, p->out_w,
+                                       p->out.fmt, out, at)) {
+                        mico_lanes_requant(v, cs, p->out_w, (uint32_t)p->bias[oc], s_w, q_w,
+                                           &rq);
+                        mico_pack(out, at, v, p->out_w, p->out.fmt);
+                    }
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* The block kernels of the (bits, G) pairs, and the entry points: by rows where the layer fits,
+ * else through the im2col patch. */
+#define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G)
+MICO_LANES_EACH(MICO_LR_DEFINE)
+
 #define MICO_CONV_LANES_ENTRY(BITS, G, NPX)                                                 \
     void mico_qconv2d_lanes_w##BITS##g##G(const MicoConv2d *p, const MicoLanes *l, const void *in,\
                                      void *out)                                             \
     {                                                                                       \
-        mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                           \
+        if (!mico_conv_lr(p, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
+            mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
+        }                                                                                   \
     }
 MICO_LANES_EACH(MICO_CONV_LANES_ENTRY)
 
