@@ -1146,6 +1146,25 @@ static MICO_NOINLINE void mico_lr_unpack(const void *in, size_t start, int32_t n
     }
 }
 
+/* The field of the code of sum r (ReLU, a multiplier with a shift s + 32 above 32, clamp
+ * [lo, hi] with lo >= 0, zero point zero). */
+static inline uint32_t mico_lr_code(int32_t r, uint32_t m, uint32_t s, uint32_t rnd, int32_t lo,
+                                    int32_t hi, int32_t zero)
+{
+    int32_t y = r <= 0 ? 0 : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> s);
+    y = y < lo ? lo : y;
+    y = y > hi ? hi : y;
+    return (uint32_t)(y + zero) & 0xffu;
+}
+
+/* The same for lo = 0 and no zero point (the usual case): y in [0, hi] is the field. */
+static inline uint32_t mico_lr_code0(int32_t r, uint32_t m, uint32_t s, uint32_t rnd, int32_t hi)
+{
+    const int32_t y =
+        r <= 0 ? 0 : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> s);
+    return (uint32_t)(y > hi ? hi : y);
+}
+
 /* Requantize and store n sums of one channel: code j is q applied to b + (v[j] << sh) -
  * csq[j] (modulo 2^32: the lane sums to the layer's sums), stored at element `start` of out.
  * The usual case (ReLU with a non-negative clamp, a multiplier whose shift is above 32, codes
@@ -1159,29 +1178,41 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
     const uint32_t s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
     const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
     const uint32_t per = 8u / bits;
+    const int plain = lo == 0 && zero == 0;
     uint8_t *o;
     int32_t j;
-    uint32_t k;
     if (!q->scaled || q->binary || q->shift <= 32 || !q->relu || lo < 0 ||
         (bits != 8u && bits != 4u && bits != 2u) || (start * bits) % 8u != 0u ||
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
     }
     o = (uint8_t *)out + start * bits / 8u;
-    for (j = 0; j < n; j += (int32_t)per) {
-        uint32_t byte = 0;
-        for (k = 0; k < per; k++) {
-            const int32_t r = (int32_t)(b + ((uint32_t)v[j + (int32_t)k] << sh) -
-                                        (uint32_t)csq[j + (int32_t)k]);
-            int32_t y = r <= 0 ? 0
-                               : (int32_t)(((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >>
-                                           s);
-            y = y < lo ? lo : y;
-            y = y > hi ? hi : y;
-            byte |= ((uint32_t)(y + zero) & 0xffu) << (k * bits);
-        }
-        *o++ = (uint8_t)byte;
+#define MICO_LR_R(J) ((int32_t)(b + ((uint32_t)v[J] << sh) - (uint32_t)csq[J]))
+#define MICO_LR_LOOPS(CODE)                                                                 \
+    if (per == 1u) {                                                                        \
+        for (j = 0; j < n; j++) {                                                           \
+            o[j] = (uint8_t)CODE(j);                                                        \
+        }                                                                                   \
+    } else if (per == 2u) {                                                                 \
+        for (j = 0; j < n; j += 2) {                                                        \
+            *o++ = (uint8_t)(CODE(j) | CODE(j + 1) << 4);                                   \
+        }                                                                                   \
+    } else {                                                                                \
+        for (j = 0; j < n; j += 4) {                                                        \
+            *o++ = (uint8_t)(CODE(j) | CODE(j + 1) << 2 | CODE(j + 2) << 4 | CODE(j + 3) << 6); \
+        }                                                                                   \
     }
+#define MICO_LR_CODE0(J) mico_lr_code0(MICO_LR_R(J), m, s, rnd, hi)
+#define MICO_LR_CODE(J) mico_lr_code(MICO_LR_R(J), m, s, rnd, lo, hi, zero)
+    if (plain) {
+        MICO_LR_LOOPS(MICO_LR_CODE0)
+    } else {
+        MICO_LR_LOOPS(MICO_LR_CODE)
+    }
+#undef MICO_LR_R
+#undef MICO_LR_LOOPS
+#undef MICO_LR_CODE0
+#undef MICO_LR_CODE
     return 1;
 }
 
@@ -1198,9 +1229,11 @@ static void mico_lr_row(const MicoConv2d *p, const void *in, int32_t ic, int32_t
     int16_t *const row = sw == 1 ? dst : tmp;
     int32_t c;
     for (c = 0; c < len; c++) { /* padding columns (a loop, not a call of memset) */
-        row[c] = 0;
+        c = c == pw && hi > pw ? hi : c;
+        if (c < len) {
+            row[c] = 0;
+        }
         MICO_S8_SEQ();
-        c = c == pw - 1 && hi > pw ? hi - 1 : c;
     }
     if (hi > pw) {
         mico_lr_unpack(in, at, hi - pw, p->in_fmt, row + pw);
