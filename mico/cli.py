@@ -391,6 +391,15 @@ WeightsFileOpt = Annotated[
     ),
 ]
 
+PatchOpt = Annotated[
+    str,
+    typer.Option(
+        "--patch",
+        help="auto: run the first high-resolution layers in row bands when that lowers the "
+        "arena (recomputed border rows are reported); off: whole tensors.",
+    ),
+]
+
 
 @app.command("compile")
 @_friendly_errors
@@ -413,6 +422,7 @@ def compile_cmd(
     quiet: QuietOpt = False,
     force: ForceOpt = False,
     weights_file: WeightsFileOpt = False,
+    patch: PatchOpt = "off",
 ) -> None:
     """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
 
@@ -427,7 +437,7 @@ def compile_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         force=force, model_args=model_args, input_shape=input_shape,
-        act_asymmetric=act_asymmetric, weights_file=weights_file,
+        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch,
     )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
@@ -439,6 +449,13 @@ def compile_cmd(
         f"{where}(weights {project.flash['weights']} B), arena {project.arena.size} B (lower bound "
         f"{project.arena.lower_bound} B)"
     )
+    if project.patch and project.patch.get("patched"):
+        p = project.patch
+        typer.echo(
+            f"patches: {len(p['stage'])} first ops in {p['bands']} bands of "
+            f"{p['rows_per_band']} rows, arena {p['arena_without_patches']} -> "
+            f"{p['arena_bytes']} B (LOAD-FA {p['load_fa']} B), {p['extra_macs']} MACs recomputed"
+        )
 
 
 @app.command("verify")
@@ -476,6 +493,7 @@ def verify_cmd(
         ),
     ] = False,
     weights_file: WeightsFileOpt = False,
+    patch: PatchOpt = "off",
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
@@ -490,7 +508,7 @@ def verify_cmd(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
         model_args=model_args, input_shape=input_shape, per_layer=per_layer,
-        act_asymmetric=act_asymmetric, weights_file=weights_file,
+        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target

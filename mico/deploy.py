@@ -64,6 +64,7 @@ class DeployOptions:
     input_shape: str | None = None  # one sample's shape, for models from files
     per_layer: bool = False  # verify: count every node of sample 0 (host, rv32, vexriscv)
     weights_file: bool = False  # constants in <name>.bin, loaded at run time (not compiled in)
+    patch: str = "off"  # "auto": the first layers in row bands when that lowers the arena
 
 
 @dataclass
@@ -246,6 +247,7 @@ def compile_from_options(
             sample_inputs=samples,
             weights_file=options.weights_file,
             isa_extensions=device_extensions(options.targets),
+            patch=options.patch,
         )
     except MicoError as exc:
         deployable = list(DEPLOYABLE_MODELS)
@@ -277,6 +279,7 @@ def _write_compile_report(compiled: CompiledModel) -> None:
         "arena_ratio": arena.ratio,
         "flash": project.flash,
         "buffers": memory_map_rows(arena),
+        "patch": project.patch,
     }
     (project.directory / "memory.json").write_text(json.dumps(data, indent=2) + "\n")
     plot_memory_map(arena, project.directory / "memory_map.png", title=project.name)

@@ -49,7 +49,10 @@ PATCH_MODES = ("auto", "off")
 ELEMENTWISE = (mico_ops.QUANTIZE, mico_ops.ADD, mico_ops.REQUANT, mico_ops.LUT)
 STAGE_OPS = (mico_ops.QCONV2D, *ELEMENTWISE)
 #: candidates whose estimated peak is lowest are planned for real (first fit), the best kept
-PLANNED_CANDIDATES = 4
+PLANNED_CANDIDATES = 6
+#: the recomputation ``auto`` accepts: extra MACs at most this share of the model's MACs (a
+#: deep stage in one-row bands can lower the arena a little for several times the work)
+MAX_EXTRA_MACS = 0.10
 
 Range = tuple[int, int]  # rows [start, stop) of a value
 
@@ -324,12 +327,16 @@ def _live_after(graph: Graph) -> list[int]:
     return after
 
 
-def choose_patches(graph: Graph, align: int = 8) -> PatchPlan | None:
-    """The patch stage and band height of the smallest arena, or None when no qualifying
-    stage lowers it below the whole-tensor plan's."""
+def choose_patches(
+    graph: Graph, align: int = 8, max_extra_macs: float = MAX_EXTRA_MACS
+) -> PatchPlan | None:
+    """The patch stage and band height of the smallest arena whose recomputed MACs stay within
+    ``max_extra_macs`` of the model's, fewest extra MACs among equals; None when no qualifying
+    stage lowers the arena below the whole-tensor plan's."""
     ends = stage_ends(graph)
     if not ends:
         return None
+    budget = max_extra_macs * model_macs(graph)
     after = _live_after(graph)
     candidates = []
     for k in ends:
@@ -341,8 +348,11 @@ def choose_patches(graph: Graph, align: int = 8) -> PatchPlan | None:
             bands = _bands(stage, rows)
             if bands is None:
                 break  # taller bands meet the same conflict
+            extra = _band_macs(stage, bands) - macs
+            if extra > budget:
+                continue
             peak = max(after[k], whole_out + _band_peak(stage, bands))
-            candidates.append((peak, _band_macs(stage, bands) - macs, k, rows, bands))
+            candidates.append((peak, extra, k, rows, bands))
     if not candidates:
         return None
     candidates.sort(key=lambda c: (c[0], c[1], c[2], c[3]))
@@ -372,8 +382,9 @@ def choose_patches(graph: Graph, align: int = 8) -> PatchPlan | None:
 def no_patch_summary(graph: Graph, arena: ArenaPlan, mode: str) -> dict[str, Any]:
     """The report entry of a project compiled without patches (``mode`` off, or auto when no
     stage lowers the arena)."""
-    why = "off" if mode == "off" else ("no qualifying prefix" if not stage_ends(graph)
-                                        else "patches do not lower the arena")  # fmt: skip
+    why = "off" if mode == "off" else ("no qualifying prefix" if not stage_ends(graph) else
+                                        "no band plan lowers the arena within "
+                                        f"{MAX_EXTRA_MACS:.0%} extra MACs")  # fmt: skip
     return {"patched": False, "mode": mode, "why": why, "arena_bytes": arena.size,
             "load_fa": load_fa(graph)}  # fmt: skip
 
