@@ -246,7 +246,7 @@ def compile_from_options(
             extras=_write_compile_report,
             sample_inputs=samples,
             weights_file=options.weights_file,
-            isa_extensions=device_extensions(options.targets),
+            isa_extensions=generation_extensions(options.targets),
             patch=options.patch,
         )
     except MicoError as exc:
@@ -466,6 +466,19 @@ def device_extensions(targets: Sequence[str]) -> tuple[str, ...]:
 
     sets = [set(get_target(t).extensions) for t in targets if runner_kind(t) != "host"]
     return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+
+def generation_extensions(targets: Sequence[str]) -> tuple[str, ...]:
+    """The extensions a project is generated with: with a device target among ``targets``,
+    what every device target has (:func:`device_extensions`: a project that runs on a device
+    never takes host kernels); for the host alone (``mico compile``, ``mico verify`` without
+    ``--target``), the host's own (``xautovec``: the GEMM kernels of mico_host_gemm.c, which
+    forward to the portable kernels when the project is built for another target)."""
+    from mico.targets.catalog import get_target
+
+    if not targets or any(runner_kind(t) != "host" for t in targets):
+        return device_extensions(targets)
+    return tuple(sorted(set.intersection(*(set(get_target(t).extensions) for t in targets))))
 
 
 def run_verify(options: DeployOptions, log: Log = print) -> DeployResult:

@@ -252,6 +252,26 @@ def _lanes_struct(ctx: EmitContext, node: Node, plan: dict[str, int]) -> str:
     return ctx.const_struct("MicoLanes", f"{node.name}_lanes", _fields(plan))
 
 
+#: the capability of a target with vector units and caches (mico/targets/files/host.yaml; X:
+#: non-standard): its convolution and linear layers take the int16 GEMM kernels of
+#: mico_host_gemm.c
+HOST_EXTENSION = "xautovec"
+HOST_CONV = "mico_qconv2d_host"
+HOST_LINEAR = "mico_qlinear_host"
+
+
+def host_kernels(ctx: EmitContext, x: Value) -> bool:
+    """Whether a conv / linear layer reading ``x`` takes the host GEMM kernels: the target has
+    :data:`HOST_EXTENSION` and the input is codes (int32 inputs keep the portable kernels)."""
+    return HOST_EXTENSION in ctx.isa_extensions and fmt_of(x)[0] <= 8
+
+
+def _need_host(ctx: EmitContext) -> None:
+    """mico_host_gemm.c and the portable kernels its entry points fall back on."""
+    for source in ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c"):
+        ctx.need(source)
+
+
 def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
     _, in_c, in_h, in_w = x.type.shape
@@ -263,12 +283,13 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     # and shares its requantization constants
     macs, const_name = a.get("whole_macs", macs), a.get("whole_name", node.name)
     taps = in_c // a["groups"] * k_h * k_w
-    binary = binary_plan.takes_binary(
+    host = host_kernels(ctx, x)
+    binary = not host and binary_plan.takes_binary(
         node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
     )
     lanes = (
         None
-        if binary
+        if binary or host
         else lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
     )
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
@@ -296,6 +317,9 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_conv2d.c")
+    if host:
+        _need_host(ctx)
+        return _call(ctx, HOST_CONV, params, x, out)
     if binary:
         return _binary_call(ctx, node, "mico_qconv2d", params, taps)
     dw = dwconv_plan.node_plan(node)  # depthwise 3x3: pixel lanes (mico_dwconv.c)
@@ -364,10 +388,13 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     a = node.attrs
     rows = x.type.numel // (in_features * x.type.shape[0])
     macs = rows * in_features * out_features
-    binary = binary_plan.takes_binary(node.inputs[1].qformat, x.qformat, in_features, macs=macs)
+    host = host_kernels(ctx, x)
+    binary = not host and binary_plan.takes_binary(
+        node.inputs[1].qformat, x.qformat, in_features, macs=macs
+    )
     lanes = (
         None
-        if binary
+        if binary or host
         else lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs)
     )
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
@@ -388,6 +415,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_linear.c")
+    if host:
+        _need_host(ctx)
+        return _call(ctx, HOST_LINEAR, params, x, out)
     if binary:
         return _binary_call(ctx, node, "mico_qlinear", params, in_features)
     if lanes is not None:

@@ -2,6 +2,9 @@
 
 ``make [TARGET=host] [CC=clang] [SANITIZE=1]`` builds with the host C compiler (``CC``, default
 ``cc``; ``SANITIZE=1`` adds AddressSanitizer and UndefinedBehaviorSanitizer),
+``make NATIVE=1`` adds ``-march=native`` to a host build (off by default: the program then runs
+only on CPUs like the one that built it; the integer results are the same). Host builds default
+to ``-O3``, the others to ``-O2`` (``CFLAGS=...`` overrides both).
 ``make TARGET=rv32`` for rv32imac bare metal (picolibc with semihosting), run under
 qemu-system-riscv32 with ``-icount shift=0``, and ``make TARGET=rv64`` for 64-bit RISC-V Linux
 (glibc, linked statically), run under qemu-user (``qemu-riscv64``). ``make TARGET=vexriscv
@@ -22,6 +25,13 @@ FP_FLAGS = "-ffp-contract=off"
 SANITIZE_FLAGS = (
     "-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -g -O1"
 )
+
+#: host builds: -O3 (the host GEMM kernels of mico_host_gemm.c are written for the
+#: auto-vectoriser), and MICO_HOST_KERNELS, which compiles them (for other targets their entry
+#: points forward to the portable kernels, so a project generated for the host still builds and
+#: runs bit-exact on rv32)
+HOST_OPT = "-O3"
+HOST_KERNELS = "-DMICO_HOST_KERNELS"
 
 RV32_CC = "riscv64-unknown-elf-gcc"
 RV32_ARCH = "-march=rv32imac -mabi=ilp32"
@@ -62,6 +72,8 @@ def makefile(name: str, sources: list[str]) -> str:
 #   make [TARGET=host] [CC=clang]  build ./{name} with the host C compiler;  make run
 #   make DEBUG=1                   also record every intermediate tensor (intermediates.bin)
 #   make SANITIZE=1                the same with AddressSanitizer and UBSan (host only)
+#   make NATIVE=1                  host only: -march=native (every vector extension of this CPU;
+#                                  the program may not run on another machine)
 #   make TARGET=rv32               build {name}.elf for rv32imac bare metal (picolibc, semihosting);
 #                                  make TARGET=rv32 run   runs it under qemu-system-riscv32
 #   make TARGET=rv64               build {name}.rv64 for riscv64 Linux (static glibc);
@@ -74,6 +86,9 @@ SANITIZE ?= 0
 MODEL := {name}
 SRCS := {" ".join(sources)}
 HDRS := $(wildcard *.h)
+ifeq ($(TARGET),host)
+CFLAGS ?= {HOST_OPT}
+endif
 CFLAGS ?= -O2
 override CFLAGS += {WARNINGS} {FP_FLAGS}
 RV32_CC ?= {RV32_CC}
@@ -92,6 +107,10 @@ endif
 ifeq ($(TARGET),host)
 EXE := {executable(name, "host")}
 RUN := ./$(EXE) inputs.bin outputs.bin
+override CFLAGS += {HOST_KERNELS}
+ifeq ($(NATIVE),1)
+override CFLAGS += -march=native
+endif
 ifeq ($(SANITIZE),1)
 override CFLAGS += {SANITIZE_FLAGS}
 override LDFLAGS += -fsanitize=address,undefined

@@ -457,6 +457,11 @@ void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
+/* Host kernels (mico_host_gemm.c, for targets with the `xautovec` capability): convolutions
+ * (depthwise ones channel by channel) and linear layers as int16 GEMMs the compiler vectorises;
+ * layers too large for their scratch take mico_qconv2d / mico_qlinear. */
+void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out);
+void mico_qlinear_host(const MicoLinear *p, const void *in, void *out);
 /* The channel-lane paths (weights in the lanes layout): conv (any kernel, groups whose output
  * channels are a multiple of F) and linear (out_features a multiple of F), one entry point per
  * weight width and field-group count G = s / w_bits (mico_q*_lanes_w<bits>g<G>, declared with

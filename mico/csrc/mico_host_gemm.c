@@ -1,0 +1,496 @@
+/* Host kernels: convolution and linear layers as int16 GEMMs that gcc / clang vectorise.
+ *
+ * The code generator calls these for a target whose description has the `autovec` capability
+ * (mico/targets/files/host.yaml): a desktop or server CPU with SIMD registers and caches, where
+ * the rv32 kernels' scalar register tiles and SWAR lanes leave the vector units idle. They are
+ * plain C99 (no intrinsics) written for the auto-vectoriser at -O3: the hot loops are dot
+ * products of int16 rows accumulated into int32 (SSE2 pmaddwd, AVX2 vpmaddwd, AVX-512 VNNI
+ * vpdpwssd, NEON smlal), with no data-dependent branch inside.
+ *
+ * Every width 1..8 (binary and ternary weights included) takes the same loops: a layer's codes
+ * are unpacked to int16 once per call (input planes, zero-padded) and its weights once per call
+ * (rows padded with zero taps to a multiple of MICO_HOST_KALIGN), so fewer bits never cost more
+ * than 8. Sums are exact in int32 (|code| <= 255, |weight| <= 127) and go through the shared
+ * requantization (mico_rq_run_fast, mico_rq_apply) and mico_pack, so the results are
+ * bit-identical to the other paths and to mico/quant/arithmetic.py.
+ *
+ * Scratch lives in static arrays (host only: about 1.6 MB of .bss, not in the arena); a layer
+ * whose unpacked input or weights do not fit them takes the portable kernels instead. The
+ * kernels are compiled when MICO_HOST_KERNELS is defined (the generated Makefile defines it for
+ * TARGET=host); elsewhere the entry points forward to mico_qconv2d / mico_qlinear.
+ *
+ *  - mico_qconv2d_host: any kernel, stride, padding, dilation and groups (codes of 1..8 bits).
+ *    Per group, the padded input planes are unpacked once; for each block of output pixels an
+ *    im2col patch [pixel][tap] is built, and every 4 output channels x 2 pixels run the dot
+ *    product micro-kernel over it; the block's sums are requantized and packed 4 channels at a
+ *    time.
+ *  - mico_qconv2d_host_dw: depthwise (groups == in_c == out_c), any kernel, stride, padding and
+ *    dilation, channel by channel (the in-place order of mico_conv2d.c: a channel's input plane
+ *    is read whole before any of its outputs is stored). The plane is unpacked with its columns
+ *    split by phase (column x at phase x % stride_w), so every tap is a contiguous multiply-add
+ *    over an output row.
+ *  - mico_qlinear_host: rows x in_features times out_features x in_features; 8-bit weights are
+ *    read as int8 in place, narrower ones unpacked 4 rows at a time.
+ */
+#include "mico_nn.h"
+
+#ifndef MICO_HOST_KERNELS
+/* Not a host build (make TARGET=rv32, ...): the entry points are the portable kernels, so a
+ * project generated for the host builds and runs bit-exact anywhere, without the scratch. */
+void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
+{
+    mico_qconv2d(p, in, out);
+}
+
+void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear(p, in, out);
+}
+#else
+
+#define MICO_HOST_KALIGN 16       /* taps per row are padded to a multiple of this */
+#define MICO_HOST_X (1 << 19)     /* int16: a group's padded input planes */
+#define MICO_HOST_W (1 << 18)     /* int16: a group's unpacked weight rows */
+#define MICO_HOST_PATCH (1 << 14) /* int16: the im2col patch [pixel][tap] */
+#define MICO_HOST_PIX 64          /* most output pixels of one patch */
+#define MICO_HOST_ACC 16384       /* int32: a depthwise channel's sums, a linear layer's row */
+#define MICO_HOST_ROW 4608        /* int16: one input row, one unpacked weight row */
+
+static int16_t mico_host_x[MICO_HOST_X];
+static int16_t mico_host_w[MICO_HOST_W];
+static int16_t mico_host_patch[MICO_HOST_PATCH];
+static int32_t mico_host_acc[2 * MICO_HOST_ACC];
+
+#if defined(__GNUC__) || defined(__clang__)
+#define MICO_RESTRICT __restrict__
+#else
+#define MICO_RESTRICT
+#endif
+
+/* n rounded up to a multiple of MICO_HOST_KALIGN. */
+static int32_t mico_host_kpad(int32_t n)
+{
+    return (n + MICO_HOST_KALIGN - 1) / MICO_HOST_KALIGN * MICO_HOST_KALIGN;
+}
+
+/* n signed weight codes of `bits` bits from element `start` into dst (int16). Byte-aligned
+ * runs of 8-, 4- and 2-bit codes are decoded a byte at a time in loops the compiler vectorises;
+ * the others go through mico_unpack. */
+static void mico_host_unpack_w(const uint8_t *w, size_t start, int32_t n, int32_t bits,
+                               int16_t *MICO_RESTRICT dst)
+{
+    const size_t bit = start * (size_t)bits;
+    const uint8_t *src = w + (bit >> 3);
+    MicoFmt f;
+    int32_t i;
+    if ((bit & 7u) == 0 && bits == 8) {
+        for (i = 0; i < n; i++) {
+            dst[i] = (int16_t)(int8_t)src[i];
+        }
+        return;
+    }
+    if ((bit & 7u) == 0 && bits == 4 && (n & 1) == 0) {
+        for (i = 0; i < n / 2; i++) { /* a field f is the code (f ^ 8) - 8 */
+            dst[2 * i] = (int16_t)((int32_t)((src[i] & 15u) ^ 8u) - 8);
+            dst[2 * i + 1] = (int16_t)((int32_t)((src[i] >> 4) ^ 8u) - 8);
+        }
+        return;
+    }
+    if ((bit & 7u) == 0 && bits == 2 && (n & 3) == 0) {
+        for (i = 0; i < n / 4; i++) {
+            dst[4 * i] = (int16_t)((int32_t)((src[i] & 3u) ^ 2u) - 2);
+            dst[4 * i + 1] = (int16_t)((int32_t)(((src[i] >> 2) & 3u) ^ 2u) - 2);
+            dst[4 * i + 2] = (int16_t)((int32_t)(((src[i] >> 4) & 3u) ^ 2u) - 2);
+            dst[4 * i + 3] = (int16_t)((int32_t)((src[i] >> 6) ^ 2u) - 2);
+        }
+        return;
+    }
+    f.bits = bits;
+    f.is_signed = 1;
+    f.zero = 0;
+    mico_unpack(w, start, n, f, dst);
+}
+
+/* s[c * 2 + j] = dot(w row c, x row j) over kp taps, for 4 weight rows (kp apart) and 2 patch
+ * rows (kp apart): eight int32 reductions of int16 products, one vector accumulator each. */
+static void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
+                           int32_t kp, int32_t *MICO_RESTRICT s)
+{
+    const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
+    const int16_t *x0 = x, *x1 = x + kp;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;
+    int32_t k;
+    for (k = 0; k < kp; k++) {
+        const int32_t u = x0[k], v = x1[k];
+        a0 += w0[k] * u;
+        a1 += w1[k] * u;
+        a2 += w2[k] * u;
+        a3 += w3[k] * u;
+        b0 += w0[k] * v;
+        b1 += w1[k] * v;
+        b2 += w2[k] * v;
+        b3 += w3[k] * v;
+    }
+    s[0] = a0;
+    s[1] = b0;
+    s[2] = a1;
+    s[3] = b1;
+    s[4] = a2;
+    s[5] = b2;
+    s[6] = a3;
+    s[7] = b3;
+}
+
+/* s[c] = dot(w row c, x) over kp taps, for 4 weight rows (kp apart). */
+static void mico_host_mk41(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
+                           int32_t kp, int32_t *MICO_RESTRICT s)
+{
+    const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int32_t k;
+    for (k = 0; k < kp; k++) {
+        const int32_t u = x[k];
+        a0 += w0[k] * u;
+        a1 += w1[k] * u;
+        a2 += w2[k] * u;
+        a3 += w3[k] * u;
+    }
+    s[0] = a0;
+    s[1] = a1;
+    s[2] = a2;
+    s[3] = a3;
+}
+
+/* The same for 4 rows of int8 weights (k_n taps, ks apart) and one int16 row x. */
+static void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, size_t ks,
+                              const int16_t *MICO_RESTRICT x, int32_t k_n,
+                              int32_t *MICO_RESTRICT s)
+{
+    const int8_t *w0 = w, *w1 = w + ks, *w2 = w + 2 * ks, *w3 = w + 3 * ks;
+    int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int32_t k;
+    for (k = 0; k < k_n; k++) {
+        const int32_t u = x[k];
+        a0 += w0[k] * u;
+        a1 += w1[k] * u;
+        a2 += w2[k] * u;
+        a3 += w3[k] * u;
+    }
+    s[0] = a0;
+    s[1] = a1;
+    s[2] = a2;
+    s[3] = a3;
+}
+
+/* v[i] (bias already added) requantized as channel c says and packed at element start. */
+static void mico_host_store(const MicoOut *o, int32_t c, int32_t *MICO_RESTRICT v, int32_t n,
+                            void *out, size_t start)
+{
+    const MicoRq q = mico_rq(o, c);
+    int32_t i;
+    if (q.scaled && !q.binary && q.shift > 32) { /* mico_rescale's usual case, vectorisable */
+        const uint32_t m = (uint32_t)q.m, s = (uint32_t)(q.shift - 32);
+        const uint32_t rnd = 1u << (s - 1u);
+        const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
+        for (i = 0; i < n; i++) {
+            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            const uint32_t h = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+            const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
+            v[i] = y < lo ? lo : y > hi ? hi : y;
+        }
+    } else {
+        mico_rq_run(&q, v, n);
+    }
+    mico_pack(out, start, v, n, o->fmt);
+}
+
+/* The padded input of channels ic0 .. ic0 + n - 1 in HWC order (hp x wp pixels of n codes,
+ * zeros around): code (iy, ix, ic) at x[((iy + pad_h) * wp + ix + pad_w) * n + ic - ic0]. */
+static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, int32_t n,
+                             int32_t hp, int32_t wp, int16_t *MICO_RESTRICT x)
+{
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    int16_t row[MICO_HOST_ROW];
+    int32_t c, y, i;
+    for (i = 0; i < p->pad_h * wp * n; i++) {
+        x[i] = 0;
+        x[(size_t)(hp - p->pad_h) * (size_t)wp * (size_t)n + (size_t)i] = 0;
+    }
+    for (y = 0; y < p->in_h; y++) {
+        int16_t *dst = x + (size_t)(y + p->pad_h) * (size_t)wp * (size_t)n;
+        for (i = 0; i < p->pad_w * n; i++) {
+            dst[i] = 0;
+            dst[(size_t)(p->pad_w + p->in_w) * (size_t)n + (size_t)i] = 0;
+        }
+    }
+    for (c = 0; c < n; c++) {
+        const size_t first = (size_t)(ic0 + c) * plane;
+        if (plane <= MICO_HOST_PATCH) { /* the whole plane at once: the patch is free here */
+            mico_unpack(in, first, (int32_t)plane, p->in_fmt, mico_host_patch);
+        }
+        for (y = 0; y < p->in_h; y++) {
+            int16_t *dst = x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
+            const int16_t *src = mico_host_patch + (size_t)y * (size_t)p->in_w;
+            if (plane > MICO_HOST_PATCH) {
+                mico_unpack(in, first + (size_t)y * (size_t)p->in_w, p->in_w, p->in_fmt, row);
+                src = row;
+            }
+            for (i = 0; i < p->in_w; i++) {
+                dst[(size_t)i * (size_t)n + (size_t)c] = src[i];
+            }
+        }
+    }
+}
+
+/* The patch of output pixels pix0 .. pix0 + np - 1: row j holds the taps of pixel pix0 + j in
+ * (ky, kx, ic) order, then zeros up to kp. With unit column dilation a kernel row's taps are
+ * one run of k_w * ipg codes of the HWC input. */
+static void mico_host_im2col(const MicoConv2d *p, const int16_t *x, int32_t ipg, int32_t wp,
+                             int32_t pix0, int32_t np, int32_t kp, int16_t *MICO_RESTRICT patch)
+{
+    const int32_t run = p->dil_w == 1 ? p->k_w * ipg : ipg, k_all = p->k_h * p->k_w * ipg;
+    int32_t j, ky, kx, i, k;
+    int32_t oy = pix0 / p->out_w, ox = pix0 % p->out_w;
+    for (j = 0; j < np; j++) {
+        const int16_t *base = x + ((size_t)(oy * p->stride_h) * (size_t)wp +
+                                   (size_t)(ox * p->stride_w)) * (size_t)ipg;
+        int16_t *MICO_RESTRICT dst = patch + (size_t)j * (size_t)kp;
+        k = 0;
+        for (ky = 0; ky < p->k_h; ky++) {
+            const int16_t *src = base + (size_t)(ky * p->dil_h) * (size_t)wp * (size_t)ipg;
+            for (kx = 0; kx < p->k_w; kx += run / ipg) {
+                const int16_t *s = src + (size_t)(kx * p->dil_w) * (size_t)ipg;
+                for (i = 0; i < run; i++) {
+                    dst[k + i] = s[i];
+                }
+                k += run;
+            }
+        }
+        for (k = k_all; k < kp; k++) {
+            dst[k] = 0;
+        }
+        if (++ox == p->out_w) {
+            ox = 0;
+            oy++;
+        }
+    }
+}
+
+/* Convolution as int16 GEMMs (see the top of the file). Returns 0 (nothing done) when the
+ * layer's unpacked input or weights do not fit the scratch arrays. */
+static int mico_host_conv(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t taps = p->k_h * p->k_w, k_all = ipg * taps, kp = mico_host_kpad(k_all);
+    const int32_t npix = p->out_h * p->out_w, opg4 = (opg + 3) / 4 * 4;
+    /* pointwise, stride 1, no padding, whole rows of taps: the HWC input is the patch */
+    const int direct = taps == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 0 &&
+                       p->pad_w == 0 && kp == k_all;
+    int32_t bp = MICO_HOST_PATCH / kp, g, c, pix0, oc, j, t, i;
+    int32_t tile[4 * MICO_HOST_PIX];
+    int16_t tmp[MICO_HOST_ROW];
+    bp = (bp > MICO_HOST_PIX ? MICO_HOST_PIX : bp) & ~1;
+    if (p->in_fmt.bits > 8 || bp < 2 || k_all > MICO_HOST_ROW || p->in_w > MICO_HOST_ROW ||
+        (size_t)ipg * (size_t)hp * (size_t)wp + (size_t)kp > MICO_HOST_X ||
+        (size_t)opg4 * (size_t)kp > MICO_HOST_W) {
+        return 0;
+    }
+    for (g = 0; g < p->groups; g++) {
+        mico_host_planes(p, in, g * ipg, ipg, hp, wp, mico_host_x);
+        for (i = 0; i < kp; i++) { /* a zero pixel past the input (an odd direct block) */
+            mico_host_x[(size_t)ipg * (size_t)hp * (size_t)wp + (size_t)i] = 0;
+        }
+        for (c = 0; c < opg4; c++) { /* rows past opg: zero weights, sums never stored */
+            int16_t *row = mico_host_w + (size_t)c * (size_t)kp;
+            int32_t k = 0;
+            if (c < opg) { /* (ic, ky, kx) as stored -> (ky, kx, ic) as the patch holds */
+                mico_host_unpack_w(p->weight, (size_t)(g * opg + c) * (size_t)k_all, k_all,
+                                   p->w_bits, tmp);
+                for (t = 0; t < taps; t++) {
+                    for (i = 0; i < ipg; i++) {
+                        row[t * ipg + i] = tmp[i * taps + t];
+                    }
+                }
+                k = k_all;
+            }
+            for (; k < kp; k++) {
+                row[k] = 0;
+            }
+        }
+        for (pix0 = 0; pix0 < npix; pix0 += bp) {
+            const int32_t np = npix - pix0 < bp ? npix - pix0 : bp, np2 = (np + 1) & ~1;
+            const int16_t *patch = mico_host_patch;
+            if (direct) {
+                patch = mico_host_x + (size_t)pix0 * (size_t)kp;
+            } else {
+                mico_host_im2col(p, mico_host_x, ipg, wp, pix0, np, kp, mico_host_patch);
+                if (np2 > np) { /* an odd block: a zero pixel makes the pair */
+                    for (j = 0; j < kp; j++) {
+                        mico_host_patch[(size_t)np * (size_t)kp + (size_t)j] = 0;
+                    }
+                }
+            }
+            for (oc = 0; oc < opg; oc += 4) {
+                const int16_t *w = mico_host_w + (size_t)oc * (size_t)kp;
+                const int32_t n_oc = opg - oc < 4 ? opg - oc : 4;
+                int32_t s[8];
+                for (j = 0; j < np2; j += 2) {
+                    mico_host_mk42(w, patch + (size_t)j * (size_t)kp, kp, s);
+                    for (c = 0; c < 4; c++) {
+                        tile[c * MICO_HOST_PIX + j] = s[2 * c];
+                        tile[c * MICO_HOST_PIX + j + 1] = s[2 * c + 1];
+                    }
+                }
+                for (c = 0; c < n_oc; c++) {
+                    const int32_t ch = g * opg + oc + c;
+                    int32_t *t4 = tile + c * MICO_HOST_PIX;
+                    const int32_t b = p->bias[ch];
+                    for (j = 0; j < np; j++) {
+                        t4[j] += b;
+                    }
+                    mico_host_store(&p->out, ch, t4, np, out,
+                                    (size_t)ch * (size_t)npix + (size_t)pix0);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
+/* Depthwise convolution channel by channel (see the top of the file). The padded plane is
+ * stored split by phase, rows by r % stride_h and columns by x % stride_w: phase (fr, fc) is a
+ * block of hq x wq codes, code (j, q) the padded input (j * stride_h + fr, q * stride_w + fc).
+ * Output (oy, ox) of a tap then reads (oy + a, ox + b) of one phase block, so with the sums
+ * laid out as rows of wq (columns past out_w are computed and dropped) every tap is one
+ * contiguous multiply-add over the whole plane. Returns 0 when the plane or the sums do not
+ * fit the scratch arrays. */
+static int mico_host_dw(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t sw = p->stride_w, sh = p->stride_h;
+    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t hq = (hp + sh - 1) / sh, wq = (wp + sw - 1) / sw;
+    const int32_t npix = p->out_h * p->out_w, taps = p->k_h * p->k_w;
+    const int32_t span = (p->out_h - 1) * wq + p->out_w; /* sums computed per tap */
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w, block = (size_t)hq * (size_t)wq;
+    int16_t *x = mico_host_x, *raw = mico_host_patch;
+    int32_t *acc = mico_host_acc, *res = mico_host_acc + MICO_HOST_ACC;
+    int32_t c, y, i, t, oy, ox;
+    int32_t off[64];
+    int16_t wt[64];
+    if (p->in_fmt.bits > 8 || taps > 64 || (size_t)sh * (size_t)sw * block > MICO_HOST_X ||
+        plane > MICO_HOST_PATCH || span > MICO_HOST_ACC) {
+        return 0;
+    }
+    for (t = 0; t < taps; t++) { /* where tap t of output (0, 0) is in the phase blocks */
+        const int32_t r = (t / p->k_w) * p->dil_h, q = (t % p->k_w) * p->dil_w;
+        off[t] = (int32_t)((size_t)((r % sh) * sw + q % sw) * block) + (r / sh) * wq + q / sw;
+    }
+    for (i = 0; i < sh * sw * (int32_t)block; i++) {
+        x[i] = 0; /* the padding (never written below) */
+    }
+    for (c = 0; c < p->in_c; c++) {
+        const int32_t b = p->bias[c];
+        mico_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, raw);
+        for (y = 0; y < p->in_h; y++) {
+            const int32_t r = y + p->pad_h;
+            const int16_t *MICO_RESTRICT src = raw + (size_t)y * (size_t)p->in_w;
+            int16_t *MICO_RESTRICT row = x + (size_t)((r % sh) * sw) * block +
+                                         (size_t)(r / sh) * (size_t)wq;
+            if (sw == 1) {
+                for (i = 0; i < p->in_w; i++) {
+                    row[p->pad_w + i] = src[i];
+                }
+            } else {
+                for (i = 0; i < p->in_w; i++) {
+                    const int32_t q = i + p->pad_w;
+                    row[(size_t)(q % sw) * block + (size_t)(q / sw)] = src[i];
+                }
+            }
+        }
+        mico_host_unpack_w(p->weight, (size_t)c * (size_t)taps, taps, p->w_bits, wt);
+        for (i = 0; i < span; i++) {
+            acc[i] = b;
+        }
+        for (t = 0; t < taps; t++) {
+            const int16_t *MICO_RESTRICT src = x + off[t];
+            const int16_t wv = wt[t];
+            int32_t *MICO_RESTRICT a = acc;
+            /* |code| <= 255 and |weight| <= 127: the product fits int16 exactly */
+            for (i = 0; i < span; i++) {
+                a[i] += (int16_t)(wv * src[i]);
+            }
+        }
+        for (oy = 0; oy < p->out_h; oy++) {
+            for (ox = 0; ox < p->out_w; ox++) {
+                res[oy * p->out_w + ox] = acc[oy * wq + ox];
+            }
+        }
+        mico_host_store(&p->out, c, res, npix, out, (size_t)c * (size_t)npix);
+    }
+    return 1;
+}
+
+void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
+{
+    if (p->groups == p->in_c && p->groups == p->out_c && mico_host_dw(p, in, out)) {
+        return;
+    }
+    if (!mico_host_conv(p, in, out)) {
+        mico_qconv2d(p, in, out); /* too large for the scratch arrays: the portable paths */
+    }
+}
+
+/* Linear layers: each input row unpacked once (zero-padded to kp), 4 output features at a
+ * time against it; a row's sums are requantized and packed together. */
+void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
+{
+    const int32_t k_n = p->in_features, n_out = p->out_features, kp = mico_host_kpad(k_n);
+    const int s8 = p->w_bits == 8;
+    int16_t *x = mico_host_patch, *wb = mico_host_w;
+    int32_t *acc = mico_host_acc;
+    int32_t r, o, c, k;
+    if (p->in_fmt.bits > 8 || kp > MICO_HOST_PATCH || 4 * kp > MICO_HOST_W ||
+        n_out + 4 > MICO_HOST_ACC) {
+        mico_qlinear(p, in, out);
+        return;
+    }
+    for (r = 0; r < p->rows; r++) {
+        mico_unpack(in, (size_t)r * (size_t)k_n, k_n, p->in_fmt, x);
+        for (k = k_n; k < kp; k++) {
+            x[k] = 0;
+        }
+        for (o = 0; o < n_out; o += 4) {
+            const int32_t n4 = n_out - o < 4 ? n_out - o : 4;
+            int32_t s[8];
+            if (s8 && n4 == 4) {
+                mico_host_mk41_s8((const int8_t *)(const void *)p->weight + (size_t)o * (size_t)k_n,
+                                  (size_t)k_n, x, k_n, s);
+            } else {
+                for (c = 0; c < 4; c++) {
+                    int16_t *row = wb + (size_t)c * (size_t)kp;
+                    k = 0;
+                    if (c < n4) {
+                        mico_host_unpack_w(p->weight, (size_t)(o + c) * (size_t)k_n, k_n,
+                                           p->w_bits, row);
+                        k = k_n;
+                    }
+                    for (; k < kp; k++) {
+                        row[k] = 0;
+                    }
+                }
+                mico_host_mk41(wb, x, kp, s);
+            }
+            for (c = 0; c < n4; c++) {
+                acc[o + c] = s[c] + p->bias[o + c];
+            }
+        }
+        for (o = 0; o < n_out; o++) {
+            const MicoRq q = mico_rq(&p->out, o);
+            acc[o] = mico_rq_apply(&q, acc[o]);
+        }
+        mico_pack(out, (size_t)r * (size_t)n_out, acc, n_out, p->out.fmt);
+    }
+}
+#endif /* MICO_HOST_KERNELS */

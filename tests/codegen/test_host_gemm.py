@@ -1,0 +1,358 @@
+"""The host kernels (mico_host_gemm.c: mico_qconv2d_host, mico_qlinear_host) against the Python
+integer arithmetic: every weight width 1..8 and ternary, activations of 1..8 bits (unsigned,
+signed, asymmetric), odd channel, tap and pixel counts, padding, stride, dilation, groups,
+depthwise layers, code extremes and saturating multipliers; built at -O3 the way the
+generated Makefile builds a host project. Also: the kernel choice follows the target's
+`xautovec` capability, a host project still builds and runs bit-exact for rv32, and a zoo
+model built with the host kernels equals its reference."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mico.codegen.emitters import HOST_CONV, HOST_EXTENSION, HOST_LINEAR
+from mico.codegen.makefile import HOST_KERNELS, HOST_OPT
+from mico.deploy import generation_extensions
+from mico.quant.arithmetic import TERNARY, QFormat, requantize
+from mico.quant.packing import pack, unpack
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+SOURCES = ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c", "mico_nn_run.c")
+
+
+@dataclass
+class Case:
+    """One conv (NCHW, batch 1) or linear layer of codes, with its requantization."""
+
+    kind: str
+    w_fmt: QFormat
+    a_fmt: QFormat
+    o_fmt: QFormat
+    weight: np.ndarray  # (out, in / groups, kh, kw) or (out, in)
+    x: np.ndarray  # (c, h, w) or (rows, in)
+    bias: np.ndarray
+    m: np.ndarray
+    shift: np.ndarray
+    relu: bool = True
+    stride: tuple[int, int] = (1, 1)
+    pad: tuple[int, int] = (0, 0)
+    dil: tuple[int, int] = (1, 1)
+    groups: int = 1
+
+    def out_hw(self) -> tuple[int, int]:
+        _, h, w = self.x.shape
+        kh, kw = self.weight.shape[2:]
+        return tuple(  # type: ignore[return-value]
+            (n + 2 * p - d * (k - 1) - 1) // s + 1
+            for n, p, d, k, s in zip((h, w), self.pad, self.dil, (kh, kw), self.stride, strict=True)
+        )
+
+    def reference(self) -> np.ndarray:
+        """bias + exact int64 sums, ReLU, per-channel requantization (mico.quant.arithmetic)."""
+        w = self.weight.astype(np.int64)
+        if self.kind == "linear":
+            acc = self.x.astype(np.int64) @ w.T + self.bias[None, :]
+            acc = acc.T  # channel first, like the conv sums
+        else:
+            c, h, wd = self.x.shape
+            (ph, pw), (sh, sw), (dh, dw) = self.pad, self.stride, self.dil
+            xp = np.zeros((c, h + 2 * ph, wd + 2 * pw), dtype=np.int64)
+            xp[:, ph : ph + h, pw : pw + wd] = self.x
+            out_c, ipg, kh, kw = w.shape
+            oh, ow = self.out_hw()
+            opg = out_c // self.groups
+            acc = np.zeros((out_c, oh, ow), dtype=np.int64)
+            for ky in range(kh):
+                for kx in range(kw):
+                    y0, x0 = ky * dh, kx * dw
+                    win = xp[:, y0 : y0 + sh * (oh - 1) + 1 : sh, x0 : x0 + sw * (ow - 1) + 1 : sw]
+                    for g in range(self.groups):
+                        xs = win[g * ipg : (g + 1) * ipg]
+                        ws = w[g * opg : (g + 1) * opg, :, ky, kx]
+                        acc[g * opg : (g + 1) * opg] += np.einsum("oi,ihw->ohw", ws, xs)
+            acc += self.bias[:, None, None]
+        if self.relu:
+            acc = np.maximum(acc, 0)
+        out = np.stack([requantize(acc[c], int(self.m[c]), int(self.shift[c]), self.o_fmt)
+                        for c in range(acc.shape[0])])  # fmt: skip
+        return out.T if self.kind == "linear" else out
+
+
+def codes(rng: np.random.Generator, fmt: QFormat, shape: tuple, extreme: bool) -> np.ndarray:
+    """Random codes of a format (binary: {-1, +1}); ``extreme``: only its two limits."""
+    if extreme or fmt.binary:
+        return rng.choice([fmt.qmin, fmt.qmax], size=shape).astype(np.int64)
+    return rng.integers(fmt.qmin, fmt.qmax + 1, size=shape).astype(np.int64)
+
+
+def case(kind: str, w_fmt: QFormat, a_fmt: QFormat, *, in_c: int, out_c: int, hw=(1, 1),
+         k=(1, 1), groups: int = 1, rows: int = 1, o_fmt: QFormat | None = None, seed: int = 0,
+         extreme: bool = False, relu: bool = True, **geometry) -> Case:  # fmt: skip
+    """A layer of seeded random codes whose multipliers spread the sums over the output range
+    (``extreme``: codes at their limits, biases near the int32 limits, saturating scales)."""
+    rng = np.random.default_rng(seed)
+    o_fmt = o_fmt or a_fmt
+    if kind == "linear":
+        wshape, xshape = (out_c, in_c), (rows, in_c)
+    else:
+        wshape, xshape = (out_c, in_c // groups, *k), (in_c, *hw)
+    w, x = codes(rng, w_fmt, wshape, extreme), codes(rng, a_fmt, xshape, extreme)
+    taps = int(np.prod(wshape[1:]))
+    peak = max(abs(w_fmt.qmin), w_fmt.qmax) * max(abs(a_fmt.qmin), a_fmt.qmax)
+    spread = max(1.0, np.sqrt(taps) * peak / 2)
+    bias = rng.integers(-int(spread), int(spread) + 1, size=out_c)
+    if extreme:
+        bias = rng.choice([-(2**31) + 2**20, 2**31 - 1 - 2**20, 0], size=out_c)
+    real = (o_fmt.qmax - o_fmt.qmin + 1) / (2 * spread) * rng.uniform(0.5, 2.0, size=out_c)
+    if extreme:
+        real = real * 1000.0
+    shift = np.clip(np.floor(30 - np.log2(real)).astype(np.int64), 1, 62)
+    m = np.clip(np.round(real * 2.0**shift), 0, 2**31 - 1).astype(np.int64)
+    return Case(kind, w_fmt, a_fmt, o_fmt, w, x, bias.astype(np.int64), m, shift, relu=relu,
+                groups=groups, **geometry)  # fmt: skip
+
+
+def c_fmt(f: QFormat) -> str:
+    zero = f", .zero = {f.zero}" if f.zero else ""
+    return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)}{zero} }}"
+
+
+def c_array(ctype: str, name: str, values) -> str:
+    items = ", ".join(str(int(v)) for v in np.ravel(values)) or "0"
+    return f"static const {ctype} {name}[] = {{ {items} }};"
+
+
+def program(cases: list[Case]) -> str:
+    """A C program calling the host kernel on every case and printing the output bytes."""
+    lines = ["#include <stdio.h>", '#include "mico_nn.h"']
+    body = []
+    for i, c in enumerate(cases):
+        t = f"L{i}_"
+        out_c = c.weight.shape[0]
+        lines += [c_array("uint8_t", f"{t}x", pack(c.x, c.a_fmt)),
+                  c_array("uint8_t", f"{t}w", pack(c.weight, c.w_fmt)),
+                  c_array("int32_t", f"{t}b", c.bias), c_array("int32_t", f"{t}m", c.m),
+                  c_array("int32_t", f"{t}s", c.shift)]  # fmt: skip
+        common = (
+            f".in_fmt = {c_fmt(c.a_fmt)}, .w_bits = {c.w_fmt.bits}, .weight = {t}w, "
+            f".bias = {t}b, .out = {{ .fmt = {c_fmt(c.o_fmt)}, .relu = {int(c.relu)}, "
+            f".n_mult = {out_c}, .m = {t}m, .shift = {t}s, .lo = {c.o_fmt.qmin}, "
+            f".hi = {c.o_fmt.qmax} }}"
+        )
+        if c.kind == "linear":
+            rows, in_f = c.x.shape
+            lines.append(f"static const MicoLinear {t}p = {{ .rows = {rows}, .in_features = "
+                         f"{in_f}, .out_features = {out_c}, {common} }};")  # fmt: skip
+            kernel = HOST_LINEAR
+        else:
+            in_c, h, w = c.x.shape
+            oh, ow = c.out_hw()
+            kh, kw = c.weight.shape[2:]
+            lines.append(
+                f"static const MicoConv2d {t}p = {{ .in_c = {in_c}, .in_h = {h}, .in_w = {w}, "
+                f".out_c = {out_c}, .out_h = {oh}, .out_w = {ow}, .k_h = {kh}, .k_w = {kw}, "
+                f".stride_h = {c.stride[0]}, .stride_w = {c.stride[1]}, .pad_h = {c.pad[0]}, "
+                f".pad_w = {c.pad[1]}, .dil_h = {c.dil[0]}, .dil_w = {c.dil[1]}, "
+                f".groups = {c.groups}, {common} }};"
+            )
+            kernel = HOST_CONV
+        size = (c.reference().size * c.o_fmt.bits + 7) // 8
+        body.append(f"    {kernel}(&{t}p, {t}x, y);\n"
+                    f"    for (i = 0; i < {size}; i++) {{ printf(\"%02x\", y[i]); }}\n"
+                    "    printf(\"\\n\");")  # fmt: skip
+    sizes = [(c.reference().size * c.o_fmt.bits + 7) // 8 for c in cases]
+    lines.append(f"static uint8_t y[{max(sizes) + 8}];")
+    lines.append("int main(void)\n{\n    size_t i;\n" + "\n".join(body) + "\n    return 0;\n}")
+    return "\n".join(lines) + "\n"
+
+
+_OBJECTS: dict[tuple[str, bool], Path] = {}
+
+
+def kernels(tmp_path_factory: pytest.TempPathFactory, cc: str, host: bool) -> Path:
+    """The kernel sources compiled once per compiler and variant: the host build's flags, or
+    without MICO_HOST_KERNELS (the forwarding entry points of every other target)."""
+    key = (cc, host)
+    if key not in _OBJECTS:
+        work = tmp_path_factory.mktemp(f"kernels_{cc}_{int(host)}")
+        csrc = resources.files("mico.csrc")
+        for name in ("mico_nn.h", *SOURCES):
+            (work / name).write_text((csrc / name).read_text())
+        flags = [HOST_OPT, HOST_KERNELS] if host else ["-O2"]
+        subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", *flags, "-c", *SOURCES],
+                       cwd=work, check=True, capture_output=True, text=True)  # fmt: skip
+        _OBJECTS[key] = work
+    return _OBJECTS[key]
+
+
+@pytest.fixture
+def build(tmp_path_factory: pytest.TempPathFactory):
+    return lambda cc="gcc", host=True: kernels(tmp_path_factory, cc, host)
+
+
+def run(cases: list[Case], objects: Path, cc: str = "gcc") -> None:
+    """Link the cases' program with the compiled kernels and check every output against the
+    reference, bit for bit."""
+    main = objects / f"case_{len(list(objects.glob('case_*.c')))}.c"
+    main.write_text(program(cases))
+    exe = main.with_suffix("")
+    objs = [str(objects / s.replace(".c", ".o")) for s in SOURCES]
+    subprocess.run([cc, "-std=c99", "-O0", "-I", str(objects), "-o", str(exe), str(main), *objs],
+                   check=True, capture_output=True, text=True)  # fmt: skip
+    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+    assert len(lines) == len(cases)
+    for i, (c, line) in enumerate(zip(cases, lines, strict=True)):
+        ref = c.reference()
+        got = unpack(np.frombuffer(bytes.fromhex(line), np.uint8), ref.size, c.o_fmt)
+        bad = np.flatnonzero(got != ref.ravel())
+        assert bad.size == 0, (i, c.kind, c.w_fmt, c.a_fmt, bad[:8], got[bad[:8]])
+
+
+W_FMTS = [QFormat.for_bits(b, True) for b in (1, TERNARY, 2, 3, 4, 5, 6, 7, 8)]
+A_FMTS = [QFormat(b, s) for b in range(1, 9) for s in (False, True)] + [
+    QFormat(2, False, 1),
+    QFormat(4, False, 7),
+    QFormat(8, False, 128),
+    QFormat(8, False, 3),
+]
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_conv_every_width(w_fmt, build):
+    """3x3 convs with padding on an odd 5x7 plane, 5 input and 7 output channels, against
+    every activation format (signed, unsigned, asymmetric), outputs of another width."""
+    cases = [
+        case("conv", w_fmt, a, in_c=5, out_c=7, hw=(5, 7), k=(3, 3), pad=(1, 1), seed=i,
+             o_fmt=QFormat(1 + i % 8, bool(i % 3)), relu=bool(i % 2))
+        for i, a in enumerate(A_FMTS)
+    ]  # fmt: skip
+    run(cases, build())
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_linear_every_width(w_fmt, build):
+    """Linear layers of 37 inputs and 3 rows, 300 inputs and 1 row, 9 and 6 outputs."""
+    cases = [
+        case("linear", w_fmt, a, in_c=in_c, out_c=out_c, rows=rows, seed=i + in_c)
+        for i, a in enumerate(A_FMTS)
+        for in_c, out_c, rows in ((37, 9, 3), (300, 6, 1))
+    ]
+    run(cases, build())
+
+
+def test_geometry(build):
+    """Stride, asymmetric padding, dilation, rectangular kernels, groups, pointwise layers
+    (the direct path and its odd tail), depthwise layers with strides and dilation, a
+    channel multiplier, and layers too wide for one patch block (odd pixel counts)."""
+    w8, a8, a4 = QFormat(8, True), QFormat(8, False), QFormat(4, True)
+    w4 = QFormat(4, True)
+    geo = [
+        dict(in_c=3, out_c=16, hw=(32, 32), k=(3, 3), pad=(1, 1), stride=(2, 2)),
+        dict(in_c=16, out_c=13, hw=(9, 11), k=(1, 1)),  # direct, odd pixels and channels
+        dict(in_c=32, out_c=8, hw=(7, 5), k=(1, 1), stride=(2, 1)),
+        dict(in_c=4, out_c=6, hw=(12, 10), k=(10, 4), pad=(4, 1), stride=(2, 2)),
+        dict(in_c=6, out_c=9, hw=(11, 13), k=(3, 3), pad=(2, 2), dil=(2, 2)),
+        dict(in_c=6, out_c=9, hw=(11, 13), k=(3, 2), pad=(1, 0), dil=(1, 3)),
+        dict(in_c=8, out_c=12, hw=(9, 9), k=(3, 3), pad=(1, 1), groups=4),
+        dict(in_c=12, out_c=12, hw=(25, 5), k=(3, 3), pad=(1, 1), groups=12),
+        dict(in_c=7, out_c=7, hw=(15, 14), k=(3, 3), pad=(1, 1), stride=(2, 2), groups=7),
+        dict(in_c=5, out_c=5, hw=(16, 17), k=(5, 5), pad=(2, 2), stride=(1, 2), groups=5),
+        dict(in_c=5, out_c=5, hw=(16, 17), k=(3, 3), pad=(2, 2), dil=(2, 2), groups=5),
+        dict(in_c=4, out_c=8, hw=(8, 8), k=(3, 3), pad=(1, 1), groups=4),  # multiplier 2
+        dict(in_c=64, out_c=10, hw=(13, 13), k=(3, 3), pad=(1, 1)),  # 576 taps: small blocks
+    ]
+    cases = [
+        case("conv", w, a, seed=i, o_fmt=QFormat(8, True) if i % 2 else None, **g)
+        for i, g in enumerate(geo)
+        for w, a in ((w8, a8), (w4, a4), (QFormat(2, True), QFormat(2, False, 1)))
+    ]
+    run(cases, build())
+
+
+@pytest.mark.parametrize(
+    ("w_bits", "a_fmt"),
+    [(8, QFormat(8, True)), (8, QFormat(8, False)), (8, QFormat(8, False, 200)),
+     (4, QFormat(4, False)), (1, QFormat(1, True)), (TERNARY, QFormat(8, False)),
+     (2, QFormat(3, True))],
+)  # fmt: skip
+def test_extremes_and_saturation(w_bits, a_fmt, build):
+    """Codes at their limits (the largest products: int16 products in the depthwise loop),
+    biases near the int32 limits and multipliers that saturate, long reductions."""
+    w_fmt = QFormat.for_bits(w_bits, True)
+    cases = []
+    for seed, extreme in ((1, True), (2, False)):
+        for o_fmt, relu in ((QFormat(8, True), False), (QFormat(4, False), True),
+                            (QFormat(1, True), False)):  # fmt: skip
+            common = dict(seed=seed, extreme=extreme, o_fmt=o_fmt, relu=relu)
+            cases += [
+                case("conv", w_fmt, a_fmt, in_c=40, out_c=6, hw=(4, 4), k=(3, 3), pad=(1, 1),
+                     **common),
+                case("conv", w_fmt, a_fmt, in_c=9, out_c=9, hw=(6, 6), k=(3, 3), pad=(1, 1),
+                     groups=9, **common),
+                case("linear", w_fmt, a_fmt, in_c=1000, out_c=5, **common),
+            ]  # fmt: skip
+    run(cases, build())
+
+
+def test_clang_and_portable_entry_points(build):
+    """clang builds the same kernels; without MICO_HOST_KERNELS (any target but the host)
+    the entry points are the portable kernels, also bit-exact."""
+    w, a = QFormat(4, True), QFormat(8, False, 5)
+    cases = [
+        case("conv", w, a, in_c=6, out_c=10, hw=(9, 8), k=(3, 3), pad=(1, 1), stride=(2, 2)),
+        case("conv", w, a, in_c=10, out_c=10, hw=(9, 8), k=(3, 3), pad=(1, 1), groups=10),
+        case("linear", w, a, in_c=77, out_c=11, rows=2),
+    ]
+    run(cases, build(host=False))
+    if shutil.which("clang"):
+        run(cases, build("clang"), cc="clang")
+
+
+def test_generation_follows_the_targets():
+    """The host alone gives the host kernels' capability; any device target among the
+    targets gives what every device has (an rv32 project never takes the host kernels)."""
+    assert HOST_EXTENSION in generation_extensions(["host"])
+    assert HOST_EXTENSION not in generation_extensions(["host", "rv32"])
+    assert HOST_EXTENSION not in generation_extensions(["rv32zbb"])
+    assert generation_extensions(["host", "rv32zbb"]) == ("zbb", "zicsr")
+
+
+@pytest.mark.slow
+def test_zoo_model_with_host_kernels(tmp_path):
+    """resnet8 at W8A8 and dscnn at W4A4 (static, per-channel) compiled for the host: every
+    conv and linear layer calls the host kernels, and the C outputs equal the reference; the
+    same dscnn project built for rv32 (the forwarding entry points) too, when qemu is here."""
+    from mico.codegen.compile import compile_model
+    from mico.models import from_zoo
+    from mico.quant import QuantConfig, calibrate, quantize_model
+    from mico.targets import host, rv32
+
+    for name, bits in (("resnet8", "8/8"), ("dscnn", "4/4")):
+        torch.manual_seed(0)
+        model = from_zoo(name)
+        plan = ",".join(f"{layer}={bits}" for layer in model.quantize_layer_names())
+        quantize_model(model, plan, QuantConfig(act_mode="static", weight_granularity="channel"))
+        shape = tuple(model.default_input_shape)
+        x = np.random.default_rng(1).standard_normal((6, *shape)).astype(np.float32)
+        model.eval()
+        calibrate(model, [torch.from_numpy(x)])
+        compiled = compile_model(model, torch.from_numpy(x[:1]), tmp_path / name, "model",
+                                 "static", calibration=[torch.from_numpy(x)],
+                                 isa_extensions=generation_extensions(["host"]))  # fmt: skip
+        source = (tmp_path / name / "model.c").read_text()
+        assert HOST_CONV in source and "mico_qconv2d_tiled" not in source
+        host.build(compiled.project)
+        ref = compiled.reference(x)
+        assert np.array_equal(host.run(compiled.project, x), ref)
+        if name == "dscnn" and rv32.available():
+            rv32.build(compiled.project)
+            assert np.array_equal(rv32.run(compiled.project, x[:2]).outputs, ref[:2])
