@@ -45,6 +45,21 @@ LATENCY_TARGETS = ("bitfusion", "rv32", "host", "vexriscv")
 LATENCY_MODES = ("measured", "proxy")
 
 
+def _latency_kind(target: str) -> str:
+    """``bitfusion``, ``rv32``, ``host`` or ``vexriscv``: how ``target`` (a built-in latency
+    target or a target file of one of their runners, e.g. rv32zbb) is measured."""
+    from mico.errors import MicoError
+    from mico.hw.measure import latency_kind
+
+    try:
+        return latency_kind(target)
+    except MicoError as exc:
+        raise UnsupportedOpError(
+            f"latency target '{target}' is not available in MiCoEval ({exc}); use "
+            f"{', '.join(LATENCY_TARGETS)} or a target file of their runners"
+        ) from None
+
+
 class MiCoEval:
     """Evaluate qschemes (``[w bits…, a bits…]`` or ``[[w…], [a…]]``) of one trained model."""
 
@@ -76,10 +91,13 @@ class MiCoEval:
                 f"constraint must be one of {', '.join(CONSTRAINTS)}; got {constraint!r}"
             )
         if latency_target not in LATENCY_TARGETS:
-            raise PlanError(
-                f"latency target must be one of {', '.join(LATENCY_TARGETS)}; got "
-                f"{latency_target!r}"
-            )
+            try:  # a target file of one of their runners (rv32zbb), or refused
+                _latency_kind(latency_target)
+            except UnsupportedOpError:
+                raise PlanError(
+                    f"latency target must be one of {', '.join(LATENCY_TARGETS)} or a target "
+                    f"file of their runners (mico targets); got {latency_target!r}"
+                ) from None
         if latency_mode not in LATENCY_MODES:
             raise PlanError(
                 f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {latency_mode!r}"
@@ -252,26 +270,22 @@ class MiCoEval:
         """
         target = target or self.latency_target
         mode = mode or self.latency_mode
-        if target not in LATENCY_TARGETS:
-            raise UnsupportedOpError(
-                f"latency target '{target}' is not available in MiCoEval; use "
-                f"{', '.join(LATENCY_TARGETS)}"
-            )
+        kind = _latency_kind(target)
         if mode not in LATENCY_MODES:
             raise PlanError(f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {mode!r}")
-        key = (self.scheme_key(qscheme), target, mode if target != "bitfusion" else "measured")
+        key = (self.scheme_key(qscheme), target, mode if kind != "bitfusion" else "measured")
         if key in self._latency:
             return self._latency[key]
         from mico.hw import model_cycles, model_layer_shapes
 
         layers = model_layer_shapes(self.model, self.example, self._plan_bits(qscheme))
-        if target == "bitfusion" and mode == "measured":
+        if kind == "bitfusion" and mode == "measured":
             value = float(model_cycles(layers).cycles)
         elif mode == "proxy":
             from mico.hw.latency import proxy_report
             from mico.targets.catalog import get_target
 
-            graph = self._lowered(qscheme) if target != "bitfusion" else None  # every node
+            graph = self._lowered(qscheme) if kind != "bitfusion" else None  # every node
             report = proxy_report(layers, get_target(target), graph=graph)
             value = float(sum(row.value for row in report.rows))
         else:
@@ -311,8 +325,11 @@ class MiCoEval:
                 )
 
     def _measured_latency(self, qscheme: Sequence[Any], target: str) -> float:
-        """Compile the scheme's C program into a temporary folder and count one inference."""
+        """Compile the scheme's C program for ``target`` (with the ISA extensions its file
+        declares, as ``mico verify --target`` does) into a temporary folder and count one
+        inference on the runner of its kind."""
         from mico.codegen.compile import compile_model
+        from mico.hw.measure import generation_extensions
 
         plan = as_plan(list(qscheme), self.layer_names)
         model = copy.deepcopy(self.model).eval()
@@ -323,14 +340,16 @@ class MiCoEval:
         sample = np.asarray(self.example[:1], dtype=np.float32)
         with tempfile.TemporaryDirectory(prefix="mico-latency-") as tmp:
             compiled = compile_model(model, self.example[:1], Path(tmp) / "c", "model",
-                                     self.mode, calibration=batches)  # fmt: skip
+                                     self.mode, calibration=batches,
+                                     isa_extensions=generation_extensions(target))  # fmt: skip
             project = compiled.project
-            if target == "rv32":
+            kind = _latency_kind(target)
+            if kind == "rv32":
                 from mico.targets import rv32
 
                 rv32.build(project)
                 return float(rv32.run(project, sample).instructions_per_inference)
-            if target == "vexriscv":
+            if kind == "vexriscv":
                 from mico.targets import vexriscv
 
                 vexriscv.build(project)
