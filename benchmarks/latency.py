@@ -46,7 +46,7 @@ from mico.hw import fit_proxy, mape
 from mico.hw.latency import analytic_report, per_layer
 from mico.hw.layers import model_layer_shapes
 from mico.hw.measure import backend
-from mico.hw.modelprof import read_records
+from mico.hw.modelprof import current_records
 from mico.hw.opshape import graph_op_shapes
 from mico.hw.profile import bit_pairs, sample_shapes
 from mico.hw.programs import kernels_hash
@@ -184,7 +184,7 @@ def fit_proxies(records_file: Path | None, held_out: list[str], seed: int,
         from mico.hw.programs import resolve_backend
 
         records_file = models_path(profile_path("rv32", resolve_backend("rv32").fingerprint))
-    records = [r for r in read_records(records_file) if r.model not in held_out]
+    records = [r for r in current_records(records_file) if r.model not in held_out]
     if records:
         proxies["rv32"] = fit_proxy([], "rv32", "instructions", seed=seed, models=records)
         info["rv32"] = {"rows": sum(len(m.rows) for k, m in proxies["rv32"].kinds.items()

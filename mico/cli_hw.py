@@ -41,7 +41,7 @@ def _number(text: str) -> float | str:
 
 
 #: the plans ``mico profile --models`` measures (mico.hw.modelprof.PLANS)
-MODEL_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8")
+MODEL_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
 
 
 @app.command("profile")
@@ -95,6 +95,16 @@ def profile(
         typer.Option(help="Plans the --models are measured at: WxAy (W4A8) or mixed."),
     ] = ",".join(MODEL_PLANS),
     targets_dir: TargetsDirOpt = None,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            min=1,
+            max=64,
+            help="Programs measured at once (worker processes; --models on rv32, host, vexriscv).",
+        ),
+    ] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
 ) -> None:
     """Measure layer shapes × bit pairs on TARGET (resumable), then fit its latency proxy.
@@ -105,12 +115,15 @@ def profile(
     and the zoo's models are compiled whole under each of --plans and counted node by node
     (the proxy learns the nodes in context: kernel paths, pooling, adds, input quantization,
     and the per-model overhead); those records are kept beside the profile and resume too.
+    A record is reused while the program it measured is still the one mico generates (the
+    same generator and the same kernel files it compiles: a change to another kernel file
+    keeps it); the others are measured again, --jobs at a time.
 
     Example: mico profile --target bitfusion --ops conv2d,linear --samples 100
     """
     from mico.errors import ConfigError, PlanError
     from mico.hw.modelprof import TARGETS as MODEL_TARGETS
-    from mico.hw.modelprof import models_path, plan_text, read_records, run_models
+    from mico.hw.modelprof import models_path, plan_text, profile_models
     from mico.hw.profile import (
         OP_KINDS,
         bit_pairs,
@@ -158,7 +171,7 @@ def profile(
     )
     pairs = bit_pairs(widths)
     log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
-    result = run_profile(measure.measure, shapes, pairs, path, log=log)
+    result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed)
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
     records = []
     names = _model_names(models if zoo or models else "none", target)
@@ -169,9 +182,13 @@ def profile(
         records_path = models_path(path)
         log(f"measuring {len(names)} models x {len(plan_names)} plans on {target} into "
             f"{records_path}")  # fmt: skip
-        before = len(read_records(records_path))
-        records = run_models(records_path, names, plan_names, target, log=log)
-        typer.echo(f"{records_path}: {len(records) - before} measured, {before} already there")
+        run = profile_models(records_path, names, plan_names, target, log=log, jobs=jobs)
+        records = run.records
+        typer.echo(
+            f"{records_path}: {run.measured} measured, {run.same_program} regenerated "
+            f"identical, {run.reused} reused"
+            + (f", {len(run.failed)} not measurable (see above)" if run.failed else "")
+        )
     if fit:
         rows = read_profile(path)
         if not rows and not records:

@@ -168,7 +168,7 @@ def proxy_report(
     if whole:
         from mico.hw.opshape import graph_op_shapes
 
-        ops = graph_op_shapes(graph)
+        ops = graph_op_shapes(graph, target.extensions)
         predictions = proxy.predict_ops(ops)
         for op, value in zip(ops, predictions, strict=True):
             if op.path != "alias":
@@ -205,6 +205,11 @@ def proxy_report(
         + (", ".join(f"{k} {v:.1f}%" for k, v in sorted(errors.items())) or "not measured"),
         f"proxy: {path}",
     )
+    if proxy.programs and not proxy.current():  # a program proxy: programs change with mico
+        notes += (
+            "the proxy was fitted on programs of other kernels or generator code: run mico "
+            f"profile --target {target.name} again (it measures only what changed)",
+        )
     return LatencyReport(
         target, "proxy", f"{proxy.unit} (predicted)", tuple(rows), includes, notes,
     )  # fmt: skip
@@ -459,6 +464,16 @@ class PerLayer:
         }
 
 
+def _counted_per_node(target: str) -> bool:
+    """Whether ``target``'s file names a runner whose programs are counted node by node."""
+    from mico.targets.catalog import get_target
+
+    try:
+        return get_target(target).runner in PER_LAYER_RUNNERS.values()
+    except MicoError:
+        return False
+
+
 def per_layer(compiled: Any, sample: np.ndarray, target: str, timeout: float = 600) -> PerLayer:
     """Count every node of one inference of ``compiled`` on ``target`` (a ``mico verify``
     target: host under callgrind, rv32 under qemu, vexriscv on the RTL core) and the release
@@ -467,9 +482,10 @@ def per_layer(compiled: Any, sample: np.ndarray, target: str, timeout: float = 6
     from mico.targets import host, rv32
     from mico.targets.catalog import get_target
 
-    if target not in PER_LAYER_RUNNERS:
+    if target not in PER_LAYER_RUNNERS and not _counted_per_node(target):
         raise ConfigError(
-            f"per-layer counts are measured on {', '.join(PER_LAYER_RUNNERS)}, not '{target}'"
+            f"per-layer counts are measured on {', '.join(PER_LAYER_RUNNERS)} (and target files "
+            f"of their runners), not '{target}'"
             + (" (qemu-user counts no instructions)" if target == "rv64" else "")
         )
     spec = get_target(target)
@@ -528,10 +544,11 @@ def estimate_program(graph: Any, targets: Sequence[str] = ESTIMATE_TARGETS) -> d
 
     out: dict[str, Any] = {}
     skipped: dict[str, str] = {}
-    ops = None
+    ops_by_isa: dict[tuple[str, ...], list] = {}
     for name in targets:
         try:
-            path = default_proxy_path(get_target(name))
+            spec = get_target(name)
+            path = default_proxy_path(spec)
         except MicoError as exc:
             skipped[name] = str(exc)
             continue
@@ -543,7 +560,10 @@ def estimate_program(graph: Any, targets: Sequence[str] = ESTIMATE_TARGETS) -> d
             if not proxy.programs:
                 skipped[name] = "its proxy was fitted on single layers only, not whole programs"
                 continue
-            ops = ops if ops is not None else graph_op_shapes(graph)
+            exts = tuple(spec.extensions)  # the kernel paths this target's program takes
+            if exts not in ops_by_isa:
+                ops_by_isa[exts] = graph_op_shapes(graph, exts)
+            ops = ops_by_isa[exts]
             values = proxy.predict_ops(ops)
         except MicoError as exc:
             skipped[name] = str(exc)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mico.errors import ConfigError
 from mico.hw.bitfusion import BitFusionConfig, layer_cycles
@@ -25,6 +26,9 @@ class Backend:
     measure: Callable[[LayerShape], float]
     bits: tuple[float | int, ...]
     fingerprint: str
+    #: program backends: the measurement that keys each row by its program
+    #: (:data:`mico.hw.profile.KeyedMeasure`); None for analytic models
+    keyed: Callable[..., Any] | None = None
 
 
 def bitfusion_backend(config: BitFusionConfig | None = None) -> Backend:
@@ -49,3 +53,59 @@ def backend(target: str) -> Backend:
             f"{', '.join(sorted(BACKENDS))}"
         ) from None
     return factory()
+
+
+#: how each target runner is measured, by the name of the built-in target that runs it so
+RUNNER_LATENCY = {
+    "analytic-bitfusion": "bitfusion",
+    "qemu-rv32": "rv32",
+    "host": "host",
+    "verilator-vexriscv": "vexriscv",
+}
+
+
+def latency_kind(target: str) -> str:
+    """How a latency target is measured: ``bitfusion``, ``rv32``, ``host`` or ``vexriscv`` for
+    the built-in targets and for every target file whose runner is theirs (``rv32zbb``: rv32,
+    its programs generated for its extensions); anything else is refused with the choices."""
+    from mico.errors import MicoError
+    from mico.targets.catalog import get_target
+
+    try:
+        runner = get_target(target).runner
+    except MicoError as exc:
+        raise ConfigError(f"latency target '{target}': {exc}") from None
+    if runner not in RUNNER_LATENCY:
+        raise ConfigError(
+            f"latency target '{target}' (runner {runner}) has no latency measurement; use a "
+            f"target whose runner is {', '.join(RUNNER_LATENCY)} (mico targets)"
+        )
+    return RUNNER_LATENCY[runner]
+
+
+def generation_extensions(target: str) -> tuple[str, ...]:
+    """The ISA extensions a program for ``target`` is generated with: what ``mico verify
+    --target`` passes (the same function of :mod:`mico.deploy`)."""
+    if latency_kind(target) == "bitfusion":
+        return ()
+    return tuple(str(e).lower() for e in _deploy_choice()([target]))
+
+
+def _deploy_choice() -> Any:
+    """The function ``mico compile`` / ``mico verify`` choose a project's extensions with
+    (``generation_extensions`` where the host has its own, else ``device_extensions``)."""
+    import mico.deploy as deploy
+
+    return getattr(deploy, "generation_extensions", deploy.device_extensions)
+
+
+def spec_extensions(spec: Any) -> tuple[str, ...]:
+    """:func:`generation_extensions` of a loaded target file (a board from --targets-dir:
+    its own extensions, the host's only where mico generates host kernels)."""
+    import mico.deploy as deploy
+
+    if spec.runner == "analytic-bitfusion":
+        return ()
+    if spec.runner == "host" and not hasattr(deploy, "generation_extensions"):
+        return ()
+    return tuple(sorted(str(e).lower() for e in spec.extensions))

@@ -36,6 +36,7 @@ import numpy as np
 from mico.codegen.makefile import QEMU_RV32
 from mico.codegen.project import CProject
 from mico.errors import BuildError
+from mico.hw.objcache import build_for
 from mico.targets.io import TAIL, exit_status, require_tools, run_program, text
 
 MARKER = "mico_debug_dump"
@@ -178,7 +179,7 @@ def rv32_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600)
     require_tools("rv32", rv32.TOOLS)
     with tempfile.TemporaryDirectory(prefix="mico-nodes-rv32-") as tmp:
         copy = _instrumented(project, sample, Path(tmp))
-        elf = rv32.build(copy, timeout=timeout)
+        elf = build_for(copy, "rv32", timeout=timeout)
         command = [*shlex.split(QEMU_RV32), "-kernel", str(elf)]
         try:
             result = subprocess.run(
@@ -206,7 +207,10 @@ def host_node_costs(project: CProject, sample: np.ndarray, timeout: float = 600)
     host.require_valgrind()
     with tempfile.TemporaryDirectory(prefix="mico-nodes-host-") as tmp:
         copy = _instrumented(project, sample, Path(tmp))
-        exe = host.build(copy, timeout=timeout)
+        require_tools(
+            "host", {"make": "make", host.DEFAULT_CC: host.compiler_package(host.DEFAULT_CC)}
+        )
+        exe = build_for(copy, "host", timeout=timeout)
         out = Path(tmp) / "callgrind.out"
         command = [
             "valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
@@ -259,7 +263,7 @@ def vexriscv_node_costs(
     variant = vexriscv_variant(isa)
     with tempfile.TemporaryDirectory(prefix="mico-nodes-vexriscv-") as tmp:
         copy = _instrumented(project, sample, Path(tmp))
-        elf = vexriscv.build(copy, variant, timeout=timeout)
+        elf = build_for(copy, "vexriscv", variant, timeout=timeout)
         sim = vexriscv.simulate(elf, variant, cwd=copy.directory, timeout=timeout)
     program = f"the instrumented {elf.name} on VexRiscv {variant}"
     if sim.status != 0:

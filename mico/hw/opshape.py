@@ -1,26 +1,34 @@
 """What a latency proxy sees of one node of a lowered graph: op, sizes, widths, kernel path.
 
 A C program's cost is the sum of its nodes' (quantize, conv, pooling, add, ...), and a conv or
-linear node's cost per MAC depends on which kernel the generator picks for it: the plain
-kernels (``mico_qconv2d_tiled``, ``..._depthwise3x3``, ``mico_qlinear``), the channel-lanes
-kernels, whose choice depends on the weight width, the activation width and signedness, the
-output channels per group and the layer's MACs (:func:`mico.codegen.emitters.lanes_plan`), or
-for depthwise 3x3 layers the pixel lanes (:mod:`mico.codegen.dwconv_plan`), chosen from the
-layer's actual weights.
-:class:`OpShape` records all of that for one node, so a proxy trained on measured nodes knows
-the path it is predicting. :func:`graph_op_shapes` reads them from a lowered graph (exact);
-:func:`op_from_layer` builds one from a :class:`~mico.hw.layers.LayerShape` alone, assuming
-the activation signedness, as a layer-only caller must.
+linear node's cost per MAC depends on which kernel the generator picks for it (plain, byte
+paths, channel lanes, depthwise pixel lanes, binary popcount with SWAR or Zbb's ``cpop``, ...,
+chosen from the widths, the shape, the weights and the target's ISA extensions).
+:class:`OpShape` records that path for one node, so a proxy trained on measured nodes knows
+the path it is predicting. The path is never re-derived here: :func:`emitted_kernel` runs the
+node's own ``emit`` rule in a scratch context and reads the entry point it calls, so a path the
+generator gains is labelled without a change here. :func:`graph_op_shapes` reads the nodes of
+a lowered graph (exact); :func:`op_from_layer` builds a node from a
+:class:`~mico.hw.layers.LayerShape` alone (seeded weights, assumed activation signedness).
 """
 
 from __future__ import annotations
 
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from mico.errors import MicoError
 from mico.hw.layers import LayerShape, storage_bits
+from mico.ir.dtypes import DataType
+from mico.ir.graph import Node, Value
+from mico.ir.ops.mico_ops import out_spec
+from mico.ir.types import TensorType
 from mico.quant.arithmetic import QFormat
 
 #: op kinds of the MAC layers (as :data:`mico.hw.layers.KINDS`)
@@ -77,81 +85,160 @@ class OpShape:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-def _lanes(
-    w_bits: int, a_bits: int, a_signed: bool, out_per_group: int, pixels: int, macs: int
-) -> tuple[str, int, int] | None:
-    """The generator's lanes choice for these widths, as (path, s, n), or None."""
-    from mico.codegen.emitters import lanes_plan
-    from mico.quant.arithmetic import QFormat
+@lru_cache(maxsize=1)
+def _probe_class() -> type:
+    """An emit context that places nothing: every buffer is named ``buf``, so a node's emit
+    rule can run outside a program just to say which kernel it calls (made on first use: the
+    code generator imports late)."""
+    from mico.codegen.context import EmitContext
+    from mico.codegen.planner import ArenaPlan
 
-    try:
-        plan = lanes_plan(
-            QFormat(w_bits, True), QFormat(a_bits, a_signed), out_per_group, pixels, macs=macs
-        )
-    except (MicoError, ValueError):  # a width the lanes cannot take: the plain kernels
-        return None
-    if plan is None:
-        return None
-    return "lanes", int(plan["s"]), int(plan["n"])
+    class ProbeContext(EmitContext):
+        def __init__(self, extensions: Sequence[str]) -> None:
+            super().__init__(ArenaPlan({}, (), 0, 0, 8), [])
+            self.isa_extensions = tuple(str(e).lower() for e in extensions)
 
+        def buffer(self, value: Any) -> str:
+            return "buf"
 
-def _plain_conv_path(
-    in_bits: int, groups: int, in_c: int, out_c: int, kh: int, kw: int, w_bits: int, macs: int
-) -> str:
-    from mico.codegen.emitters import conv2d_kernel
-
-    name = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), 1, w_bits=w_bits, macs=macs)
-    return name.removeprefix("mico_qconv2d_")
+    return ProbeContext
 
 
-def _plain_linear_path(w_bits: int, in_fmt: QFormat | None, macs: int) -> str:
-    from mico.codegen.emitters import linear_kernel
-
-    return linear_kernel(w_bits, in_fmt, macs).removeprefix("mico_q")
+_CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\(", re.M)
+_FIELD = re.compile(r"\.(\w+)\s*=\s*(-?\d+)")
 
 
+def emitted_kernel(node: Any, extensions: Sequence[str] = ()) -> tuple[str, int, int]:
+    """``(entry point, lane_s, lane_n)`` of a conv / linear node as the code generator emits it
+    for a target of these ISA extensions: the node's own ``emit`` rule is run in a scratch
+    context and its call read back, so every kernel path the generator has (or gains) is
+    named exactly as the program calls it. ``lane_s`` / ``lane_n`` come from the lanes struct
+    it passes (channel lanes: ``s``, ``n``; pixel lanes: ``s``, ``q``), else 0."""
+    from mico.codegen.project import emit_rule
+
+    ctx = _probe_class()(extensions)
+    ctx.node = node
+    statements = emit_rule(node)(node, ctx)
+    calls = _CALL.findall("\n".join(statements))
+    if not calls:
+        raise MicoError(f"the emit rule of '{node.name}' ({node.op}) calls no kernel")
+    lane_s = lane_n = 0
+    for ctype, body in ctx.structs.values():
+        if ctype in ("MicoConv2d", "MicoLinear"):
+            continue
+        values = {k: int(v) for k, v in _FIELD.findall(body)}
+        if "s" in values:
+            lane_s, lane_n = values["s"], values.get("n", values.get("q", 0))
+    return calls[-1], lane_s, lane_n
+
+
+#: kernel entry points whose names carry their parameters, and the path they belong to
+_FAMILIES = ((re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"), (re.compile(r"^dwl_s\d+$"), "dwlanes"))
+
+
+def kernel_path(kernel: str) -> str:
+    """The path label of an entry point: ``mico_qconv2d_tiled_s8`` -> ``tiled_s8``,
+    ``mico_qlinear`` -> ``linear``, ``mico_qconv2d_lanes_w4g2`` -> ``lanes``,
+    ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qlinear_bin_cpop`` -> ``bin_cpop``; a name
+    it does not know is its own label (without the ``mico_qconv2d_`` / ``mico_q`` prefix)."""
+    name = kernel.removeprefix("mico_qconv2d_")
+    if name == kernel:
+        name = kernel.removeprefix("mico_q")
+        if name.startswith("linear_") and name != "linear_s8":
+            name = name.removeprefix("linear_")  # lanes, bin_*: the conv paths' names
+    for pattern, family in _FAMILIES:
+        if pattern.search(name):
+            return family
+    return name
+
+
+def layer_node(layer: LayerShape, in_signed: bool = False, out_bits: int | None = None) -> Node:
+    """A ``mico.qconv2d`` / ``mico.qlinear`` node of ``layer``'s geometry and widths, with
+    seeded weight codes (the depthwise pixel lanes, chosen from the weights, see full-range
+    ones), its output requantized to ``out_bits`` unsigned codes after a ReLU (None: int32)."""
+    w_fmt = QFormat(storage_bits(layer.w_bits), True)
+    a_fmt = QFormat(storage_bits(layer.a_bits), in_signed)
+    rng = np.random.default_rng(0)
+    kh, kw = layer.kernel
+    if layer.kind == "linear":
+        rows = layer.in_size[0] * layer.in_size[1]
+        x_shape = [1, layer.in_channels] if rows == 1 else [1, rows, layer.in_channels]
+        w_shape = [layer.out_channels, layer.in_channels]
+        o_shape = [*x_shape[:-1], layer.out_channels]
+        op, attrs = "mico.qlinear", {}
+    else:
+        x_shape = [1, layer.in_channels, *layer.in_size]
+        w_shape = [layer.out_channels, layer.in_channels // layer.groups, kh, kw]
+        o_shape = [1, layer.out_channels, *layer.out_size]
+        geometry = zip(layer.out_size, layer.stride, layer.kernel, layer.in_size, strict=True)
+        pad = [max(0, ((o - 1) * s + k - i + 1) // 2) for o, s, k, i in geometry]
+        op = "mico.qconv2d"
+        attrs = {"stride": list(layer.stride), "padding": pad, "dilation": [1, 1],
+                 "groups": layer.groups}  # fmt: skip
+    if w_fmt.binary:
+        codes = rng.choice(np.array([-1, 1]), size=w_shape)
+    else:
+        codes = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=w_shape)
+    out_fmt = None if out_bits is None or out_bits >= 32 else QFormat(int(out_bits), False)
+    relu = out_fmt is not None
+    requant = None if out_fmt is None else out_spec(out_fmt, 1.0, [1 << 30], [31])
+    x = Value("x", TensorType(x_shape, _codes_dtype(a_fmt)), qformat=a_fmt)
+    weight = Value(f"{layer.name}.weight", TensorType(w_shape, _codes_dtype(w_fmt)),
+                   data=codes.astype(np.int64), qformat=w_fmt)  # fmt: skip
+    bias = Value(f"{layer.name}.bias", TensorType([w_shape[0]], DataType.INT32),
+                 data=np.zeros(w_shape[0], dtype=np.int64))  # fmt: skip
+    out_dtype = DataType.INT32 if out_fmt is None else _codes_dtype(out_fmt)
+    out = Value("y", TensorType(o_shape, out_dtype), qformat=out_fmt)
+    attrs.update(layer=layer.name, relu=relu, requant=requant)
+    return Node(layer.name or "layer", op, [x, weight, bias], [out], attrs)
+
+
+def _codes_dtype(fmt: QFormat) -> DataType:
+    return DataType.int(fmt.bits) if fmt.signed else DataType.uint(fmt.bits)
+
+
+@lru_cache(maxsize=4096)
 def op_from_layer(
-    layer: LayerShape, in_signed: bool = False, out_bits: int | None = None
+    layer: LayerShape,
+    in_signed: bool = False,
+    out_bits: int | None = None,
+    extensions: tuple[str, ...] = (),
 ) -> OpShape:
     """The :class:`OpShape` of a conv / linear layer known only by its geometry and widths.
 
     ``in_signed``: whether its input codes are signed (a model's first layer on signed data; a
     layer after a ReLU reads unsigned codes); ``out_bits``: the width its output is requantized
-    to (None: left as int32 / float, as a model's last layer).
+    to (None: left as int32 / float, as a model's last layer); ``extensions``: the target's
+    ISA extensions, which some paths depend on (binary layers: Zbb's ``cpop``). The kernel
+    path is the one the generator emits for a node of this layer (:func:`emitted_kernel`).
     """
     w = storage_bits(layer.w_bits)
     a = storage_bits(layer.a_bits)
     kh, kw = layer.kernel
     out_pixels = layer.out_size[0] * layer.out_size[1]
-    if layer.kind == "linear":
-        lanes = _lanes(w, a, in_signed, layer.out_channels, 1, layer.macs)
-        path = _plain_linear_path(w, QFormat(a, in_signed) if a <= 8 else None, layer.macs)
-    else:
-        lanes = _lanes(w, a, in_signed, layer.out_channels // layer.groups, 4, layer.macs)
-        path = _plain_conv_path(a, layer.groups, layer.in_channels, layer.out_channels, kh, kw,
-                                w, layer.macs)  # fmt: skip
-    lane_s = lane_n = 0
-    if lanes is not None:
-        path, lane_s, lane_n = lanes
+    node = layer_node(layer, in_signed, out_bits)
+    kernel, lane_s, lane_n = emitted_kernel(node, extensions)
     return OpShape(
         name=layer.name, kind=layer.kind, layer=layer.name,
         in_elements=layer.input_elements, out_elements=layer.output_elements, n_inputs=1,
-        in_bits=a, in_signed=in_signed, out_bits=32 if out_bits is None else out_bits,
-        w_bits=w, macs=layer.macs, in_channels=layer.in_channels,
-        out_channels=layer.out_channels, kh=kh, kw=kw, sh=layer.stride[0], sw=layer.stride[1],
-        groups=layer.groups, out_pixels=out_pixels, path=path, lane_s=lane_s, lane_n=lane_n,
+        in_bits=a, in_signed=in_signed,
+        out_bits=32 if out_bits is None else out_bits, w_bits=w, macs=layer.macs,
+        in_channels=layer.in_channels, out_channels=layer.out_channels, kh=kh, kw=kw,
+        sh=layer.stride[0], sw=layer.stride[1], groups=layer.groups, out_pixels=out_pixels,
+        path=kernel_path(kernel), lane_s=lane_s, lane_n=lane_n,
     )  # fmt: skip
 
 
-def layers_as_ops(layers: list[LayerShape]) -> list[OpShape]:
+def layers_as_ops(layers: list[LayerShape], extensions: Sequence[str] = ()) -> list[OpShape]:
     """Conv / linear layers of a model in execution order as :class:`OpShape` s, guessing what
     a graph would say: the first layer reads signed codes, the others unsigned (after a ReLU);
     every layer but the last is requantized to the next one's activation width."""
     ops = []
+    exts = tuple(extensions)
     for i, layer in enumerate(layers):
         nxt = layers[i + 1] if i + 1 < len(layers) else None
         out_bits = storage_bits(nxt.a_bits) if nxt is not None else None
-        ops.append(op_from_layer(layer, in_signed=(i == 0), out_bits=out_bits))
+        ops.append(op_from_layer(layer, in_signed=(i == 0), out_bits=out_bits, extensions=exts))
     return ops
 
 
@@ -170,24 +257,20 @@ def _numel(value: Any) -> int:
     return int(math.prod(value.type.shape)) if value.type.shape else 1
 
 
-def _dw_plan(node: Any) -> dict[str, int] | None:
-    """The depthwise pixel-lanes plan the emitter gives ``node``, if this mico has them (the
-    choice reads the layer's weights, so only a graph knows it)."""
+def _node_kernel(node: Any, extensions: Sequence[str]) -> tuple[str, int, int]:
+    """:func:`emitted_kernel` of a graph node (a node the probe cannot emit, such as one whose
+    weights live outside the graph, is labelled ``unknown``)."""
     try:
-        from mico.codegen import dwconv_plan
-    except ImportError:
-        return None
-    try:
-        return dwconv_plan.node_plan(node)
-    except (MicoError, KeyError, ValueError, TypeError):
-        return None
+        kernel, lane_s, lane_n = emitted_kernel(node, extensions)
+    except (MicoError, KeyError, ValueError, TypeError, AssertionError):
+        return "unknown", 0, 0
+    return kernel_path(kernel), lane_s, lane_n
 
 
-def graph_op_shapes(graph: Any) -> list[OpShape]:
+def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]:
     """Every node of a lowered graph (``mico.codegen.compile.lower``) as an :class:`OpShape`,
-    with the conv / linear nodes' kernel path as the generator picks it."""
-    from mico.codegen.emitters import lanes_plan
-
+    with the conv / linear nodes' kernel path as the generator emits it for a target of these
+    ISA ``extensions`` (:func:`emitted_kernel`)."""
     shapes = []
     for node in graph.nodes:
         op = node.op.removeprefix("mico.")
@@ -214,20 +297,8 @@ def graph_op_shapes(graph: Any) -> list[OpShape]:
                 kind = "conv1d"
             else:
                 kind = "conv2d"
-            plan = lanes_plan(weight.qformat, x.qformat, out_c // groups, macs=macs)
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            dw = _dw_plan(node)
-            if dw is not None:  # depthwise 3x3 in pixel lanes (the emitter's first choice)
-                path, lane_s, lane_n = "dwlanes", int(dw["s"]), int(dw["q"])
-            elif plan is not None:
-                path, lane_s, lane_n = "lanes", int(plan["s"]), int(plan["n"])
-            else:
-                dil = node.attrs.get("dilation", (1, 1))[1]
-                from mico.codegen.emitters import conv2d_kernel
-
-                path = conv2d_kernel(in_bits, groups, in_c, out_c, (kh, kw), dil,
-                                     w_bits=w_bits, macs=macs)  # fmt: skip
-                path, lane_s, lane_n = path.removeprefix("mico_qconv2d_"), 0, 0
+            path, lane_s, lane_n = _node_kernel(node, extensions)
             shapes.append(OpShape(
                 kind=kind, w_bits=w_bits, macs=macs, in_channels=in_c, out_channels=out_c,
                 kh=kh, kw=kw, sh=int(stride[0]), sw=int(stride[1]), groups=groups,
@@ -239,11 +310,8 @@ def graph_op_shapes(graph: Any) -> list[OpShape]:
             out_f, in_f = weight.type.shape
             rows = _numel(x) // (in_f * x.type.shape[0])
             macs = rows * in_f * out_f
-            plan = lanes_plan(weight.qformat, x.qformat, out_f, pixels=1, macs=macs)
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            plain = _plain_linear_path(w_bits, x.qformat, macs)
-            path, lane_s, lane_n = (plain, 0, 0) if plan is None else (
-                "lanes", int(plan["s"]), int(plan["n"]))  # fmt: skip
+            path, lane_s, lane_n = _node_kernel(node, extensions)
             shapes.append(OpShape(
                 kind="linear", w_bits=w_bits, macs=macs, in_channels=in_f, out_channels=out_f,
                 out_pixels=rows, path=path, lane_s=lane_s, lane_n=lane_n, **common,

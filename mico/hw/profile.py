@@ -20,18 +20,23 @@ from pathlib import Path
 import numpy as np
 
 from mico.errors import ConfigError
+from mico.hw.keys import ProgramKey
 from mico.hw.layers import KINDS, LayerShape
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 FIELDS = (
     "kind", "in_channels", "out_channels", "kh", "kw", "sh", "sw", "groups",
-    "in_h", "in_w", "out_h", "out_w", "w_bits", "a_bits", "latency",
+    "in_h", "in_w", "out_h", "out_w", "w_bits", "a_bits", "latency", "key",
 )  # fmt: skip
 
 #: What each op name of ``mico profile --ops`` means.
 OP_KINDS = {"conv2d": "conv2d", "dwconv": "dwconv2d", "conv1d": "conv1d", "linear": "linear"}
 
 Measure = Callable[[LayerShape], float]
+#: a program backend's measurement: the layer and its earlier (key, latency) rows -> the
+#: latency and the key of the program measured (an earlier row's latency when the program
+#: generated now is identical to the one it measured)
+KeyedMeasure = Callable[[LayerShape, Sequence[tuple[ProgramKey, float]]], tuple[float, ProgramKey]]
 
 
 def cache_dir() -> Path:
@@ -52,13 +57,14 @@ def fingerprint(config: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _row(layer: LayerShape, latency: float) -> dict[str, object]:
+def _row(layer: LayerShape, latency: float, key: ProgramKey | None = None) -> dict[str, object]:
     return {
         "kind": layer.kind, "in_channels": layer.in_channels, "out_channels": layer.out_channels,
         "kh": layer.kernel[0], "kw": layer.kernel[1], "sh": layer.stride[0],
         "sw": layer.stride[1], "groups": layer.groups, "in_h": layer.in_size[0],
         "in_w": layer.in_size[1], "out_h": layer.out_size[0], "out_w": layer.out_size[1],
         "w_bits": layer.w_bits, "a_bits": layer.a_bits, "latency": latency,
+        "key": key.to_text() if key is not None and key.program else "",
     }  # fmt: skip
 
 
@@ -87,11 +93,23 @@ def layer_from_row(row: dict[str, str]) -> LayerShape:
 def _key(layer: LayerShape) -> tuple:
     row = _row(layer, 0.0)
     row.pop("latency")
+    row.pop("key")
     return tuple(str(_bits(str(v))) if k.endswith("bits") else str(v) for k, v in row.items())
 
 
 def read_profile(path: Path) -> list[tuple[LayerShape, float]]:
-    """Every measured (layer, latency) of a profile CSV; a damaged file is a clear error."""
+    """The current (layer, latency) rows of a profile CSV: per layer and widths the last row
+    whose program is still the one mico generates (:meth:`ProgramKey.fresh`; rows of an
+    analytic backend carry no key and always are)."""
+    latest: dict[tuple, tuple[LayerShape, float]] = {}
+    for layer, latency, key in read_profile_rows(path):
+        if not key.program or key.fresh():
+            latest[_key(layer)] = (layer, latency)
+    return list(latest.values())
+
+
+def read_profile_rows(path: Path) -> list[tuple[LayerShape, float, ProgramKey]]:
+    """Every row of a profile CSV with its program key; a damaged file is a clear error."""
     if not path.is_file():
         return []
     rows = []
@@ -104,7 +122,8 @@ def read_profile(path: Path) -> list[tuple[LayerShape, float]]:
             )
         for number, row in enumerate(reader, start=2):
             try:
-                rows.append((layer_from_row(row), float(row["latency"])))
+                key = ProgramKey.from_text(row.get("key") or "")
+                rows.append((layer_from_row(row), float(row["latency"]), key))
             except (TypeError, ValueError, KeyError):
                 raise ConfigError(
                     f"profile {str(path)!r} line {number} is damaged; move the file away and "
@@ -198,13 +217,20 @@ def run_profile(
     pairs: Sequence[tuple[float | int, float | int]],
     path: Path,
     log: Callable[[str], None] = print,
+    keyed: KeyedMeasure | None = None,
 ) -> ProfileResult:
     """Measure every shape at every pair, appending to ``path``; rows already there are reused.
 
+    ``keyed`` (program backends): rows are reused while their program is current
+    (:meth:`ProgramKey.fresh`), others measured again through it (see :data:`KeyedMeasure`).
     Each row is flushed as soon as it is measured, so an interrupted profile loses at most the
     measurement in flight.
     """
-    done = {_key(layer) for layer, _ in read_profile(path)}
+    earlier: dict[tuple, list[tuple[ProgramKey, float]]] = {}
+    for layer, latency, key in read_profile_rows(path):
+        earlier.setdefault(_key(layer), []).append((key, latency))
+    done = {k for k, rows in earlier.items() if any(not key.program or key.fresh()
+                                                    for key, _ in rows)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     new_file = not path.exists()
     measured = reused = 0
@@ -220,7 +246,11 @@ def run_profile(
                 if _key(layer) in done:
                     reused += 1
                     continue
-                writer.writerow(_row(layer, float(measure(layer))))
+                if keyed is None:
+                    writer.writerow(_row(layer, float(measure(layer))))
+                else:
+                    latency, program = keyed(layer, earlier.get(_key(layer), []))
+                    writer.writerow(_row(layer, float(latency), program))
                 handle.flush()
                 done.add(_key(layer))
                 measured += 1

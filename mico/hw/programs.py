@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from mico.errors import ConfigError
+from mico.hw.keys import ProgramKey
 from mico.hw.layers import LayerShape
 from mico.hw.measure import Backend
 from mico.hw.profile import fingerprint
@@ -77,10 +78,11 @@ def single_layer(shape: LayerShape) -> tuple[nn.Module, tuple[int, ...]]:
     return _One(layer), sample
 
 
-def measure_layer(shape: LayerShape, spec: TargetSpec, seed: int = 0) -> float:
-    """The layer's own cost (instructions, or cycles on VexRiscv) in a single-layer program."""
+def _layer_project(shape: LayerShape, spec: TargetSpec, tmp: Path, seed: int) -> tuple:
+    """The single-layer program of ``shape`` generated for ``spec`` into ``tmp``: its project,
+    graph and input sample."""
     from mico.codegen import emit_c_project
-    from mico.hw.nodes import node_costs
+    from mico.hw.measure import spec_extensions
     from mico.pipeline import lower_model, quantize_ptq
     from mico.quant import QuantConfig, QuantPlan
     from mico.quant.arithmetic import format_bits
@@ -93,18 +95,44 @@ def measure_layer(shape: LayerShape, spec: TargetSpec, seed: int = 0) -> float:
     plan = QuantPlan.parse(f"layer={format_bits(shape.w_bits)}/{format_bits(shape.a_bits)}")
     quantized = quantize_ptq(model, plan, [inputs], QuantConfig(act_mode="static"))
     graph = lower_model(quantized, inputs[:1], "layer", calibration=[inputs])
+    project = emit_c_project(graph, tmp / "layer", "layer", sample_inputs=inputs[:1],
+                             isa_extensions=spec_extensions(spec))  # fmt: skip
+    return project, graph, inputs[0].numpy()
+
+
+def measure_layer_keyed(
+    shape: LayerShape,
+    spec: TargetSpec,
+    known: Sequence[tuple[ProgramKey, float]] = (),
+    seed: int = 0,
+) -> tuple[float, ProgramKey]:
+    """The layer's own cost (instructions, or cycles on VexRiscv) in a single-layer program,
+    and the key of that program; an earlier measurement of the identical program (``known``)
+    is returned without building anything."""
+    from mico.hw.nodes import node_costs, profiling_main
+
     with tempfile.TemporaryDirectory(prefix="mico-layer-") as tmp:
-        project = emit_c_project(graph, Path(tmp) / "layer", "layer", sample_inputs=inputs[:1])
-        costs = node_costs(project, spec.runner, inputs[0].numpy(), isa=spec.isa)
+        project, graph, sample = _layer_project(shape, spec, Path(tmp), seed)
+        key = ProgramKey.of_project(project.directory, profiling_main(project.name))
+        for old, latency in reversed(list(known)):
+            if old.same_program(key):
+                return latency, key
+        costs = node_costs(project, spec.runner, sample, isa=spec.isa)
     layer_nodes = {n.name for n in graph.nodes if n.attrs.get("layer") == "layer"}
     values = [count for name, count in costs.nodes if name in layer_nodes]
     if not values:
         raise ConfigError(f"the single-layer program of {shape.kind} has no node of the layer")
-    return float(sum(values))
+    return float(sum(values)), key
+
+
+def measure_layer(shape: LayerShape, spec: TargetSpec, seed: int = 0) -> float:
+    """The layer's own cost (instructions, or cycles on VexRiscv) in a single-layer program."""
+    return measure_layer_keyed(shape, spec, (), seed)[0]
 
 
 def kernels_hash() -> str:
-    """A hash of mico's C kernels: a profile measured with other kernels is another profile."""
+    """A hash of all of mico's C kernels (what benchmarks record beside their figures; the
+    profiles key each record by its own program instead, :mod:`mico.hw.keys`)."""
     digest = hashlib.sha256()
     folder = resources.files("mico.csrc")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
@@ -128,12 +156,14 @@ def program_backend(spec: TargetSpec) -> Backend:
             "weights and activations"
         )
     unit = "cycles" if spec.cost == "cycles" else "instructions"
-    identity = {
-        "runner": spec.runner, "isa": spec.isa, "cost": spec.cost, "kernels": kernels_hash(),
-    }  # fmt: skip
+    # the records are keyed by their programs (mico.hw.keys), not by the kernels of the day:
+    # the file is the target's, whatever the kernels
+    identity = {"runner": spec.runner, "isa": spec.isa, "cost": spec.cost,
+                "extensions": sorted(spec.extensions), "records": "keyed"}  # fmt: skip
     return Backend(
-        spec.name, unit, lambda layer: measure_layer(layer, spec), bits, fingerprint(identity)
-    )
+        spec.name, unit, lambda layer: measure_layer(layer, spec), bits, fingerprint(identity),
+        keyed=lambda layer, known: measure_layer_keyed(layer, spec, known),
+    )  # fmt: skip
 
 
 def resolve_backend(target: str, targets_dirs: Sequence[str | os.PathLike[str]] = ()) -> Backend:

@@ -47,15 +47,25 @@ SHARED = {"conv1d": "conv2d"}
 PROXY_VERSION = 2
 
 
-def _as_op(item: LayerShape | OpShape) -> OpShape:
+def _as_op(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> OpShape:
     """A profile row's layer as an :class:`OpShape` (a layer measured alone reads signed
-    inputs and leaves its output unrequantized)."""
-    return item if isinstance(item, OpShape) else op_from_layer(item, in_signed=True)
+    inputs and leaves its output unrequantized) on a target of these ISA extensions."""
+    if isinstance(item, OpShape):
+        return item
+    return op_from_layer(item, in_signed=True, extensions=tuple(extensions))
 
 
-def features(item: LayerShape | OpShape) -> list[float]:
+def path_code(path: str) -> float:
+    """A kernel path as a feature: its index in :data:`PATHS`, or a stable code of its name
+    for a path added since (every path the generator emits gets a code of its own)."""
+    if path in PATHS:
+        return float(PATHS.index(path))
+    return float(100 + zlib.crc32(path.encode()) % 1009)
+
+
+def features(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> list[float]:
     """The proxy's feature vector of one conv / linear node (or layer)."""
-    op = _as_op(item)
+    op = _as_op(item, extensions)
     if not op.is_mac:
         return op_features(op)
     w, a = max(1, op.w_bits), max(1, op.in_bits)
@@ -86,7 +96,7 @@ def features(item: LayerShape | OpShape) -> list[float]:
         math.log(reduction * bricks / 16),
         float(op.in_signed),
         float(op.out_bits),
-        float(PATHS.index(op.path) if op.path in PATHS else len(PATHS)),
+        path_code(op.path),
         float(op.lane_s),
         math.log1p(op.lane_n),
         math.log(max(1.0, words)),
@@ -179,8 +189,10 @@ class KindModel:
     holdout_mape: dict[str, float]
     rows: list[tuple[list[float], float]] = field(default_factory=list)
 
-    def predict(self, items: Sequence[LayerShape | OpShape]) -> np.ndarray:
-        ops = [_as_op(item) for item in items]
+    def predict(
+        self, items: Sequence[LayerShape | OpShape], extensions: tuple[str, ...] = ()
+    ) -> np.ndarray:
+        ops = [_as_op(item, extensions) for item in items]
         x = np.array([_vector(op) for op in ops], dtype=float)
         scale = np.array([op.scale for op in ops], dtype=float)
         return np.exp(self.estimator.predict(x)) * scale
@@ -204,6 +216,20 @@ class LatencyProxy:
     overhead_per_node: float = 0.0
     #: how many whole programs it was fitted on (0: layers alone, it knows no other nodes)
     programs: int = 0
+    #: the target's ISA extensions: the kernel paths of layers and graphs are the ones the
+    #: generator emits for them (binary layers: cpop with Zbb, SWAR without)
+    extensions: tuple[str, ...] = ()
+    #: the generator and kernel files it was fitted with (:meth:`current` compares them)
+    fitted_with: dict[str, Any] = field(default_factory=dict)
+
+    def current(self) -> bool:
+        """Whether mico still generates programs with the code this proxy was fitted on (the
+        same generator and C kernels); if not, its figures describe older programs."""
+        from mico.hw.keys import generator_hash, kernel_hashes
+
+        if not self.fitted_with:
+            return False
+        return self.fitted_with == {"generator": generator_hash(), "kernels": kernel_hashes()}
 
     def predict_ops(self, ops: Sequence[OpShape]) -> list[float]:
         """Predicted latency of each node (a view such as a reshape costs nothing; an op with
@@ -229,7 +255,7 @@ class LatencyProxy:
                     f"the {self.target} latency proxy has no model of '{kind}' layers; profile "
                     f"them: mico profile --target {self.target} --ops {op_name}"
                 )
-            predictions = self.kinds[kind].predict([ops[i] for i in indices])
+            predictions = self.kinds[kind].predict([ops[i] for i in indices], self.extensions)
             for i, value in zip(indices, predictions, strict=True):
                 out[i] = float(value)
         return out
@@ -238,7 +264,7 @@ class LatencyProxy:
         """Predicted latency of each conv / linear layer of a model (in execution order: the
         first is taken to read signed codes, the others unsigned ones; see
         :func:`mico.hw.opshape.layers_as_ops`)."""
-        return self.predict_ops(layers_as_ops(list(layers)))
+        return self.predict_ops(layers_as_ops(list(layers), self.extensions))
 
     def model_overhead(self, nodes: int) -> float:
         """The fitted per-model overhead of a program of ``nodes`` counted nodes."""
@@ -260,7 +286,7 @@ class LatencyProxy:
         """The whole program of a lowered graph: every node plus the per-model overhead."""
         from mico.hw.opshape import graph_op_shapes
 
-        return self.predict_model(graph_op_shapes(graph))
+        return self.predict_model(graph_op_shapes(graph, self.extensions))
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -269,6 +295,7 @@ class LatencyProxy:
             "version": PROXY_VERSION, "target": self.target, "unit": self.unit,
             "overhead": self.overhead, "overhead_per_node": self.overhead_per_node,
             "programs": self.programs, "seed": self.seed, "kinds": {},
+            "extensions": list(self.extensions), "fitted_with": self.fitted_with,
         }  # fmt: skip
         for kind, model in self.kinds.items():
             entry: dict[str, Any] = {
@@ -339,7 +366,9 @@ class LatencyProxy:
             ) from None
         return cls(data["target"], data["unit"], kinds, float(data["overhead"]),
                    int(data.get("seed", 0)), float(data.get("overhead_per_node", 0.0)),
-                   int(data.get("programs", 0)))  # fmt: skip
+                   int(data.get("programs", 0)),
+                   tuple(data.get("extensions", ())),
+                   dict(data.get("fitted_with", {})))  # fmt: skip
 
 
 def _fit_kind(
@@ -380,6 +409,18 @@ def _fit_kind(
     )  # fmt: skip
 
 
+def target_extensions(target: str) -> tuple[str, ...]:
+    """The ISA extensions ``target``'s programs are generated with
+    (:func:`mico.hw.measure.generation_extensions`; none for a name without a target file)."""
+    from mico.errors import MicoError
+    from mico.hw.measure import generation_extensions
+
+    try:
+        return generation_extensions(target)
+    except MicoError:
+        return ()
+
+
 def fit_proxy(
     profile: Sequence[tuple[LayerShape | OpShape, float]],
     target: str,
@@ -387,6 +428,7 @@ def fit_proxy(
     seed: int = 0,
     holdout: float = 0.2,
     models: Sequence[Any] = (),
+    extensions: Sequence[str] | None = None,
 ) -> LatencyProxy:
     """Fit one regressor per kind; held-out *shapes* (all their bit pairs) measure the error.
 
@@ -395,8 +437,11 @@ def fit_proxy(
     measured node by node (:class:`mico.hw.modelprof.ModelRecord`): their nodes join the
     rows, the other ops get regressors of their own (and a fallback, ``other``, for ops never
     seen), and the per-model overhead is fitted on them (:func:`fit_model_overhead`).
+    ``extensions``: the target's ISA extensions (None: its target file's, none if it has
+    no file), which decide some layers' kernel paths.
     """
-    rows: list[tuple[OpShape, float]] = [(_as_op(item), float(y)) for item, y in profile]
+    exts = target_extensions(target) if extensions is None else tuple(extensions)
+    rows: list[tuple[OpShape, float]] = [(_as_op(item, exts), float(y)) for item, y in profile]
     for record in models:
         rows += [(op, float(v)) for op, v in record.nodes if op.path != "alias"]
     rows = [(op, y) for op, y in rows if y > 0]
@@ -410,7 +455,11 @@ def fit_proxy(
     if others:
         by_kind[OTHER] = others
     kinds = {kind: _fit_kind(kind, part, seed, holdout, rng) for kind, part in by_kind.items()}
-    proxy = LatencyProxy(target, unit, kinds, 0.0, seed, programs=len(models))
+    from mico.hw.keys import generator_hash, kernel_hashes
+
+    fitted_with = {"generator": generator_hash(), "kernels": kernel_hashes()}
+    proxy = LatencyProxy(target, unit, kinds, 0.0, seed, programs=len(models), extensions=exts,
+                         fitted_with=fitted_with)  # fmt: skip
     if models:
         fit_model_overhead(proxy, models)
     return proxy

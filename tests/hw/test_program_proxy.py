@@ -262,13 +262,14 @@ def test_cli_profile_fits_rv32_on_a_whole_program_and_latency_uses_it(tmp_path, 
             "-o", str(out), "-q"]  # fmt: skip
     first = runner.invoke(app, args)
     assert first.exit_code == 0, first.output
-    assert "2 measured, 0 already there" in first.output and "per-model overhead" in first.output
+    assert "2 measured, 0 regenerated identical, 0 reused" in first.output
+    assert "per-model overhead" in first.output
     records = read_records(tmp_path / "rv32.models.jsonl")
     assert {r.plan_name for r in records} == {"W8A8", "W2A2"}
     assert read_profile(out) == []  # no random single-layer shapes by default on rv32
     assert all(r.release > 0 and r.nodes[0][0].kind == "quantize" for r in records)
     again = runner.invoke(app, args)
-    assert "0 measured, 2 already there" in again.output
+    assert "0 measured, 0 regenerated identical, 2 reused" in again.output
     proxy = tmp_path / "rv32.proxy.json"
     assert LatencyProxy.load(proxy).programs == 2
     shown = runner.invoke(app, ["latency", "mlp", "--plan", "8/8", "--target", "rv32", "--mode",

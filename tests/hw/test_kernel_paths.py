@@ -1,0 +1,141 @@
+"""The proxies label each conv / linear node by the kernel the code generator emits for it on
+the target (its ISA extensions included), and latency searches build their programs with the
+target's extensions: binary layers (W1A1) take ``bin_swar`` on rv32 and ``bin_cpop`` on
+rv32zbb, in the labels and in the measured program alike."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from mico.hw.layers import LayerShape
+from mico.hw.measure import generation_extensions, latency_kind
+from mico.hw.opshape import graph_op_shapes, kernel_path, op_from_layer
+from mico.hw.proxy import fit_proxy
+
+#: a conv of 16 -> 32 channels on 16x16 (73,728 MACs: above every path's size threshold)
+CONV = LayerShape("conv", "conv2d", 16, 32, (3, 3), (1, 1), 1, (16, 16), (16, 16))
+LINEAR = LayerShape("fc", "linear", 512, 256, (1, 1), (1, 1), 1, (1, 1), (1, 1))
+
+
+def _lowered(shape: LayerShape, bits: str):
+    from mico.hw.programs import single_layer
+    from mico.pipeline import lower_model, quantize_ptq
+    from mico.quant import QuantConfig, QuantPlan
+
+    torch.manual_seed(0)
+    model, sample = single_layer(shape)
+    model.eval()
+    x = torch.randn(4, *sample)
+    quantized = quantize_ptq(model, QuantPlan.parse(f"layer={bits}"), [x],
+                             QuantConfig(act_mode="static"))  # fmt: skip
+    return lower_model(quantized, x[:1], "layer", calibration=[x]), x
+
+
+def test_kernel_path_names() -> None:
+    assert kernel_path("mico_qconv2d_tiled_s8") == "tiled_s8"
+    assert kernel_path("mico_qconv2d_tiled") == "tiled"
+    assert kernel_path("mico_qconv2d_depthwise3x3") == "depthwise3x3"
+    assert kernel_path("mico_qlinear") == "linear"
+    assert kernel_path("mico_qlinear_s8") == "linear_s8"
+    assert kernel_path("mico_qconv2d_lanes_w4g2") == "lanes"
+    assert kernel_path("mico_qlinear_lanes_w2g4") == "lanes"
+    assert kernel_path("mico_qconv2d_dwl_s8") == "dwlanes"
+    assert kernel_path("mico_qconv2d_bin_cpop") == "bin_cpop"
+    assert kernel_path("mico_qlinear_bin_swar") == "bin_swar"
+    assert kernel_path("mico_qconv2d_some_new_path") == "some_new_path"  # a path added later
+
+
+def test_target_extensions_and_kinds() -> None:
+    assert latency_kind("rv32zbb") == "rv32"
+    assert latency_kind("rv32") == "rv32"
+    assert latency_kind("bitfusion") == "bitfusion"
+    assert "zbb" in generation_extensions("rv32zbb")
+    assert "zbb" not in generation_extensions("rv32")
+    import mico.deploy as deploy
+
+    choose = getattr(deploy, "generation_extensions", deploy.device_extensions)
+    assert generation_extensions("host") == tuple(choose(["host"]))  # as mico verify does
+
+
+@pytest.mark.parametrize("shape", [CONV, LINEAR], ids=["conv", "linear"])
+def test_binary_layer_labels(shape: LayerShape) -> None:
+    """A layer known only by its shape: W1A1 is binary, labelled by the target's popcount."""
+    w1a1 = shape.with_bits(1, 1)
+    rv32 = op_from_layer(w1a1, in_signed=True, extensions=generation_extensions("rv32"))
+    zbb = op_from_layer(w1a1, in_signed=True, extensions=generation_extensions("rv32zbb"))
+    assert (rv32.path, zbb.path) == ("bin_swar", "bin_cpop")
+    # the other widths keep their paths on both targets
+    for w, a in ((8, 8), (4, 4), (2, 8)):
+        other = shape.with_bits(w, a)
+        assert op_from_layer(other, True, None, ("zbb",)).path == op_from_layer(other, True).path
+        assert not op_from_layer(other, True).path.startswith("bin_")
+
+
+def test_graph_labels_are_the_emitted_calls(tmp_path) -> None:
+    """On a lowered graph each label is the call the generated program makes for the target."""
+    from mico.codegen import emit_c_project
+
+    graph, x = _lowered(CONV, "1/1")
+    for target, path in (("rv32", "bin_swar"), ("rv32zbb", "bin_cpop")):
+        exts = generation_extensions(target)
+        (conv,) = [op for op in graph_op_shapes(graph, exts) if op.is_mac]
+        assert conv.path == path
+        project = emit_c_project(graph, tmp_path / target, "layer", sample_inputs=x[:1],
+                                 isa_extensions=exts)  # fmt: skip
+        source = (project.directory / "layer.c").read_text()
+        assert re.search(rf"\bmico_qconv2d_{path}\(", source)
+    # W8A8 and W4A4 graphs: the byte path and the lanes, as emitted
+    for bits, path in (("8/8", "tiled_s8"), ("4/4", "lanes")):
+        graph, _ = _lowered(CONV, bits)
+        (conv,) = [op for op in graph_op_shapes(graph) if op.is_mac]
+        assert conv.path == path
+
+
+def test_proxy_keeps_its_target_extensions(tmp_path) -> None:
+    """A proxy fitted for rv32zbb labels layers with cpop, saved and loaded alike."""
+    from mico.hw.proxy import LatencyProxy
+
+    rows = [(CONV.with_bits(w, a), 1000.0 * w * a + 5000.0) for w in (1, 2, 4, 8)
+            for a in (1, 2, 4, 8)]  # fmt: skip
+    proxy = fit_proxy(rows, "rv32zbb", "instructions")
+    assert proxy.extensions == generation_extensions("rv32zbb")
+    loaded = LatencyProxy.load(proxy.save(tmp_path / "p.json"))
+    assert loaded.extensions == proxy.extensions
+    assert fit_proxy(rows, "rv32", "instructions").extensions == generation_extensions("rv32")
+
+
+@pytest.mark.parametrize("target, path", [("rv32", "bin_swar"), ("rv32zbb", "bin_cpop")])
+def test_latency_search_builds_with_target_extensions(
+    target: str, path: str, digits_split, monkeypatch
+) -> None:
+    """MiCoEval(constraint='latency', latency_target=...) builds the scheme's program with
+    the target's extensions: a W1A1 scheme calls the popcount kernel of that target."""
+    from mico.codegen import compile as compile_module
+    from mico.models import SmallCNN
+    from mico.search import MiCoEval
+    from mico.targets import rv32
+
+    if not rv32.available():
+        pytest.skip("rv32 toolchain missing: apt-get " + rv32.missing_tools_hint())
+    sources: list[str] = []
+    real = compile_module.compile_model
+
+    def spy(*args, **kwargs):
+        compiled = real(*args, **kwargs)
+        sources.append((compiled.project.directory / "model.c").read_text())
+        return compiled
+
+    monkeypatch.setattr(compile_module, "compile_model", spy)
+    torch.manual_seed(0)
+    model = SmallCNN(channels=(32, 32))
+    train_loader, test_loader = digits_split.loaders(batch_size=64, seed=0)
+    ev = MiCoEval(model, 1, train_loader, test_loader, None, constraint="latency",
+                  latency_target=target, data_name="digits")  # fmt: skip
+    assert ev.eval_constraint([1] * 6) > 0
+    assert len(sources) == 1
+    assert re.search(rf"\bmico_q(conv2d|linear)_{path}\(", sources[0])
+    other = "bin_cpop" if path == "bin_swar" else "bin_swar"
+    assert other not in sources[0]
