@@ -390,7 +390,7 @@ def per_layer_hook(
 
     from mico.hw.latency import PER_LAYER_RUNNERS, per_layer
 
-    if target not in PER_LAYER_RUNNERS:
+    if runner_kind(target) not in PER_LAYER_RUNNERS:  # rv32zbb counts as rv32 does
         why = "qemu-user counts no instructions" if target == "rv64" else "it counts nothing"
         log(f"{target}: no per-layer figures ({why})")
         return {"skipped": why}
