@@ -139,3 +139,21 @@ def test_latency_search_builds_with_target_extensions(
     assert re.search(rf"\bmico_q(conv2d|linear)_{path}\(", sources[0])
     other = "bin_cpop" if path == "bin_swar" else "bin_swar"
     assert other not in sources[0]
+
+
+def test_verify_per_layer_counts_target_files_of_counted_runners(monkeypatch) -> None:
+    """mico verify --per-layer on rv32zbb counts nodes (as on rv32), not 'counts nothing'."""
+    from mico import deploy
+    from mico.hw import latency
+
+    called: list[str] = []
+
+    def fake(compiled, sample, target, timeout=600):
+        called.append(target)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(latency, "per_layer", fake)
+    with pytest.raises(RuntimeError, match="stop here"):
+        deploy.per_layer_hook(None, [[0.0]], "rv32zbb", lambda _m: None)
+    assert called == ["rv32zbb"]
+    assert "skipped" in deploy.per_layer_hook(None, [[0.0]], "rv64", lambda _m: None)
