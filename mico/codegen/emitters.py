@@ -258,6 +258,7 @@ def _lanes_struct(ctx: EmitContext, node: Node, plan: dict[str, int]) -> str:
 HOST_EXTENSION = "xautovec"
 HOST_CONV = "mico_qconv2d_host"
 HOST_LINEAR = "mico_qlinear_host"
+HOST_ADD = "mico_add_host"
 
 
 def host_kernels(ctx: EmitContext, x: Value) -> bool:
@@ -268,7 +269,7 @@ def host_kernels(ctx: EmitContext, x: Value) -> bool:
 
 def _need_host(ctx: EmitContext) -> None:
     """mico_host_gemm.c and the portable kernels its entry points fall back on."""
-    for source in ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c"):
+    for source in ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c", "mico_eltwise.c"):
         ctx.need(source)
 
 
@@ -547,7 +548,11 @@ def emit_add(node: Node, ctx: EmitContext) -> list[str]:
         ),
     )
     ctx.need("mico_eltwise.c")
-    return [f"mico_add(&{params}, {ctx.buffer(a)}, {ctx.buffer(b)}, {ctx.buffer(out)});"]
+    kernel = "mico_add"
+    if HOST_EXTENSION in ctx.isa_extensions:
+        _need_host(ctx)
+        kernel = HOST_ADD
+    return [f"{kernel}(&{params}, {ctx.buffer(a)}, {ctx.buffer(b)}, {ctx.buffer(out)});"]
 
 
 def emit_concat(node: Node, ctx: EmitContext) -> list[str]:

@@ -46,6 +46,11 @@ void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
 {
     mico_qlinear(p, in, out);
 }
+
+void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
+{
+    mico_add(p, a, b, out);
+}
 #else
 
 #define MICO_HOST_KALIGN 16       /* taps per row are padded to a multiple of this */
@@ -65,6 +70,24 @@ static int32_t mico_host_acc[2 * MICO_HOST_ACC];
 #define MICO_RESTRICT __restrict__
 #else
 #define MICO_RESTRICT
+#endif
+
+/* On x86-64 with glibc, gcc and clang compile the hot functions twice, for the baseline ISA
+ * (SSE2) and for AVX2, and pick one when the program starts (function multiversioning: the
+ * same C source, no intrinsics; the integer results are the same). -DMICO_HOST_NO_CLONES, or
+ * a sanitized build, keeps one baseline version. */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) && \
+    !defined(MICO_HOST_NO_CLONES) && !defined(__SANITIZE_ADDRESS__) && \
+    (!defined(__clang__) || __clang_major__ >= 14)
+#define MICO_HOST_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MICO_HOST_CLONES
+#endif
+/* The micro-kernels are inlined into each version of their callers. */
+#if defined(__GNUC__)
+#define MICO_HOST_INLINE __attribute__((always_inline)) inline
+#else
+#define MICO_HOST_INLINE
 #endif
 
 /* n rounded up to a multiple of MICO_HOST_KALIGN. */
@@ -113,7 +136,7 @@ static void mico_host_unpack_w(const uint8_t *w, size_t start, int32_t n, int32_
 
 /* s[c * 2 + j] = dot(w row c, x row j) over kp taps, for 4 weight rows (kp apart) and 2 patch
  * rows (kp apart): eight int32 reductions of int16 products, one vector accumulator each. */
-static void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
+static MICO_HOST_INLINE void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
                            int32_t kp, int32_t *MICO_RESTRICT s)
 {
     const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
@@ -142,7 +165,7 @@ static void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_R
 }
 
 /* s[c] = dot(w row c, x) over kp taps, for 4 weight rows (kp apart). */
-static void mico_host_mk41(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
+static MICO_HOST_INLINE void mico_host_mk41(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
                            int32_t kp, int32_t *MICO_RESTRICT s)
 {
     const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
@@ -162,7 +185,7 @@ static void mico_host_mk41(const int16_t *MICO_RESTRICT w, const int16_t *MICO_R
 }
 
 /* The same for 4 rows of int8 weights (k_n taps, ks apart) and one int16 row x. */
-static void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, size_t ks,
+static MICO_HOST_INLINE void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, size_t ks,
                               const int16_t *MICO_RESTRICT x, int32_t k_n,
                               int32_t *MICO_RESTRICT s)
 {
@@ -183,7 +206,7 @@ static void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, size_t ks,
 }
 
 /* v[i] (bias already added) requantized as channel c says and packed at element start. */
-static void mico_host_store(const MicoOut *o, int32_t c, int32_t *MICO_RESTRICT v, int32_t n,
+static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_t *MICO_RESTRICT v, int32_t n,
                             void *out, size_t start)
 {
     const MicoRq q = mico_rq(o, c);
@@ -279,7 +302,7 @@ static void mico_host_im2col(const MicoConv2d *p, const int16_t *x, int32_t ipg,
 
 /* Convolution as int16 GEMMs (see the top of the file). Returns 0 (nothing done) when the
  * layer's unpacked input or weights do not fit the scratch arrays. */
-static int mico_host_conv(const MicoConv2d *p, const void *in, void *out)
+MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
@@ -366,7 +389,7 @@ static int mico_host_conv(const MicoConv2d *p, const void *in, void *out)
  * laid out as rows of wq (columns past out_w are computed and dropped) every tap is one
  * contiguous multiply-add over the whole plane. Returns 0 when the plane or the sums do not
  * fit the scratch arrays. */
-static int mico_host_dw(const MicoConv2d *p, const void *in, void *out)
+MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t sw = p->stride_w, sh = p->stride_h;
     const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
@@ -444,7 +467,7 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 
 /* Linear layers: each input row unpacked once (zero-padded to kp), 4 output features at a
  * time against it; a row's sums are requantized and packed together. */
-void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
+MICO_HOST_CLONES void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t k_n = p->in_features, n_out = p->out_features, kp = mico_host_kpad(k_n);
     const int s8 = p->w_bits == 8;
@@ -491,6 +514,34 @@ void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
             acc[o] = mico_rq_apply(&q, acc[o]);
         }
         mico_pack(out, (size_t)r * (size_t)n_out, acc, n_out, p->out.fmt);
+    }
+}
+/* Elementwise add (residual connections): mico_add's arithmetic, v = a m_a + b m_b in 64-bit
+ * integers, rounded half away from zero by 2^shift and clamped, over runs of unpacked codes in
+ * a loop the compiler vectorises. */
+MICO_HOST_CLONES void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
+{
+    const int binary = p->fmt.bits == 1 && p->fmt.is_signed;
+    const int64_t m_a = p->m_a, m_b = p->m_b, lo = p->lo, hi = p->hi;
+    const int32_t shift = p->shift;
+    const int64_t rnd = (int64_t)1 << (shift - 1);
+    int32_t *va = mico_host_acc, *vb = mico_host_acc + MICO_HOST_ACC;
+    int32_t i0, j;
+    if (binary) {
+        mico_add(p, a, b, out);
+        return;
+    }
+    for (i0 = 0; i0 < p->n; i0 += MICO_HOST_ACC) {
+        const int32_t n = p->n - i0 < MICO_HOST_ACC ? p->n - i0 : MICO_HOST_ACC;
+        mico_unpack_i32(a, (size_t)i0, n, p->a_fmt, va);
+        mico_unpack_i32(b, (size_t)i0, n, p->b_fmt, vb);
+        for (j = 0; j < n; j++) {
+            const int64_t v = (int64_t)va[j] * m_a + (int64_t)vb[j] * m_b;
+            const int64_t mag = ((v < 0 ? -v : v) + rnd) >> shift;
+            const int64_t r = v < 0 ? -mag : mag;
+            va[j] = (int32_t)(r < lo ? lo : r > hi ? hi : r);
+        }
+        mico_pack(out, (size_t)i0, va, n, p->fmt);
     }
 }
 #endif /* MICO_HOST_KERNELS */

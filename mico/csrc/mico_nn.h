@@ -555,6 +555,8 @@ void mico_qsoftmax_prefix(const void *in, MicoFmt in_fmt, void *out, MicoFmt out
 void mico_lut(const void *in, void *out, int32_t n, MicoFmt in_fmt, MicoFmt out_fmt,
               const uint8_t *table, int32_t in_min);
 void mico_add(const MicoAdd *p, const void *a, const void *b, void *out);
+/* mico_add in a loop the host compiler vectorises (mico_host_gemm.c, `xautovec` targets). */
+void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out);
 void mico_concat_part(const MicoConcatPart *p, const void *in, void *out);
 void mico_copy(const MicoCopy *p, const void *in, void *out);
 

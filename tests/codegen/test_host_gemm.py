@@ -26,7 +26,7 @@ from mico.quant.packing import pack, unpack
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
-SOURCES = ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c", "mico_nn_run.c")
+SOURCES = ("mico_host_gemm.c", "mico_conv2d.c", "mico_linear.c", "mico_eltwise.c", "mico_nn_run.c")
 
 
 @dataclass
