@@ -118,6 +118,15 @@ def test_compile_model_takes_the_option(tmp_path):
         compile_model(model, x[:1], tmp_path / "q", "tiny", "static", patch="on")
 
 
+def test_weights_file_project_with_patches(tmp_path):
+    """The band structs are constants like any other: a weights-file project loads them."""
+    graph, x = _tiny()
+    project = emit_c_project(graph, tmp_path / "wf", "tiny", patch="auto", weights_file=True)
+    assert project.patch["patched"]
+    host.build(project)
+    np.testing.assert_array_equal(host.run(project, x.numpy()), run_graph(graph, x)[0].numpy())
+
+
 def test_off_is_the_whole_tensor_project(tmp_path):
     graph, _ = _tiny()
     before = emit_c_project(graph, tmp_path / "default", "tiny")
