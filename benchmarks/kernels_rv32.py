@@ -37,7 +37,8 @@ from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
 from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 
 KERNEL_SOURCES = (
-    "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c"
+    "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c",
+    "mico_conv_narrow.c",
 )  # fmt: skip
 
 

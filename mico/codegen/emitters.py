@@ -333,6 +333,8 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     in_bits = fmt_of(x)[0]
     kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1],
                            w_bits=w_bits, macs=macs)  # fmt: skip
+    if kernel == NARROW_CONV:
+        ctx.need("mico_conv_narrow.c")
     return _call(ctx, kernel, params, x, out)
 
 
@@ -341,6 +343,12 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
 #: 3.7 against 4.8); smaller ones keep the plain kernels, as for the lanes (LANES_MIN_MACS)
 CONV_S8_MIN_MACS = 32768
 LINEAR_S8_MIN_MACS = 8192
+#: W8A8 convolutions with few taps (a first layer) or pointwise ones take the 4-channel x
+#: 4-pixel byte tiles of mico_conv_narrow.c (figures: benchmarks/results/dscnn_layers.md); its
+#: limits: taps of a patch (pointwise layers need none), taps x channels (rounded up to 4)
+NARROW_CONV = "mico_qconv2d_narrow_s8"
+NARROW_MAX_TAPS = 64
+NARROW_MAX_WEIGHTS = 4096
 
 
 def conv2d_kernel(
@@ -363,6 +371,16 @@ def conv2d_kernel(
         return "mico_qconv2d_elementwise"
     if groups == in_c == out_c and tuple(kernel) == (3, 3) and dil_w == 1:
         return "mico_qconv2d_depthwise3x3"
+    taps = in_c // max(groups, 1) * kernel[0] * kernel[1]
+    if (
+        w_bits == in_bits == 8
+        and groups == 1
+        and (taps <= NARROW_MAX_TAPS or tuple(kernel) == (1, 1))
+        and taps * ((out_c + 3) // 4 * 4) <= NARROW_MAX_WEIGHTS
+        and macs is not None  # (a caller that does not know the size keeps mico_conv2d.c's)
+        and macs >= CONV_S8_MIN_MACS
+    ):
+        return NARROW_CONV
     if w_bits == in_bits == 8 and (macs is None or macs >= CONV_S8_MIN_MACS):
         return "mico_qconv2d_tiled_s8"
     return "mico_qconv2d_tiled"

@@ -439,6 +439,10 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
+/* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
+ * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;
+ * others go to mico_qconv2d_tiled_s8. */
+void mico_qconv2d_narrow_s8(const MicoConv2d *p, const void *in, void *out);
 /* Depthwise 3x3 in pixel lanes (mico_dwconv.c): s-bit lanes of k = 32 / s pixels of a row, q
  * lane words per chunk of the row (mico.codegen.dwconv_plan), one entry point per lane width. */
 typedef struct {

@@ -164,9 +164,10 @@ def test_rv32_w8a8_bit_exact():
 
 
 def test_generated_dscnn_w8a8_is_bit_exact(tmp_path):
-    """End to end: dscnn at W8A8 (its first conv through the patch, the pointwise layers
-    through the 4 x 4 kernel, the classifier through the linear byte path), built with ASan +
-    UBSan, equals the Python reference."""
+    """End to end: dscnn at W8A8 (its first conv and pointwise layers through the 4 x 4 byte
+    tiles of mico_conv_narrow.c, its depthwise layers through mico_dwconv.c's byte path, the
+    classifier through the plain linear kernel), built with ASan + UBSan, equals the Python
+    reference."""
     import torch
 
     from mico.codegen import emit_c_project
@@ -189,7 +190,8 @@ def test_generated_dscnn_w8a8_is_bit_exact(tmp_path):
     graph = lower_static(extract_ir(model, example), batches)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
-    assert "mico_qconv2d_tiled_s8(" in source and "mico_qlinear_s8(" not in source  # fc: small
+    assert source.count("mico_qconv2d_narrow_s8(") == 5 and "mico_qlinear_s8(" not in source
+    assert source.count("mico_qconv2d_dw8_f1(") == 4
     host.build(project, sanitize=True)
     samples = torch.randn((3, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()

@@ -1,0 +1,336 @@
+/* W8A8 convolutions as 4 x 4 register tiles on bytes (mico_qconv2d_narrow_s8): groups == 1,
+ * 8-bit weights, 8-bit activation codes in and out, and either few taps (in_c * k_h * k_w <=
+ * MICO_NW_TAPS: a network's first layer, e.g. dscnn's 10x4 conv on one MFCC plane, 40 taps
+ * for 64 output channels) or a 1x1 kernel (pointwise layers).
+ *
+ * Such a layer is a matrix product, out[c][pix] = bias[c] + sum_t W[c][t] P[t][pix], with P
+ * the im2col patch (for a pointwise layer, stride 1 and no padding: the input planes
+ * themselves, read in place). So:
+ *  - the weights are transposed once per call into a stack table wt[t][c] (channels padded
+ *    to a multiple of 4 with zero weights): the 4 weights of a tap for 4 channels are 4 byte
+ *    loads at constant offsets;
+ *  - other layers build the patch for MICO_NW_PIX output pixels at a time (raster order,
+ *    across rows; zeros for padding and for pixels past the end), tap-major;
+ *  - a 4-channel x 4-pixel register tile reads 8 bytes per tap for 16 MACs (8 loads, 16
+ *    multiplies, 16 adds, 3 for the loop: 2.69 instructions per MAC on rv32imac), then
+ *    requantizes its 16 sums in registers and stores them as bytes (ReLU layers: a high-word
+ *    multiply, the rounding add, a shift and the clamp), and goes on to the next 4 pixels;
+ *    partial tiles and other requantizations go through a sums array (the signed form of
+ *    mico_rescale), a pointwise plane's last 1-3 pixels one by one.
+ * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
+ * 5.2 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
+ * 32 or less, unscaled outputs) go to mico_qconv2d_tiled_s8. Not in place (not depthwise). */
+#include "mico_nn.h"
+
+#define MICO_NW_TAPS 64    /* taps (in_c * k_h * k_w) at most */
+#define MICO_NW_PIX 16     /* output pixels of one patch */
+#define MICO_NW_WEIGHTS 4096 /* bytes of the transposed weights (taps x channels padded to 4) */
+#if defined(__GNUC__)
+#define MICO_INLINE_ALWAYS __attribute__((always_inline)) inline
+#else
+#define MICO_INLINE_ALWAYS inline
+#endif
+
+/* Per channel: the requantization of its sums (shift above 32). */
+typedef struct {
+    uint32_t m, sh, rnd;
+    int32_t bias;
+} MicoNwRq;
+
+/* Store the n (<= 4) requantized sums v of one channel at o (see mico_dw8_put in
+ * mico_dwconv.c). RELU: ReLU layers with lo <= 0 <= hi. */
+static MICO_INLINE_ALWAYS void mico_nw_put(uint8_t *o, const int32_t *v, int32_t n,
+                                           const MicoNwRq *q, const MicoOut *out, const int relu)
+{
+    const uint32_t m = q->m, sh = q->sh, rnd = q->rnd, hi = (uint32_t)out->hi;
+    int32_t k;
+    for (k = 0; k < n; k++) {
+        int32_t r = v[k], y;
+        uint32_t u;
+        if (relu) {
+            if (r <= 0) {
+                o[k] = 0;
+                continue;
+            }
+            u = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> sh;
+            o[k] = (uint8_t)(u > hi ? hi : u);
+            continue;
+        }
+        if (out->relu && r < 0) {
+            r = 0;
+        }
+        u = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        u = ((uint32_t)(((uint64_t)u * m) >> 32) + rnd) >> sh;
+        y = r < 0 ? -(int32_t)u : (int32_t)u;
+        y = y < out->lo ? out->lo : y;
+        o[k] = (uint8_t)(y > out->hi ? out->hi : y);
+    }
+}
+
+/* The tile's 16 sums stored: channels c0 .. c0 + nc - 1, n pixels from pixel `pix`. */
+static MICO_NOINLINE void mico_nw_store(const MicoConv2d *p, const int32_t *acc,
+                                        const MicoNwRq *rq, int32_t c0, int32_t nc, int32_t pix,
+                                        int32_t n, uint8_t *out, int relu)
+{
+    const size_t plane = (size_t)p->out_h * (size_t)p->out_w;
+    uint8_t *o = out + (size_t)c0 * plane + (size_t)pix;
+    int32_t i;
+    for (i = 0; i < nc; i++, o += plane, acc += 4, rq++) {
+        if (relu && n == 4) {
+            mico_nw_put(o, acc, 4, rq, &p->out, 1);
+        } else if (relu) {
+            mico_nw_put(o, acc, n, rq, &p->out, 1);
+        } else {
+            mico_nw_put(o, acc, n, rq, &p->out, 0);
+        }
+    }
+}
+
+/* The patch of output pixels pix0 .. pix0 + MICO_NW_PIX - 1: patch[t * MICO_NW_PIX + j]. */
+static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, int32_t pix0,
+                                        int8_t *patch)
+{
+    const int32_t npix = p->out_h * p->out_w;
+    int32_t j, ic, ky, kx, t;
+    for (j = 0; j < MICO_NW_PIX; j++) {
+        const int32_t pix = pix0 + j, oy = pix / (p->out_w > 0 ? p->out_w : 1);
+        const int32_t ox = pix - oy * p->out_w;
+        const int32_t iy0 = oy * p->stride_h - p->pad_h, ix0 = ox * p->stride_w - p->pad_w;
+        int8_t *d = patch + j;
+        for (ic = 0, t = 0; ic < p->in_c; ic++) {
+            for (ky = 0; ky < p->k_h; ky++) {
+                const int32_t iy = iy0 + ky * p->dil_h;
+                const int8_t *row = in + ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w;
+                const int inside = pix < npix && iy >= 0 && iy < p->in_h;
+                for (kx = 0; kx < p->k_w; kx++, t++, d += MICO_NW_PIX) {
+                    const int32_t ix = ix0 + kx * p->dil_w;
+                    *d = inside && ix >= 0 && ix < p->in_w ? row[ix] : 0;
+                }
+            }
+        }
+    }
+}
+
+/* A compiler fence between the weights of a tap: without it all 8 byte loads of a tap are
+ * hoisted to its start, and two of the 16 sums no longer fit the registers. */
+#if defined(__GNUC__)
+#define MICO_NW_FENCE() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_NW_FENCE()
+#endif
+
+/* Requantize (ReLU layers, the constants of rq) and store the 4 sums S0..S3 of one channel. */
+#define MICO_NW_PUT4(O, RQ, S0, S1, S2, S3)                                                      \
+    do {                                                                                          \
+        const uint32_t m_ = (RQ)->m, sh_ = (RQ)->sh, rnd_ = (RQ)->rnd;                            \
+        MICO_NW_PUT1((O)[0], S0);                                                                 \
+        MICO_NW_PUT1((O)[1], S1);                                                                 \
+        MICO_NW_PUT1((O)[2], S2);                                                                 \
+        MICO_NW_PUT1((O)[3], S3);                                                                 \
+    } while (0)
+#define MICO_NW_PUT1(DST, R)                                                                     \
+    do {                                                                                          \
+        if ((R) <= 0) {                                                                           \
+            DST = 0;                                                                              \
+        } else {                                                                                  \
+            const uint32_t u_ =                                                                   \
+                ((uint32_t)(((uint64_t)(uint32_t)(R) * m_) >> 32) + rnd_) >> sh_;                 \
+            DST = (uint8_t)(u_ > hi ? hi : u_);                                                   \
+        }                                                                                         \
+    } while (0)
+
+/* The 4 x 4 tile of channels c0.. (table column wt) and 4 pixels (x, taps xs bytes apart),
+ * its sums starting at the channels' biases. T: the codes' type (int8_t, or uint8_t for
+ * unsigned codes). With o (a whole tile of a ReLU layer): requantized and stored at o, o +
+ * plane, ... (hi: the clamp); else the sums are left in acc. */
+#define MICO_NW_TILE(NAME, T)                                                                    \
+    static MICO_NOINLINE void NAME(const int8_t *wt, int32_t stride, const void *patch_,          \
+                                   int32_t xs, int32_t taps, const MicoNwRq *rq, uint8_t *o,      \
+                                   size_t plane, uint32_t hi, int32_t nq, int32_t *acc)           \
+    {                                                                                             \
+      const int8_t *const wt0 = wt;                                                               \
+      for (;; nq--, o += 4, patch_ = (const T *)patch_ + 4) {                                     \
+        const T *x = (const T *)patch_;                                                           \
+        int32_t s00 = rq[0].bias, s01 = s00, s02 = s00, s03 = s00;                                \
+        int32_t s10 = rq[1].bias, s11 = s10, s12 = s10, s13 = s10;                                \
+        int32_t s20 = rq[2].bias, s21 = s20, s22 = s20, s23 = s20;                                \
+        int32_t s30 = rq[3].bias, s31 = s30, s32 = s30, s33 = s30;                                \
+        const T *const end = x + taps * xs;                                                       \
+        wt = wt0;                                                                                 \
+        for (; x < end; x += xs, wt += stride) {                                                  \
+            const int32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];                             \
+            int32_t w = wt[0];                                                                    \
+            s00 += w * x0;                                                                        \
+            s01 += w * x1;                                                                        \
+            s02 += w * x2;                                                                        \
+            s03 += w * x3;                                                                        \
+            MICO_NW_FENCE();                                                                      \
+            w = wt[1];                                                                            \
+            s10 += w * x0;                                                                        \
+            s11 += w * x1;                                                                        \
+            s12 += w * x2;                                                                        \
+            s13 += w * x3;                                                                        \
+            MICO_NW_FENCE();                                                                      \
+            w = wt[2];                                                                            \
+            s20 += w * x0;                                                                        \
+            s21 += w * x1;                                                                        \
+            s22 += w * x2;                                                                        \
+            s23 += w * x3;                                                                        \
+            MICO_NW_FENCE();                                                                      \
+            w = wt[3];                                                                            \
+            s30 += w * x0;                                                                        \
+            s31 += w * x1;                                                                        \
+            s32 += w * x2;                                                                        \
+            s33 += w * x3;                                                                        \
+        }                                                                                         \
+        if (o) {                                                                                  \
+            MICO_NW_PUT4(o, rq, s00, s01, s02, s03);                                              \
+            MICO_NW_PUT4(o + plane, rq + 1, s10, s11, s12, s13);                                  \
+            MICO_NW_PUT4(o + 2 * plane, rq + 2, s20, s21, s22, s23);                              \
+            MICO_NW_PUT4(o + 3 * plane, rq + 3, s30, s31, s32, s33);                              \
+            if (nq > 1) {                                                                         \
+                continue;                                                                         \
+            }                                                                                     \
+            return;                                                                               \
+        }                                                                                         \
+        acc[0] = s00, acc[1] = s01, acc[2] = s02, acc[3] = s03;                                   \
+        acc[4] = s10, acc[5] = s11, acc[6] = s12, acc[7] = s13;                                   \
+        acc[8] = s20, acc[9] = s21, acc[10] = s22, acc[11] = s23;                                 \
+        acc[12] = s30, acc[13] = s31, acc[14] = s32, acc[15] = s33;                               \
+        return;                                                                                   \
+      }                                                                                           \
+    }
+MICO_NW_TILE(mico_nw_tile_s8, int8_t)
+MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
+
+/* The requantization of channels c0 .. c0 + 3 (the last channel repeated past out_c). */
+static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq)
+{
+    int32_t i;
+    for (i = 0; i < 4; i++) {
+        const int32_t ch = c0 + i < p->out_c ? c0 + i : p->out_c - 1;
+        const MicoRq q = mico_rq(&p->out, ch);
+        rq[i].m = (uint32_t)q.m;
+        rq[i].sh = (uint32_t)(q.shift - 32);
+        rq[i].rnd = 1u << (rq[i].sh - 1u);
+        rq[i].bias = p->bias[ch];
+    }
+}
+
+/* nq tiles of channels c0.. over 4 pixels each from `pix` (codes x, taps xs apart, quads 4
+ * apart), stored: whole tiles of ReLU layers requantized in the tile, the others (channels
+ * past out_c, pixels past the plane, other requantizations) one at a time through acc. */
+static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wt, int32_t c4,
+                                      const void *x, int32_t xs, int32_t taps,
+                                      const MicoNwRq *rq, int32_t c0, int32_t pix, void *out,
+                                      int relu, int32_t nq)
+{
+    const int32_t npix = p->out_h * p->out_w;
+    const int32_t nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4, full = (npix - pix) >> 2;
+    const int32_t nf = relu && nc == 4 ? (nq < full ? nq : full) : 0;
+    const size_t plane = (size_t)npix;
+    int32_t acc[16];
+    if (nf > 0) {
+        uint8_t *o = (uint8_t *)out + (size_t)c0 * plane + (size_t)pix;
+        if (p->in_fmt.is_signed) {
+            mico_nw_tile_s8(wt + c0, c4, x, xs, taps, rq, o, plane, (uint32_t)p->out.hi, nf, acc);
+        } else {
+            mico_nw_tile_u8(wt + c0, c4, x, xs, taps, rq, o, plane, (uint32_t)p->out.hi, nf, acc);
+        }
+        x = (const int8_t *)x + 4 * nf;
+        pix += 4 * nf;
+        nq -= nf;
+    }
+    for (; nq > 0 && pix < npix; nq--, pix += 4, x = (const int8_t *)x + 4) {
+        if (p->in_fmt.is_signed) {
+            mico_nw_tile_s8(wt + c0, c4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
+        } else {
+            mico_nw_tile_u8(wt + c0, c4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
+        }
+        mico_nw_store(p, acc, rq, c0, nc, pix, npix - pix < 4 ? npix - pix : 4, (uint8_t *)out,
+                      relu);
+    }
+}
+
+/* The sums of channels c0 .. c0 + 3 at one pixel (acc[4 i]: channel c0 + i). */
+static MICO_NOINLINE void mico_nw_col(const MicoConv2d *p, const int8_t *wt, int32_t c4,
+                                      const int8_t *x, int32_t xs, int32_t taps,
+                                      const MicoNwRq *rq, int32_t *acc)
+{
+    int32_t a0 = rq[0].bias, a1 = rq[1].bias, a2 = rq[2].bias, a3 = rq[3].bias, t;
+    for (t = 0; t < taps; t++, x += xs, wt += c4) {
+        const int32_t v = p->in_fmt.is_signed ? (int32_t)*x : (int32_t)*(const uint8_t *)x;
+        a0 += wt[0] * v;
+        a1 += wt[1] * v;
+        a2 += wt[2] * v;
+        a3 += wt[3] * v;
+    }
+    acc[0] = a0;
+    acc[4] = a1;
+    acc[8] = a2;
+    acc[12] = a3;
+}
+
+/* The layer; 0 (nothing done) when this path does not take it. A pointwise layer (1x1, stride
+ * 1, no padding) reads its input planes in place (they are the patch, taps npix bytes apart);
+ * others build patches of MICO_NW_PIX pixels. */
+static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
+{
+    int8_t wt[MICO_NW_WEIGHTS];
+    int8_t patch[MICO_NW_TAPS * MICO_NW_PIX];
+    MicoNwRq rq[4];
+    const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
+    const int32_t c4 = (p->out_c + 3) & ~3;
+    const int relu = p->out.relu && p->out.lo <= 0 && p->out.hi >= 0;
+    const int direct = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                       p->pad_h == 0 && p->pad_w == 0;
+    int32_t c, t, pix0, c0, j;
+    if (p->groups != 1 || p->w_bits != 8 || p->in_fmt.bits != 8 || p->in_fmt.zero != 0 ||
+        p->out.fmt.bits != 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
+        (!direct && taps > MICO_NW_TAPS) || taps * c4 > MICO_NW_WEIGHTS || npix < 1) {
+        return 0;
+    }
+    for (c = 0; c < (p->out.n_mult > 1 ? p->out_c : 1); c++) {
+        if (p->out.shift[c] <= 32) {
+            return 0;
+        }
+    }
+    for (c = 0; c < c4; c++) { /* wt[t][c] = W[c][t]; padding channels weigh 0 */
+        for (t = 0; t < taps; t++) {
+            wt[t * c4 + c] = c < p->out_c ? (int8_t)p->weight[(size_t)c * (size_t)taps + (size_t)t]
+                                          : 0;
+        }
+    }
+    if (direct) {
+        const int32_t whole = npix & ~3;
+        for (c0 = 0; c0 < c4; c0 += 4) {
+            mico_nw_rq(p, c0, rq);
+            if (whole) {
+                mico_nw_run(p, wt, c4, in, npix, taps, rq, c0, 0, out, relu, whole >> 2);
+            }
+            for (j = whole; j < npix; j++) { /* the last 1-3 pixels, one at a time */
+                int32_t acc[16];
+                mico_nw_col(p, wt + c0, c4, (const int8_t *)in + j, npix, taps, rq, acc);
+                mico_nw_store(p, acc, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, j, 1,
+                              (uint8_t *)out, relu);
+            }
+        }
+        return 1;
+    }
+    for (pix0 = 0; pix0 < npix; pix0 += MICO_NW_PIX) {
+        mico_nw_patch(p, (const int8_t *)in, pix0, patch);
+        for (c0 = 0; c0 < c4; c0 += 4) {
+            mico_nw_rq(p, c0, rq);
+            mico_nw_run(p, wt, c4, patch, MICO_NW_PIX, taps, rq, c0, pix0, out, relu,
+                        ((npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX) + 3) >> 2);
+        }
+    }
+    return 1;
+}
+
+void mico_qconv2d_narrow_s8(const MicoConv2d *p, const void *in, void *out)
+{
+    if (!mico_nw(p, in, out)) {
+        mico_qconv2d_tiled_s8(p, in, out);
+    }
+}

@@ -1,0 +1,85 @@
+"""W8A8 convolutions with few taps or 1x1 kernels (mico_qconv2d_narrow_s8 in mico_conv_narrow.c:
+a network's first layer, pointwise layers) against the Python integer reference, through the C
+program of benchmarks/kernels_rv32.py (one program for all layers): 1-3 input channels, kernels
+1-7, pointwise layers of 8-64 channels, strides 1 and 2, padding, odd output channel counts and
+pixel counts (partial tiles and patches), signed and unsigned codes, extremes with saturating
+multipliers, signed outputs without ReLU, and a layer it hands on (shifts of 32 or less)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from mico.codegen.emitters import NARROW_CONV, conv2d_kernel
+from mico.quant.arithmetic import QFormat
+from tests.codegen.test_dwconv_lanes import kernels_rv32
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+def _layer(in_c, out_c, hw, k, *, stride=1, pad=0, signed=True, seed=0, extreme=False,
+           o_fmt=None, relu=True):  # fmt: skip
+    return kernels_rv32.random_layer(
+        "conv", QFormat(8, True), QFormat(8, signed), in_c=in_c, out_c=out_c, hw=hw, k=k,
+        pad=pad, stride=stride, seed=seed, extreme=extreme, o_fmt=o_fmt, relu=relu,
+    )  # fmt: skip
+
+
+def test_narrow_conv_bit_exact(monkeypatch):
+    """Every layer equals the reference on the chosen and the plain path; the narrow path is
+    chosen for the layers it takes (the shift <= 32 one too: the kernel hands it on). The
+    harness's chosen path does not pass the layer's size, the generator's does: here the
+    layers count as large enough."""
+
+    def large(*args, **kwargs):
+        return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
+
+    monkeypatch.setattr(kernels_rv32, "conv2d_kernel", large)
+    layers = [
+        _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),
+        _layer(1, 5, 7, 5, pad=2, signed=False, seed=2),
+        _layer(2, 7, 9, 3, stride=2, seed=3),
+        _layer(3, 16, 6, 3, pad=1, seed=4),
+        _layer(3, 4, 5, 1, seed=5),
+        _layer(1, 9, 11, 7, stride=2, pad=3, seed=6),  # 49 taps
+        _layer(2, 3, 4, 3, pad=1, extreme=True, relu=False, o_fmt=QFormat(8, True), seed=7),
+        _layer(1, 6, 8, 3, extreme=True, signed=False, seed=8),
+        _layer(3, 5, 7, 3, relu=False, o_fmt=QFormat(8, True), seed=9),
+        _layer(1, 8, 5, 3, pad=1, seed=11),  # 25 pixels: a patch of 9, its last quad partial
+        _layer(2, 12, 11, 3, pad=1, signed=False, seed=12),  # 121 pixels
+        # pointwise (the input planes read in place): odd pixel counts, channels, stride 2
+        _layer(8, 12, 5, 1, signed=False, seed=13),
+        _layer(20, 6, 7, 1, seed=14),
+        _layer(64, 64, 6, 1, signed=False, seed=15),
+        _layer(16, 5, 9, 1, stride=2, seed=16),
+        _layer(9, 7, 3, 1, relu=False, o_fmt=QFormat(8, True), extreme=True, seed=17),
+    ]
+    small_shift = _layer(1, 4, 6, 3, seed=10)
+    small_shift.shift = np.minimum(small_shift.shift, 30)
+    small_shift.m = np.minimum(small_shift.m, 2**29)
+    layers.append(small_shift)
+    chosen = []
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            assert np.array_equal(out, ref), (
+                kernel,
+                layer.weight.shape,
+                np.flatnonzero(out != ref)[:8],
+            )
+        chosen.append(results[0][0])
+    assert all(k == NARROW_CONV for k in chosen), chosen
+
+
+def test_narrow_conv_choice():
+    """The generator's choice: W8A8, groups 1, few input channels and taps, large enough."""
+    assert conv2d_kernel(8, 1, 1, 64, (10, 4), 1, w_bits=8, macs=320_000) == NARROW_CONV
+    assert conv2d_kernel(8, 1, 3, 16, (3, 3), 1, w_bits=8, macs=100_000) == NARROW_CONV
+    assert conv2d_kernel(8, 1, 8, 16, (3, 3), 1, w_bits=8, macs=100_000) != NARROW_CONV
+    assert conv2d_kernel(8, 1, 64, 64, (1, 1), 1, w_bits=8, macs=512_000) == NARROW_CONV
+    assert conv2d_kernel(8, 1, 128, 64, (1, 1), 1, w_bits=8, macs=512_000) != NARROW_CONV
+    assert conv2d_kernel(8, 1, 1, 64, (9, 9), 1, w_bits=8, macs=100_000) != NARROW_CONV
+    assert conv2d_kernel(8, 1, 1, 64, (3, 3), 1, w_bits=4, macs=100_000) != NARROW_CONV
+    assert conv2d_kernel(8, 1, 1, 8, (3, 3), 1, w_bits=8, macs=1_000) != NARROW_CONV
