@@ -3,7 +3,8 @@ mico.codegen.dwconv_plan.dw8_plan) against the Python integer reference, through
 of benchmarks/kernels_rv32.py (one program for many layers): plane widths 1-8 and tall or wide
 planes (both buffer orientations, lone outputs at row ends), odd channel counts, strides 1 and
 2 (also unequal), padding 0-2, signed activations, code extremes with saturating multipliers,
-signed outputs without ReLU, the layers it hands to the pixel lanes; dscnn W8A8 end to end."""
+signed outputs without ReLU, the layers it hands to the pixel lanes (dscnn W8A8 end to end:
+tests/codegen/test_w8a8_kernels.py)."""
 
 from __future__ import annotations
 
@@ -110,34 +111,3 @@ def test_plan_mirrors_the_kernel():
     w = np.ones((4, 1, 3, 3), dtype=np.int64)
     plan = dw_lane_plan(w, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
     assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
-
-
-def test_generated_dscnn_w8a8(tmp_path):
-    """End to end: dscnn at W8A8 (static) emits the byte path for its depthwise layers and the
-    program equals the Python reference."""
-    import torch
-
-    from mico.codegen import emit_c_project
-    from mico.execute import run_graph
-    from mico.ir import extract_ir
-    from mico.models import from_zoo
-    from mico.passes import lower_static
-    from mico.quant import calibrate, fuse_model
-    from mico.targets import host
-
-    torch.manual_seed(3)
-    model = from_zoo("dscnn")
-    n = model.n_layers
-    model.set_qscheme([[8] * n, [8] * n], act_mode="static")
-    example = model.example_input()
-    gen = torch.Generator().manual_seed(3)
-    model = fuse_model(model, example).eval()
-    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
-    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
-    project = emit_c_project(graph, tmp_path / "c", "m")
-    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dw8_f1(") == 4
-    host.build(project)
-    samples = torch.randn((3, *example.shape[1:]), generator=gen)
-    reference = run_graph(graph, samples)[0].numpy()
-    c_out = host.run(project, samples.numpy())
-    assert np.array_equal(c_out.reshape(reference.shape), reference)
