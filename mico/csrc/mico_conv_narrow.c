@@ -86,25 +86,42 @@ static MICO_NOINLINE void mico_nw_store(const MicoConv2d *p, const int32_t *acc,
     }
 }
 
-/* The patch of output pixels pix0 .. pix0 + MICO_NW_PIX - 1: patch[t * MICO_NW_PIX + j]. */
+/* The patch of output pixels pix0 .. pix0 + MICO_NW_PIX - 1: patch[t * MICO_NW_PIX + j]. The
+ * layer's fields are read into locals first (byte stores may alias them). */
 static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, int32_t pix0,
                                         int8_t *patch)
 {
-    const int32_t npix = p->out_h * p->out_w;
-    int32_t j, ic, ky, kx, t;
+    const int32_t npix = p->out_h * p->out_w, out_w = p->out_w, in_h = p->in_h, in_w = p->in_w;
+    const int32_t in_c = p->in_c, k_h = p->k_h, k_w = p->k_w, sh = p->stride_h, sw = p->stride_w;
+    const int32_t dh = p->dil_h, dw = p->dil_w, ph = p->pad_h, pw = p->pad_w;
+    int32_t j, ic, ky, kx;
     for (j = 0; j < MICO_NW_PIX; j++) {
-        const int32_t pix = pix0 + j, oy = pix / (p->out_w > 0 ? p->out_w : 1);
-        const int32_t ox = pix - oy * p->out_w;
-        const int32_t iy0 = oy * p->stride_h - p->pad_h, ix0 = ox * p->stride_w - p->pad_w;
+        const int32_t pix = pix0 + j, oy = pix / out_w, ox = pix - oy * out_w;
+        const int32_t iy0 = oy * sh - ph, ix0 = ox * sw - pw;
+        const int inside_x = ix0 >= 0 && ix0 + (k_w - 1) * dw < in_w;
         int8_t *d = patch + j;
-        for (ic = 0, t = 0; ic < p->in_c; ic++) {
-            for (ky = 0; ky < p->k_h; ky++) {
-                const int32_t iy = iy0 + ky * p->dil_h;
-                const int8_t *row = in + ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w;
-                const int inside = pix < npix && iy >= 0 && iy < p->in_h;
-                for (kx = 0; kx < p->k_w; kx++, t++, d += MICO_NW_PIX) {
-                    const int32_t ix = ix0 + kx * p->dil_w;
-                    *d = inside && ix >= 0 && ix < p->in_w ? row[ix] : 0;
+        for (ic = 0; ic < in_c; ic++) {
+            for (ky = 0; ky < k_h; ky++) {
+                const int32_t iy = iy0 + ky * dh;
+                if (pix >= npix || iy < 0 || iy >= in_h) {
+                    for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX) {
+                        *d = 0;
+                    }
+                    continue;
+                }
+                {
+                    const int8_t *row = in + ((size_t)ic * (size_t)in_h + (size_t)iy) * (size_t)in_w;
+                    if (inside_x) { /* the whole kernel row inside the image */
+                        const int8_t *x = row + ix0;
+                        for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX, x += dw) {
+                            *d = *x;
+                        }
+                    } else {
+                        for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX) {
+                            const int32_t ix = ix0 + kx * dw;
+                            *d = ix >= 0 && ix < in_w ? row[ix] : 0;
+                        }
+                    }
                 }
             }
         }
