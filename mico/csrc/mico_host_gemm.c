@@ -60,6 +60,7 @@ void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
 #define MICO_HOST_PIX 64          /* most output pixels of one patch */
 #define MICO_HOST_ACC 16384       /* int32: a depthwise channel's sums, a linear layer's row */
 #define MICO_HOST_ROW 4608        /* int16: one input row, one unpacked weight row */
+#define MICO_HOST_DW_ROW 24       /* depthwise layers with narrower outputs go channels-last */
 
 static int16_t mico_host_x[MICO_HOST_X];
 static int16_t mico_host_w[MICO_HOST_W];
@@ -247,6 +248,23 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
             dst[(size_t)(p->pad_w + p->in_w) * (size_t)n + (size_t)i] = 0;
         }
     }
+    if (p->in_fmt.bits == 8) { /* bytes are the codes (less the zero point): a transpose */
+        const uint8_t *src = (const uint8_t *)in + (size_t)ic0 * plane;
+        const int32_t sgn = p->in_fmt.is_signed, zero = sgn ? 0 : p->in_fmt.zero;
+        for (y = 0; y < p->in_h; y++) {
+            int16_t *MICO_RESTRICT dst =
+                x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
+            const uint8_t *row8 = src + (size_t)y * (size_t)p->in_w;
+            for (i = 0; i < p->in_w; i++) {
+                for (c = 0; c < n; c++) {
+                    const uint32_t v = row8[(size_t)c * plane + (size_t)i];
+                    dst[(size_t)i * (size_t)n + (size_t)c] =
+                        (int16_t)(sgn ? (int32_t)(int8_t)v : (int32_t)v - zero);
+                }
+            }
+        }
+        return;
+    }
     for (c = 0; c < n; c++) {
         const size_t first = (size_t)(ic0 + c) * plane;
         if (plane <= MICO_HOST_PATCH) { /* the whole plane at once: the patch is free here */
@@ -395,14 +413,16 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
     const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
     const int32_t hq = (hp + sh - 1) / sh, wq = (wp + sw - 1) / sw;
     const int32_t npix = p->out_h * p->out_w, taps = p->k_h * p->k_w;
-    const int32_t span = (p->out_h - 1) * wq + p->out_w; /* sums computed per tap */
+    /* sums computed per tap: up to output (out_h - 1, out_w - 1), rounded up to whole
+     * vectors (the extra sums read codes past the plane and are dropped) */
+    const int32_t span = ((p->out_h - 1) * wq + p->out_w + 15) & ~15;
     const size_t plane = (size_t)p->in_h * (size_t)p->in_w, block = (size_t)hq * (size_t)wq;
     int16_t *x = mico_host_x, *raw = mico_host_patch;
     int32_t *acc = mico_host_acc, *res = mico_host_acc + MICO_HOST_ACC;
     int32_t c, y, i, t, oy, ox;
     int32_t off[64];
     int16_t wt[64];
-    if (p->in_fmt.bits > 8 || taps > 64 || (size_t)sh * (size_t)sw * block > MICO_HOST_X ||
+    if (p->in_fmt.bits > 8 || taps > 64 || (size_t)sh * (size_t)sw * block + 16 > MICO_HOST_X ||
         plane > MICO_HOST_PATCH || span > MICO_HOST_ACC) {
         return 0;
     }
@@ -410,8 +430,8 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
         const int32_t r = (t / p->k_w) * p->dil_h, q = (t % p->k_w) * p->dil_w;
         off[t] = (int32_t)((size_t)((r % sh) * sw + q % sw) * block) + (r / sh) * wq + q / sw;
     }
-    for (i = 0; i < sh * sw * (int32_t)block; i++) {
-        x[i] = 0; /* the padding (never written below) */
+    for (i = 0; i < sh * sw * (int32_t)block + 16; i++) {
+        x[i] = 0; /* the padding (never written below), and codes past the plane */
     }
     for (c = 0; c < p->in_c; c++) {
         const int32_t b = p->bias[c];
@@ -455,9 +475,80 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
     return 1;
 }
 
+/* Depthwise convolution over the HWC input (for narrow planes, where the rows above are too
+ * short for vectors): per output pixel, one vectorised loop over its channels (padded to 16)
+ * per tap; blocks of MICO_HOST_PIX pixels wait in a tile [channel][pixel] and are requantized
+ * and packed a channel at a time. The whole input is read before any output is
+ * stored. Returns 0 when the input or the weights do not fit the scratch arrays. */
+MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t n_c = p->in_c, cp = (n_c + 15) & ~15, taps = p->k_h * p->k_w;
+    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t npix = p->out_h * p->out_w;
+    const size_t size = (size_t)hp * (size_t)wp * (size_t)n_c;
+    int16_t *x = mico_host_x, *wt = mico_host_w;
+    int32_t *tile = mico_host_acc, *acc = mico_host_acc + MICO_HOST_ACC;
+    int32_t off[64];
+    int16_t tmp[64];
+    int32_t c, t, i, pix0, j;
+    if (p->in_fmt.bits > 8 || taps > 64 || size + (size_t)cp > MICO_HOST_X ||
+        (size_t)(taps + 1) * (size_t)cp > MICO_HOST_W || cp * MICO_HOST_PIX > MICO_HOST_ACC) {
+        return 0;
+    }
+    mico_host_planes(p, in, 0, n_c, hp, wp, x);
+    for (i = 0; i < cp; i++) {
+        x[size + (size_t)i] = 0; /* read (times zero weights) past the last pixel */
+    }
+    for (t = 0; t < taps; t++) {
+        off[t] = ((t / p->k_w) * p->dil_h * wp + (t % p->k_w) * p->dil_w) * n_c;
+    }
+    for (c = 0; c < cp; c++) { /* wt[t * cp + c]: tap t of channel c (zero past n_c) */
+        if (c < n_c) {
+            mico_host_unpack_w(p->weight, (size_t)c * (size_t)taps, taps, p->w_bits, tmp);
+        }
+        for (t = 0; t < taps; t++) {
+            wt[t * cp + c] = c < n_c ? tmp[t] : 0;
+        }
+    }
+    for (pix0 = 0; pix0 < npix; pix0 += MICO_HOST_PIX) {
+        const int32_t np = npix - pix0 < MICO_HOST_PIX ? npix - pix0 : MICO_HOST_PIX;
+        for (j = 0; j < np; j++) {
+            const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+            const int16_t *base =
+                x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) *
+                        (size_t)n_c;
+            int32_t *MICO_RESTRICT a = acc;
+            for (c = 0; c < cp; c++) {
+                a[c] = 0;
+            }
+            for (t = 0; t < taps; t++) {
+                const int16_t *MICO_RESTRICT s = base + off[t];
+                const int16_t *MICO_RESTRICT w = wt + t * cp;
+                for (c = 0; c < cp; c++) { /* the product fits int16 exactly */
+                    a[c] += (int16_t)(w[c] * s[c]);
+                }
+            }
+            for (c = 0; c < n_c; c++) {
+                tile[c * MICO_HOST_PIX + j] = a[c];
+            }
+        }
+        for (c = 0; c < n_c; c++) {
+            int32_t *v = tile + c * MICO_HOST_PIX;
+            const int32_t b = p->bias[c];
+            for (j = 0; j < np; j++) {
+                v[j] += b;
+            }
+            mico_host_store(&p->out, c, v, np, out, (size_t)c * (size_t)npix + (size_t)pix0);
+        }
+    }
+    return 1;
+}
+
 void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 {
-    if (p->groups == p->in_c && p->groups == p->out_c && mico_host_dw(p, in, out)) {
+    if (p->groups == p->in_c && p->groups == p->out_c &&
+        (p->out_w < MICO_HOST_DW_ROW ? mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out)
+                                     : mico_host_dw(p, in, out))) {
         return;
     }
     if (!mico_host_conv(p, in, out)) {
@@ -467,7 +558,7 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 
 /* Linear layers: each input row unpacked once (zero-padded to kp), 4 output features at a
  * time against it; a row's sums are requantized and packed together. */
-MICO_HOST_CLONES void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
+MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t k_n = p->in_features, n_out = p->out_features, kp = mico_host_kpad(k_n);
     const int s8 = p->w_bits == 8;
@@ -519,7 +610,8 @@ MICO_HOST_CLONES void mico_qlinear_host(const MicoLinear *p, const void *in, voi
 /* Elementwise add (residual connections): mico_add's arithmetic, v = a m_a + b m_b in 64-bit
  * integers, rounded half away from zero by 2^shift and clamped, over runs of unpacked codes in
  * a loop the compiler vectorises. */
-MICO_HOST_CLONES void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
+MICO_HOST_CLONES static void mico_host_add(const MicoAdd *p, const void *a, const void *b,
+                                           void *out)
 {
     const int binary = p->fmt.bits == 1 && p->fmt.is_signed;
     const int64_t m_a = p->m_a, m_b = p->m_b, lo = p->lo, hi = p->hi;
@@ -543,5 +635,15 @@ MICO_HOST_CLONES void mico_add_host(const MicoAdd *p, const void *a, const void 
         }
         mico_pack(out, (size_t)i0, va, n, p->fmt);
     }
+}
+/* The entry points (the versioned functions stay static: one symbol each for the linker). */
+void mico_qlinear_host(const MicoLinear *p, const void *in, void *out)
+{
+    mico_host_linear(p, in, out);
+}
+
+void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
+{
+    mico_host_add(p, a, b, out);
 }
 #endif /* MICO_HOST_KERNELS */

@@ -268,6 +268,11 @@ def test_geometry(build):
         dict(in_c=5, out_c=5, hw=(16, 17), k=(5, 5), pad=(2, 2), stride=(1, 2), groups=5),
         dict(in_c=5, out_c=5, hw=(16, 17), k=(3, 3), pad=(2, 2), dil=(2, 2), groups=5),
         dict(in_c=4, out_c=8, hw=(8, 8), k=(3, 3), pad=(1, 1), groups=4),  # multiplier 2
+        # depthwise on wide rows (the plane path; narrow ones go channels-last)
+        dict(in_c=3, out_c=3, hw=(6, 41), k=(3, 3), pad=(1, 1), groups=3),
+        dict(in_c=3, out_c=3, hw=(9, 61), k=(3, 3), pad=(1, 1), stride=(2, 2), groups=3),
+        dict(in_c=2, out_c=2, hw=(7, 50), k=(5, 3), pad=(2, 1), dil=(1, 2), groups=2),
+        dict(in_c=21, out_c=21, hw=(7, 7), k=(3, 3), pad=(1, 1), groups=21),  # 2 vectors
         dict(in_c=64, out_c=10, hw=(13, 13), k=(3, 3), pad=(1, 1)),  # 576 taps: small blocks
     ]
     cases = [
