@@ -40,3 +40,12 @@ def trained_cnn(digits_split: DatasetSplit) -> SmallCNN:
 def calibration_batches(digits_split: DatasetSplit) -> list[torch.Tensor]:
     train_loader, _ = digits_split.loaders(batch_size=64, seed=0)
     return [x for x, _ in train_loader][:4]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the modules holding a test marked ``slow`` first (each module's tests stay together
+    and in order, so module fixtures are still built once). Under ``pytest -n 2`` xdist hands
+    out tests in this order: the long tests then start early and short ones fill the end,
+    instead of a minute-long test starting last while the other worker idles."""
+    slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)

@@ -60,6 +60,7 @@ def test_bad_plan_stops_before_any_work(plan, expected, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_demo_end_to_end_with_an_odd_plan(tmp_path):
     out = tmp_path / "demo"
     result = runner.invoke(

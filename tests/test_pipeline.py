@@ -44,6 +44,7 @@ def test_small_demo_agrees_exactly(tmp_path):
     assert conv2["bops"] == conv2["macs"] * 2 * 3
 
 
+@pytest.mark.slow
 def test_demo_qat_recovers_low_bit_accuracy_and_stays_bit_exact(tmp_path):
     """QAT after calibration: the C program still equals the Python reference exactly."""
     options = dict(epochs=6, channels=(4, 8), plan="conv1=8/8,conv2=4/4,fc=2/8", name="q")

@@ -147,6 +147,7 @@ def _tune_cmd(out: Path, *extra: str) -> list[str]:
             "bops=60%", "--no-compile", "--heartbeat", "1", "-o", str(out), *extra]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_sigkill_then_resume_keeps_every_finished_trial(tmp_path):
     out = tmp_path / "run"
     url, name = sqlite_url(out / "study.db"), "run"
@@ -256,6 +257,7 @@ def _two_workers(out: Path, url: str, name: str, *extra: str) -> None:
     _check_workers_study(out, url, name, 5)
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_sqlite_study_one_killed(tmp_path):
     """Two workers on one SQLite study; one is killed (SIGKILL) once a trial has finished: the
     other fails its running trial after the grace period, retries it and finishes the run."""
@@ -285,6 +287,7 @@ def test_two_workers_share_one_sqlite_study_one_killed(tmp_path):
     _check_workers_study(out, url, name, 5)
 
 
+@pytest.mark.slow
 def test_two_workers_share_one_postgresql_study(postgres_url, tmp_path):
     out = tmp_path / "pgrun"
     _two_workers(out, postgres_url, "pg-study", "--storage", postgres_url, "--study", "pg-study")
