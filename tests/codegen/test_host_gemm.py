@@ -361,3 +361,51 @@ def test_zoo_model_with_host_kernels(tmp_path):
         if name == "dscnn" and rv32.available():
             rv32.build(compiled.project)
             assert np.array_equal(rv32.run(compiled.project, x[:2]).outputs, ref[:2])
+
+
+def add_reference(a: np.ndarray, b: np.ndarray, m_a: int, m_b: int, shift: int, fmt: QFormat):
+    """clamp(round_half_away((a m_a + b m_b) / 2^shift)) in int64, binary as its sign."""
+    v = a.astype(np.int64) * m_a + b.astype(np.int64) * m_b
+    r = (np.abs(v) + (1 << (shift - 1))) >> shift
+    r = np.where(v < 0, -r, r)
+    if fmt.binary:
+        return np.where(r >= 0, 1, -1)
+    return np.clip(r, fmt.qmin, fmt.qmax)
+
+
+def test_add(build):
+    """mico_add_host on every pair of input formats it meets (widths 1..8, signed, unsigned,
+    asymmetric, int32) and several outputs, with multipliers of either sign, shifts from 1 to
+    40 and runs longer than one block of the scratch (odd lengths)."""
+    rng = np.random.default_rng(5)
+    fmts = [QFormat(8, True), QFormat(8, False, 128), QFormat(4, False), QFormat(3, True),
+            QFormat(1, True), QFormat(2, False, 1)]  # fmt: skip
+    lines = ["#include <stdio.h>", '#include "mico_nn.h"']
+    body, refs = [], []
+    for i, (fa, fb, fo) in enumerate(zip(fmts, fmts[::-1], fmts[2:] + fmts[:2], strict=True)):
+        n = (37, 1001, 40000)[i % 3]
+        a, b = codes(rng, fa, (n,), i == 4), codes(rng, fb, (n,), False)
+        m_a, m_b = int(rng.integers(-(2**20), 2**20)), int(rng.integers(-(2**20), 2**20))
+        shift = int(rng.integers(1, 41)) if i % 2 else 20
+        refs.append((add_reference(a, b, m_a, m_b, shift, fo), fo))
+        lines += [c_array("uint8_t", f"A{i}", pack(a, fa)),
+                  c_array("uint8_t", f"B{i}", pack(b, fb)),
+                  f"static const MicoAdd P{i} = {{ .n = {n}, .a_fmt = {c_fmt(fa)}, "
+                  f".b_fmt = {c_fmt(fb)}, .fmt = {c_fmt(fo)}, .m_a = {m_a}, .m_b = {m_b}, "
+                  f".shift = {shift}, .lo = {fo.qmin}, .hi = {fo.qmax} }};"]  # fmt: skip
+        size = (n * fo.bits + 7) // 8
+        body.append(f"    mico_add_host(&P{i}, A{i}, B{i}, y);\n"
+                    f"    for (i = 0; i < {size}; i++) {{ printf(\"%02x\", y[i]); }}\n"
+                    "    printf(\"\\n\");")  # fmt: skip
+    lines.append("static uint8_t y[40008];")
+    lines.append("int main(void)\n{\n    size_t i;\n" + "\n".join(body) + "\n    return 0;\n}")
+    objects = build()
+    main = objects / "add_case.c"
+    main.write_text("\n".join(lines) + "\n")
+    objs = [str(objects / s.replace(".c", ".o")) for s in SOURCES]
+    subprocess.run(["gcc", "-std=c99", "-O0", "-I", str(objects), "-o", str(objects / "add_case"),
+                    str(main), *objs], check=True, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run([str(objects / "add_case")], check=True, capture_output=True, text=True)
+    for line, (ref, fo) in zip(out.stdout.split(), refs, strict=True):
+        got = unpack(np.frombuffer(bytes.fromhex(line), np.uint8), ref.size, fo)
+        assert np.array_equal(got, ref), (fo, np.flatnonzero(got != ref)[:8])
