@@ -1076,6 +1076,29 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
                             tt[(G) * tp] = (int32_t)((uint32_t)tt[(G) * tp] + hi);          \
                         }                                                                   \
                     }                                                                       \
+                } else if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */         \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
+                            const uint32_t v = acc[g][q], i = (uint32_t)(g * NPX + q);      \
+                            const uint32_t ev = v & 0x00ff00ffu, od = (v >> 8) & 0x00ff00ffu; \
+                            wide[i] = segs ? wide[i] + ev : ev;                             \
+                            wide[(G) * NPX + i] = segs ? wide[(G) * NPX + i] + od : od;     \
+                        }                                                                   \
+                    }                                                                       \
+                    if (++segs == 257 || wp >= wend) { /* lane i of (g, q): channel iG + g */ \
+                        MICO_UNROLL for (g = 0; g < (G); g++) {                             \
+                            MICO_UNROLL for (q = 0; q < NPX; q++) {                         \
+                                const uint32_t ev = wide[g * NPX + q];                      \
+                                const uint32_t od = wide[((G) + g) * NPX + q];              \
+                                int32_t *const tt = tile + j0 + g * tp + q;                 \
+                                tt[0] += (int32_t)(ev & 0xffffu);                           \
+                                tt[(G) * tp] += (int32_t)(od & 0xffffu);                    \
+                                tt[2 * (G) * tp] += (int32_t)(ev >> 16);                    \
+                                tt[3 * (G) * tp] += (int32_t)(od >> 16);                    \
+                            }                                                               \
+                        }                                                                   \
+                        segs = 0;                                                           \
+                    }                                                                       \
                 } else if (s <= 8u && !is_signed) {                                         \
                     segs = mico_lanes_widen(sums, wide, segs, wp >= wend, (G), NPX,         \
                                             tile + j0, tp, NPX, s);                         \
@@ -1165,23 +1188,34 @@ static inline uint32_t mico_lr_code0(int32_t r, uint32_t m, uint32_t s, uint32_t
     return (uint32_t)(y > hi ? hi : y);
 }
 
+/* The same for a shift of at most 32: the whole 64-bit product. */
+static inline uint32_t mico_lr_code64(int32_t r, uint32_t m, uint32_t shift, int32_t lo,
+                                      int32_t hi, int32_t zero)
+{
+    const uint64_t v =
+        r <= 0 ? 0u : ((uint64_t)(uint32_t)r * m + ((uint64_t)1 << (shift - 1u))) >> shift;
+    int32_t y = v > (uint64_t)(uint32_t)hi ? hi : (int32_t)v;
+    y = y < lo ? lo : y;
+    return (uint32_t)(y + zero) & 0xffu;
+}
+
 /* Requantize and store n sums of one channel: code j is q applied to b + (v[j] << sh) -
  * csq[j] (modulo 2^32: the lane sums to the layer's sums), stored at element `start` of out.
- * The usual case (ReLU with a non-negative clamp, a multiplier whose shift is above 32, codes
- * of 8, 4 or 2 bits from a byte boundary, whole bytes) packs the codes in registers, a byte
- * at a time; returns 0 (nothing done) for others. */
+ * The usual case (ReLU with a non-negative clamp, a multiplier, codes of 8, 4 or 2 bits from a
+ * byte boundary, whole bytes) packs the codes in registers, a byte at a time (the high word of
+ * the product for shifts above 32); returns 0 (nothing done) for others. */
 static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
                                        const int32_t *v, const int32_t *csq, int32_t n, MicoFmt f,
                                        void *out, size_t start)
 {
     const uint32_t bits = (uint32_t)f.bits, m = (uint32_t)q->m;
-    const uint32_t s = (uint32_t)(q->shift - 32), rnd = 1u << (s - 1u);
+    const uint32_t s = q->shift > 32 ? (uint32_t)(q->shift - 32) : 1u, rnd = 1u << (s - 1u);
     const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
     const uint32_t per = 8u / bits;
     const int plain = lo == 0 && zero == 0;
     uint8_t *o;
     int32_t j;
-    if (!q->scaled || q->binary || q->shift <= 32 || !q->relu || lo < 0 ||
+    if (!q->scaled || q->binary || !q->relu || lo < 0 || hi < 0 ||
         (bits != 8u && bits != 4u && bits != 2u) || (start * bits) % 8u != 0u ||
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
@@ -1204,7 +1238,10 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
     }
 #define MICO_LR_CODE0(J) mico_lr_code0(MICO_LR_R(J), m, s, rnd, hi)
 #define MICO_LR_CODE(J) mico_lr_code(MICO_LR_R(J), m, s, rnd, lo, hi, zero)
-    if (plain) {
+#define MICO_LR_CODE64(J) mico_lr_code64(MICO_LR_R(J), m, (uint32_t)q->shift, lo, hi, zero)
+    if (q->shift <= 32) {
+        MICO_LR_LOOPS(MICO_LR_CODE64)
+    } else if (plain) {
         MICO_LR_LOOPS(MICO_LR_CODE0)
     } else {
         MICO_LR_LOOPS(MICO_LR_CODE)
@@ -1212,6 +1249,7 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
 #undef MICO_LR_R
 #undef MICO_LR_LOOPS
 #undef MICO_LR_CODE0
+#undef MICO_LR_CODE64
 #undef MICO_LR_CODE
     return 1;
 }

@@ -382,11 +382,153 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
     }
 }
 
+/* An optimization barrier: one tap's loads at a time (no spills), and loops that are not
+ * turned into calls of memset. */
+#if defined(__GNUC__)
+#define MICO_LL_SEQ() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_LL_SEQ()
+#endif
+
+/* NB blocks of F outputs (NB = 4, 2 for G = 8: 8 or 16 lane words in registers) over `taps`
+ * input codes x: block b's weight words at w + b * nf (a word per tap); every n taps the lane
+ * words go into sums (sums[b * F + c] += lane sums of output c of block b; see
+ * mico_lanes_settle and mico_lanes_widen). Each code is loaded once for the NB blocks. */
+#define MICO_LL_FN(BITS, G)                                                                 \
+    static MICO_NOINLINE void mico_ll_w##BITS##g##G(const uint32_t *w, int32_t nf,           \
+                                                    const int16_t *x, int32_t taps,          \
+                                                    int32_t n, int32_t is_signed,            \
+                                                    int32_t *sums)                           \
+    {                                                                                       \
+        enum { NB = (G) == 8 ? 2 : 4, F = 32 / (BITS) };                                    \
+        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
+        uint32_t wide[NB][2 * (G)];                                                         \
+        int32_t t0, g, b, segs = 0;                                                         \
+        for (t0 = 0; t0 < taps; t0 += n) {                                                  \
+            const int32_t seg = taps - t0 < n ? taps - t0 : n;                              \
+            const int16_t *xp = x + t0, *const xend = xp + seg;                             \
+            const uint32_t *wp[NB];                                                         \
+            uint32_t acc[NB][G];                                                            \
+            MICO_UNROLL for (b = 0; b < NB; b++) {                                          \
+                wp[b] = w + b * nf + t0;                                                    \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    acc[b][g] = 0;                                                          \
+                }                                                                           \
+            }                                                                               \
+            for (; xp < xend; xp++) {                                                       \
+                const uint32_t xv = (uint32_t)(int32_t)*xp;                                 \
+                MICO_UNROLL for (b = 0; b < NB; b++) {                                      \
+                    const uint32_t wv = *wp[b]++;                                           \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        acc[b][g] += ((wv >> (g * (BITS))) & m) * xv;                       \
+                    }                                                                       \
+                    MICO_LL_SEQ();                                                          \
+                }                                                                           \
+            }                                                                               \
+            MICO_UNROLL for (b = 0; b < NB; b++) {                                          \
+                int32_t *const sb = sums + b * F;                                           \
+                if (s == 16u) { /* two lanes a word: inline */                              \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        const uint32_t v = acc[b][g];                                       \
+                        const uint32_t lo = is_signed ? (uint32_t)((int32_t)(v << 16) >> 16) \
+                                                      : v & 0xffffu;                        \
+                        const uint32_t hi = is_signed ? (uint32_t)((int32_t)(v - lo) >> 16)  \
+                                                      : v >> 16;                            \
+                        sb[g] = (int32_t)((uint32_t)sb[g] + lo);                            \
+                        sb[g + (G)] = (int32_t)((uint32_t)sb[g + (G)] + hi);                \
+                    }                                                                       \
+                } else {                                                                    \
+                    uint32_t lw[G]; /* a copy: acc stays in registers */                    \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        lw[g] = acc[b][g];                                                  \
+                    }                                                                       \
+                    if (s <= 8u && !is_signed) {                                            \
+                        const int32_t left = mico_lanes_widen(lw, wide[b], segs,            \
+                                                              t0 + seg >= taps, (G), 1, sb, \
+                                                              1, 1, s);                     \
+                        segs = b == NB - 1 ? left : segs;                                   \
+                    } else {                                                                \
+                        mico_lanes_settle(lw, (G), 1, sb, 1, (G), 1, s, is_signed);         \
+                    }                                                                       \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+typedef void (*MicoLlFn)(const uint32_t *w, int32_t nf, const int16_t *x, int32_t taps,
+                         int32_t n, int32_t is_signed, int32_t *sums);
+
+/* Weights in channel lanes, nb blocks of F outputs at a time (mico_ll_*): each chunk of input
+ * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
+ * between chunks (blocks left over go one at a time, the kernel's other sums to spare). Then
+ * finish, requantize and pack as one run. */
+static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l,
+                                         const void *in, void *out, MicoLlFn fn, int32_t nb)
+{
+    const int32_t wb = p->w_bits, nf = p->in_features, f = 32 / wb;
+    const int32_t nblk = p->out_features / f, per = MICO_LIN_O / f; /* blocks per pass */
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    int16_t x[MICO_LIN_K];
+    int32_t acc[MICO_LIN_O], spare[4 * 32];
+    int32_t r, b0, b1, k0, j, b;
+    for (r = 0; r < p->rows; r++) {
+        const size_t x_base = (size_t)r * (size_t)nf;
+        const size_t y_base = (size_t)r * (size_t)p->out_features;
+        for (b0 = 0; b0 < nblk; b0 += per) {
+            int32_t xsum = 0;
+            b1 = b0 + per < nblk ? b0 + per : nblk;
+            for (j = 0; j < (b1 - b0) * f; j++) {
+                acc[j] = 0;
+                MICO_LL_SEQ();
+            }
+            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
+                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
+                mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
+                for (j = 0; j < kc; j++) {
+                    xsum += x[j];
+                }
+                for (b = b0; b + nb <= b1; b += nb) {
+                    fn(w + (size_t)b * (size_t)nf + (size_t)k0, nf, x, kc, l->n, l->is_signed,
+                       acc + (b - b0) * f);
+                }
+                for (; b < b1; b++) { /* blocks left over: one at a time, nb copies of it */
+                    for (j = 0; j < nb * f; j++) {
+                        spare[j] = 0;
+                        MICO_LL_SEQ();
+                    }
+                    fn(w + (size_t)b * (size_t)nf + (size_t)k0, 0, x, kc, l->n, l->is_signed,
+                       spare);
+                    for (j = 0; j < f; j++) {
+                        acc[(b - b0) * f + j] += spare[j];
+                    }
+                }
+            }
+            for (b = b0; b < b1; b++) {
+                mico_lanes_finish(acc + (b - b0) * f, 1, 1, wb, p->bias + b * f, &xsum);
+            }
+            for (j = 0; j < (b1 - b0) * f;) { /* one multiplier, or one per output */
+                const int32_t len = p->out.n_mult > 1 ? 1 : (b1 - b0) * f;
+                const MicoRq rq = mico_rq(&p->out, b0 * f + j);
+                mico_rq_run_fast(&rq, acc + j, len);
+                j += len;
+            }
+            mico_pack(out, y_base + (size_t)(b0 * f), acc, (b1 - b0) * f, p->out.fmt);
+        }
+    }
+}
+
+#define MICO_LL_DEFINE(BITS, G, NPX) MICO_LL_FN(BITS, G)
+MICO_LANES_EACH(MICO_LL_DEFINE)
+
 #define MICO_LINEAR_LANES_ENTRY(BITS, G, NPX)                                               \
     void mico_qlinear_lanes_w##BITS##g##G(const MicoLinear *p, const MicoLanes *l, const void *in,\
                                      void *out)                                             \
     {                                                                                       \
-        mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                     \
+        if (p->in_fmt.bits > 8) {                                                           \
+            mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                 \
+            return;                                                                         \
+        }                                                                                   \
+        mico_linear_ll(p, l, in, out, mico_ll_w##BITS##g##G, (G) == 8 ? 2 : 4);             \
     }
 MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)
 

@@ -59,13 +59,31 @@ LANE_WEIGHT_BITS = (1, 2, 4, 8)
 #: block kernels are compiled for (MICO_LANES_EACH in mico_nn.h)
 LANE_WIDTHS = (4, 8, 16)
 LANE_KERNELS = ((1, 4), (1, 8), (2, 4), (2, 8), (4, 2), (4, 4), (8, 2))
-#: estimated instructions per MAC of the plain kernels' inner loops: lanes are used below it
+#: estimated instructions per MAC above which the lanes do not pay: the plain kernels' inner
+#: loops (convolutions; the lanes' per-output work is about the same as theirs) and, for linear
+#: layers, whose plain kernel has no register tile, a higher bar
 PLAIN_INNER_COST = 2.5
+PLAIN_LINEAR_COST = 3.2
 
 
 def lane_channels(w_bits: int) -> int:
     """Output channels per lanes word (F)."""
     return 32 // w_bits
+
+
+def lane_cost(b: int, groups: int, n: int, negative: bool, pixels: int = 4) -> float:
+    """Estimated rv32 instructions per MAC of the lanes kernels' inner loops (mico_conv2d.c
+    mico_lr_*: NPX = 16 / G pixels, a tap pointer each; mico_linear.c mico_ll_*: NB = 4 blocks,
+    2 for G = 8, sharing each code), their flushes every ``n`` taps included."""
+    s, f = b * groups, lane_channels(b)
+    flush = 8.0 if s == 16 else 7.0 * (32 // s) if negative else 18.0  # per lane word
+    if pixels == 1:
+        nb = 2 if groups == 8 else 4
+        per_tap = 3 + nb * (2 + (2 * groups - 1) + 2 * groups)
+        return (per_tap + nb * groups * flush / n) / (nb * f)
+    npx = 16 // groups
+    per_tap = 6 + (2 * groups - 1) + npx + 2 * groups * npx
+    return (per_tap + groups * npx * flush / n) / (f * npx)
 
 
 def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int] | None:
@@ -74,9 +92,9 @@ def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int]
     A lane of s bits holds n products |w'| * |x| (w' = w + 2^(bits-1) in [1, 2^bits - 1],
     binary: {0, 1}) without carrying into the next: n * max|x| * max w' < 2^s (2^(s-1) for
     signed activations, whose lanes hold signed sums). Of the lane widths the kernels take,
-    the one with the fewest estimated instructions per MAC wins (``pixels``: 1 for a layer that
-    multiplies one input row at a time, else 4); None when no lane width fits, the widths are
-    not ones the kernels read, or the plain kernels would be as fast.
+    the one with the fewest estimated instructions per MAC (:func:`lane_cost`) wins
+    (``pixels``: 1 for a linear layer, else a convolution); None when no lane width fits, the
+    widths are not ones the kernels read, or the plain kernels would be as fast.
     """
     b = w_fmt.bits
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
@@ -93,14 +111,11 @@ def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int]
         n = cap // (x_max * w_max)
         if n < 1:
             continue
-        npx = 1 if pixels == 1 else (2 if groups == 8 else 4)
-        # a flush: each lane into its sum, plus the call and loop around them (about 40)
-        flush = (groups * npx * (32 // s) * (7 if negative else 5) + 40) / n
-        per_tap = 2 + (2 * groups - 1) + npx * (1 + 2 * groups) + flush
-        cost = per_tap / (lane_channels(b) * npx)
+        cost = lane_cost(b, groups, n, negative, pixels)
         if best is None or cost < best[0]:
             best = (cost, {"s": s, "n": min(n, 1 << 20), "is_signed": int(negative)})
-    if best is None or best[0] >= PLAIN_INNER_COST:
+    bar = PLAIN_LINEAR_COST if pixels == 1 else PLAIN_INNER_COST
+    if best is None or best[0] >= bar:
         return None
     return best[1]
 
