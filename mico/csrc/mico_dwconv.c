@@ -750,6 +750,7 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     MicoFmt w_fmt = p->in_fmt;
     int32_t ch, i, t, rows, fast_in, slow_in, pf, ps, sf, n_pad, cost_n, cost_t, trans;
     const int32_t in_plane = p->in_h * p->in_w, out_plane = p->out_h * p->out_w;
+    const int32_t in_h = p->in_h, in_w = p->in_w;
     if (p->in_fmt.bits != 8 || p->in_fmt.zero != 0 || p->out.fmt.bits != 8 ||
         p->out.fmt.zero != 0 || p->k_h != 3 || p->k_w != 3 || p->dil_h != 1 || p->dil_w != 1 ||
         p->groups != p->in_c || p->in_c != p->out_c || p->out.n_mult == 0 || p->pad_h < 0 ||
@@ -800,32 +801,36 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
         const int relu = g.relu && g.lo <= 0 && g.hi >= 0;
         int32_t w[9], y, x;
         for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
-            const int32_t r = t / 3, c = t % 3;
-            w[t] = mico_load(p->weight, (size_t)ch * 9u + (size_t)(trans ? c * 3 + r : t), w_fmt);
+            const int32_t r = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + r : t);
+            w[t] = p->w_bits == 8 ? (int32_t)((const int8_t *)p->weight)[k]
+                                  : mico_load(p->weight, (size_t)k, w_fmt);
         }
-        if (trans) { /* buffer row ps + x holds input column x */
-            for (y = 0; y < p->in_h; y++, src += p->in_w) {
-                uint8_t *d = buf + ps * MICO_DW8_PITCH + pf + y;
-                for (x = 0; x + 4 <= p->in_w; x += 4, d += 4 * MICO_DW8_PITCH) {
-                    d[0] = src[x];
-                    d[MICO_DW8_PITCH] = src[x + 1];
-                    d[2 * MICO_DW8_PITCH] = src[x + 2];
-                    d[3 * MICO_DW8_PITCH] = src[x + 3];
+        /* the plane into the buffer (the layer's sizes in locals: byte stores may alias p) */
+        if (trans) { /* buffer row ps + x holds input column x (a column: in_w apart) */
+            const int32_t w2 = 2 * in_w, w3 = 3 * in_w, w4 = 4 * in_w;
+            for (x = 0; x < in_w; x++) {
+                uint8_t *d = buf + (ps + x) * MICO_DW8_PITCH + pf;
+                const uint8_t *c = src + x;
+                for (y = 0; y + 4 <= in_h; y += 4, c += w4) {
+                    d[y] = c[0];
+                    d[y + 1] = c[in_w];
+                    d[y + 2] = c[w2];
+                    d[y + 3] = c[w3];
                 }
-                for (; x < p->in_w; x++, d += MICO_DW8_PITCH) {
-                    *d = src[x];
+                for (; y < in_h; y++, c += in_w) {
+                    d[y] = *c;
                 }
             }
         } else {
-            for (y = 0; y < p->in_h; y++, src += p->in_w) {
+            for (y = 0; y < in_h; y++, src += in_w) {
                 uint8_t *d = buf + (ps + y) * MICO_DW8_PITCH + pf;
-                for (x = 0; x + 4 <= p->in_w; x += 4) {
+                for (x = 0; x + 4 <= in_w; x += 4) {
                     d[x] = src[x];
                     d[x + 1] = src[x + 1];
                     d[x + 2] = src[x + 2];
                     d[x + 3] = src[x + 3];
                 }
-                for (; x < p->in_w; x++) {
+                for (; x < in_w; x++) {
                     d[x] = src[x];
                 }
             }
