@@ -209,8 +209,11 @@ def _c_cases(pairs: list[tuple[float, QFormat]]) -> list:
     return cases
 
 
-def _check(cases: list, target: str) -> list[dict]:
-    results = input_quant.run_cases(cases, target)
+def _check(cases: list, target: str, results: list[dict] | None = None) -> list[dict]:
+    """Run the cases (one program) unless ``results`` holds their runs; the exact path must
+    give the reference codes."""
+    if results is None:
+        results = input_quant.run_cases(cases, target)
     for case, got in zip(cases, results, strict=True):
         ref = reference(case.x, case.scale, case.fmt)
         np.testing.assert_array_equal(got["exact"][1], ref, err_msg=case.label)
@@ -239,18 +242,38 @@ FIXED = [
 ]
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_c_kernel_on_the_host_at_every_edge():
-    extra = [
-        (0.037, QFormat(8, False, 77)),
-        (1e38, QFormat(8, True)),
-        (3e38, QFormat(5, False)),
-        (2.0**-124, QFormat(6, True)),
+EXTRA = [
+    (0.037, QFormat(8, False, 77)),
+    (1e38, QFormat(8, True)),
+    (3e38, QFormat(5, False)),
+    (2.0**-124, QFormat(6, True)),
+]
+
+
+def _byte_tail_cases() -> list:
+    x = np.float32([0.0, 0.3, -0.7, 1e9, -1e9, 0.5, 2.5])
+    return [
+        input_quant.Case(f"{b}-bit {n}", QFormat(b, b % 2 == 0), 0.1, x[:n])
+        for b in (2, 3, 4, 5, 6, 7, 8)
+        for n in (1, 3, 7)
     ]
-    cases = _c_cases([*FIXED, *extra])
+
+
+@pytest.fixture(scope="module")
+def host_runs() -> dict[str, tuple[list, list[dict]]]:
+    """The fixed host cases of this module built into one program and run once (one build
+    instead of one per test): per group, the cases and their runs."""
+    groups = {"edges": _c_cases([*FIXED, *EXTRA]), "byte tails": _byte_tail_cases()}
+    results = iter(input_quant.run_cases([c for cases in groups.values() for c in cases], "host"))
+    return {name: (cases, [next(results) for _ in cases]) for name, cases in groups.items()}
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+def test_c_kernel_on_the_host_at_every_edge(host_runs):
+    cases, results = host_runs["edges"]
     # only the largest reciprocal (2**128 - 2**104: subnormal inputs reach +-1) is left out
-    assert len(cases) == len(FIXED) + len(extra) - 7
-    _check(cases, "host")
+    assert len(cases) == len(FIXED) + len(EXTRA) - 7
+    _check(cases, "host", results)
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -261,14 +284,10 @@ def test_c_kernel_on_the_host_at_random_scales(pairs):
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_c_kernel_tensors_ending_inside_a_byte():
-    x = np.float32([0.0, 0.3, -0.7, 1e9, -1e9, 0.5, 2.5])
-    cases = [
-        input_quant.Case(f"{b}-bit {n}", QFormat(b, b % 2 == 0), 0.1, x[:n])
-        for b in (2, 3, 4, 5, 6, 7, 8)
-        for n in (1, 3, 7)
-    ]
-    _check(cases, "host")
+def test_c_kernel_tensors_ending_inside_a_byte(host_runs):
+    cases, results = host_runs["byte tails"]
+    assert len(cases) == 21
+    _check(cases, "host", results)
 
 
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")

@@ -177,23 +177,35 @@ def _edge_cases() -> list:
     return cases
 
 
+def _byte_tail_cases() -> list:
+    return [
+        input_quant.Case(f"{b}-bit", QFormat(b, False), 0.1, np.float32([0.0, 0.1, 0.25])[:n])
+        for b in (1, 2, 4)
+        for n in (1, 3)
+    ]
+
+
+@pytest.fixture(scope="module")
+def host_runs() -> dict[str, list[tuple]]:
+    """The host cases of this module built into one program and run once (one build instead
+    of one per test): per group, ``(case, its runs by path)``."""
+    groups = {"edges": _edge_cases(), "byte tails": _byte_tail_cases()}
+    results = iter(input_quant.run_cases([c for cases in groups.values() for c in cases], "host"))
+    return {name: [(c, next(results)) for c in cases] for name, cases in groups.items()}
+
+
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_c_kernels_give_the_reference_codes_at_every_edge():
-    cases = _edge_cases()
-    for case, got in zip(cases, input_quant.run_cases(cases, "host"), strict=True):
+def test_c_kernels_give_the_reference_codes_at_every_edge(host_runs):
+    for case, got in host_runs["edges"]:
         ref = reference(case.x, case.scale, case.fmt)
         for path in case.paths():
             np.testing.assert_array_equal(got[path][1], ref, err_msg=f"{case.label} {path}")
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
-def test_c_codes_of_tensors_ending_inside_a_byte():
-    cases = [
-        input_quant.Case(f"{b}-bit", QFormat(b, False), 0.1, np.float32([0.0, 0.1, 0.25])[:n])
-        for b in (1, 2, 4)
-        for n in (1, 3)
-    ]
-    for case, got in zip(cases, input_quant.run_cases(cases, "host"), strict=True):
+def test_c_codes_of_tensors_ending_inside_a_byte(host_runs):
+    assert len(host_runs["byte tails"]) == 6
+    for case, got in host_runs["byte tails"]:
         for path in case.paths():
             assert got[path][1].tolist() == reference(case.x, 0.1, case.fmt).tolist()
 
