@@ -99,16 +99,18 @@ def c_out(
 
 
 def _weights(
-    ctx: EmitContext, node: Node, lanes: bool = False, binary: bool = False
+    ctx: EmitContext, node: Node, lanes: bool = False, binary: bool = False, s8: bool = False
 ) -> tuple[str, str, int]:
     """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
 
     ``lanes``: the weights as channel-lanes words (``pack_lanes``, the same bytes reordered);
-    ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels).
+    ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels);
+    ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`).
     """
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
     assert fmt is not None and weight.data is not None and bias.data is not None
+    fmt = QFormat(8, True) if s8 else fmt
     if binary:
         words = pack_binary_rows(np.asarray(weight.data), fmt)
         w_sym = "(const uint8_t *)" + ctx.const_int32(
@@ -227,6 +229,26 @@ def lanes_plan(
     return lane_plan(w_fmt, a_fmt, pixels)
 
 
+def widened_to_s8(
+    w_fmt: QFormat | None,
+    a_fmt: QFormat | None,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    macs: int | None = None,
+) -> bool:
+    """Whether a pointwise convolution (1x1, stride 1, no padding) of narrower weights on 8-bit
+    activations takes the W8A8 byte path with its weights stored as int8 codes: there the lanes
+    (8-bit codes leave few products per multiply, and a pointwise layer has few taps to spread
+    its per-output work over) cost more than the bytes do, so the layer is never slower than at
+    W8A8 (its weights take a byte each)."""
+    if w_fmt is None or a_fmt is None or w_fmt.bits >= 8 or a_fmt.bits != 8:
+        return False
+    if w_fmt.binary or (macs is not None and macs < CONV_S8_MIN_MACS):
+        return False
+    return tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0)
+
+
 def lanes_kernel(layer: str, plan: dict[str, int], w_bits: int) -> str:
     """The entry point of a lanes layer: its weight width and G = s / w_bits field groups."""
     return f"{layer}_lanes_w{w_bits}g{plan['s'] // w_bits}"
@@ -288,12 +310,15 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     binary = not host and binary_plan.takes_binary(
         node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
     )
+    s8 = not host and not binary and widened_to_s8(
+        node.inputs[1].qformat, x.qformat, (k_h, k_w), a["stride"], a["padding"], macs
+    )
     lanes = (
         None
-        if binary or host
+        if binary or host or s8
         else lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
     )
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary, s8)
     params = ctx.const_struct(
         "MicoConv2d",
         f"{node.name}_params",
