@@ -31,7 +31,13 @@ import numpy as np
 
 from mico.codegen.binary_plan import binary_kernel, takes_binary, thresholds
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
-from mico.codegen.emitters import conv2d_kernel, lanes_kernel, lanes_plan, linear_kernel
+from mico.codegen.emitters import (
+    conv2d_kernel,
+    lanes_kernel,
+    lanes_plan,
+    linear_kernel,
+    widened_to_s8,
+)
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
 from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
@@ -59,6 +65,7 @@ class Layer:
     stride: int = 1
     pad: int = 0
     groups: int = 1
+    dil: int = 1
     meta: dict = field(default_factory=dict)
 
     @property
@@ -89,9 +96,10 @@ class Layer:
     def out_hw(self) -> tuple[int, int]:
         _, h, w = self.x.shape
         kh, kw = self.weight.shape[2:]
+        d = self.dil
         return (
-            (h + 2 * self.pad - kh) // self.stride + 1,
-            (w + 2 * self.pad - kw) // self.stride + 1,
+            (h + 2 * self.pad - d * (kh - 1) - 1) // self.stride + 1,
+            (w + 2 * self.pad - d * (kw - 1) - 1) // self.stride + 1,
         )
 
     def reference(self) -> np.ndarray:
@@ -106,12 +114,13 @@ class Layer:
             xp[:, self.pad : self.pad + h, self.pad : self.pad + wd] = self.x
             out_c, ipg, kh, kw = w.shape
             oh, ow = self.out_hw
-            s = self.stride
+            s, d = self.stride, self.dil
             acc = np.zeros((out_c, oh, ow), dtype=np.int64)
             opg = out_c // self.groups
             for ky in range(kh):
                 for kx in range(kw):
-                    win = xp[:, ky : ky + s * (oh - 1) + 1 : s, kx : kx + s * (ow - 1) + 1 : s]
+                    y0, x0 = ky * d, kx * d
+                    win = xp[:, y0 : y0 + s * (oh - 1) + 1 : s, x0 : x0 + s * (ow - 1) + 1 : s]
                     for g in range(self.groups):
                         xs = win[g * ipg : (g + 1) * ipg]  # (ipg, oh, ow)
                         ws = w[g * opg : (g + 1) * opg, :, ky, kx]  # (opg, ipg)
@@ -139,6 +148,7 @@ def random_layer(
     pad: int = 0,
     stride: int = 1,
     groups: int = 1,
+    dil: int = 1,
     rows: int = 1,
     o_fmt: QFormat | None = None,
     seed: int = 0,
@@ -170,7 +180,7 @@ def random_layer(
     m = np.clip(np.round(real * 2.0**shift), 0, 2**31 - 1).astype(np.int64)
     return Layer(kind, w_fmt, a_fmt, o_fmt, w.astype(np.int64), x.astype(np.int64),
                  bias.astype(np.int64), m, shift, relu=relu, stride=stride, pad=pad,
-                 groups=groups)  # fmt: skip
+                 groups=groups, dil=dil)  # fmt: skip
 
 
 def _codes(rng: np.random.Generator, fmt: QFormat, shape: tuple, extreme: bool) -> np.ndarray:
@@ -187,7 +197,8 @@ def _array(ctype: str, name: str, values) -> str:
 
 
 def _fmt(f: QFormat) -> str:
-    return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)} }}"
+    zero = f", .zero = {f.zero}" if f.zero else ""
+    return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)}{zero} }}"
 
 
 INSTRET = """static unsigned long mico_instret(void)
@@ -222,8 +233,13 @@ def _layer_code(
                           (layer.stride,) * 2, (layer.pad,) * 2, (1, 1), layer.o_fmt)  # fmt: skip
     calls = []
     binary = layer.binary()
+    k = layer.weight.shape[2:] if layer.kind == "conv" else (0, 0)
+    s8 = layer.kind == "conv" and widened_to_s8(
+        layer.w_fmt, layer.a_fmt, k, (layer.stride,) * 2, (layer.pad,) * 2
+    )
     for path in paths:
-        lanes = plan if path == "chosen" and not binary else None
+        lanes = plan if path == "chosen" and not binary and not s8 else None
+        w_fmt = QFormat(8, True) if path == "chosen" and s8 else layer.w_fmt
         if path == "chosen" and binary:
             lines += _binary_code(layer, tag, out)
             layer_name = "mico_qlinear" if layer.kind == "linear" else "mico_qconv2d"
@@ -241,8 +257,8 @@ def _layer_code(
             lines.append(f"static const MicoLanes {lp} = {{ .s = {lanes['s']}, "
                          f".n = {lanes['n']}, .is_signed = {lanes['is_signed']} }};")  # fmt: skip
         else:
-            lines.append(_array("uint8_t", w, pack(layer.weight, layer.w_fmt)))
-        common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {layer.w_fmt.bits}, "
+            lines.append(_array("uint8_t", w, pack(layer.weight, w_fmt)))
+        common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {w_fmt.bits}, "
                   f".weight = (const uint8_t *){w}, .bias = {tag}bias, .out = {out}")  # fmt: skip
         if layer.kind == "linear":
             rows, in_f = layer.x.shape
@@ -267,11 +283,12 @@ def _layer_code(
                 f"static const MicoConv2d {p} = {{ .in_c = {in_c}, .in_h = {h}, "
                 f".in_w = {wd}, .out_c = {out_c}, .out_h = {oh}, .out_w = {ow}, .k_h = {kh}, "
                 f".k_w = {kw}, .stride_h = {s}, .stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, "
-                f".dil_h = 1, .dil_w = 1, .groups = {layer.groups}, {common} }};"
+                f".dil_h = {layer.dil}, .dil_w = {layer.dil}, .groups = {layer.groups}, "
+                f"{common} }};"
             )
-            w_bits = layer.w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
-            plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw), 1,
-                                  w_bits=w_bits)  # fmt: skip
+            w_bits = w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
+            plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw),
+                                  layer.dil, w_bits=w_bits)  # fmt: skip
             kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))

@@ -575,6 +575,21 @@ static MICO_NOINLINE void mico_s8_store(const MicoConv2d *p, const MicoRq *q, ui
         }
         return;
     }
+    if (q->scaled && !q->binary && q->shift <= 32 && q->relu && q->lo >= 0 && f.bits == 8) {
+        /* a shift of at most 32: the whole 64-bit product */
+        const uint64_t m = (uint32_t)q->m, rnd = (uint64_t)1 << (q->shift - 1);
+        const uint32_t s = (uint32_t)q->shift;
+        const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
+        uint8_t *o = (uint8_t *)out + start;
+        for (j = 0; j < n; j++) {
+            const int32_t r = (int32_t)(b + (uint32_t)v[j]);
+            const uint64_t y64 = r <= 0 ? 0u : ((uint64_t)(uint32_t)r * m + rnd) >> s;
+            int32_t y = y64 > (uint64_t)(uint32_t)hi ? hi : (int32_t)y64;
+            y = y < lo ? lo : y;
+            o[j] = (uint8_t)(uint32_t)(y + zero);
+        }
+        return;
+    }
     if (q->scaled && !q->binary && q->shift > 32 && f.bits == 8) { /* signed sums */
         mico_s8_store_signed(q, b, v, n, (uint8_t *)out + start, f.is_signed ? 0 : f.zero);
         return;
@@ -1429,6 +1444,21 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
     return 1;
 }
 
+/* A pointwise layer (1x1, stride 1, no padding) computes pixel by pixel, whatever the plane's
+ * shape: its planes taken as rows of 32 pixels, when they divide into them, so that
+ * each row's fixed work (unpacking, tap table, calls, stores) serves more pixels. */
+static const MicoConv2d *mico_lr_flat(MicoConv2d *q)
+{
+    const int32_t npix = q->out_h * q->out_w;
+    const int32_t w = npix % 32 == 0 ? 32 : q->out_w;
+    if (q->k_h == 1 && q->k_w == 1 && q->stride_h == 1 && q->stride_w == 1 && q->pad_h == 0 &&
+        q->pad_w == 0 && w > q->out_w) {
+        q->in_h = q->out_h = npix / w;
+        q->in_w = q->out_w = w;
+    }
+    return q;
+}
+
 /* The block kernels of the (bits, G) pairs, and the entry points: by rows where the layer fits,
  * else through the im2col patch. */
 #define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G)
@@ -1438,7 +1468,8 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
     void mico_qconv2d_lanes_w##BITS##g##G(const MicoConv2d *p, const MicoLanes *l, const void *in,\
                                      void *out)                                             \
     {                                                                                       \
-        if (!mico_conv_lr(p, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
+        MicoConv2d q = *p;                                                                  \
+        if (!mico_conv_lr(mico_lr_flat(&q), l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {  \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }
