@@ -118,6 +118,17 @@ def test_compile_model_takes_the_option(tmp_path):
         compile_model(model, x[:1], tmp_path / "q", "tiny", "static", patch="on")
 
 
+def test_host_kernels_with_patches(tmp_path):
+    """The host GEMM kernels pad a layer alike at top and bottom: a band padded deeper at its
+    bottom takes the portable kernels, and the program stays bit-exact."""
+    graph, x = _tiny()
+    project = emit_c_project(graph, tmp_path / "h", "tiny", patch="auto",
+                             isa_extensions=("xautovec",))  # fmt: skip
+    assert project.patch["patched"]
+    host.build(project)
+    np.testing.assert_array_equal(host.run(project, x.numpy()), run_graph(graph, x)[0].numpy())
+
+
 def test_weights_file_project_with_patches(tmp_path):
     """The band structs are constants like any other: a weights-file project loads them."""
     graph, x = _tiny()
