@@ -44,6 +44,21 @@ from mico.models import from_zoo
 from mico.targets import host
 
 RESULTS = Path(__file__).resolve().parent / "results"
+NOTES = """## Where the rest goes (W8A8)
+
+On rv32imac (no packed multiply), an 8-bit x 8-bit product costs one `mul` and its sum one
+`add`: two lanes of 16 bits cannot hold the 19-21-bit sums of these layers, so about 2
+instructions per MAC is the floor before any load or requantization. The 4-channel x
+4-pixel byte tile of `mico_conv_narrow.c` (first conv, pointwise layers) spends 8 byte loads,
+16 multiplies, 16 adds and 3 loop instructions per tap: 2.69 per MAC in its loop; the
+requantization fused with the byte stores adds about 8 instructions per output (0.13 per MAC
+for 64 taps). The depthwise byte path (`mico_qconv2d_dw8_f1`) has 9 taps per output, so its
+per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36 multiplies and 36 adds per
+4-output tile, about 9 instructions of requantization per output, and the copy of each plane
+into its padded buffer (the 25 x 5 planes run transposed, as 5 rows of 25). The pointwise
+layers are 77% of the MACs: at their 3.00 the whole model cannot go below about 3.0 unless
+they do too; 3.0 for the model needs pointwise at about 2.9 and depthwise at about 3.5.
+"""
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
 
 
@@ -186,7 +201,7 @@ def markdown(data: dict[str, Any]) -> str:
                     f"{n['macs']:,} | {n['instructions']:,} | {per} |"
                 )
             lines += [f"| (tail) | | | | | {rec['tail']:,} | |", ""]
-    return "\n".join(lines) + "\n"
+    return "\n".join([*lines, NOTES]) + "\n"
 
 
 def main() -> None:
