@@ -9,6 +9,7 @@ one case of each path on rv32 under qemu."""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import shutil
 import sys
@@ -49,11 +50,14 @@ B1 = QFormat(1, True)
 PATHS = {"swar": (), "cpop": ("zbb",)}
 
 
-def check(layers, target: str = "host", extensions: tuple[str, ...] = ()) -> list[str]:
-    """Run every layer's chosen path (one program); all must equal the reference exactly.
-    Returns the kernel each layer took."""
+def check(
+    layers, target: str = "host", extensions: tuple[str, ...] = (), results=None
+) -> list[str]:
+    """Run every layer's chosen path (one program) unless ``results`` holds their runs; all
+    must equal the reference exactly. Returns the kernel each layer took."""
     kernels = []
-    results = kernels_rv32.run_layers(layers, target, ("chosen",), extensions=extensions)
+    if results is None:
+        results = kernels_rv32.run_layers(layers, target, ("chosen",), extensions=extensions)
     for layer, ((kernel, _, out),) in zip(layers, results, strict=True):
         ref = layer.reference().ravel()
         assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
@@ -192,21 +196,40 @@ def _edge_layers(a_fmt: QFormat) -> list:
     return layers
 
 
+A_FMTS = {"a01": U1, "a-+1": B1}
+
+
+@pytest.fixture(scope="module")
+def host_runs() -> dict[str, tuple[list, list]]:
+    """Both activation formats' edge layers built into one program per popcount path and run
+    once (two builds instead of four): per ``path a_fmt``, the layers and their runs."""
+    runs = {}
+    for path, extensions in PATHS.items():
+        groups = {name: _edge_layers(a_fmt) for name, a_fmt in A_FMTS.items()}
+        every = [layer for layers in groups.values() for layer in layers]
+        results = iter(kernels_rv32.run_layers(every, "host", ("chosen",), extensions=extensions))
+        for name, layers in groups.items():
+            runs[f"{path} {name}"] = (layers, [next(results) for _ in layers])
+    return runs
+
+
 @needs_gcc
 @pytest.mark.parametrize("path", sorted(PATHS))
-@pytest.mark.parametrize("a_fmt", [U1, B1], ids=["a01", "a-+1"])
-def test_kernels_bit_exact_on_host(a_fmt, path):
-    layers = _edge_layers(a_fmt)
-    kernels = check(layers, extensions=PATHS[path])
+@pytest.mark.parametrize("a_fmt", sorted(A_FMTS))
+def test_kernels_bit_exact_on_host(a_fmt, path, host_runs):
+    layers, results = host_runs[f"{path} {a_fmt}"]
+    kernels = check(layers, results=results)
     assert all(k.endswith(f"_bin_{path}") for k in kernels), kernels
     assert any(layer.thresholds() is not None for layer in layers)
     assert any(layer.thresholds() is None for layer in layers)
 
 
 # ----------------------------------------------------------------------------- a whole model
+@functools.cache
 def _w1a1_graph(signed_mid: bool):
     """A small conv net at W1A1 (8-bit input layer; every other layer has enough MACs for the
-    popcount kernels), lowered for static mode; and samples.
+    popcount kernels), lowered for static mode; and samples (made once per module: the tests
+    only read them).
     Without a ReLU between two convolutions the middle activations are binary {-1, +1}."""
     import torch
     from torch import nn
