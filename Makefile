@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml constraints.txt
 demo: $(STAMP)
 	$(BIN)/mico demo
 
+# --durations: the slowest tests at the end of every run, to keep the suite within budget
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 --durations=20
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
