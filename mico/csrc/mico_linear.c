@@ -390,7 +390,8 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
 #define MICO_LL_SEQ()
 #endif
 
-/* NB blocks of F outputs (NB = 4, 2 for G = 8: 8 or 16 lane words in registers) over `taps`
+/* NB blocks of F outputs (NB = 4; 2 for G = 8 and 1-bit weights: 8 or 16 lane words in
+ * registers) over `taps`
  * input codes x: block b's weight words at w + b * nf (a word per tap); every n taps the lane
  * words go into sums (sums[b * F + c] += lane sums of output c of block b; see
  * mico_lanes_settle and mico_lanes_widen). Each code is loaded once for the NB blocks. */
@@ -400,9 +401,9 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                                                     int32_t n, int32_t is_signed,            \
                                                     int32_t *sums)                           \
     {                                                                                       \
-        enum { NB = (G) == 8 ? 2 : 4, F = 32 / (BITS) };                                    \
+        enum { NB = (G) == 8 || (BITS) == 1 ? 2 : 4, F = 32 / (BITS) };                     \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
-        uint32_t wide[NB][2 * (G)];                                                         \
+        uint32_t wide[NB][2 * (G)] = {{0}};                                                 \
         int32_t t0, g, b, segs = 0;                                                         \
         for (t0 = 0; t0 < taps; t0 += n) {                                                  \
             const int32_t seg = taps - t0 < n ? taps - t0 : n;                              \
@@ -437,6 +438,16 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                         sb[g] = (int32_t)((uint32_t)sb[g] + lo);                            \
                         sb[g + (G)] = (int32_t)((uint32_t)sb[g + (G)] + hi);                \
                     }                                                                       \
+                } else if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */         \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        const uint32_t v = acc[b][g];                                       \
+                        const uint32_t ev = v & 0x00ff00ffu, od = (v >> 8) & 0x00ff00ffu;   \
+                        wide[b][g] = segs ? wide[b][g] + ev : ev;                           \
+                        wide[b][(G) + g] = segs ? wide[b][(G) + g] + od : od;               \
+                    }                                                                       \
+                    if (b == NB - 1) {                                                      \
+                        segs++;                                                             \
+                    }                                                                       \
                 } else {                                                                    \
                     uint32_t lw[G]; /* a copy: acc stays in registers */                    \
                     MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
@@ -452,6 +463,19 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                     }                                                                       \
                 }                                                                           \
             }                                                                               \
+            if (s == 8u && !is_signed && (segs == 257 || t0 + seg >= taps)) {              \
+                MICO_UNROLL for (b = 0; b < NB; b++) { /* lane i of g: output iG + g */     \
+                    int32_t *const sb = sums + b * F;                                       \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        const uint32_t ev = wide[b][g], od = wide[b][(G) + g];              \
+                        sb[g] += (int32_t)(ev & 0xffffu);                                   \
+                        sb[(G) + g] += (int32_t)(od & 0xffffu);                             \
+                        sb[2 * (G) + g] += (int32_t)(ev >> 16);                             \
+                        sb[3 * (G) + g] += (int32_t)(od >> 16);                             \
+                    }                                                                       \
+                }                                                                           \
+                segs = 0;                                                                   \
+            }                                                                               \
         }                                                                                   \
     }
 
@@ -460,16 +484,17 @@ typedef void (*MicoLlFn)(const uint32_t *w, int32_t nf, const int16_t *x, int32_
 
 /* Weights in channel lanes, nb blocks of F outputs at a time (mico_ll_*): each chunk of input
  * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
- * between chunks (blocks left over go one at a time, the kernel's other sums to spare). Then
- * finish, requantize and pack as one run. */
+ * between chunks (blocks left over go one at a time through fn1). Then finish, requantize and
+ * pack as one run. */
 static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l,
-                                         const void *in, void *out, MicoLlFn fn, int32_t nb)
+                                         const void *in, void *out, MicoLlFn fn, int32_t nb,
+                                         MicoLanesFn fn1)
 {
     const int32_t wb = p->w_bits, nf = p->in_features, f = 32 / wb;
     const int32_t nblk = p->out_features / f, per = MICO_LIN_O / f; /* blocks per pass */
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     int16_t x[MICO_LIN_K];
-    int32_t acc[MICO_LIN_O], spare[4 * 32];
+    int32_t acc[MICO_LIN_O];
     int32_t r, b0, b1, k0, j, b;
     for (r = 0; r < p->rows; r++) {
         const size_t x_base = (size_t)r * (size_t)nf;
@@ -491,16 +516,9 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
                     fn(w + (size_t)b * (size_t)nf + (size_t)k0, nf, x, kc, l->n, l->is_signed,
                        acc + (b - b0) * f);
                 }
-                for (; b < b1; b++) { /* blocks left over: one at a time, nb copies of it */
-                    for (j = 0; j < nb * f; j++) {
-                        spare[j] = 0;
-                        MICO_LL_SEQ();
-                    }
-                    fn(w + (size_t)b * (size_t)nf + (size_t)k0, 0, x, kc, l->n, l->is_signed,
-                       spare);
-                    for (j = 0; j < f; j++) {
-                        acc[(b - b0) * f + j] += spare[j];
-                    }
+                for (; b < b1; b++) { /* blocks left over: one at a time (mico_nn.h) */
+                    mico_lanes_block(fn1, w + (size_t)b * (size_t)nf + (size_t)k0, x, kc, 1, 1,
+                                     l, acc + (b - b0) * f);
                 }
             }
             for (b = b0; b < b1; b++) {
@@ -528,7 +546,8 @@ MICO_LANES_EACH(MICO_LL_DEFINE)
             mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                 \
             return;                                                                         \
         }                                                                                   \
-        mico_linear_ll(p, l, in, out, mico_ll_w##BITS##g##G, (G) == 8 ? 2 : 4);             \
+        mico_linear_ll(p, l, in, out, mico_ll_w##BITS##g##G, (G) == 8 || (BITS) == 1 ? 2 : 4,\
+                       mico_lanes_w##BITS##g##G##_1);                                       \
     }
 MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)
 

@@ -74,11 +74,11 @@ def lane_channels(w_bits: int) -> int:
 def lane_cost(b: int, groups: int, n: int, negative: bool, pixels: int = 4) -> float:
     """Estimated rv32 instructions per MAC of the lanes kernels' inner loops (mico_conv2d.c
     mico_lr_*: NPX = 16 / G pixels, a tap pointer each; mico_linear.c mico_ll_*: NB = 4 blocks,
-    2 for G = 8, sharing each code), their flushes every ``n`` taps included."""
+    2 for G = 8 and binary weights, sharing each code), their flushes every ``n`` taps included."""
     s, f = b * groups, lane_channels(b)
     flush = 8.0 if s == 16 else 7.0 * (32 // s) if negative else 18.0  # per lane word
     if pixels == 1:
-        nb = 2 if groups == 8 else 4
+        nb = 2 if groups == 8 or b == 1 else 4
         per_tap = 3 + nb * (2 + (2 * groups - 1) + 2 * groups)
         return (per_tap + nb * groups * flush / n) / (nb * f)
     npx = 16 // groups
