@@ -195,3 +195,19 @@ def test_no_qualifying_prefix_is_unchanged(tmp_path):
     assert auto.arena.size == off.arena.size
     assert (tmp_path / "auto" / "mlp.c").read_text() == (tmp_path / "off" / "mlp.c").read_text()
     assert auto.patch["patched"] is False and auto.patch["why"] == "no qualifying prefix"
+
+
+def test_cli_verify_with_patches(tmp_path):
+    """``mico verify --patch auto``: the program agrees bit for bit, memory.json says why."""
+    from typer.testing import CliRunner
+
+    from mico.cli import app
+
+    out = tmp_path / "v"
+    args = ["verify", "small_cnn", "--plan", "8/8", "--mode", "static", "--samples", "3"]
+    result = CliRunner().invoke(app, [*args, "--patch", "auto", "-o", str(out), "--quiet"])
+    assert result.exit_code == 0, result.output
+    patch = json.loads((out / "memory.json").read_text())["patch"]
+    assert patch["mode"] == "auto" and "arena_bytes" in patch
+    bad = CliRunner().invoke(app, ["compile", "small_cnn", "--patch", "on", "-o", str(out) + "b"])
+    assert bad.exit_code != 0 and "patch mode" in bad.output
