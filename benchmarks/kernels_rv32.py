@@ -474,37 +474,61 @@ PLANS = [
 ]
 
 
-def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
-    label, wb, ab, signed = plan
+def _plan_layer(shape: dict, plan: tuple) -> Layer:
+    """The benchmark's layer of a shape at a (label, w bits, a bits, signed) plan."""
+    _, wb, ab, signed = plan
     spec = dict(shape)
     kind = spec.pop("kind")
     a_fmt = QFormat.for_bits(ab, signed)
     # binary outputs follow no ReLU (after one every output would be +1)
-    layer = random_layer(kind, QFormat.for_bits(wb, True), a_fmt, relu=not a_fmt.binary, **spec)
-    ref = layer.reference().ravel()
-    (chosen, c_count, c_out), (plain, p_count, p_out) = run_layer(layer, target)
-    zbb: dict = {"zbb_kernel": None, "zbb_instructions": None, "zbb_per_mac": None}
-    exact = np.array_equal(c_out, ref) and np.array_equal(p_out, ref)
-    if layer.binary():  # the popcount kernels again, built for a core with Zbb (cpop)
-        ((z_kernel, z_count, z_out),) = run_layer(layer, target, ("chosen",), extensions=("zbb",))
-        zbb = {"zbb_kernel": z_kernel, "zbb_instructions": z_count,
-               "zbb_per_mac": z_count / layer.macs}  # fmt: skip
-        exact = exact and np.array_equal(z_out, ref)
-    return {
-        "plan": label,
-        "w_bits": format_bits(wb),
-        "a_bits": ab,
-        "a_signed": signed,
-        "macs": layer.macs,
-        "kernel": chosen,
-        "instructions": c_count,
-        "per_mac": c_count / layer.macs,
-        "plain_kernel": plain,
-        "plain_instructions": p_count,
-        "plain_per_mac": p_count / layer.macs,
-        **zbb,
-        "exact": bool(exact),
-    }
+    return random_layer(kind, QFormat.for_bits(wb, True), a_fmt, relu=not a_fmt.binary, **spec)
+
+
+def measure_shape(shape: dict, plans: list, target: str = "rv32") -> list[dict]:
+    """Every plan of one shape, in one program (chosen and plain paths), the binary layers
+    again with Zbb in a second one."""
+    layers = [_plan_layer(shape, plan) for plan in plans]
+    runs = run_layers(layers, target)
+    binary = [i for i, layer in enumerate(layers) if layer.binary()]
+    zbb_runs = (
+        run_layers([layers[i] for i in binary], target, ("chosen",), extensions=("zbb",))
+        if binary
+        else []
+    )
+    zbb_of = dict(zip(binary, zbb_runs, strict=True))
+    rows = []
+    for i, (plan, layer, run) in enumerate(zip(plans, layers, runs, strict=True)):
+        label, wb, ab, signed = plan
+        ref = layer.reference().ravel()
+        (chosen, c_count, c_out), (plain, p_count, p_out) = run
+        zbb: dict = {"zbb_kernel": None, "zbb_instructions": None, "zbb_per_mac": None}
+        exact = np.array_equal(c_out, ref) and np.array_equal(p_out, ref)
+        if i in zbb_of:  # the popcount kernels again, built for a core with Zbb (cpop)
+            ((z_kernel, z_count, z_out),) = zbb_of[i]
+            zbb = {"zbb_kernel": z_kernel, "zbb_instructions": z_count,
+                   "zbb_per_mac": z_count / layer.macs}  # fmt: skip
+            exact = exact and np.array_equal(z_out, ref)
+        rows.append({
+            "plan": label,
+            "w_bits": format_bits(wb),
+            "a_bits": ab,
+            "a_signed": signed,
+            "macs": layer.macs,
+            "kernel": chosen,
+            "instructions": c_count,
+            "per_mac": c_count / layer.macs,
+            "plain_kernel": plain,
+            "plain_instructions": p_count,
+            "plain_per_mac": p_count / layer.macs,
+            **zbb,
+            "exact": bool(exact),
+        })  # fmt: skip
+    return rows
+
+
+def measure(shape: dict, plan: tuple, target: str = "rv32") -> dict:
+    """One plan of one shape (see :func:`measure_shape`)."""
+    return measure_shape(shape, [plan], target)[0]
 
 
 def _markdown(results: dict, meta: dict) -> str:
@@ -536,19 +560,34 @@ def _markdown(results: dict, meta: dict) -> str:
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
     out += [
-        "## Summary: instructions per MAC, now (before)",
+        "## Summary: instructions per MAC, now (before) and gain vs W8A8",
+        "",
+        "Before: the chosen path's figure in the results this run replaced (--baseline); "
+        "the gain is W8A8's figure over the pair's, both now (above 1: fewer instructions "
+        "than W8A8).",
         "",
         "| layer | " + " | ".join(plans) + " |",
         "|---|" + "---:|" * len(plans),
     ]
     for shape, rows in results.items():
         by_plan = {r["plan"]: r for r in rows}
-        cells = [
-            f"{by_plan[p]['per_mac']:.2f} ({by_plan[p]['plain_per_mac']:.2f})" if p in by_plan
-            else "-"
-            for p in plans
-        ]  # fmt: skip
+        cells = []
+        for p in plans:
+            r = by_plan.get(p)
+            if r is None:
+                cells.append("-")
+                continue
+            was = r.get("before_per_mac")
+            cells.append(f"{r['per_mac']:.2f}" + (f" ({was:.2f})" if was else ""))
         out.append(f"| {shape} | " + " | ".join(cells) + " |")
+    out += ["", "| layer | " + " | ".join(plans) + " |", "|---|" + "---:|" * len(plans)]
+    for shape, rows in results.items():
+        by_plan = {r["plan"]: r for r in rows}
+        base = by_plan.get("8/8", {}).get("per_mac")
+        cells = [
+            f"{base / by_plan[p]['per_mac']:.2f}×" if base and p in by_plan else "-" for p in plans
+        ]
+        out.append(f"| {shape} (gain vs W8A8) | " + " | ".join(cells) + " |")
     out.append("")
     for shape, rows in results.items():
         base = next((r["per_mac"] for r in rows if r["plan"] == "8/8"), None)
@@ -591,6 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plans", default="", help="comma-separated labels (default: all)")
     ap.add_argument("--shapes", default="", help="comma-separated shape labels (default: all)")
     ap.add_argument(
+        "--baseline",
+        action="store_true",
+        help="take the existing results' chosen figures as the 'before' column",
+    )
+    ap.add_argument(
         "--merge",
         action="store_true",
         help="keep the other rows of the existing kernels_rv32.json (rerun a subset)",
@@ -598,22 +642,28 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     plans = [p for p in PLANS if not args.plans or p[0] in args.plans.split(",")]
     shapes = {k: v for k, v in SHAPES.items() if not args.shapes or k in args.shapes.split(",")}
+    out = Path(args.out)
+    old = out / "kernels_rv32.json"
+    before = json.loads(old.read_text())["results"] if old.exists() else {}
     results: dict[str, list] = {}
     for name, shape in shapes.items():
-        results[name] = []
-        for plan in plans:
-            r = measure(shape, plan)
+        results[name] = measure_shape(shape, plans)
+        prev = {r["plan"]: r for r in before.get(name, [])}
+        for r in results[name]:
+            # the chosen path's figure in the results this run replaces
+            was = prev.get(r["plan"], {})
+            r["before_per_mac"] = was.get("before_per_mac", was.get("per_mac"))
+            if args.baseline:
+                r["before_per_mac"] = was.get("per_mac")
             print(f"{name:32s} {r['plan']:12s} plain {r['plain_per_mac']:6.2f}  chosen "
                   f"{r['per_mac']:6.2f} ({r['kernel']}) {'exact' if r['exact'] else 'MISMATCH'}",
                   flush=True)  # fmt: skip
-            results[name].append(r)
     cc = subprocess.run([RV32_CC, "--version"], capture_output=True, text=True).stdout
     meta = {
         "date": __import__("datetime").date.today().isoformat(),
         "host": f"{platform.machine()} {platform.system()}",
         "cc": cc.splitlines()[0] if cc else RV32_CC,
     }
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.merge and (out / "kernels_rv32.json").exists():
         results = _merged(json.loads((out / "kernels_rv32.json").read_text())["results"], results)
