@@ -148,11 +148,11 @@ def test_lane_cost_picks_the_cheaper_width():
 
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
 def test_rv32_lanes_rows_bit_exact_and_cheaper():
-    """On rv32imac the new paths are bit-exact and cheaper than the old ones: W4A4 conv by
-    rows below 2.6 instructions per MAC, W2A2 linear below 2.0."""
+    """On rv32imac the new paths (W4A4 conv by rows, W2A2 linear by 4 blocks a code) are
+    bit-exact and take fewer instructions than the plain kernels."""
     c = conv(W4, A4, 400, in_c=16, out_c=16, hw=8, k=3, pad=1)
     fc = kernels_rv32.random_layer("linear", QFormat(2, True), QFormat(2, False), in_c=256,
-                                   out_c=32, seed=401)  # fmt: skip
+                                   out_c=64, seed=401)  # fmt: skip
     for layer, results in zip((c, fc), kernels_rv32.run_layers([c, fc], "rv32"), strict=True):
         ref = layer.reference().ravel()
         (_, count, out), (_, plain_count, plain_out) = results
