@@ -45,7 +45,8 @@ def calibration_batches(digits_split: DatasetSplit) -> list[torch.Tensor]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Run the modules holding a test marked ``slow`` first (each module's tests stay together
     and in order, so module fixtures are still built once). Under ``pytest -n 2`` xdist hands
-    out tests in this order: the long tests then start early and short ones fill the end,
-    instead of a minute-long test starting last while the other worker idles."""
+    out tests in this order (``--dist worksteal``: a worker that runs out takes half of the
+    other's queue): the long tests then start early and short ones fill the end, instead of a
+    minute-long test starting last while the other worker idles."""
     slow = {item.nodeid.split("::")[0] for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.nodeid.split("::")[0] not in slow)
