@@ -135,6 +135,69 @@ static void mico_host_unpack_w(const uint8_t *w, size_t start, int32_t n, int32_
     mico_unpack(w, start, n, f, dst);
 }
 
+/* n codes of format f from element `start` into dst (int16): byte-aligned runs of 4-, 2- and
+ * 1-bit codes a byte at a time in loops the compiler vectorises (a field x maps to the code
+ * ((x ^ flip) << sh) - off, mico_nn.h's MicoFieldMap), everything else through mico_unpack. */
+static void mico_host_unpack(const void *buf, size_t start, int32_t n, MicoFmt f,
+                             int16_t *MICO_RESTRICT dst)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t per = f.bits < 8 ? 8 / f.bits : 1;
+    const uint8_t *src = (const uint8_t *)buf + start * (size_t)f.bits / 8u;
+    const int32_t flip = (int32_t)m.x, sh = (int32_t)m.sh, off = m.o;
+    int32_t i, k;
+    if ((f.bits != 4 && f.bits != 2 && f.bits != 1) || (start * (size_t)f.bits) % 8u != 0 ||
+        n % per != 0) {
+        mico_unpack(buf, start, n, f, dst);
+        return;
+    }
+#define MICO_HOST_UNPACK_BYTES(PER, BITS)                                                   \
+    for (i = 0; i < n / (PER); i++) {                                                        \
+        const int32_t byte = src[i];                                                         \
+        for (k = 0; k < (PER); k++) {                                                        \
+            const int32_t field = (byte >> (k * (BITS))) & ((1 << (BITS)) - 1);              \
+            dst[i * (PER) + k] = (int16_t)(((field ^ flip) << sh) - off);                    \
+        }                                                                                    \
+    }
+    if (f.bits == 4) {
+        MICO_HOST_UNPACK_BYTES(2, 4)
+    } else if (f.bits == 2) {
+        MICO_HOST_UNPACK_BYTES(4, 2)
+    } else {
+        MICO_HOST_UNPACK_BYTES(8, 1)
+    }
+#undef MICO_HOST_UNPACK_BYTES
+}
+
+/* mico_pack of n codes at element `start`: byte-aligned runs of 4- and 2-bit codes (not
+ * binary) a byte at a time in loops the compiler vectorises, everything else through
+ * mico_pack. */
+static void mico_host_pack(void *buf, size_t start, const int32_t *MICO_RESTRICT v, int32_t n,
+                           MicoFmt f)
+{
+    uint8_t *MICO_RESTRICT dst = (uint8_t *)buf + start * (size_t)f.bits / 8u;
+    const int32_t zero = f.is_signed ? 0 : f.zero;
+    int32_t i;
+    if ((f.bits != 4 && f.bits != 2) || (start * (size_t)f.bits) % 8u != 0 ||
+        n % (8 / f.bits) != 0) {
+        mico_pack(buf, start, v, n, f);
+        return;
+    }
+    if (f.bits == 4) {
+        for (i = 0; i < n / 2; i++) {
+            dst[i] = (uint8_t)(((uint32_t)(v[2 * i] + zero) & 15u) |
+                               ((uint32_t)(v[2 * i + 1] + zero) & 15u) << 4);
+        }
+    } else {
+        for (i = 0; i < n / 4; i++) {
+            dst[i] = (uint8_t)(((uint32_t)(v[4 * i] + zero) & 3u) |
+                               ((uint32_t)(v[4 * i + 1] + zero) & 3u) << 2 |
+                               ((uint32_t)(v[4 * i + 2] + zero) & 3u) << 4 |
+                               ((uint32_t)(v[4 * i + 3] + zero) & 3u) << 6);
+        }
+    }
+}
+
 /* s[c * 2 + j] = dot(w row c, x row j) over kp taps, for 4 weight rows (kp apart) and 2 patch
  * rows (kp apart): eight int32 reductions of int16 products, one vector accumulator each. */
 static MICO_HOST_INLINE void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
@@ -223,10 +286,21 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
             const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
             v[i] = y < lo ? lo : y > hi ? hi : y;
         }
+    } else if (q.scaled && !q.binary) { /* shift <= 32: the whole 64-bit product */
+        const uint64_t m = (uint32_t)q.m, rnd = (uint64_t)1 << (q.shift - 1);
+        const int32_t s = q.shift, floor0 = q.relu ? 0 : INT32_MIN;
+        const int64_t lo = q.lo, hi = q.hi;
+        for (i = 0; i < n; i++) {
+            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const uint64_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            const int64_t h = (int64_t)((mag * m + rnd) >> s); /* < 2^62: no overflow */
+            const int64_t y = r < 0 ? -h : h;                   /* clamped into int32 below */
+            v[i] = (int32_t)(y < lo ? lo : y > hi ? hi : y);
+        }
     } else {
         mico_rq_run(&q, v, n);
     }
-    mico_pack(out, start, v, n, o->fmt);
+    mico_host_pack(out, start, v, n, o->fmt);
 }
 
 /* The padded input of channels ic0 .. ic0 + n - 1 in HWC order (hp x wp pixels of n codes,
@@ -268,13 +342,14 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
     for (c = 0; c < n; c++) {
         const size_t first = (size_t)(ic0 + c) * plane;
         if (plane <= MICO_HOST_PATCH) { /* the whole plane at once: the patch is free here */
-            mico_unpack(in, first, (int32_t)plane, p->in_fmt, mico_host_patch);
+            mico_host_unpack(in, first, (int32_t)plane, p->in_fmt, mico_host_patch);
         }
         for (y = 0; y < p->in_h; y++) {
             int16_t *dst = x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
             const int16_t *src = mico_host_patch + (size_t)y * (size_t)p->in_w;
             if (plane > MICO_HOST_PATCH) {
-                mico_unpack(in, first + (size_t)y * (size_t)p->in_w, p->in_w, p->in_fmt, row);
+                mico_host_unpack(in, first + (size_t)y * (size_t)p->in_w, p->in_w, p->in_fmt,
+                                 row);
                 src = row;
             }
             for (i = 0; i < p->in_w; i++) {
@@ -435,7 +510,7 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
     }
     for (c = 0; c < p->in_c; c++) {
         const int32_t b = p->bias[c];
-        mico_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, raw);
+        mico_host_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, raw);
         for (y = 0; y < p->in_h; y++) {
             const int32_t r = y + p->pad_h;
             const int16_t *MICO_RESTRICT src = raw + (size_t)y * (size_t)p->in_w;
@@ -571,7 +646,7 @@ MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *i
         return;
     }
     for (r = 0; r < p->rows; r++) {
-        mico_unpack(in, (size_t)r * (size_t)k_n, k_n, p->in_fmt, x);
+        mico_host_unpack(in, (size_t)r * (size_t)k_n, k_n, p->in_fmt, x);
         for (k = k_n; k < kp; k++) {
             x[k] = 0;
         }
@@ -604,7 +679,7 @@ MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *i
             const MicoRq q = mico_rq(&p->out, o);
             acc[o] = mico_rq_apply(&q, acc[o]);
         }
-        mico_pack(out, (size_t)r * (size_t)n_out, acc, n_out, p->out.fmt);
+        mico_host_pack(out, (size_t)r * (size_t)n_out, acc, n_out, p->out.fmt);
     }
 }
 /* Elementwise add (residual connections): mico_add's arithmetic, v = a m_a + b m_b in 64-bit
@@ -633,7 +708,7 @@ MICO_HOST_CLONES static void mico_host_add(const MicoAdd *p, const void *a, cons
             const int64_t r = v < 0 ? -mag : mag;
             va[j] = (int32_t)(r < lo ? lo : r > hi ? hi : r);
         }
-        mico_pack(out, (size_t)i0, va, n, p->fmt);
+        mico_host_pack(out, (size_t)i0, va, n, p->fmt);
     }
 }
 /* The entry points (the versioned functions stay static: one symbol each for the linker). */
