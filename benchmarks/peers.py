@@ -7,8 +7,10 @@ docs/peers.md; ``pip install -e '.[peers]'``):
 
 The same seeded float models (random weights, the same for every tool) go through each tool:
 
-* mico: W8A8 and W4A4 static, per-channel weights, compiled to C, built on the host at -O2,
-  timed natively (``mico.targets.host.profile``), arena and flash from the compiled project.
+* mico: W8A8, W4A4 and W2A2 static, per-channel weights, compiled to C for the host (the
+  GEMM kernels of ``mico_host_gemm.c``; W8A8 also with the portable kernels every target
+  builds), built by the generated Makefile (host: -O3), timed natively
+  (``mico.targets.host.profile``), arena and flash from the compiled project.
 * LiteRT (``ai-edge-litert``): an int8 ``.tflite`` made by ``litert-torch`` from a PT2E
   quantized graph (symmetric int8, per-channel weights, static activations), run once with the
   builtin kernels only and once with the XNNPACK delegate.
@@ -216,12 +218,17 @@ def failed(model: str, tool: str, stage: str, exc: BaseException) -> dict[str, A
 
 # ---------------------------------------------------------------------------- mico
 def run_mico(name: str, model: nn.Module, calib: np.ndarray, x: np.ndarray, ref: np.ndarray,
-             bits: str, work: Path) -> dict[str, Any]:  # fmt: skip
+             bits: str, work: Path, portable: bool = False) -> dict[str, Any]:  # fmt: skip
+    """mico at ``bits`` (every layer), generated for the host (its GEMM kernels, the
+    generated Makefile's host flags: -O3), or with ``portable`` the kernels every target
+    builds (those tuned for rv32), at the same flags."""
     from mico.codegen.compile import compile_model
+    from mico.deploy import generation_extensions
     from mico.quant import QuantConfig, calibrate, quantize_model
     from mico.targets import host
 
-    tool = f"mico W{bits[0]}A{bits[2]}"
+    tool = f"mico W{bits[0]}A{bits[2]}" + (" portable" if portable else "")
+    extensions = () if portable else generation_extensions(["host"])
     qmodel = copy.deepcopy(model)
     stage = "compile"
     try:
@@ -234,11 +241,12 @@ def run_mico(name: str, model: nn.Module, calib: np.ndarray, x: np.ndarray, ref:
         compiled = compile_model(
             qmodel, torch.from_numpy(x[:1]), work / f"mico_{name}_{bits[0]}{bits[2]}", "model",
             "static", calibration=batches, force=True, sample_inputs=x[:1],
+            isa_extensions=extensions,
         )  # fmt: skip
         seconds = time.perf_counter() - start
         project = compiled.project
         stage = "build"
-        host.build(project)  # the generated Makefile's CFLAGS: -O2
+        host.build(project)  # the generated Makefile's host CFLAGS: -O3
         stage = "run"
         out = host.run(project, x)
         reference = compiled.reference(x)
@@ -257,8 +265,8 @@ def run_mico(name: str, model: nn.Module, calib: np.ndarray, x: np.ndarray, ref:
         top1_vs_fp32=top1(out, ref),
         own_reference=f"bit-exact {same}/{len(x)} vs mico's Python reference",
         own_top1=top1(out, reference),
-        note=f"native C, gcc -O2; {prof.instructions_per_inference} instructions/inference; "
-        f"compile {seconds:.0f} s",
+        note=f"native C, gcc -O3, {'portable kernels' if portable else 'host kernels'}; "
+        f"{prof.instructions_per_inference} instructions/inference; compile {seconds:.0f} s",
     )  # fmt: skip
 
 
@@ -569,10 +577,14 @@ def run_model(
         print(f"[{name}] ExecuTorch: {[r['status'][:40] for r in rows[-2:]]}", flush=True)
         save(rows)
     if "mico" in tools:
-        for bits in ("8/8", "4/4"):
+        for bits in MICO_BITS:
             rows.append(run_mico(name, model, calib, x, ref, bits, work))
             print(f"[{name}] {rows[-1]['tool']}: {rows[-1]['status']}", flush=True)
             save(rows)
+    if "mico-portable" in tools:
+        rows.append(run_mico(name, model, calib, x, ref, "8/8", work, portable=True))
+        print(f"[{name}] {rows[-1]['tool']}: {rows[-1]['status']}", flush=True)
+        save(rows)
     return rows
 
 
@@ -597,10 +609,15 @@ class Rows(list):
             item["ratio_vs_torch"] = item["latency_s"] / self.torch_s
 
 
+#: the widths mico runs every model at (every layer)
+MICO_BITS = ("8/8", "4/4", "2/2")
+
 ORDER = (
     "PyTorch eager fp32",
     "mico W8A8",
     "mico W4A4",
+    "mico W2A2",
+    "mico W8A8 portable",
     "TFLM",
     "LiteRT builtin",
     "LiteRT XNNPACK",
@@ -686,8 +703,11 @@ def write_markdown(
         "stride-2 stem, 96x96x3 input and 2 classes.",
         f"- Every tool is calibrated on the same {CALIBRATION} seeded N(0,1) inputs and compared "
         f"on {EVAL} others.",
-        "- mico: static activations, per-channel weights, W8A8 and W4A4 (every layer); C "
-        "built by the generated Makefile with gcc -O2 and timed natively by "
+        "- mico: static activations, per-channel weights, W8A8, W4A4 and W2A2 (every layer); "
+        "C generated for the host (its `xautovec` capability: the int16 GEMM kernels of "
+        "`mico_host_gemm.c`), and W8A8 once more with the portable kernels every target "
+        "builds (`portable`, tuned for rv32); built by the generated Makefile (host: gcc -O3, "
+        "no -march) and timed natively by "
         "`mico.targets.host.profile` (a long run minus the start-up). The own-reference "
         "check is the bit-exact comparison of the C outputs with mico's Python reference.",
         "- LiteRT / TFLM: int8 through litert-torch PT2E (symmetric, per-channel weights, "
@@ -788,7 +808,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--tools", default="mico,litert,executorch")
+    parser.add_argument(
+        "--tools", default="mico,mico-portable,litert,executorch",
+        help="mico (host kernels, W8A8/W4A4/W2A2), mico-portable (W8A8 with the kernels "
+        "every target builds), litert (LiteRT builtin and XNNPACK, TFLM), executorch",
+    )  # fmt: skip
     parser.add_argument("--work", type=Path, default=None, help="keep generated files here")
     parser.add_argument(
         "--merge", action="store_true",
