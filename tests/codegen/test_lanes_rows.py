@@ -35,26 +35,43 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 W4, A4 = QFormat(4, True), QFormat(4, False)
 
 
-def check(layers, target: str = "host") -> list[str]:
-    """Every layer's chosen path (one program) equals the reference; returns the kernels."""
-    chosen = []
-    results_all = kernels_rv32.run_layers(layers, target, ("chosen",))
-    for i, (layer, results) in enumerate(zip(layers, results_all, strict=True)):
-        ref = layer.reference().ravel()
-        ((kernel, _, out),) = results
-        assert np.array_equal(out, ref), (i, kernel, np.flatnonzero(out != ref)[:10])
-        chosen.append(kernel)
-    return chosen
+#: the host cases, built once: case name -> its layers (every case in one program)
+CASES: dict = {}
+
+
+def case(fn):
+    """Register a function returning a case's layers (run by the module's one program)."""
+    CASES[fn.__name__] = fn
+    return fn
+
+
+@pytest.fixture(scope="module")
+def chosen() -> dict[str, list[str]]:
+    """Every case's layers through their chosen paths in one host program, each output held
+    to the reference; case name -> the kernel of each layer."""
+    layers = {name: fn() for name, fn in CASES.items()}
+    flat = [layer for group in layers.values() for layer in group]
+    runs = iter(kernels_rv32.run_layers(flat, "host", ("chosen",)))
+    kernels: dict[str, list[str]] = {}
+    for name, group in layers.items():
+        kernels[name] = []
+        for i, layer in enumerate(group):
+            ((kernel, _, out),) = next(runs)
+            ref = layer.reference().ravel()
+            assert np.array_equal(out, ref), (name, i, kernel, np.flatnonzero(out != ref)[:10])
+            kernels[name].append(kernel)
+    return kernels
 
 
 def conv(w_fmt, a_fmt, seed, **kw):
     return kernels_rv32.random_layer("conv", w_fmt, a_fmt, seed=seed, **kw)
 
 
-def test_conv_windows():
+@case
+def conv_windows():
     """Stride 2 (rows by phase), dilation 2, padding 2 around a 3x3, a 5x5 kernel, 1x1,
     odd planes, groups of F channels: every layer through the lanes by rows."""
-    layers = [
+    return [
         conv(W4, A4, 1, in_c=6, out_c=8, hw=9, k=3, pad=1, stride=2),
         conv(W4, A4, 2, in_c=5, out_c=8, hw=11, k=3, pad=2, dil=2),
         conv(W4, A4, 3, in_c=3, out_c=16, hw=7, k=5, pad=2),
@@ -63,10 +80,14 @@ def test_conv_windows():
         conv(W4, A4, 6, in_c=4, out_c=8, hw=10, k=3, pad=0, stride=3),
         conv(W4, A4, 7, in_c=4, out_c=8, hw=9, k=2, pad=3, stride=2, dil=2),
     ]
-    assert all(k == "mico_qconv2d_lanes_w4g4" for k in check(layers))
 
 
-def test_conv_chunks_passes_and_fallback():
+def test_conv_windows(chosen):
+    assert all(k == "mico_qconv2d_lanes_w4g4" for k in chosen["conv_windows"])
+
+
+@case
+def conv_chunks_passes_and_fallback():
     """Input channels in several chunks (rows refilled, no ring), output blocks in several
     passes of the tile, both at once; rows wider than the kernels take (the im2col lanes)."""
     w8, w2 = QFormat(8, True), QFormat(2, True)
@@ -77,33 +98,44 @@ def test_conv_chunks_passes_and_fallback():
         conv(W4, A4, 14, in_c=3, out_c=8, hw=70, k=1),  # 70 columns: the im2col lanes
     ]
     layers[3].x = layers[3].x[:, :2, :]  # 2 x 70 inputs (the layer stays small)
-    chosen = check(layers)
-    assert chosen[1] == "mico_qconv2d_lanes_w8g2" and chosen[2] == "mico_qconv2d_lanes_w2g4"
+    return layers
 
 
-@pytest.mark.parametrize(
-    "w_fmt", [QFormat(1, True), QFormat.for_bits(TERNARY, True), QFormat(2, True), W4,
-              QFormat(8, True)], ids=str,
-)  # fmt: skip
-def test_conv_every_activation(w_fmt):
+def test_conv_chunks_passes_and_fallback(chosen):
+    kernels = chosen["conv_chunks_passes_and_fallback"]
+    assert kernels[1] == "mico_qconv2d_lanes_w8g2" and kernels[2] == "mico_qconv2d_lanes_w2g4"
+
+
+W_FMTS = [QFormat(1, True), QFormat.for_bits(TERNARY, True), QFormat(2, True), W4,
+          QFormat(8, True)]  # fmt: skip
+
+
+@case
+def conv_every_activation():
     """Each weight width against activations of 1..8 bits, unsigned, signed and asymmetric,
     on an odd 5 x 7 plane (pixel groups left partly empty); with saturating extremes."""
-    out_c = 32 // w_fmt.bits
     layers = []
-    for a_bits in range(1, 9):
-        fmts = [QFormat(a_bits, False), QFormat(a_bits, True)]
-        if 2 <= a_bits <= 8:
-            fmts.append(QFormat.asymmetric(a_bits, (2**a_bits) // 3))
-        for j, a_fmt in enumerate(fmts):
-            layer = conv(w_fmt, a_fmt, 100 * a_bits + j, in_c=3, out_c=out_c, hw=5, k=3, pad=1,
-                         extreme=j == 1 and a_bits % 2 == 0)  # fmt: skip
-            layer.x = np.concatenate([layer.x, layer.x[:, :, :2]], axis=2)
-            layers.append(layer)
-    chosen = check(layers)
-    assert sum(k.startswith("mico_qconv2d_lanes") for k in chosen) >= 8
+    for w_fmt in W_FMTS:
+        out_c = 32 // w_fmt.bits
+        for a_bits in range(1, 9):
+            fmts = [QFormat(a_bits, False), QFormat(a_bits, True)]
+            if 2 <= a_bits <= 8:
+                fmts.append(QFormat.asymmetric(a_bits, (2**a_bits) // 3))
+            for j, a_fmt in enumerate(fmts):
+                layer = conv(w_fmt, a_fmt, 100 * a_bits + j, in_c=3, out_c=out_c, hw=5, k=3,
+                             pad=1, extreme=j == 1 and a_bits % 2 == 0)  # fmt: skip
+                layer.x = np.concatenate([layer.x, layer.x[:, :, :2]], axis=2)
+                layers.append(layer)
+    return layers
 
 
-def test_conv_stores():
+def test_conv_every_activation(chosen):
+    kernels = chosen["conv_every_activation"]
+    assert sum(k.startswith("mico_qconv2d_lanes") for k in kernels) >= 5 * 8
+
+
+@case
+def conv_stores():
     """The fused store (8-, 4-, 2-bit codes after a ReLU, a zero point) and its fallbacks:
     odd rows of 4-bit codes (not whole bytes), 3-bit and signed outputs, no ReLU, a single
     multiplier, multipliers that saturate."""
@@ -117,10 +149,15 @@ def test_conv_stores():
     extreme = conv(W4, A4, 300, in_c=7, out_c=16, hw=6, k=3, pad=1, extreme=True)
     one = conv(QFormat(2, True), QFormat(2, False), 301, in_c=7, out_c=16, hw=6, k=3, pad=1)
     one.m[:], one.shift[:] = one.m[0], one.shift[0]
-    check([*layers, extreme, one])
+    return [*layers, extreme, one]
 
 
-def test_linear_blocks():
+def test_conv_stores(chosen):
+    assert all(k.startswith("mico_qconv2d_lanes") for k in chosen["conv_stores"])
+
+
+@case
+def linear_blocks():
     """Linear layers whose blocks fill no group of 4 (or 2) blocks, several rows, inputs of
     odd length and of more than one chunk, every weight width, signed and unsigned codes."""
     layers = []
@@ -133,8 +170,12 @@ def test_linear_blocks():
                     "linear", w_fmt, a_fmt, in_c=in_c, out_c=blocks * f, rows=rows,
                     seed=1000 + 100 * i + 10 * j + a_fmt.bits, extreme=j == 3,
                 ))  # fmt: skip
-    chosen = check(layers)
-    assert sum(k.startswith("mico_qlinear_lanes") for k in chosen) >= len(layers) // 2
+    return layers
+
+
+def test_linear_blocks(chosen):
+    kernels = chosen["linear_blocks"]
+    assert sum(k.startswith("mico_qlinear_lanes") for k in kernels) >= len(kernels) // 2
 
 
 def test_lane_cost_picks_the_cheaper_width():
