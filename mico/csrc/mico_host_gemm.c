@@ -66,6 +66,9 @@ static int16_t mico_host_x[MICO_HOST_X];
 static int16_t mico_host_w[MICO_HOST_W];
 static int16_t mico_host_patch[MICO_HOST_PATCH];
 static int32_t mico_host_acc[2 * MICO_HOST_ACC];
+#define MICO_HOST_STAGE (1 << 17) /* int32: a layer's sub-byte outputs before packing */
+static int32_t mico_host_stage[MICO_HOST_STAGE];
+static int mico_host_staged;
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MICO_RESTRICT __restrict__
@@ -200,8 +203,9 @@ static void mico_host_pack(void *buf, size_t start, const int32_t *MICO_RESTRICT
 
 /* s[c * 2 + j] = dot(w row c, x row j) over kp taps, for 4 weight rows (kp apart) and 2 patch
  * rows (kp apart): eight int32 reductions of int16 products, one vector accumulator each. */
-static MICO_HOST_INLINE void mico_host_mk42(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
-                           int32_t kp, int32_t *MICO_RESTRICT s)
+static MICO_HOST_INLINE void mico_host_mk42(const int16_t *MICO_RESTRICT w,
+                                             const int16_t *MICO_RESTRICT x,
+                                             int32_t kp, int32_t *MICO_RESTRICT s)
 {
     const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
     const int16_t *x0 = x, *x1 = x + kp;
@@ -229,8 +233,9 @@ static MICO_HOST_INLINE void mico_host_mk42(const int16_t *MICO_RESTRICT w, cons
 }
 
 /* s[c] = dot(w row c, x) over kp taps, for 4 weight rows (kp apart). */
-static MICO_HOST_INLINE void mico_host_mk41(const int16_t *MICO_RESTRICT w, const int16_t *MICO_RESTRICT x,
-                           int32_t kp, int32_t *MICO_RESTRICT s)
+static MICO_HOST_INLINE void mico_host_mk41(const int16_t *MICO_RESTRICT w,
+                                             const int16_t *MICO_RESTRICT x,
+                                             int32_t kp, int32_t *MICO_RESTRICT s)
 {
     const int16_t *w0 = w, *w1 = w + kp, *w2 = w + 2 * kp, *w3 = w + 3 * kp;
     int32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
@@ -270,8 +275,9 @@ static MICO_HOST_INLINE void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, si
 }
 
 /* v[i] (bias already added) requantized as channel c says and packed at element start. */
-static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_t *MICO_RESTRICT v, int32_t n,
-                            void *out, size_t start)
+static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
+                                              int32_t *MICO_RESTRICT v, int32_t n, void *out,
+                                              size_t start)
 {
     const MicoRq q = mico_rq(o, c);
     int32_t i;
@@ -300,7 +306,29 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
     } else {
         mico_rq_run(&q, v, n);
     }
+    if (mico_host_staged) { /* whole-tensor packing: the layer packs the stage at its end */
+        for (i = 0; i < n; i++) {
+            mico_host_stage[start + (size_t)i] = v[i];
+        }
+        return;
+    }
     mico_host_pack(out, start, v, n, o->fmt);
+}
+
+/* Sub-byte outputs of a layer whose codes fit the stage wait there and are packed in one run
+ * (per-channel runs of a plane whose size is not a multiple of the codes per byte start
+ * inside a byte, which only the bit-buffer path of mico_pack takes). */
+static void mico_host_stage_begin(const MicoOut *o, size_t total)
+{
+    mico_host_staged = o->fmt.bits < 8 && total <= MICO_HOST_STAGE;
+}
+
+static void mico_host_stage_end(const MicoOut *o, void *out, size_t total)
+{
+    if (mico_host_staged) {
+        mico_host_staged = 0;
+        mico_host_pack(out, 0, mico_host_stage, (int32_t)total, o->fmt);
+    }
 }
 
 /* The padded input of channels ic0 .. ic0 + n - 1 in HWC order (hp x wp pixels of n codes,
@@ -339,14 +367,21 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
         }
         return;
     }
+    if ((size_t)n * plane <= MICO_HOST_PATCH) { /* every plane in one run: the patch is free */
+        mico_host_unpack(in, (size_t)ic0 * plane, (int32_t)((size_t)n * plane), p->in_fmt,
+                         mico_host_patch);
+    }
     for (c = 0; c < n; c++) {
         const size_t first = (size_t)(ic0 + c) * plane;
-        if (plane <= MICO_HOST_PATCH) { /* the whole plane at once: the patch is free here */
+        const int16_t *codes = mico_host_patch;
+        if ((size_t)n * plane <= MICO_HOST_PATCH) {
+            codes += (size_t)c * plane;
+        } else if (plane <= MICO_HOST_PATCH) { /* the whole plane at once */
             mico_host_unpack(in, first, (int32_t)plane, p->in_fmt, mico_host_patch);
         }
         for (y = 0; y < p->in_h; y++) {
             int16_t *dst = x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
-            const int16_t *src = mico_host_patch + (size_t)y * (size_t)p->in_w;
+            const int16_t *src = codes + (size_t)y * (size_t)p->in_w;
             if (plane > MICO_HOST_PATCH) {
                 mico_host_unpack(in, first + (size_t)y * (size_t)p->in_w, p->in_w, p->in_fmt,
                                  row);
@@ -621,14 +656,21 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
 
 void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 {
-    if (p->groups == p->in_c && p->groups == p->out_c &&
-        (p->out_w < MICO_HOST_DW_ROW ? mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out)
-                                     : mico_host_dw(p, in, out))) {
+    const size_t total = (size_t)p->out_c * (size_t)p->out_h * (size_t)p->out_w;
+    int done;
+    mico_host_stage_begin(&p->out, total);
+    if (p->groups == p->in_c && p->groups == p->out_c) {
+        done = (p->out_w < MICO_HOST_DW_ROW && mico_host_dw_hwc(p, in, out)) ||
+               mico_host_dw(p, in, out);
+    } else {
+        done = mico_host_conv(p, in, out);
+    }
+    if (done) {
+        mico_host_stage_end(&p->out, out, total);
         return;
     }
-    if (!mico_host_conv(p, in, out)) {
-        mico_qconv2d(p, in, out); /* too large for the scratch arrays: the portable paths */
-    }
+    mico_host_staged = 0;
+    mico_qconv2d(p, in, out); /* too large for the scratch arrays: the portable paths */
 }
 
 /* Linear layers: each input row unpacked once (zero-padded to kp), 4 output features at a
