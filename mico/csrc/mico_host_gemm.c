@@ -1,6 +1,6 @@
 /* Host kernels: convolution and linear layers as int16 GEMMs that gcc / clang vectorise.
  *
- * The code generator calls these for a target whose description has the `autovec` capability
+ * The code generator calls these for a target whose description has the `xautovec` capability
  * (mico/targets/files/host.yaml): a desktop or server CPU with SIMD registers and caches, where
  * the rv32 kernels' scalar register tiles and SWAR lanes leave the vector units idle. They are
  * plain C99 (no intrinsics) written for the auto-vectoriser at -O3: the hot loops are dot
@@ -9,28 +9,33 @@
  *
  * Every width 1..8 (binary and ternary weights included) takes the same loops: a layer's codes
  * are unpacked to int16 once per call (input planes, zero-padded) and its weights once per call
- * (rows padded with zero taps to a multiple of MICO_HOST_KALIGN), so fewer bits never cost more
- * than 8. Sums are exact in int32 (|code| <= 255, |weight| <= 127) and go through the shared
- * requantization (mico_rq_run_fast, mico_rq_apply) and mico_pack, so the results are
- * bit-identical to the other paths and to mico/quant/arithmetic.py.
+ * (rows padded with zero taps to a multiple of MICO_HOST_KALIGN), so fewer bits cost only the
+ * unpacking and packing. Sums are exact in int32 (|code| <= 255, |weight| <= 127) and are
+ * requantized with mico_rescale's arithmetic (vectorised here; mico_rq_run for binary outputs
+ * and layers without multipliers) and packed, so the results are bit-identical to the other
+ * paths and to mico/quant/arithmetic.py.
  *
- * Scratch lives in static arrays (host only: about 1.6 MB of .bss, not in the arena); a layer
+ * Scratch lives in static arrays (host only: about 2.2 MB of .bss, not in the arena); a layer
  * whose unpacked input or weights do not fit them takes the portable kernels instead. The
  * kernels are compiled when MICO_HOST_KERNELS is defined (the generated Makefile defines it for
- * TARGET=host); elsewhere the entry points forward to mico_qconv2d / mico_qlinear.
+ * TARGET=host); elsewhere the entry points forward to mico_qconv2d / mico_qlinear / mico_add.
  *
  *  - mico_qconv2d_host: any kernel, stride, padding, dilation and groups (codes of 1..8 bits).
- *    Per group, the padded input planes are unpacked once; for each block of output pixels an
- *    im2col patch [pixel][tap] is built, and every 4 output channels x 2 pixels run the dot
- *    product micro-kernel over it; the block's sums are requantized and packed 4 channels at a
- *    time.
- *  - mico_qconv2d_host_dw: depthwise (groups == in_c == out_c), any kernel, stride, padding and
- *    dilation, channel by channel (the in-place order of mico_conv2d.c: a channel's input plane
- *    is read whole before any of its outputs is stored). The plane is unpacked with its columns
- *    split by phase (column x at phase x % stride_w), so every tap is a contiguous multiply-add
- *    over an output row.
+ *    Per group, the input is unpacked once into zero-padded HWC planes and the weights into
+ *    rows in (ky, kx, ic) order; for each block of output pixels an im2col patch [pixel][tap]
+ *    is copied from the planes (a 1x1 stride-1 layer uses the planes themselves), and every
+ *    4 output channels x 2 pixels run the dot-product micro-kernel over it; the block's sums
+ *    are requantized and packed 4 channels at a time (sub-byte outputs: the whole layer in one
+ *    run at its end).
+ *  - Depthwise layers (groups == in_c == out_c), any kernel, stride, padding and dilation:
+ *    narrow outputs over the HWC planes, one loop over a pixel's channels per tap
+ *    (mico_host_dw_hwc); wide ones channel by channel over a plane split by stride phase, so
+ *    every tap is one contiguous multiply-add over the plane (mico_host_dw). Both read a
+ *    channel's whole input before storing any of its outputs (the in-place order of
+ *    mico_conv2d.c).
  *  - mico_qlinear_host: rows x in_features times out_features x in_features; 8-bit weights are
  *    read as int8 in place, narrower ones unpacked 4 rows at a time.
+ *  - mico_add_host: mico_add's 64-bit arithmetic over unpacked runs, vectorised.
  */
 #include "mico_nn.h"
 
