@@ -16,8 +16,10 @@
  *  - channel lanes (mico_qconv2d_lanes_w<bits>g<G>, chosen by the code generator for 1-, 2-,
  *    4- and 8-bit weights whose output channels per group fill words of F = 32 / bits, when
  *    the widths make it pay): weights stored as words of F channels per tap, several low-bit
- *    products per 32-bit multiply (see the channel-lanes section of mico_nn.h), over the same
- *    im2col patch as below. Stack: about 4.2 KB.
+ *    products per 32-bit multiply (see the channel-lanes section of mico_nn.h). By output rows
+ *    (mico_conv_lr): input rows unpacked once into a ring, a register-tiled block kernel over a
+ *    table of tap pointers, requantization fused with the packed stores (stack: about 9 KB);
+ *    layers it does not take go over the same im2col patch as below (about 4.2 KB).
  *  - im2col + micro-kernels (most convolutions): for a block of up to 12 output pixels (raster
  *    order, across rows), the taps of a chunk of (ic, ky) kernel rows are unpacked once into a
  *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
@@ -1307,7 +1309,7 @@ static void mico_lr_row(const MicoConv2d *p, const void *in, int32_t ic, int32_t
  * Blocks go in passes of as many as the tile holds (the rows refilled per pass when they take
  * several chunks). Returns 0 (nothing done) for a layer it does not take: output rows wider
  * than MICO_LR_COLS, rows of one input channel that do not fit the buffers.
- * Stack: about 7.5 KB. */
+ * Stack: about 9 KB. */
 static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoLrFn fn, int32_t npx)
 {
@@ -1323,11 +1325,11 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
     int16_t buf[MICO_LR_BUF];
     const int16_t *xt[MICO_LR_TAPS];
     int32_t tile[MICO_LR_TILE], sums[MICO_LR_SUMS], cs[MICO_LR_COLS], csq[MICO_LR_COLS];
-    int32_t tag[MICO_LR_SUMS];
+    int32_t tag[MICO_LR_COLS];
     int32_t slot[MICO_LR_COLS], col[MICO_LR_COLS];
     int32_t icc, nch, multi, pass, g, oy, b0, ic0, b, c, j, t, k, i, ky, kx;
     if (p->in_fmt.bits > 8 || opw > MICO_LR_COLS || len > 2 * MICO_LR_COLS ||
-        rr * len > MICO_LR_SUMS || kh > MICO_LR_COLS || kw > MICO_LR_COLS) {
+        rr * len > MICO_LR_SUMS || rr > MICO_LR_COLS || kw > MICO_LR_COLS) {
         return 0;
     }
     for (kx = 0; kx < kw; kx++) { /* the column of tap kx (of pixel 0) in a row */
