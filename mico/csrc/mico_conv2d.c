@@ -1171,7 +1171,7 @@ static MICO_NOINLINE void mico_lr_unpack(const void *in, size_t start, int32_t n
             dst[3] = (int16_t)((int32_t)((v >> 6) ^ x) - o);
         }
     }
-    {
+    if (dst < end) { /* codes left (no byte read past the last one) */
         const uint32_t per = 8u / b, mask = (1u << b) - 1u;
         uint32_t k = (uint32_t)(start % per), v = *src++ >> (k * b);
         for (; dst < end; dst++) {
