@@ -85,27 +85,18 @@ def latency_kind(target: str) -> str:
 
 def generation_extensions(target: str) -> tuple[str, ...]:
     """The ISA extensions a program for ``target`` is generated with: what ``mico verify
-    --target`` passes (the same function of :mod:`mico.deploy`)."""
+    --target`` passes (:func:`mico.deploy.generation_extensions`; the host gets its own
+    kernels, so its counts are those of the program ``mico compile`` writes)."""
+    from mico.deploy import generation_extensions as project_extensions
+
     if latency_kind(target) == "bitfusion":
         return ()
-    return tuple(str(e).lower() for e in _deploy_choice()([target]))
-
-
-def _deploy_choice() -> Any:
-    """The function ``mico compile`` / ``mico verify`` choose a project's extensions with
-    (``generation_extensions`` where the host has its own, else ``device_extensions``)."""
-    import mico.deploy as deploy
-
-    return getattr(deploy, "generation_extensions", deploy.device_extensions)
+    return tuple(str(e).lower() for e in project_extensions([target]))
 
 
 def spec_extensions(spec: Any) -> tuple[str, ...]:
     """:func:`generation_extensions` of a loaded target file (a board from --targets-dir:
-    its own extensions, the host's only where mico generates host kernels)."""
-    import mico.deploy as deploy
-
+    its own extensions; a host file's ``xautovec`` gives the host kernels, as for ``host``)."""
     if spec.runner == "analytic-bitfusion":
-        return ()
-    if spec.runner == "host" and not hasattr(deploy, "generation_extensions"):
         return ()
     return tuple(sorted(str(e).lower() for e in spec.extensions))
