@@ -310,8 +310,12 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     binary = not host and binary_plan.takes_binary(
         node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
     )
-    s8 = not host and not binary and widened_to_s8(
-        node.inputs[1].qformat, x.qformat, (k_h, k_w), a["stride"], a["padding"], macs
+    s8 = (
+        not host
+        and not binary
+        and widened_to_s8(
+            node.inputs[1].qformat, x.qformat, (k_h, k_w), a["stride"], a["padding"], macs
+        )
     )
     lanes = (
         None
