@@ -29,7 +29,9 @@ the model's shape) under four plans -- uniform W8A8, W4A4, W2A2 and a seeded ran
 ``--grid`` runs the issue's verification grid instead: every deployable model x {uniform 1..8
 bits, ternary, 3 random mixed plans} x modes: compile, host build (``--sanitize``: with ASan and
 UBSan), run 8 samples, agreement; results go to ``c_backend_grid.{json,md}``. ``--cc clang``
-builds with clang instead (results get a ``_clang`` suffix).
+builds with clang instead (results get a ``_clang`` suffix). ``--host-kernels`` generates the
+projects as ``mico compile`` does for the host alone (its ``xautovec`` kernels, mico_host_gemm.c)
+instead of the portable kernels every device runs (results get a ``_host_kernels`` suffix).
 
 A failing (model, plan, mode) is recorded with its error message; the run goes on.
 """
@@ -306,7 +308,15 @@ def run_case(
     compiled: CompiledModel | None = stage(
         record,
         "compile",
-        lambda: compile_model(qmodel, example, out_dir, name="m", mode=mode, calibration=calib),
+        lambda: compile_model(
+            qmodel,
+            example,
+            out_dir,
+            name="m",
+            mode=mode,
+            calibration=calib,
+            isa_extensions=("xautovec",) if options.host_kernels else (),
+        ),
     )
     if compiled is None:
         return record
@@ -525,13 +535,21 @@ def _failures(records: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def _kernels_text(meta: dict[str, Any]) -> str:
+    """Which kernels the grid's projects were generated with."""
+    if "xautovec" in meta.get("isa_extensions", []):
+        return "the host's own kernels (xautovec: mico_host_gemm.c, as `mico compile` for the host)"
+    return "the portable kernels every device target runs (no ISA extensions)"
+
+
 def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     plans = list(dict.fromkeys(r["plan"] for r in records))
     rows = [
         "# C backend verification grid (mico benchmarks/c_backend.py --grid)",
         "",
         f"Run {meta['date']} on {meta['machine']}, {meta['cc']}"
-        f"{' with ASan + UBSan' if meta['sanitize'] else ''}, seed {meta['seed']}; "
+        f"{' with ASan + UBSan' if meta['sanitize'] else ''}, seed {meta['seed']}, "
+        f"{_kernels_text(meta)}; "
         f"{meta['samples']} random samples per case. A cell is the number of samples that agree "
         "(static: bit-exact; dynamic: within rtol 1e-5), ✓ when all do, ERR when a stage failed.",
         "",
@@ -613,6 +631,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--grid", action="store_true", help="the full verification grid")
     parser.add_argument("--sanitize", action="store_true", help="host builds with ASan+UBSan")
     parser.add_argument("--cc", default=host.DEFAULT_CC, help="host C compiler (gcc or clang)")
+    parser.add_argument(
+        "--host-kernels", action="store_true", help="the host's own kernels (xautovec)"
+    )
     parser.add_argument("--maps", action="store_true", help="memory-map PNGs of every arena")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -641,10 +662,13 @@ def main(argv: list[str] | None = None) -> None:
         "sanitize": options.sanitize,
         "rv32_models": sorted(rv32_models),
         "grid": options.grid,
+        "isa_extensions": ["xautovec"] if options.host_kernels else [],
     }
     stem = "c_backend_grid" if options.grid else "c_backend"
     if options.cc != host.DEFAULT_CC:  # a second compiler's results sit beside gcc's
         stem += "_" + Path(options.cc).name
+    if options.host_kernels:
+        stem += "_host_kernels"
     records: list[dict[str, Any]] = []
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="mico-c-backend-") as tmp:
