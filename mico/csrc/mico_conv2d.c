@@ -1447,8 +1447,10 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
 }
 
 /* A pointwise layer (1x1, stride 1, no padding) computes pixel by pixel, whatever the plane's
- * shape: its planes taken as rows of 32 pixels, when they divide into them, so that
- * each row's fixed work (unpacking, tap table, calls, stores) serves more pixels. */
+ * shape: its planes taken as rows of 32 pixels, when they divide into them, so that each row's
+ * fixed work (unpacking, tap table, calls, stores) serves more pixels. (Rows of another width
+ * do not pay: DS-CNN's 25x5 planes as rows of 25 took 3.74 instructions per MAC at W4A4, 2.96
+ * through the im2col patch.) */
 static const MicoConv2d *mico_lr_flat(MicoConv2d *q)
 {
     const int32_t npix = q->out_h * q->out_w;
@@ -1461,6 +1463,11 @@ static const MicoConv2d *mico_lr_flat(MicoConv2d *q)
     return q;
 }
 
+/* Output rows narrower than this take the im2col patch: by rows, each row's fixed work and its
+ * padding to NPX pixels would serve too few outputs (DS-CNN's first conv, rows of 5 pixels:
+ * 5.27 instructions per MAC by rows at W4A4, 3.62 through the patch). */
+#define MICO_LR_MIN_W 8
+
 /* The block kernels of the (bits, G) pairs, and the entry points: by rows where the layer fits,
  * else through the im2col patch. */
 #define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G)
@@ -1471,7 +1478,8 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
                                      void *out)                                             \
     {                                                                                       \
         MicoConv2d q = *p;                                                                  \
-        if (!mico_conv_lr(mico_lr_flat(&q), l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {  \
+        if (mico_lr_flat(&q)->out_w < MICO_LR_MIN_W ||                                     \
+            !mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                 \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }
