@@ -267,9 +267,9 @@ static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *
             for (o = o0; o < o8; o += 8) {
                 const int8_t *wo = w + (size_t)o * (size_t)nf;
                 if (p->in_fmt.is_signed) {
-                    mico_lin_s8_mk_s(wo, nf, (const int8_t *)(const void *)x, nf, acc + o - o0);
+                    mico_lin_s8_mk_s(wo, nf, (const int8_t *)(const void *)x, nf, acc + (o - o0));
                 } else {
-                    mico_lin_s8_mk_u(wo, nf, x, nf, acc + o - o0);
+                    mico_lin_s8_mk_u(wo, nf, x, nf, acc + (o - o0));
                 }
             }
             for (k0 = 0; o8 < o1 && k0 < nf; k0 += MICO_LIN_K) { /* the last outputs, in pairs */
