@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -20,6 +21,16 @@ def _one_torch_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def _python_ctrl_c() -> Iterator[None]:
+    """Every test starts with Python's own Ctrl-C handler (KeyboardInterrupt) and gets it back
+    after: a test that leaves another handler installed must not change what the Ctrl-C tests
+    of a later module in the same worker see."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
