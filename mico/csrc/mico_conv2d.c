@@ -1130,6 +1130,50 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
 typedef void (*MicoLrFn)(const uint32_t *w, const int16_t *const *xt, int32_t taps, int32_t np,
                          int32_t is_signed, int32_t *tile, int32_t tp);
 
+/* Plain fields (unsigned codes without a zero point: the code is the field) of 8, 4 or 2 bits
+ * from a whole byte *src into *dst, four bytes at a time while four bytes' codes fit before
+ * end; both pointers advanced past what was done. */
+static inline void mico_lr_unpack_plain(const uint8_t **srcp, int16_t **dstp, const int16_t *end,
+                                        uint32_t b)
+{
+    const uint8_t *src = *srcp;
+    int16_t *dst = *dstp;
+    if (b == 8u) {
+        for (; dst + 4 <= end; dst += 4, src += 4) {
+            dst[0] = (int16_t)src[0];
+            dst[1] = (int16_t)src[1];
+            dst[2] = (int16_t)src[2];
+            dst[3] = (int16_t)src[3];
+        }
+    } else if (b == 4u) {
+        for (; dst + 8 <= end; dst += 8, src += 4) {
+            const uint32_t v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
+            dst[0] = (int16_t)(v0 & 15u);
+            dst[1] = (int16_t)(v0 >> 4);
+            dst[2] = (int16_t)(v1 & 15u);
+            dst[3] = (int16_t)(v1 >> 4);
+            dst[4] = (int16_t)(v2 & 15u);
+            dst[5] = (int16_t)(v2 >> 4);
+            dst[6] = (int16_t)(v3 & 15u);
+            dst[7] = (int16_t)(v3 >> 4);
+        }
+    } else {
+        for (; dst + 8 <= end; dst += 8, src += 2) {
+            const uint32_t v0 = src[0], v1 = src[1];
+            dst[0] = (int16_t)(v0 & 3u);
+            dst[1] = (int16_t)((v0 >> 2) & 3u);
+            dst[2] = (int16_t)((v0 >> 4) & 3u);
+            dst[3] = (int16_t)(v0 >> 6);
+            dst[4] = (int16_t)(v1 & 3u);
+            dst[5] = (int16_t)((v1 >> 2) & 3u);
+            dst[6] = (int16_t)((v1 >> 4) & 3u);
+            dst[7] = (int16_t)(v1 >> 6);
+        }
+    }
+    *srcp = src;
+    *dstp = dst;
+}
+
 /* n codes of a packed tensor from element `start` into dst: 8-, 4- and 2-bit codes a byte at
  * a time (code = ((field ^ x) << sh) - o, mico_field_map), other widths by mico_unpack. */
 static MICO_NOINLINE void mico_lr_unpack(const void *in, size_t start, int32_t n, MicoFmt f,
@@ -1145,6 +1189,9 @@ static MICO_NOINLINE void mico_lr_unpack(const void *in, size_t start, int32_t n
         return;
     }
     src = (const uint8_t *)in + start * b / 8u;
+    if (x == 0u && o == 0 && start % (8u / b) == 0u) { /* plain fields, whole bytes: unrolled */
+        mico_lr_unpack_plain(&src, &dst, end, b);
+    }
     if (b == 8u) {
         for (; dst < end; dst++, src++) {
             *dst = (int16_t)((int32_t)(*src ^ x) - o);
@@ -1254,10 +1301,13 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
         }                                                                                   \
     }
 #define MICO_LR_CODE0(J) mico_lr_code0(MICO_LR_R(J), m, s, rnd, hi)
+#define MICO_LR_CODE00(J) mico_lr_code0((int32_t)(b + (uint32_t)v[J] - (uint32_t)csq[J]), m, s, rnd, hi)
 #define MICO_LR_CODE(J) mico_lr_code(MICO_LR_R(J), m, s, rnd, lo, hi, zero)
 #define MICO_LR_CODE64(J) mico_lr_code64(MICO_LR_R(J), m, (uint32_t)q->shift, lo, hi, zero)
     if (q->shift <= 32) {
         MICO_LR_LOOPS(MICO_LR_CODE64)
+    } else if (plain && sh == 0u) { /* the usual case: no shift of the lane sums */
+        MICO_LR_LOOPS(MICO_LR_CODE00)
     } else if (plain) {
         MICO_LR_LOOPS(MICO_LR_CODE0)
     } else {
@@ -1266,6 +1316,7 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
 #undef MICO_LR_R
 #undef MICO_LR_LOOPS
 #undef MICO_LR_CODE0
+#undef MICO_LR_CODE00
 #undef MICO_LR_CODE64
 #undef MICO_LR_CODE
     return 1;
@@ -1478,9 +1529,234 @@ static int mico_lr_narrow(const MicoConv2d *q)
     return q->out_w < MICO_LR_MIN_W && (pointwise || q->in_c / q->groups == 1);
 }
 
+/* ------------------------------------------------------------------------ channel lanes, pointwise */
+
+#define MICO_PW_BUF 2048 /* int16 codes of a block of pixels of every input channel (64) */
+#define MICO_PW_PX 32    /* pixels of a block: the rows of buf and of the tile */
+
+/* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes (signed
+ * when the activations are): lane 0 of word (g, q) is channel g, lane 1 channel g + G. */
+#define MICO_PW_LANES16(OP, G)                                                            \
+    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
+        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+            const uint32_t v = acc[g][q];                                                   \
+            const uint32_t lo = is_signed ? (uint32_t)((int32_t)(v << 16) >> 16) : v & 0xffffu; \
+            const uint32_t hi = is_signed ? (uint32_t)((int32_t)(v - lo) >> 16) : v >> 16;  \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
+            tt[0] OP lo;                                                                    \
+            tt[(G) * xs] OP hi;                                                             \
+        }                                                                                   \
+    }
+/* Unsigned 8-bit lanes widened to 16 bits (even lanes in wide[i], odd in wide[G * NPX + i]):
+ * lane i of word (g, q) is channel iG + g. */
+#define MICO_PW_LANES8(OP, G)                                                                  \
+    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
+        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+            const uint32_t ev = wide[g * NPX + q], od = wide[((G) + g) * NPX + q];          \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
+            tt[0] OP ev & 0xffffu;                                                          \
+            tt[(G) * xs] OP od & 0xffffu;                                                   \
+            tt[2 * (G) * xs] OP ev >> 16;                                                   \
+            tt[3 * (G) * xs] OP od >> 16;                                                   \
+        }                                                                                   \
+    }
+
+/* One block of F channels over np pixels (np a multiple of NPX = 16 / G) of a pointwise layer:
+ * tap t of pixel j is x[t * xs + j], xs = MICO_PW_PX (no table: a constant stride).
+ * Sums go to tile[c * xs + j]: the first flush of a pixel group writes them, later ones add
+ * (no zeroing of the tile); lane words flush every n taps (mico_lanes_settle and
+ * mico_lanes_widen, or inline for 16-bit lanes and for unsigned 8-bit lanes). */
+#define MICO_PW_FN(BITS, G)                                                                 \
+    static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *w, const int16_t *x,     \
+                                                    int32_t taps, int32_t np, int32_t n,    \
+                                                    int32_t is_signed, int32_t *tile)        \
+    {                                                                                       \
+        enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
+        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
+        const uint32_t *const wend = w + taps;                                              \
+        uint32_t wide[2 * (G) * NPX];                                                       \
+        int32_t j0, g, q;                                                                   \
+        for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
+            const uint32_t *wp = w;                                                         \
+            const int16_t *xp = x + j0;                                                     \
+            int32_t *const tg = tile + j0;                                                  \
+            int32_t fresh = 1, segs = 0;                                                    \
+            while (wp < wend) {                                                             \
+                const uint32_t *const seg_end = wend - wp > n ? wp + n : wend;              \
+                uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        acc[g][q] = 0;                                                      \
+                    }                                                                       \
+                }                                                                           \
+                do {                                                                        \
+                    const uint32_t wv = *wp++;                                              \
+                    uint32_t wl[G];                                                         \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        wl[g] = (wv >> (g * (BITS))) & m;                                   \
+                    }                                                                       \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        const uint32_t xv = (uint32_t)(int32_t)xp[q];                       \
+                        MICO_UNROLL for (g = 0; g < (G); g++) {                             \
+                            acc[g][q] += wl[g] * xv;                                        \
+                        }                                                                   \
+                        MICO_S8_SEQ();                                                      \
+                    }                                                                       \
+                    xp += xs;                                                               \
+                } while (wp < seg_end);                                                     \
+                if (s == 16u && fresh) { /* two lanes a word (channels g, g + G) */      \
+                    MICO_PW_LANES16(=, G);                                                  \
+                    fresh = 0;                                                              \
+                    continue;                                                               \
+                }                                                                           \
+                if (s == 16u) {                                                             \
+                    MICO_PW_LANES16(+=, G);                                                 \
+                    continue;                                                               \
+                }                                                                           \
+                if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */                \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
+                            const uint32_t v = acc[g][q], i = (uint32_t)(g * NPX + q);      \
+                            const uint32_t ev = v & 0x00ff00ffu, od = (v >> 8) & 0x00ff00ffu; \
+                            wide[i] = segs ? wide[i] + ev : ev;                             \
+                            wide[(G) * NPX + i] = segs ? wide[(G) * NPX + i] + od : od;     \
+                        }                                                                   \
+                    }                                                                       \
+                    if (++segs < 257 && wp < wend) {                                        \
+                        continue;                                                           \
+                    }                                                                       \
+                    if (fresh) { /* lane i of (g, q): channel iG + g */                   \
+                        MICO_PW_LANES8(=, G);                                                  \
+                    } else {                                                                \
+                        MICO_PW_LANES8(+=, G);                                                 \
+                    }                                                                       \
+                    segs = 0;                                                               \
+                    fresh = 0;                                                              \
+                    continue;                                                               \
+                }                                                                           \
+                if (fresh) { /* the other lanes add into the tile: zero it first */         \
+                    for (g = 0; g < F; g++) {                                               \
+                        MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
+                            tg[g * xs + q] = 0;                                             \
+                        }                                                                   \
+                    }                                                                       \
+                    fresh = 0;                                                              \
+                }                                                                           \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        sums[g * NPX + q] = acc[g][q];                                      \
+                    }                                                                       \
+                }                                                                           \
+                if (s <= 8u && !is_signed) {                                                \
+                    segs = mico_lanes_widen(sums, wide, segs, wp >= wend, (G), NPX, tg, xs, \
+                                            NPX, s);                                        \
+                } else {                                                                    \
+                    mico_lanes_settle(sums, (G), NPX, tg, xs, (G) * xs, NPX, s, is_signed); \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+typedef void (*MicoPwFn)(const uint32_t *w, const int16_t *x, int32_t taps, int32_t np,
+                         int32_t n, int32_t is_signed, int32_t *tile);
+
+/* buf and its 32-bit view (column sums of non-negative codes two pixels at a time). */
+typedef union {
+    int16_t h[MICO_PW_BUF];
+    uint32_t w[MICO_PW_BUF / 2];
+} MicoPwBuf;
+
+/* cs[j] = sum over the n_ic rows (MICO_PW_PX codes apart) of column j, pp columns (even). Codes known
+ * to be non-negative (plain unsigned fields) and their sums below 2^16 add two at a time. */
+static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int32_t pp,
+                                          int pairs, int32_t *cs)
+{
+    enum { xs = MICO_PW_PX };
+    int32_t j, i;
+    if (pairs) {
+        for (j = 0; j < pp; j += 2) {
+            const uint32_t *x = b->w + j / 2, *const x_end = x + n_ic * (xs / 2);
+            uint32_t v = 0, u = 0;
+            for (; x + xs / 2 < x_end; x += xs) {
+                v += x[0];
+                u += x[xs / 2];
+            }
+            v += x < x_end ? x[0] : 0u;
+            v += u;
+            cs[j] = (int32_t)(v & 0xffffu);
+            cs[j + 1] = (int32_t)(v >> 16);
+        }
+        return;
+    }
+    for (j = 0; j < pp; j++) {
+        const int16_t *x = b->h + j;
+        int32_t v = 0;
+        for (i = 0; i < n_ic; i++, x += xs) {
+            v += *x;
+        }
+        cs[j] = v;
+    }
+}
+
+/* Weights in channel lanes, a pointwise layer (1x1, stride 1, no padding, one group) pixel by
+ * pixel whatever its planes' shape: blocks of xs (up to 32) pixels of every input channel
+ * unpacked once into buf, their column sums (the weights' offset), then every block of F
+ * channels runs the block kernel fn over the block, and its sums are requantized and stored
+ * (mico_lr_store). Returns 0 (nothing done) for a layer it does not take (more than 64 input
+ * channels, wider codes). Stack: about 8.5 KB. */
+static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
+                                      void *out, MicoPwFn fn, int32_t npx)
+{
+    const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = p->out_c / f;
+    const int32_t npix = p->out_h * p->out_w;
+    const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
+    const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
+    const MicoFieldMap fm = mico_field_map(p->in_fmt);
+    const int pairs = fm.x == 0u && fm.o == 0 && fm.sh == 0 && n_ic <= 256;
+    const uint32_t *w = (const uint32_t *)(const void *)p->weight;
+    const int32_t xs = MICO_PW_PX;
+    MicoPwBuf buf;
+    int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX];
+    int32_t pix0, i, j, b, c;
+    if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
+        p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
+        return 0;
+    }
+    for (pix0 = 0; pix0 < npix; pix0 += xs) {
+        const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
+        const int32_t pp = (np + npx - 1) / npx * npx;
+        for (i = 0; i < n_ic; i++) { /* the block of each input channel, zero-padded to pp */
+            int16_t *const row = buf.h + i * xs;
+            mico_lr_unpack(in, (size_t)i * (size_t)npix + (size_t)pix0, np, p->in_fmt, row);
+            for (j = np; j < pp; j++) {
+                row[j] = 0;
+            }
+        }
+        mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
+        for (j = 0; j < np; j++) {
+            csq[j] = (int32_t)(q_w * (uint32_t)cs[j]);
+        }
+        for (b = 0; b < nblk; b++) {
+            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, tile);
+            for (c = 0; c < f; c++) { /* requantize and store the block's channels */
+                const int32_t oc = b * f + c;
+                const MicoRq rq = mico_rq(&p->out, oc);
+                const size_t at = (size_t)oc * (size_t)npix + (size_t)pix0;
+                int32_t *const v = tile + c * xs;
+                if (!mico_lr_store(&rq, (uint32_t)p->bias[oc], s_w - 1u, v, csq, np, p->out.fmt,
+                                   out, at)) {
+                    mico_lanes_requant(v, cs, np, (uint32_t)p->bias[oc], s_w, q_w, &rq);
+                    mico_pack(out, at, v, np, p->out.fmt);
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 /* The block kernels of the (bits, G) pairs, and the entry points: by rows where the layer fits,
  * else through the im2col patch. */
-#define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G)
+#define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G) MICO_PW_FN(BITS, G)
 MICO_LANES_EACH(MICO_LR_DEFINE)
 
 #define MICO_CONV_LANES_ENTRY(BITS, G, NPX)                                                 \
@@ -1488,6 +1764,9 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
                                      void *out)                                             \
     {                                                                                       \
         MicoConv2d q = *p;                                                                  \
+        if (mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G))) {                 \
+            return;                                                                         \
+        }                                                                                   \
         if (mico_lr_narrow(mico_lr_flat(&q)) ||                                            \
             !mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                 \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
