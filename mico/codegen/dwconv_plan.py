@@ -98,6 +98,88 @@ def dw8_plan(
     return best
 
 
+#: words per row and rows of the pair path's lane buffer, bytes of its unpacked input / staged
+#: output plane (MICO_DWP_PITCH / _ROWS / _BYTES in mico_dwconv.c)
+DWP_PITCH = 36
+DWP_ROWS = 18
+DWP_BYTES = 1024
+#: the widest lane sum the pair path's 16-bit lanes hold
+DWP_LANE_MAX = 0xFFFF
+
+
+def _dwp_cost(n_fast: int, n_slow: int) -> int:
+    """The kernel's estimate of a plane (``mico_dwp_cost``): pairs of output lines of 8-output
+    tiles and lone pairs."""
+    return ((n_slow + 1) >> 1) * (100 * (n_fast >> 1) + 56 * (n_fast & 1) + 24)
+
+
+def pair_span(weight: np.ndarray, a_fmt: QFormat) -> int:
+    """The widest lane sum of the pair path over the layer's channels: ``(2^b - 1) * sum |w|``
+    (its lanes hold the codes' unsigned fields, see ``mico_dwconv.c``)."""
+    w = np.abs(np.asarray(weight, dtype=np.int64).reshape(len(weight), -1))
+    return (2 ** int(a_fmt.bits) - 1) * int(w.sum(axis=1).max(initial=0))
+
+
+def _code_format(fmt: QFormat | None) -> bool:
+    """Codes the pair path reads and writes: 1..8 bits, signed, unsigned or asymmetric, not
+    binary {-1, +1}."""
+    return fmt is not None and not fmt.binary and 1 <= fmt.bits <= 8
+
+
+def dwp_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The pair path of a depthwise 3x3 layer (``mico_dwp`` in ``mico_dwconv.c``: two output
+    lines per multiply in 16-bit lanes), or None when the kernel would not take it.
+
+    Mirrors the kernel's choice: the orientation of fewer estimated instructions
+    (:func:`_dwp_cost`) among those whose stride along a buffer row is 1 or 2, the lane buffer
+    and the byte planes within their sizes, and every channel's lane sums within 16 bits
+    (:func:`pair_span`, from the layer's weights: the kernel's own guard then never fires).
+    ``pair = 1`` marks the plan; ``s = q = 0``: no pixel lanes.
+    """
+    w = np.asarray(weight)
+    if not (_code_format(a_fmt) and _code_format(out_fmt)) or w.ndim != 4:
+        return None
+    if w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1) or min(padding) < 0:
+        return None
+    if pair_span(w, a_fmt) > DWP_LANE_MAX:
+        return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    sh, sw = (int(v) for v in stride)
+    direct = out_fmt.bits == 8 and (out_fmt.signed or not out_fmt.zero)
+    if (a_fmt.bits < 8 and in_h * in_w > DWP_BYTES) or (
+        not direct and out_h * out_w + 3 > DWP_BYTES
+    ):
+        return None
+    big = 2**31 - 1
+    best = None
+    for sf in (1, 2):
+        cost_n = _dwp_cost(out_w, out_h) if sw == sf else big
+        cost_t = _dwp_cost(out_h, out_w) if sh == sf else big
+        trans = cost_t < cost_n
+        if min(cost_n, cost_t) == big:
+            continue
+        n_fast, n_slow, ss = (out_h, out_w, sw) if trans else (out_w, out_h, sh)
+        half = (n_slow + 1) // 2
+        if (n_fast - 1) * sf + 3 > DWP_PITCH or (half - 1) * ss + 3 > DWP_ROWS:
+            continue
+        best = {"s": 0, "q": 0, "sf": sf, "pair": 1, "cost": cost_t if trans else cost_n}
+    if best is not None:  # the plane's copy into the lanes, the unpacking and the packing
+        spread = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
+        best["cost"] += int(5 * spread + (2 * in_h * in_w if a_fmt.bits < 8 else 0))
+        best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
+        best["cost"] = best["cost"] * 6 // 5  # measured on rv32: about 20 % above the sum
+    return best
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -118,11 +200,32 @@ def dw_lane_plan(
     (one pixel per word, the W8A8 case) is the plain form of the same kernel. None too when
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
+    pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    lanes = _lane_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt)
+    if pair is not None and (lanes is None or pair["cost"] <= lanes[0]):
+        return {k: v for k, v in pair.items() if k != "cost"}
+    return None if lanes is None else lanes[1]
+
+
+def _lane_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+    out_fmt: QFormat | None,
+) -> tuple[float, dict[str, int]] | None:
+    """The byte path or the pixel lanes of :func:`dw_lane_plan` with their estimated rv32
+    instructions per channel (the byte path: 0, it only takes 8-bit layers)."""
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
+        return None
+    if getattr(out_fmt, "zero", 0):
         return None
     byte = dw8_plan(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     if byte is not None and np.asarray(weight).shape[1:] == (1, 3, 3):
-        return byte
+        return 0.0, byte
     w = np.asarray(weight)
     if w.ndim != 4 or w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1):
         return None
@@ -167,26 +270,33 @@ def dw_lane_plan(
         cost = nch * ((q // sw) * per_word + (90 if k > 1 else 0)) + build * rows_per_out
         if cost < plain and (best is None or cost < best[0]):
             best = (cost, {"s": s, "q": q})
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    # per output row -> per channel, in the pair path's units (fitted on rv32: dscnn and
+    # 16x16 layers, W4A4 and W2A2)
+    return best[0] * out_h * 1.0, best[1]
 
 
 def dw_kernel(plan: dict[str, int]) -> str:
-    """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set)."""
+    """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set; of the pair
+    path: ``pair`` set too)."""
+    if plan.get("pair"):
+        return f"mico_qconv2d_dwp_f{plan['sf']}"
     if plan.get("sf"):
         return f"mico_qconv2d_dw8_f{plan['sf']}"
     return f"mico_qconv2d_dwl_s{plan['s']}"
 
 
 def node_plan(node: Node) -> dict[str, int] | None:
-    """The pixel lanes of a ``mico.qconv2d`` node, or None when it is not a depthwise 3x3
-    layer the kernel takes (asymmetric input or output codes keep the plain kernel)."""
+    """The pixel lanes (or byte or pair path) of a ``mico.qconv2d`` node, or None when it is
+    not a depthwise 3x3 layer these kernels take (asymmetric codes: the pair path only)."""
     x, weight, out = node.inputs[0], node.inputs[1], node.output
     a = node.attrs
     if weight.data is None or x.qformat is None or x.type.rank != 4:
         return None
     _, in_c, in_h, in_w = x.type.shape
     _, out_c, out_h, out_w = out.type.shape
-    if not a["groups"] == in_c == out_c or getattr(out.qformat, "zero", 0):
+    if not a["groups"] == in_c == out_c:
         return None
     return dw_lane_plan(
         np.asarray(weight.data), x.qformat, (in_h, in_w), (out_h, out_w),

@@ -860,3 +860,485 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     }
 MICO_DW8_ENTRY(1)
 MICO_DW8_ENTRY(2)
+
+/* ------------------------------------------------------------------------------------------
+ * Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f<1|2>): codes of 1..8 bits in and
+ * out (signed, unsigned or asymmetric; not binary), two outputs per multiply.
+ *
+ * The byte path above, with each 32-bit word of the channel's buffer holding two pixels in
+ * 16-bit lanes: the pixel of buffer row r (low half) and the one of row r + D (high half),
+ * D = L * ss for L = ceil(n_slow / 2) output lines. One multiply by a tap's weight and one add
+ * then serve output line s (low lane) and line s + L (high lane); a register tile of 4 words
+ * along a buffer row gives 8 outputs (stride 1: 6 word loads, 12 multiplies and 12 adds per
+ * buffer row for 24 MACs, against 6 loads, 12 multiplies and 12 adds for 12 on bytes).
+ *
+ * Lanes hold u = the field of a code, made unsigned: u = field ^ 2^(b-1) for signed codes
+ * (code + 2^(b-1)), the field itself for unsigned and asymmetric codes (code + zero), and
+ * the padding holds u_pad = the u of code 0 (2^(b-1), the zero point, or 0). Every window
+ * then has 9 taps of u, and sum_t w_t code_t = sum_t w_t u_t - u_pad * sum_t w_t (a padding
+ * tap adds w u_pad - w u_pad = 0). With u in [0, 2^b - 1], a lane's sum lies in [lo, hi],
+ * lo = (2^b - 1) * (sum of the negative weights), hi likewise: each lane starts at -lo and
+ * ends in [0, hi - lo], read back exactly as (acc & 0xffff) / (acc >> 16) whenever
+ * hi - lo <= 65535 (arithmetic modulo 2^32: carries and borrows between the lanes cancel).
+ * mico.codegen.dwconv_plan chooses this path only when every channel fits; a channel that
+ * does not (a hand-built layer) is computed one output at a time from the same buffer.
+ *
+ * Per channel: the packed plane is unpacked into bytes (whole bytes of 1-, 2-, 4-bit codes
+ * at a time; 8-bit codes are read as they are), spread into the lanes' halfwords (its
+ * padding cleared once per layer), the outputs requantized as on the byte path and stored as
+ * bytes (8-bit symmetric outputs) or staged as bytes and packed at the output's width (whole
+ * words of staged 1-, 2-, 4-bit codes at a time). The staging shares the bytes of the
+ * unpacked plane, which are spent by then. The plane is read before any output is stored:
+ * the in-place contract of the byte path holds. A multiplier whose shift is 32 or less is
+ * rewritten with shift 33 on sums scaled by 2^k (k <= 3: scales below 4, small biases); a
+ * channel outside that goes one output at a time too. Layers this path does not take
+ * (planes too large for the buffers, unscaled or binary outputs) go to the pixel lanes
+ * (symmetric codes) or mico_qconv2d_depthwise3x3 (asymmetric ones). */
+
+#define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
+#define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
+#define MICO_DWP_BYTES 1024 /* the unpacked input plane, then the staged output plane */
+
+typedef union {
+    uint32_t w;
+    uint16_t h[2];
+} MicoDwpWord;
+
+/* The halfword of a word that holds its low 16 bits (0 on little-endian targets). */
+static inline int mico_dwp_low_half(void)
+{
+    static const MicoDwpWord probe = {1u};
+    return probe.h[0] == 1u ? 0 : 1;
+}
+
+/* The layer's geometry on the buffer (the byte path's, plus the pitch and the lane pairs). */
+typedef struct {
+    MicoDw8 g;
+    int32_t half;  /* L: output lines in the low lanes (the rest, up to 2L, in the high) */
+    int32_t rows;  /* buffer rows */
+    int32_t sf;    /* stride along a buffer row */
+} MicoDwp;
+
+/* One buffer row of taps (weights W0..W2) into the 2 pair sums of a tile at stride SF. */
+#define MICO_DWP_TAPS(X, W0, W1, W2, SF)                                                         \
+    do {                                                                                          \
+        const uint32_t x0 = (X)[0].w, x1 = (X)[1].w, x2 = (X)[2].w;                               \
+        if ((SF) == 1) {                                                                          \
+            const uint32_t x3 = (X)[3].w;                                                         \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x1 + (W1) * x2 + (W2) * x3;                                              \
+        } else {                                                                                  \
+            const uint32_t x3 = (X)[3].w, x4 = (X)[4].w;                                          \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+        }                                                                                         \
+    } while (0)
+
+/* Every output of one channel (both lanes), weights w in buffer order, each lane started at
+ * binit (both halves), bb added to a lane's value gives the accumulator. Tiles of 2 words
+ * (4 outputs) keep the requantization's constants in registers. */
+#define MICO_DWP_PLANE(NAME, SF, RELU)                                                           \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
+        const int32_t n_both = g->n_slow - d->half;                                               \
+        int32_t s;                                                                                \
+        uint32_t a0, a1;                                                                          \
+        for (s = 0; s < d->half; s++) {                                                           \
+            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            uint8_t *const o_end = o + lanes;                                                     \
+            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
+            uint8_t *const o2_step = s < n_both ? o_end : o; /* (their stores repeat o's) */    \
+            const int32_t o2 = (int32_t)(o2_step - o);                                            \
+            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
+                mico_dw8_put(o + o2, (int32_t)((a0 >> 16) + bb), m, sh, rnd, hi, g, RELU);        \
+                mico_dw8_put(o + o2 + of, (int32_t)((a1 >> 16) + bb), m, sh, rnd, hi, g, RELU);   \
+                mico_dw8_put(o, (int32_t)((a0 & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);         \
+                mico_dw8_put(o + of, (int32_t)((a1 & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);    \
+            }                                                                                     \
+            if (rest) { /* the row's last output pair */                                          \
+                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
+                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
+                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
+                     wp[8] * b[2 * pitch + 2].w;                                                  \
+                mico_dw8_put(o + o2, (int32_t)((a >> 16) + bb), m, sh, rnd, hi, g, RELU);         \
+                mico_dw8_put(o, (int32_t)((a & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);          \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, uint32_t, uint32_t,
+                             uint32_t, const MicoDwp *, uint8_t *);
+
+/* The pixel (a u) of padded buffer position (r, x): row r's low lane or row r - D's high. */
+static inline uint32_t mico_dwp_u(const MicoDwp *d, const MicoDwpWord *buf, int32_t r, int32_t x)
+{
+    const int32_t lo = mico_dwp_low_half(), dd = d->half * d->g.ss;
+    return r < d->rows ? buf[r * MICO_DWP_PITCH + x].h[lo]
+                       : buf[(r - dd) * MICO_DWP_PITCH + x].h[1 - lo];
+}
+
+/* A channel whose sums do not fit 16-bit lanes: one output at a time from the buffer (acc:
+ * the accumulator's constant part, bias - u_pad * sum_t w_t). */
+static MICO_NOINLINE void mico_dwp_plain(const MicoDwp *d, const MicoDwpWord *buf,
+                                         const uint32_t *w, uint32_t acc, const MicoRq *rq,
+                                         uint8_t *out)
+{
+    const MicoDw8 *g = &d->g;
+    int32_t s, f, t;
+    for (s = 0; s < g->n_slow; s++) {
+        for (f = 0; f < g->n_fast; f++) {
+            uint32_t a = acc;
+            for (t = 0; t < 9; t++) {
+                a += w[t] * mico_dwp_u(d, buf, s * g->ss + t / 3, f * d->sf + t % 3);
+            }
+            out[s * g->ostep_slow + f * g->ostep_fast] = (uint8_t)mico_rq_apply(rq, (int32_t)a);
+        }
+    }
+}
+
+/* n fields of b (1..7) bits from bit `bit` of a packed stream, as bytes (whole bytes of 1-,
+ * 2- and 4-bit codes at a time; never a byte past the last field). */
+static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t n, uint32_t b,
+                                          uint8_t *dst)
+{
+    const uint32_t mask = (1u << b) - 1u;
+    int32_t i = 0;
+    if (8u % b == 0u) {
+        const uint8_t *p;
+        for (; i < n && ((bit + (size_t)i * b) & 7u) != 0u; i++) { /* up to a byte boundary */
+            const size_t at = bit + (size_t)i * b;
+            dst[i] = (uint8_t)((uint32_t)(in[at >> 3] >> (at & 7u)) & mask);
+        }
+        p = in + ((bit + (size_t)i * b) >> 3);
+        if (b == 4u) {
+            for (; i + 2 <= n; i += 2, p++) {
+                const uint32_t v = *p;
+                dst[i] = (uint8_t)(v & 15u);
+                dst[i + 1] = (uint8_t)(v >> 4);
+            }
+        } else if (b == 2u) {
+            for (; i + 4 <= n; i += 4, p++) {
+                const uint32_t v = *p;
+                dst[i] = (uint8_t)(v & 3u);
+                dst[i + 1] = (uint8_t)((v >> 2) & 3u);
+                dst[i + 2] = (uint8_t)((v >> 4) & 3u);
+                dst[i + 3] = (uint8_t)(v >> 6);
+            }
+        } else {
+            for (; i + 8 <= n; i += 8, p++) {
+                const uint32_t v = *p;
+                int32_t j;
+                for (j = 0; j < 8; j++) {
+                    dst[i + j] = (uint8_t)((v >> j) & 1u);
+                }
+            }
+        }
+        if (i < n) { /* the last codes, in one byte */
+            uint32_t v = *p;
+            for (; i < n; i++, v >>= b) {
+                dst[i] = (uint8_t)(v & mask);
+            }
+        }
+        return;
+    }
+    {
+        const uint8_t *p = in + (bit >> 3);
+        uint32_t acc = (uint32_t)*p++ >> (bit & 7u), have = 8u - (uint32_t)(bit & 7u);
+        for (; i < n; i++) {
+            if (have < b) {
+                acc |= (uint32_t)*p++ << have;
+                have += 8u;
+            }
+            dst[i] = (uint8_t)(acc & mask);
+            acc >>= b;
+            have -= b;
+        }
+    }
+}
+
+/* A block of codes (made u by ^ hx), src[i si + j sj] into halfword `half` of the buffer
+ * words dst[i di + j dj], i < ni, j < nj (the inner loop runs along j). */
+static MICO_NOINLINE void mico_dwp_spread(const uint8_t *src, int32_t si, int32_t sj, int32_t ni,
+                                          int32_t nj, int32_t di, int32_t dj, uint32_t hx,
+                                          MicoDwpWord *dst, int half)
+{
+    uint16_t *h = &dst[0].h[half];
+    const int32_t hj = 2 * dj;
+    int32_t i, j;
+    for (i = 0; i < ni; i++, src += si, h += 2 * di) {
+        const uint8_t *s = src;
+        uint16_t *d = h;
+        for (j = 0; j + 4 <= nj; j += 4, d += 4 * hj, s += 4 * sj) {
+            d[0] = (uint16_t)(s[0] ^ hx);
+            d[hj] = (uint16_t)(s[sj] ^ hx);
+            d[2 * hj] = (uint16_t)(s[2 * sj] ^ hx);
+            d[3 * hj] = (uint16_t)(s[3 * sj] ^ hx);
+        }
+        for (; j < nj; j++, d += hj, s += sj) {
+            *d = (uint16_t)(*s ^ hx);
+        }
+    }
+}
+
+/* n fields (v + zero, b bits) at bit `bit` of a packed stream, keeping the stream's other
+ * bits in the first and last bytes. */
+static void mico_dwp_fields(uint8_t *out, size_t bit, const uint8_t *v, int32_t n, uint32_t b,
+                            uint32_t zero)
+{
+    const uint32_t mask = b >= 8u ? 0xffu : (1u << b) - 1u;
+    uint8_t *q = out + (bit >> 3);
+    uint32_t nb = (uint32_t)(bit & 7u), acc = (uint32_t)*q & ((1u << nb) - 1u);
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        acc |= (((uint32_t)v[i] + zero) & mask) << nb;
+        nb += b;
+        while (nb >= 8u) {
+            *q++ = (uint8_t)acc;
+            acc >>= 8;
+            nb -= 8u;
+        }
+    }
+    if (nb) {
+        *q = (uint8_t)(((uint32_t)*q & ~((1u << nb) - 1u)) | acc);
+    }
+}
+
+/* Staged output codes v[0 .. n-1] (bytes) packed from code `start` of the output: whole words
+ * of 1-, 2- and 4-bit codes at a time (v is word-aligned at the first code that starts a
+ * byte: mico_dwp_stage_at), the others field by field. */
+static MICO_NOINLINE void mico_dwp_pack(void *out, size_t start, const uint8_t *v, int32_t n,
+                                        MicoFmt f)
+{
+    const uint32_t b = (uint32_t)f.bits, zero = f.is_signed ? 0u : (uint32_t)f.zero;
+    const int32_t per = b < 8u && 8u % b == 0u ? (int32_t)(8u / b) : 0;
+    int32_t i = 0;
+    uint8_t *q;
+    if (!per || zero || mico_dwp_low_half()) {
+        mico_dwp_fields((uint8_t *)out, start * b, v, n, b, zero);
+        return;
+    }
+    i = (int32_t)((size_t)(per - (int32_t)(start % (size_t)per)) % (size_t)per);
+    i = i < n ? i : n;
+    mico_dwp_fields((uint8_t *)out, start * b, v, i, b, 0u);
+    q = (uint8_t *)out + (start + (size_t)i) * b / 8u;
+    if (b == 4u) {
+        for (; i + 4 <= n; i += 4, q += 2) {
+            uint32_t t = *(const uint32_t *)(const void *)(v + i) & 0x0f0f0f0fu;
+            t |= t >> 4;
+            q[0] = (uint8_t)t;
+            q[1] = (uint8_t)(t >> 16);
+        }
+    } else if (b == 2u) {
+        for (; i + 4 <= n; i += 4, q++) {
+            uint32_t t = *(const uint32_t *)(const void *)(v + i) & 0x03030303u;
+            t |= t >> 6;
+            t |= t >> 12;
+            *q = (uint8_t)t;
+        }
+    } else {
+        for (; i + 8 <= n; i += 8, q++) {
+            uint32_t t = *(const uint32_t *)(const void *)(v + i) & 0x01010101u;
+            uint32_t u = *(const uint32_t *)(const void *)(v + i + 4) & 0x01010101u;
+            t |= t >> 7;
+            t |= t >> 14;
+            u |= u >> 7;
+            u |= u >> 14;
+            *q = (uint8_t)((t & 15u) | (u & 15u) << 4);
+        }
+    }
+    mico_dwp_fields((uint8_t *)out, (start + (size_t)i) * b, v + i, n - i, b, 0u);
+}
+
+/* Where a channel's staged codes start in the staging words (0..3): the first code that
+ * starts a byte of the output lands on a word. */
+static inline int32_t mico_dwp_stage_at(size_t start, uint32_t b)
+{
+    const size_t per = b < 8u && 8u % b == 0u ? 8u / b : 0u;
+    if (!per) {
+        return 0;
+    }
+    return (int32_t)((4u - (per - start % per) % per % 4u) % 4u);
+}
+
+/* Estimated instructions of a plane (mico.codegen.dwconv_plan mirrors it): pairs of output
+ * lines of 8-output tiles and lone pairs. */
+static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
+{
+    return ((n_slow + 1) >> 1) * (100 * (n_fast >> 1) + 56 * (n_fast & 1) + 24);
+}
+
+/* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
+ * done) when this path does not take it. */
+static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
+                                  MicoDwpPlane const fns[2], int32_t sf)
+{
+    MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
+    uint32_t stage_words[MICO_DWP_BYTES / 4];
+    uint8_t *const stage = (uint8_t *)stage_words;
+    MicoDwp d;
+    MicoDw8 *const g = &d.g;
+    MicoFmt w_fmt = p->in_fmt;
+    const MicoFmt af = p->in_fmt, of = p->out.fmt;
+    const int32_t in_plane = p->in_h * p->in_w, out_plane = p->out_h * p->out_w;
+    const int32_t in_h = p->in_h, in_w = p->in_w;
+    const uint32_t b = (uint32_t)af.bits;
+    const int lo = mico_dwp_low_half();
+    const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
+    uint32_t umax, hx, upad, fill;
+    int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
+    if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
+        of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
+        p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c || p->in_c != p->out_c ||
+        p->out.n_mult == 0 || p->pad_h < 0 || p->pad_w < 0 || p->stride_h < 1 ||
+        p->stride_w < 1 || p->out_h < 1 || p->out_w < 1) {
+        return 0;
+    }
+    cost_n = p->stride_w == sf ? mico_dwp_cost(p->out_w, p->out_h) : 0x7fffffff;
+    cost_t = p->stride_h == sf ? mico_dwp_cost(p->out_h, p->out_w) : 0x7fffffff;
+    trans = cost_t < cost_n;
+    g->n_fast = trans ? p->out_h : p->out_w;
+    g->n_slow = trans ? p->out_w : p->out_h;
+    g->ss = trans ? p->stride_w : p->stride_h;
+    g->ostep_fast = trans ? p->out_w : 1;
+    g->ostep_slow = trans ? 1 : p->out_w;
+    g->relu = p->out.relu;
+    g->lo = p->out.lo;
+    g->hi = p->out.hi;
+    fast_in = trans ? in_h : in_w;
+    slow_in = trans ? in_w : in_h;
+    pf = trans ? p->pad_h : p->pad_w;
+    ps = trans ? p->pad_w : p->pad_h;
+    d.sf = sf;
+    d.half = (g->n_slow + 1) / 2;
+    d.rows = (d.half - 1) * g->ss + 3;
+    if ((trans ? cost_t : cost_n) == 0x7fffffff || (g->n_fast - 1) * sf + 3 > MICO_DWP_PITCH ||
+        d.rows > MICO_DWP_ROWS ||
+        (b < 8u && in_plane > MICO_DWP_BYTES) || (!direct && out_plane + 3 > MICO_DWP_BYTES)) {
+        return 0;
+    }
+    umax = (1u << b) - 1u;
+    hx = af.is_signed ? 1u << (b - 1u) : 0u;
+    upad = af.is_signed ? hx : (uint32_t)af.zero;
+    fill = upad * 0x10001u;
+    for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
+        buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
+    }
+    span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    w_fmt.bits = p->w_bits;
+    w_fmt.is_signed = 1;
+    w_fmt.zero = 0;
+    for (ch = 0; ch < p->out_c; ch++) {
+        const MicoRq rq = mico_rq(&p->out, ch);
+        const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
+        const uint8_t *src = (const uint8_t *)in + (size_t)ch * (size_t)in_plane;
+        uint32_t w[9], ws[9], sum = 0, binit, acc0, m, sh;
+        int32_t neg = 0, pos = 0, at = 0, k, fits = 1;
+        uint8_t *o;
+        for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
+            const int32_t rr = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + rr : t);
+            const int32_t v = mico_load(p->weight, (size_t)k, w_fmt);
+            w[t] = (uint32_t)v;
+            sum += (uint32_t)v;
+            neg += v < 0 ? v : 0;
+            pos += v > 0 ? v : 0;
+        }
+        if (b < 8u) {
+            mico_dwp_unpack((const uint8_t *)in, (size_t)ch * (size_t)in_plane * b, in_plane, b,
+                            stage);
+            src = stage;
+        }
+        for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
+            const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
+            const int32_t r0 = first < 0 ? -first : 0;
+            const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;
+            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+            const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1; /* input steps */
+            const uint8_t *const s0 = src + (size_t)(first + r0) * (size_t)srow;
+            MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;
+            const int half = lane ? 1 - lo : lo;
+            if (r1 <= r0 || n <= 0) {
+                continue;
+            }
+            if (n >= r1 - r0) { /* the longer side in the inner loop */
+                mico_dwp_spread(s0, srow, scol, r1 - r0, n, MICO_DWP_PITCH, 1, hx, d0, half);
+            } else {
+                mico_dwp_spread(s0, scol, srow, n, r1 - r0, 1, MICO_DWP_PITCH, hx, d0, half);
+            }
+        }
+        if (direct) {
+            o = (uint8_t *)out + (size_t)ch * (size_t)out_plane;
+        } else {
+            at = mico_dwp_stage_at((size_t)ch * (size_t)out_plane, (uint32_t)of.bits);
+            o = stage + at;
+        }
+        acc0 = (uint32_t)p->bias[ch] - upad * sum;
+        /* the multiplier as a high-word product: shifts above 32 as they are; others as
+         * M = m 2^(33 - shift - k) < 2^32 with shift 33 on the sums scaled by 2^k (weights
+         * and constants), the same rounding (mico_rescale), while the scaled lanes fit and
+         * the scaled accumulator stays far inside int32 */
+        m = (uint32_t)rq.m;
+        sh = (uint32_t)rq.shift - 32u;
+        k = 0;
+        if (rq.shift <= 32) {
+            const int32_t e = 33 - rq.shift;
+            while (k < 3 && k < e && ((uint64_t)(uint32_t)rq.m << (e - k)) > 0xffffffffu) {
+                k++;
+            }
+            m = (uint32_t)((uint64_t)(uint32_t)rq.m << (e - k));
+            sh = 1u;
+            fits = ((uint64_t)(uint32_t)rq.m << (e - k)) <= 0xffffffffu &&
+                   (((uint32_t)(p->bias[ch] < 0 ? -p->bias[ch] : p->bias[ch]) |
+                     (uint32_t)(pos - neg) << 9) < 0x10000000u);
+        }
+        fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
+        if (fits) {
+            binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
+            for (t = 0; t < 9; t++) {
+                ws[t] = w[t] << k;
+            }
+            fns[relu](buf, ws, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d, o);
+        } else {
+            mico_dwp_plain(&d, buf, w, acc0, &rq, o);
+        }
+        if (!direct) {
+            mico_dwp_pack(out, (size_t)ch * (size_t)out_plane, o, out_plane, of);
+        }
+    }
+    return 1;
+}
+
+#define MICO_DWP_ENTRY(SF)                                                                       \
+    MICO_DWP_PLANE(mico_dwp_p##SF##_0, SF, 0)                                                     \
+    MICO_DWP_PLANE(mico_dwp_p##SF##_1, SF, 1)                                                     \
+    void mico_qconv2d_dwp_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
+                                void *out)                                                        \
+    {                                                                                             \
+        static MicoDwpPlane const fns[2] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1};              \
+        static const MicoDwLanes one = {32, 0};                                                   \
+        (void)l;                                                                                  \
+        if (mico_dwp(p, in, out, fns, SF)) {                                                      \
+            return;                                                                               \
+        }                                                                                         \
+        if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \
+            mico_qconv2d_depthwise3x3(p, in, out);                                                \
+        } else {                                                                                  \
+            mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
+        }                                                                                         \
+    }
+MICO_DWP_ENTRY(1)
+MICO_DWP_ENTRY(2)

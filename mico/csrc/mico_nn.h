@@ -458,6 +458,13 @@ MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
  * (f1 / f2); other layers go to mico_qconv2d_dwl_s32. l is unused (the lanes' signature). */
 void mico_qconv2d_dw8_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+/* Depthwise 3x3 on pairs of output lines (mico_dwconv.c): codes of 1..8 bits in and out, two
+ * outputs per multiply in 16-bit lanes of a padded copy of each channel plane, stride 1 or 2
+ * along its rows (f1 / f2), when every channel's window sums fit the lanes
+ * (mico.codegen.dwconv_plan); other layers go to mico_qconv2d_dwl_s32 (asymmetric codes:
+ * mico_qconv2d_depthwise3x3). l is unused (the lanes' signature). */
+void mico_qconv2d_dwp_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dwp_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
