@@ -226,7 +226,7 @@ def _layer_code(
     out = (f"{{ .fmt = {_fmt(layer.o_fmt)}, .relu = {int(layer.relu)}, .n_mult = {out_c}, "
            f".m = {tag}m, .shift = {tag}sh, .lo = {lo}, .hi = {hi} }}")  # fmt: skip
     pixels = 1 if layer.kind == "linear" else 4
-    plan = lanes_plan(layer.w_fmt, layer.a_fmt, out_c // layer.groups, pixels)
+    plan = lanes_plan(layer.w_fmt, layer.a_fmt, out_c // layer.groups, pixels, weight=layer.weight)
     dw = None
     if layer.kind == "conv" and layer.groups == layer.x.shape[0] == out_c:
         dw = dw_lane_plan(layer.weight, layer.a_fmt, layer.x.shape[1:], layer.out_hw,

@@ -212,13 +212,15 @@ def lanes_plan(
     out_per_group: int,
     pixels: int = 4,
     macs: int | None = None,
+    weight: np.ndarray | None = None,
 ) -> dict[str, int] | None:
     """The ``MicoLanes`` of a conv / linear layer whose weights take channel lanes, or None.
 
     Lanes need weights of 1, 2, 4 or 8 bits whose output channels (per group) fill words of
     F = 32 / bits, activations of at most 8 bits, fewer estimated instructions per MAC than
     the plain kernels (mico.quant.packing.lane_plan) and, when ``macs`` is given, at least
-    :data:`LANES_MIN_MACS` of them.
+    :data:`LANES_MIN_MACS` of them. ``weight``: the layer's weight codes, whose sums bound
+    the taps a lane holds (more than the widths alone allow).
     """
     if w_fmt is None or a_fmt is None or w_fmt.bits not in (1, 2, 4, 8):
         return None
@@ -226,7 +228,7 @@ def lanes_plan(
         return None
     if macs is not None and macs < LANES_MIN_MACS:
         return None
-    return lane_plan(w_fmt, a_fmt, pixels)
+    return lane_plan(w_fmt, a_fmt, pixels, weight)
 
 
 def widened_to_s8(
@@ -247,6 +249,12 @@ def widened_to_s8(
     if w_fmt.binary or (macs is not None and macs < CONV_S8_MIN_MACS):
         return False
     return tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0)
+
+
+def _weight_codes(node: Node) -> np.ndarray | None:
+    """The weight codes of a conv / linear node (None when they are not constants)."""
+    data = getattr(node.inputs[1], "data", None)
+    return None if data is None else np.asarray(data)
 
 
 def lanes_kernel(layer: str, plan: dict[str, int], w_bits: int) -> str:
@@ -320,7 +328,13 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     lanes = (
         None
         if binary or host or s8
-        else lanes_plan(node.inputs[1].qformat, x.qformat, out_c // a["groups"], macs=macs)
+        else lanes_plan(
+            node.inputs[1].qformat,
+            x.qformat,
+            out_c // a["groups"],
+            macs=macs,
+            weight=_weight_codes(node),
+        )
     )
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary, s8)
     params = ctx.const_struct(
@@ -443,7 +457,14 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     lanes = (
         None
         if binary or host
-        else lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs)
+        else lanes_plan(
+            node.inputs[1].qformat,
+            x.qformat,
+            out_features,
+            pixels=1,
+            macs=macs,
+            weight=_weight_codes(node),
+        )
     )
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
     params = ctx.const_struct(

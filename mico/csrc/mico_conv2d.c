@@ -1022,6 +1022,20 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
 #define MICO_LR_SUMS 256 /* int32 sums over the chunk's channels of its input rows */
 #define MICO_LR_COLS 64  /* output columns of a row (padded to whole pixel groups) */
 
+/* Unsigned 8-bit lanes of a pixel group's only segment, written into the tile: lane i of word
+ * (g, q) is channel iG + g. */
+#define MICO_PW_LANES8X4(G)                                                                 \
+    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
+        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+            const uint32_t v = acc[g][q];                                                   \
+            int32_t *const tt = tg + g * xs + q;                                            \
+            tt[0] = (int32_t)(v & 0xffu);                                                   \
+            tt[(G) * xs] = (int32_t)((v >> 8) & 0xffu);                                     \
+            tt[2 * (G) * xs] = (int32_t)((v >> 16) & 0xffu);                                \
+            tt[3 * (G) * xs] = (int32_t)(v >> 24);                                          \
+        }                                                                                   \
+    }
+
 /* One block of F channels over np pixels of an output row, a group of NPX = 16 / G pixels at
  * a time (16 lane words in registers: G field groups x NPX pixels): tap t of pixel j is
  * xt[t][j], the table cut into segments of at most n taps by NULL entries (and ended by one).
@@ -1263,6 +1277,23 @@ static inline uint32_t mico_lr_code64(int32_t r, uint32_t m, uint32_t shift, int
     return (uint32_t)(y + zero) & 0xffu;
 }
 
+/* The same for a shift of at most 32 when lo = 0, no zero point and m >= 2 (hi + 1): a sum of
+ * at least lim = 2^(shift - 1) gives hi (r m >= (hi + 1) 2^shift), a smaller one fits 32 bits
+ * shifted left by k = 33 - shift, which makes the shift 33: the high word of the product,
+ * rounded by its last bit. */
+static inline uint32_t mico_lr_code32(int32_t r, uint32_t m, uint32_t k, uint32_t lim, int32_t hi)
+{
+    uint32_t y;
+    if (r <= 0) {
+        return 0u;
+    }
+    if ((uint32_t)r >= lim) {
+        return (uint32_t)hi;
+    }
+    y = ((uint32_t)(((uint64_t)((uint32_t)r << k) * m) >> 32) + 1u) >> 1;
+    return y > (uint32_t)hi ? (uint32_t)hi : y;
+}
+
 /* Requantize and store n sums of one channel: code j is q applied to b + (v[j] << sh) -
  * csq[j] (modulo 2^32: the lane sums to the layer's sums), stored at element `start` of out.
  * The usual case (ReLU with a non-negative clamp, a multiplier, codes of 8, 4 or 2 bits from a
@@ -1303,8 +1334,12 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
 #define MICO_LR_CODE0(J) mico_lr_code0(MICO_LR_R(J), m, s, rnd, hi)
 #define MICO_LR_CODE00(J) mico_lr_code0((int32_t)(b + (uint32_t)v[J] - (uint32_t)csq[J]), m, s, rnd, hi)
 #define MICO_LR_CODE(J) mico_lr_code(MICO_LR_R(J), m, s, rnd, lo, hi, zero)
+#define MICO_LR_CODE32(J) mico_lr_code32(MICO_LR_R(J), m, k, lim, hi)
 #define MICO_LR_CODE64(J) mico_lr_code64(MICO_LR_R(J), m, (uint32_t)q->shift, lo, hi, zero)
-    if (q->shift <= 32) {
+    if (q->shift <= 32 && plain && (uint64_t)m >= 2u * ((uint64_t)hi + 1u)) {
+        const uint32_t k = 33u - (uint32_t)q->shift, lim = 1u << (q->shift - 1);
+        MICO_LR_LOOPS(MICO_LR_CODE32)
+    } else if (q->shift <= 32) {
         MICO_LR_LOOPS(MICO_LR_CODE64)
     } else if (plain && sh == 0u) { /* the usual case: no shift of the lane sums */
         MICO_LR_LOOPS(MICO_LR_CODE00)
@@ -1318,6 +1353,7 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
 #undef MICO_LR_CODE0
 #undef MICO_LR_CODE00
 #undef MICO_LR_CODE64
+#undef MICO_LR_CODE32
 #undef MICO_LR_CODE
     return 1;
 }
@@ -1611,6 +1647,10 @@ static int mico_lr_narrow(const MicoConv2d *q)
                 }                                                                           \
                 if (s == 16u) {                                                             \
                     MICO_PW_LANES16(+=, G);                                                 \
+                    continue;                                                               \
+                }                                                                           \
+                if (s == 8u && !is_signed && fresh && !segs && wp >= wend) { /* one segment */ \
+                    MICO_PW_LANES8X4(G); /* the four lanes of each word into the tile */    \
                     continue;                                                               \
                 }                                                                           \
                 if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */                \

@@ -86,15 +86,52 @@ def lane_cost(b: int, groups: int, n: int, negative: bool, pixels: int = 4) -> f
     return (per_tap + groups * npx * flush / n) / (f * npx)
 
 
-def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int] | None:
+#: taps summed between flushes when the layer's weights never fill a lane (any run of taps)
+LANE_RUN_UNBOUNDED = 1 << 20
+
+
+def lane_offsets(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
+    """The offset weights w' the lanes multiply (:func:`pack_lanes`), as int64 rows
+    ``(out, taps)``: w + 2^(bits-1), binary {-1, +1} as {0, 1}."""
+    q = np.asarray(codes).astype(np.int64)
+    q = q.reshape(q.shape[0], -1)
+    return (q > 0).astype(np.int64) if fmt.binary else q + (1 << (fmt.bits - 1))
+
+
+def longest_run(offsets: np.ndarray, budget: int) -> int:
+    """The most consecutive taps whose offset weights w' (rows ``(out, taps)``, w' >= 0) sum
+    to at most ``budget`` in every row and wherever the run starts (the kernels cut a reduction
+    into runs of at most n consecutive taps): 0 when a single tap exceeds it,
+    :data:`LANE_RUN_UNBOUNDED` when whole rows fit."""
+    w = np.asarray(offsets, dtype=np.int64)
+    if w.size == 0 or int(w.sum(axis=1).max()) <= budget:
+        return LANE_RUN_UNBOUNDED
+    csum = np.concatenate([np.zeros((w.shape[0], 1), np.int64), np.cumsum(w, axis=1)], axis=1)
+
+    def fits(n: int) -> bool:
+        return int((csum[:, n:] - csum[:, :-n]).max()) <= budget
+
+    lo, hi = 0, w.shape[1]  # fits(lo) (vacuously for 0), not fits(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def lane_plan(
+    w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4, weight: np.ndarray | None = None
+) -> dict[str, int] | None:
     """The lanes (``MicoLanes``) for weights ``w_fmt`` times activations ``a_fmt``, or None.
 
     A lane of s bits holds n products |w'| * |x| (w' = w + 2^(bits-1) in [1, 2^bits - 1],
     binary: {0, 1}) without carrying into the next: n * max|x| * max w' < 2^s (2^(s-1) for
-    signed activations, whose lanes hold signed sums). Of the lane widths the kernels take,
-    the one with the fewest estimated instructions per MAC (:func:`lane_cost`) wins
-    (``pixels``: 1 for a linear layer, else a convolution); None when no lane width fits, the
-    widths are not ones the kernels read, or the plain kernels would be as fast.
+    signed activations, whose lanes hold signed sums). Given the layer's weight codes
+    (``weight``, output channels first), n is the exact bound instead: the longest run of
+    consecutive taps whose w' sum, times max|x|, fits a lane in every channel
+    (:func:`longest_run`), never below the bound from the widths alone. Of the lane widths the
+    kernels take, the one with the fewest estimated instructions per MAC (:func:`lane_cost`)
+    wins (``pixels``: 1 for a linear layer, else a convolution); None when no lane width fits,
+    the widths are not ones the kernels read, or the plain kernels would be as fast.
     """
     b = w_fmt.bits
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
@@ -102,6 +139,7 @@ def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int]
     w_max = 1 if b == 1 else 2**b - 1
     negative = a_fmt.negative  # signed or asymmetric codes: signed lane sums
     x_max = max(a_fmt.qmax, -a_fmt.qmin)
+    offsets = None if weight is None else lane_offsets(weight, w_fmt)
     best: tuple[float, dict[str, int]] | None = None
     for s in LANE_WIDTHS:
         groups = s // b
@@ -109,11 +147,13 @@ def lane_plan(w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4) -> dict[str, int]
             continue
         cap = 2 ** (s - 1) - 1 if negative else 2**s - 1
         n = cap // (x_max * w_max)
+        if offsets is not None:
+            n = max(n, longest_run(offsets, cap // x_max))
         if n < 1:
             continue
         cost = lane_cost(b, groups, n, negative, pixels)
         if best is None or cost < best[0]:
-            best = (cost, {"s": s, "n": min(n, 1 << 20), "is_signed": int(negative)})
+            best = (cost, {"s": s, "n": min(n, LANE_RUN_UNBOUNDED), "is_signed": int(negative)})
     bar = PLAIN_LINEAR_COST if pixels == 1 else PLAIN_INNER_COST
     if best is None or best[0] >= bar:
         return None
