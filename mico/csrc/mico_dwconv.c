@@ -992,6 +992,27 @@ static inline uint32_t mico_dwp_u(const MicoDwp *d, const MicoDwpWord *buf, int3
                        : buf[(r - dd) * MICO_DWP_PITCH + x].h[1 - lo];
 }
 
+/* Weight code k of a packed stream of signed codes of wb bits (binary: {-1, +1}), as
+ * mico_load reads it, reading no byte past the code's own. */
+static inline int32_t mico_dwp_weight(const uint8_t *w, uint32_t k, uint32_t wb)
+{
+    const uint32_t bit = k * wb, off = bit & 7u, h = 1u << (wb - 1u);
+    const uint8_t *q = w + (bit >> 3);
+    uint32_t v;
+    if (wb == 8u) {
+        return (int32_t)(int8_t)q[0];
+    }
+    v = (uint32_t)q[0] >> off;
+    if (off + wb > 8u) {
+        v |= (uint32_t)q[1] << (8u - off);
+    }
+    v &= (1u << wb) - 1u;
+    if (wb == 1u) {
+        return v ? 1 : -1;
+    }
+    return (int32_t)((v ^ h) - h);
+}
+
 /* A channel whose sums do not fit 16-bit lanes: one output at a time from the buffer (acc:
  * the accumulator's constant part, bias - u_pad * sum_t w_t). */
 static MICO_NOINLINE void mico_dwp_plain(const MicoDwp *d, const MicoDwpWord *buf,
@@ -1026,10 +1047,18 @@ static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t
         }
         p = in + ((bit + (size_t)i * b) >> 3);
         if (b == 4u) {
-            for (; i + 2 <= n; i += 2, p++) {
-                const uint32_t v = *p;
+            for (; i + 4 <= n; i += 4, p += 2) {
+                const uint32_t v = *p, u = p[1];
                 dst[i] = (uint8_t)(v & 15u);
                 dst[i + 1] = (uint8_t)(v >> 4);
+                dst[i + 2] = (uint8_t)(u & 15u);
+                dst[i + 3] = (uint8_t)(u >> 4);
+            }
+            if (i + 2 <= n) {
+                const uint32_t v = *p++;
+                dst[i] = (uint8_t)(v & 15u);
+                dst[i + 1] = (uint8_t)(v >> 4);
+                i += 2;
             }
         } else if (b == 2u) {
             for (; i + 4 <= n; i += 4, p++) {
@@ -1071,26 +1100,38 @@ static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t
     }
 }
 
+/* One line of nj codes (made u by ^ hx, src[j sj]) into halfwords d[j HJ]. */
+#define MICO_DWP_SPREAD_LINE(HJ)                                                                 \
+    do {                                                                                          \
+        const uint8_t *sp = src;                                                                  \
+        uint16_t *d = h;                                                                          \
+        for (j = 0; j + 4 <= nj; j += 4, d += 4 * (HJ), sp += 4 * sj) {                           \
+            d[0] = (uint16_t)(sp[0] ^ hx);                                                        \
+            d[HJ] = (uint16_t)(sp[sj] ^ hx);                                                      \
+            d[2 * (HJ)] = (uint16_t)(sp[2 * sj] ^ hx);                                            \
+            d[3 * (HJ)] = (uint16_t)(sp[3 * sj] ^ hx);                                            \
+        }                                                                                         \
+        for (; j < nj; j++, d += (HJ), sp += sj) {                                                \
+            *d = (uint16_t)(*sp ^ hx);                                                            \
+        }                                                                                         \
+    } while (0)
+
 /* A block of codes (made u by ^ hx), src[i si + j sj] into halfword `half` of the buffer
- * words dst[i di + j dj], i < ni, j < nj (the inner loop runs along j). */
+ * words dst[i di + j dj], i < ni, j < nj: along the buffer's rows (dj 1, di the pitch) or
+ * its columns (dj the pitch, di 1). */
 static MICO_NOINLINE void mico_dwp_spread(const uint8_t *src, int32_t si, int32_t sj, int32_t ni,
-                                          int32_t nj, int32_t di, int32_t dj, uint32_t hx,
-                                          MicoDwpWord *dst, int half)
+                                          int32_t nj, int32_t dj, uint32_t hx, MicoDwpWord *dst,
+                                          int half)
 {
     uint16_t *h = &dst[0].h[half];
-    const int32_t hj = 2 * dj;
     int32_t i, j;
-    for (i = 0; i < ni; i++, src += si, h += 2 * di) {
-        const uint8_t *s = src;
-        uint16_t *d = h;
-        for (j = 0; j + 4 <= nj; j += 4, d += 4 * hj, s += 4 * sj) {
-            d[0] = (uint16_t)(s[0] ^ hx);
-            d[hj] = (uint16_t)(s[sj] ^ hx);
-            d[2 * hj] = (uint16_t)(s[2 * sj] ^ hx);
-            d[3 * hj] = (uint16_t)(s[3 * sj] ^ hx);
+    if (dj == 1) {
+        for (i = 0; i < ni; i++, src += si, h += 2 * MICO_DWP_PITCH) {
+            MICO_DWP_SPREAD_LINE(2);
         }
-        for (; j < nj; j++, d += hj, s += sj) {
-            *d = (uint16_t)(*s ^ hx);
+    } else {
+        for (i = 0; i < ni; i++, src += si, h += 2) {
+            MICO_DWP_SPREAD_LINE(2 * MICO_DWP_PITCH);
         }
     }
 }
@@ -1192,7 +1233,6 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     uint8_t *const stage = (uint8_t *)stage_words;
     MicoDwp d;
     MicoDw8 *const g = &d.g;
-    MicoFmt w_fmt = p->in_fmt;
     const MicoFmt af = p->in_fmt, of = p->out.fmt;
     const int32_t in_plane = p->in_h * p->in_w, out_plane = p->out_h * p->out_w;
     const int32_t in_h = p->in_h, in_w = p->in_w;
@@ -1239,9 +1279,6 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
-    w_fmt.bits = p->w_bits;
-    w_fmt.is_signed = 1;
-    w_fmt.zero = 0;
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
@@ -1251,7 +1288,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         uint8_t *o;
         for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
             const int32_t rr = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + rr : t);
-            const int32_t v = mico_load(p->weight, (size_t)k, w_fmt);
+            const int32_t v = mico_dwp_weight(p->weight, (uint32_t)k, (uint32_t)p->w_bits);
             w[t] = (uint32_t)v;
             sum += (uint32_t)v;
             neg += v < 0 ? v : 0;
@@ -1275,9 +1312,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                 continue;
             }
             if (n >= r1 - r0) { /* the longer side in the inner loop */
-                mico_dwp_spread(s0, srow, scol, r1 - r0, n, MICO_DWP_PITCH, 1, hx, d0, half);
+                mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
             } else {
-                mico_dwp_spread(s0, scol, srow, n, r1 - r0, 1, MICO_DWP_PITCH, hx, d0, half);
+                mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
             }
         }
         if (direct) {
@@ -1308,10 +1345,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
         if (fits) {
             binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
-            for (t = 0; t < 9; t++) {
+            for (t = 0; k && t < 9; t++) {
                 ws[t] = w[t] << k;
             }
-            fns[relu](buf, ws, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d, o);
+            fns[relu](buf, k ? ws : w, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d, o);
         } else {
             mico_dwp_plain(&d, buf, w, acc0, &rq, o);
         }
