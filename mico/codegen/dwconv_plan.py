@@ -98,8 +98,8 @@ def dw8_plan(
     return best
 
 
-#: words per row and rows of the pair path's lane buffer, bytes of its unpacked input / staged
-#: output plane (MICO_DWP_PITCH / _ROWS / _BYTES in mico_dwconv.c)
+#: words per row and rows of the pair path's lane buffer, bytes of its staged output plane
+#: (MICO_DWP_PITCH / _ROWS / _BYTES in mico_dwconv.c)
 DWP_PITCH = 36
 DWP_ROWS = 18
 DWP_BYTES = 1024
@@ -155,9 +155,7 @@ def dwp_plan(
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
     sh, sw = (int(v) for v in stride)
     direct = out_fmt.bits == 8 and (out_fmt.signed or not out_fmt.zero)
-    if (a_fmt.bits < 8 and in_h * in_w > DWP_BYTES) or (
-        not direct and out_h * out_w + 3 > DWP_BYTES
-    ):
+    if not direct and out_h * out_w + 3 > DWP_BYTES:
         return None
     big = 2**31 - 1
     best = None
@@ -172,11 +170,11 @@ def dwp_plan(
         if (n_fast - 1) * sf + 3 > DWP_PITCH or (half - 1) * ss + 3 > DWP_ROWS:
             continue
         best = {"s": 0, "q": 0, "sf": sf, "pair": 1, "cost": cost_t if trans else cost_n}
-    if best is not None:  # the plane's copy into the lanes, the unpacking and the packing
-        spread = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
-        best["cost"] += int(5 * spread + (2 * in_h * in_w if a_fmt.bits < 8 else 0))
+    if best is not None:  # the codes read into the lanes, the packing (fitted on rv32)
+        codes = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
+        short = in_w < 8 and in_h * in_w <= DWP_BYTES  # unpacked at once, then spread
+        best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
-        best["cost"] = best["cost"] * 6 // 5  # measured on rv32: about 20 % above the sum
     return best
 
 

@@ -897,7 +897,7 @@ MICO_DW8_ENTRY(2)
 
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
-#define MICO_DWP_BYTES 1024 /* the unpacked input plane, then the staged output plane */
+#define MICO_DWP_BYTES 1024 /* the staged output plane (and planes of short rows, unpacked) */
 
 typedef union {
     uint32_t w;
@@ -1028,6 +1028,110 @@ static MICO_NOINLINE void mico_dwp_plain(const MicoDwp *d, const MicoDwpWord *bu
                 a += w[t] * mico_dwp_u(d, buf, s * g->ss + t / 3, f * d->sf + t % 3);
             }
             out[s * g->ostep_slow + f * g->ostep_fast] = (uint8_t)mico_rq_apply(rq, (int32_t)a);
+        }
+    }
+}
+
+/* One row of n codes of b bits from bit `bit` of the packed input, made u (^ hx; hxx: hx in
+ * every field of a byte), into halfwords d[j HS]: whole bytes of 1-, 2-, 4-bit codes at a
+ * time, bytes of 8-bit codes as they are, other widths through a bit buffer; no byte past
+ * the row's last code is read. */
+#define MICO_DWP_READ_ROW(HS)                                                                    \
+    do {                                                                                          \
+        const uint8_t *q = in + (bit >> 3);                                                       \
+        uint32_t off = (uint32_t)(bit & 7u);                                                      \
+        uint16_t *d = h;                                                                          \
+        int32_t j = 0;                                                                            \
+        if (b == 8u) {                                                                            \
+            for (; j + 4 <= n; j += 4, d += 4 * (HS)) {                                           \
+                d[0] = (uint16_t)(q[j] ^ hx);                                                     \
+                d[HS] = (uint16_t)(q[j + 1] ^ hx);                                                \
+                d[2 * (HS)] = (uint16_t)(q[j + 2] ^ hx);                                          \
+                d[3 * (HS)] = (uint16_t)(q[j + 3] ^ hx);                                          \
+            }                                                                                     \
+            for (; j < n; j++, d += (HS)) {                                                       \
+                *d = (uint16_t)(q[j] ^ hx);                                                       \
+            }                                                                                     \
+        } else if (8u % b == 0u) {                                                                \
+            for (; j < n && off != 0u; j++, d += (HS)) { /* up to a byte boundary */             \
+                *d = (uint16_t)((((uint32_t)*q >> off) & mask) ^ hx);                             \
+                off = (off + b) & 7u;                                                             \
+                q += off == 0u;                                                                   \
+            }                                                                                     \
+            if (b == 4u) {                                                                        \
+                for (; j + 4 <= n; j += 4, d += 4 * (HS), q += 2) {                               \
+                    const uint32_t v = q[0] ^ hxx, u = q[1] ^ hxx;                                \
+                    d[0] = (uint16_t)(v & 15u);                                                   \
+                    d[HS] = (uint16_t)(v >> 4);                                                   \
+                    d[2 * (HS)] = (uint16_t)(u & 15u);                                            \
+                    d[3 * (HS)] = (uint16_t)(u >> 4);                                             \
+                }                                                                                 \
+                if (j + 2 <= n) { /* then at most one code is left (below) */                     \
+                    const uint32_t v = *q++ ^ hxx;                                                \
+                    d[0] = (uint16_t)(v & 15u);                                                   \
+                    d[HS] = (uint16_t)(v >> 4);                                                   \
+                    j += 2;                                                                       \
+                    d += 2 * (HS);                                                                \
+                }                                                                                 \
+            } else if (b == 2u) {                                                                 \
+                for (; j + 4 <= n; j += 4, d += 4 * (HS), q++) {                                  \
+                    const uint32_t v = q[0] ^ hxx;                                                \
+                    d[0] = (uint16_t)(v & 3u);                                                    \
+                    d[HS] = (uint16_t)((v >> 2) & 3u);                                            \
+                    d[2 * (HS)] = (uint16_t)((v >> 4) & 3u);                                      \
+                    d[3 * (HS)] = (uint16_t)(v >> 6);                                             \
+                }                                                                                 \
+            } else {                                                                              \
+                for (; j + 8 <= n; j += 8, d += 8 * (HS), q++) {                                  \
+                    const uint32_t v = q[0];                                                      \
+                    d[0] = (uint16_t)(v & 1u);                                                    \
+                    d[HS] = (uint16_t)((v >> 1) & 1u);                                            \
+                    d[2 * (HS)] = (uint16_t)((v >> 2) & 1u);                                      \
+                    d[3 * (HS)] = (uint16_t)((v >> 3) & 1u);                                      \
+                    d[4 * (HS)] = (uint16_t)((v >> 4) & 1u);                                      \
+                    d[5 * (HS)] = (uint16_t)((v >> 5) & 1u);                                      \
+                    d[6 * (HS)] = (uint16_t)((v >> 6) & 1u);                                      \
+                    d[7 * (HS)] = (uint16_t)(v >> 7);                                             \
+                }                                                                                 \
+            }                                                                                     \
+            if (j < n) { /* the row's last codes, in one byte */                                  \
+                uint32_t v = *q ^ hxx;                                                            \
+                for (; j < n; j++, d += (HS), v >>= b) {                                          \
+                    *d = (uint16_t)(v & mask);                                                    \
+                }                                                                                 \
+            }                                                                                     \
+        } else {                                                                                  \
+            uint32_t acc = (uint32_t)*q++ >> off, have = 8u - off;                                \
+            for (; j < n; j++, d += (HS)) {                                                       \
+                if (have < b) {                                                                   \
+                    acc |= (uint32_t)*q++ << have;                                                \
+                    have += 8u;                                                                   \
+                }                                                                                 \
+                *d = (uint16_t)((acc & mask) ^ hx);                                               \
+                acc >>= b;                                                                        \
+                have -= b;                                                                        \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+/* rows rows of n codes each (the first at bit `bit`, rows row_bits apart) of the packed input
+ * into halfword `half` of the buffer: code j of row i at word dst[i di + j dj], along the
+ * buffer's rows (dj 1, di the pitch) or its columns (dj the pitch, di 1). */
+static MICO_NOINLINE void mico_dwp_read(const uint8_t *in, size_t bit, size_t row_bits,
+                                        int32_t rows, int32_t n, uint32_t b, uint32_t hx,
+                                        MicoDwpWord *dst, int half, int32_t dj)
+{
+    const uint32_t mask = (1u << b) - 1u;
+    const uint32_t hxx = b == 4u ? hx * 0x11u : b == 2u ? hx * 0x55u : hx;
+    uint16_t *h = &dst[0].h[half];
+    int32_t i;
+    if (dj == 1) {
+        for (i = 0; i < rows; i++, bit += row_bits, h += 2 * MICO_DWP_PITCH) {
+            MICO_DWP_READ_ROW(2);
+        }
+    } else {
+        for (i = 0; i < rows; i++, bit += row_bits, h += 2) {
+            MICO_DWP_READ_ROW(2 * MICO_DWP_PITCH);
         }
     }
 }
@@ -1241,6 +1345,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
+    int short_rows;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
         p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c || p->in_c != p->out_c ||
@@ -1268,9 +1373,12 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     d.rows = (d.half - 1) * g->ss + 3;
     if ((trans ? cost_t : cost_n) == 0x7fffffff || (g->n_fast - 1) * sf + 3 > MICO_DWP_PITCH ||
         d.rows > MICO_DWP_ROWS ||
-        (b < 8u && in_plane > MICO_DWP_BYTES) || (!direct && out_plane + 3 > MICO_DWP_BYTES)) {
+        (!direct && out_plane + 3 > MICO_DWP_BYTES)) {
         return 0;
     }
+    /* input rows of few codes cost more read one by one than the plane unpacked into bytes
+     * (in the staging bytes, spent before any output is staged) and spread from there */
+    short_rows = in_w < 8 && in_plane <= MICO_DWP_BYTES;
     umax = (1u << b) - 1u;
     hx = af.is_signed ? 1u << (b - 1u) : 0u;
     upad = af.is_signed ? hx : (uint32_t)af.zero;
@@ -1282,7 +1390,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
-        const uint8_t *src = (const uint8_t *)in + (size_t)ch * (size_t)in_plane;
+        const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sum = 0, binit, acc0, m, sh;
         int32_t neg = 0, pos = 0, at = 0, k, fits = 1;
         uint8_t *o;
@@ -1294,27 +1402,35 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
             neg += v < 0 ? v : 0;
             pos += v > 0 ? v : 0;
         }
-        if (b < 8u) {
-            mico_dwp_unpack((const uint8_t *)in, (size_t)ch * (size_t)in_plane * b, in_plane, b,
-                            stage);
-            src = stage;
+        if (short_rows && b < 8u) { /* rows of few codes: the plane unpacked at once */
+            mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
         }
         for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
             const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
             const int32_t r0 = first < 0 ? -first : 0;
             const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;
             const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
-            const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1; /* input steps */
-            const uint8_t *const s0 = src + (size_t)(first + r0) * (size_t)srow;
             MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;
             const int half = lane ? 1 - lo : lo;
             if (r1 <= r0 || n <= 0) {
                 continue;
             }
-            if (n >= r1 - r0) { /* the longer side in the inner loop */
-                mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
+            if (short_rows) { /* from the bytes, the longer side in the inner loop */
+                const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
+                const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +
+                                          (size_t)(first + r0) * (size_t)srow;
+                if (n >= r1 - r0) {
+                    mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
+                } else {
+                    mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
+                }
+            } else if (trans) { /* input rows y -> buffer columns, columns -> buffer rows */
+                mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,
+                              (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);
             } else {
-                mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
+                mico_dwp_read((const uint8_t *)in,
+                              (plane + (size_t)(first + r0) * (size_t)in_w) * b,
+                              (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);
             }
         }
         if (direct) {
