@@ -1022,20 +1022,6 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
 #define MICO_LR_SUMS 256 /* int32 sums over the chunk's channels of its input rows */
 #define MICO_LR_COLS 64  /* output columns of a row (padded to whole pixel groups) */
 
-/* Unsigned 8-bit lanes of a pixel group's only segment, written into the tile: lane i of word
- * (g, q) is channel iG + g. */
-#define MICO_PW_LANES8X4(G)                                                                 \
-    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
-        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
-            const uint32_t v = acc[g][q];                                                   \
-            int32_t *const tt = tg + g * xs + q;                                            \
-            tt[0] = (int32_t)(v & 0xffu);                                                   \
-            tt[(G) * xs] = (int32_t)((v >> 8) & 0xffu);                                     \
-            tt[2 * (G) * xs] = (int32_t)((v >> 16) & 0xffu);                                \
-            tt[3 * (G) * xs] = (int32_t)(v >> 24);                                          \
-        }                                                                                   \
-    }
-
 /* One block of F channels over np pixels of an output row, a group of NPX = 16 / G pixels at
  * a time (16 lane words in registers: G field groups x NPX pixels): tap t of pixel j is
  * xt[t][j], the table cut into segments of at most n taps by NULL entries (and ended by one).
@@ -1572,40 +1558,89 @@ static int mico_lr_narrow(const MicoConv2d *q)
 
 /* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes (signed
  * when the activations are): lane 0 of word (g, q) is channel g, lane 1 channel g + G. */
-#define MICO_PW_LANES16(OP, G)                                                            \
-    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
-        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+#define MICO_PW_LANES16(OP, G, D)                                                           \
+    MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
+        const uint32_t d = D(q);                                                            \
+        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             const uint32_t v = acc[g][q];                                                   \
             const uint32_t lo = is_signed ? (uint32_t)((int32_t)(v << 16) >> 16) : v & 0xffffu; \
             const uint32_t hi = is_signed ? (uint32_t)((int32_t)(v - lo) >> 16) : v >> 16;  \
             uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
-            tt[0] OP lo;                                                                    \
-            tt[(G) * xs] OP hi;                                                             \
+            tt[0] OP lo + d;                                                                \
+            tt[(G) * xs] OP hi + d;                                                         \
         }                                                                                   \
     }
 /* Unsigned 8-bit lanes widened to 16 bits (even lanes in wide[i], odd in wide[G * NPX + i]):
  * lane i of word (g, q) is channel iG + g. */
-#define MICO_PW_LANES8(OP, G)                                                                  \
-    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
-        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+#define MICO_PW_LANES8(OP, G, D)                                                            \
+    MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
+        const uint32_t d = D(q);                                                            \
+        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             const uint32_t ev = wide[g * NPX + q], od = wide[((G) + g) * NPX + q];          \
             uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
-            tt[0] OP ev & 0xffffu;                                                          \
-            tt[(G) * xs] OP od & 0xffffu;                                                   \
-            tt[2 * (G) * xs] OP ev >> 16;                                                   \
-            tt[3 * (G) * xs] OP od >> 16;                                                   \
+            tt[0] OP (ev & 0xffffu) + d;                                                    \
+            tt[(G) * xs] OP (od & 0xffffu) + d;                                             \
+            tt[2 * (G) * xs] OP (ev >> 16) + d;                                             \
+            tt[3 * (G) * xs] OP (od >> 16) + d;                                             \
         }                                                                                   \
     }
+/* Unsigned 8-bit lanes of a pixel group's only segment, written into the tile: lane i of word
+ * (g, q) is channel iG + g. */
+#define MICO_PW_LANES8X4(G)                                                                 \
+    MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
+        const uint32_t d = MICO_PW_START(q);                                                \
+        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
+            const uint32_t v = acc[g][q];                                                   \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
+            tt[0] = (v & 0xffu) + d;                                                        \
+            tt[(G) * xs] = ((v >> 8) & 0xffu) + d;                                          \
+            tt[2 * (G) * xs] = ((v >> 16) & 0xffu) + d;                                     \
+            tt[3 * (G) * xs] = (v >> 24) + d;                                               \
+        }                                                                                   \
+    }
+/* What a pixel's sums start from (the first flush: minus the weights' offset, start[j]), and
+ * nothing (the later ones). */
+#define MICO_PW_START(Q) ((uint32_t)start[j0 + (Q)])
+#define MICO_PW_NONE(Q) 0u
 
-/* One block of F channels over np pixels (np a multiple of NPX = 16 / G) of a pointwise layer:
- * tap t of pixel j is x[t * xs + j], xs = MICO_PW_PX (no table: a constant stride).
- * Sums go to tile[c * xs + j]: the first flush of a pixel group writes them, later ones add
- * (no zeroing of the tile); lane words flush every n taps (mico_lanes_settle and
- * mico_lanes_widen, or inline for 16-bit lanes and for unsigned 8-bit lanes). */
+/* acc = 0 (G x NPX lane words). */
+#define MICO_PW_ZERO(G)                                                                     \
+    MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
+        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+            acc[g][q] = 0;                                                                  \
+        }                                                                                   \
+    }
+/* The taps from wp to END (at least one): per tap, G lane weights of one word times the NPX
+ * pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). */
+#define MICO_PW_TAPS(BITS, G, END)                                                          \
+    do {                                                                                    \
+        const uint32_t wv = *wp++;                                                          \
+        uint32_t wl[G];                                                                     \
+        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
+            wl[g] = (wv >> (g * (BITS))) & m;                                               \
+        }                                                                                   \
+        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
+            const uint32_t xv = (uint32_t)(int32_t)xp[q];                                   \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                acc[g][q] += wl[g] * xv;                                                    \
+            }                                                                               \
+            MICO_S8_SEQ();                                                                  \
+        }                                                                                   \
+        xp += xs;                                                                           \
+    } while (wp < (END))
+
+/* One block of F channels over np pixels (np a multiple of NPX = 16 / G) of a pointwise layer,
+ * NPX pixels at a time (G x NPX lane words in registers): tap t of pixel j is x[t * xs + j],
+ * xs = MICO_PW_PX (no table: a constant stride). Sums go to tile[c * xs + j]: the first flush
+ * of a pixel group writes them from start[j] (minus the weights' offset, or 0), later ones
+ * add (no zeroing of the tile). A reduction of at most n taps in 16-bit or unsigned 8-bit
+ * lanes takes one segment and one flush; others flush every n taps (inline for 16-bit and
+ * unsigned 8-bit lanes, else mico_lanes_settle and mico_lanes_widen). */
 #define MICO_PW_FN(BITS, G)                                                                 \
     static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *w, const int16_t *x,     \
                                                     int32_t taps, int32_t np, int32_t n,    \
-                                                    int32_t is_signed, int32_t *tile)        \
+                                                    int32_t is_signed, const int32_t *start, \
+                                                    int32_t *tile)                           \
     {                                                                                       \
         enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
@@ -1617,40 +1652,29 @@ static int mico_lr_narrow(const MicoConv2d *q)
             const int16_t *xp = x + j0;                                                     \
             int32_t *const tg = tile + j0;                                                  \
             int32_t fresh = 1, segs = 0;                                                    \
+            if (taps <= n && (s == 16u || (s == 8u && !is_signed))) { /* one segment */     \
+                uint32_t acc[G][NPX];                                                       \
+                MICO_PW_ZERO(G);                                                            \
+                MICO_PW_TAPS(BITS, G, wend);                                                \
+                if (s == 16u) {                                                             \
+                    MICO_PW_LANES16(=, G, MICO_PW_START);                              \
+                } else {                                                                    \
+                    MICO_PW_LANES8X4(G);                                                    \
+                }                                                                           \
+                continue;                                                                   \
+            }                                                                               \
             while (wp < wend) {                                                             \
                 const uint32_t *const seg_end = wend - wp > n ? wp + n : wend;              \
                 uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
-                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
-                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
-                        acc[g][q] = 0;                                                      \
-                    }                                                                       \
-                }                                                                           \
-                do {                                                                        \
-                    const uint32_t wv = *wp++;                                              \
-                    uint32_t wl[G];                                                         \
-                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
-                        wl[g] = (wv >> (g * (BITS))) & m;                                   \
-                    }                                                                       \
-                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
-                        const uint32_t xv = (uint32_t)(int32_t)xp[q];                       \
-                        MICO_UNROLL for (g = 0; g < (G); g++) {                             \
-                            acc[g][q] += wl[g] * xv;                                        \
-                        }                                                                   \
-                        MICO_S8_SEQ();                                                      \
-                    }                                                                       \
-                    xp += xs;                                                               \
-                } while (wp < seg_end);                                                     \
+                MICO_PW_ZERO(G);                                                            \
+                MICO_PW_TAPS(BITS, G, seg_end);                                             \
                 if (s == 16u && fresh) { /* two lanes a word (channels g, g + G) */      \
-                    MICO_PW_LANES16(=, G);                                                  \
+                    MICO_PW_LANES16(=, G, MICO_PW_START);                              \
                     fresh = 0;                                                              \
                     continue;                                                               \
                 }                                                                           \
                 if (s == 16u) {                                                             \
-                    MICO_PW_LANES16(+=, G);                                                 \
-                    continue;                                                               \
-                }                                                                           \
-                if (s == 8u && !is_signed && fresh && !segs && wp >= wend) { /* one segment */ \
-                    MICO_PW_LANES8X4(G); /* the four lanes of each word into the tile */    \
+                    MICO_PW_LANES16(+=, G, MICO_PW_NONE);                                                 \
                     continue;                                                               \
                 }                                                                           \
                 if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */                \
@@ -1666,18 +1690,18 @@ static int mico_lr_narrow(const MicoConv2d *q)
                         continue;                                                           \
                     }                                                                       \
                     if (fresh) { /* lane i of (g, q): channel iG + g */                   \
-                        MICO_PW_LANES8(=, G);                                                  \
+                        MICO_PW_LANES8(=, G, MICO_PW_START);                                                  \
                     } else {                                                                \
-                        MICO_PW_LANES8(+=, G);                                                 \
+                        MICO_PW_LANES8(+=, G, MICO_PW_NONE);                                                 \
                     }                                                                       \
                     segs = 0;                                                               \
                     fresh = 0;                                                              \
                     continue;                                                               \
                 }                                                                           \
-                if (fresh) { /* the other lanes add into the tile: zero it first */         \
+                if (fresh) { /* the other lanes add into the tile: start it first */        \
                     for (g = 0; g < F; g++) {                                               \
                         MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
-                            tg[g * xs + q] = 0;                                             \
+                            tg[g * xs + q] = start[j0 + q];                                 \
                         }                                                                   \
                     }                                                                       \
                     fresh = 0;                                                              \
@@ -1698,7 +1722,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
     }
 
 typedef void (*MicoPwFn)(const uint32_t *w, const int16_t *x, int32_t taps, int32_t np,
-                         int32_t n, int32_t is_signed, int32_t *tile);
+                         int32_t n, int32_t is_signed, const int32_t *start, int32_t *tile);
 
 /* buf and its 32-bit view (column sums of non-negative codes two pixels at a time). */
 typedef union {
@@ -1738,6 +1762,76 @@ static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int3
     }
 }
 
+/* The codes CODE(j) of n = np sums packed into bytes at dst, per = 8 / bits a byte. */
+#define MICO_PW_LOOPS(CODE)                                                                 \
+    if (per == 1u) {                                                                        \
+        for (j = 0; j < np; j++) {                                                          \
+            dst[j] = (uint8_t)CODE(j);                                                      \
+        }                                                                                   \
+    } else if (per == 2u) {                                                                 \
+        for (j = 0; j < np; j += 2) {                                                       \
+            *dst++ = (uint8_t)(CODE(j) | CODE(j + 1) << 4);                                 \
+        }                                                                                   \
+    } else {                                                                                \
+        for (j = 0; j < np; j += 4) {                                                       \
+            *dst++ = (uint8_t)(CODE(j) | CODE(j + 1) << 2 | CODE(j + 2) << 4 | CODE(j + 3) << 6); \
+        }                                                                                   \
+    }
+
+/* Requantize and store the F channels of a block (sums tile[c * MICO_PW_PX + j], np pixels)
+ * at pixel pix0 of their planes; (cs, csq): the weights' offset still to take (zeros when the
+ * tile holds it already, as it does for weights not binary). The usual case (a ReLU, lo = 0,
+ * no zero point, codes of 8, 4 or 2 bits on whole bytes, weights not binary) in one loop per
+ * channel with its constants read here, not through a call per channel; any other channel
+ * through mico_lr_store or mico_lanes_requant. */
+static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_t f,
+                                        int32_t *tile, const int32_t *cs, const int32_t *csq,
+                                        int32_t np, void *out, int32_t pix0)
+{
+    const MicoOut *const o = &p->out;
+    const uint32_t bits = (uint32_t)o->fmt.bits, per = 8u / (bits ? bits : 1u);
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    const int32_t hi = o->hi;
+    const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
+    const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
+    const int usual = o->n_mult != 0 && o->relu && o->lo == 0 && hi >= 0 && s_w == 1u &&
+                      (bits == 8u || bits == 4u || bits == 2u) && !o->fmt.is_signed &&
+                      o->fmt.zero == 0 && ((uint32_t)np * bits) % 8u == 0u;
+    int32_t c, j;
+    for (c = 0; c < f; c++) {
+        const int32_t oc = oc0 + c, k = o->n_mult > 1 ? oc : 0;
+        const size_t at = (size_t)oc * npix + (size_t)pix0;
+        const int32_t *const v = tile + c * MICO_PW_PX;
+        const uint32_t b = (uint32_t)p->bias[oc], m = (uint32_t)(usual ? o->m[k] : 0);
+        const int32_t shift = usual ? o->shift[k] : 0;
+        uint8_t *dst = (uint8_t *)out + at * bits / 8u;
+        if (usual && (at * bits) % 8u == 0u && shift > 32) {
+            const uint32_t s = (uint32_t)(shift - 32), rnd = 1u << (s - 1u);
+#define MICO_PW_CODE(J) mico_lr_code0((int32_t)(b + (uint32_t)v[J]), m, s, rnd, hi)
+            MICO_PW_LOOPS(MICO_PW_CODE)
+#undef MICO_PW_CODE
+            continue;
+        }
+        if (usual && (at * bits) % 8u == 0u && shift >= 1 &&
+            (uint64_t)m >= 2u * ((uint64_t)hi + 1u)) {
+            const uint32_t ks = 33u - (uint32_t)shift, lim = 1u << (shift - 1);
+#define MICO_PW_CODE(J)                                                                     \
+    mico_lr_code32((int32_t)(b + (uint32_t)v[J]), m, ks, lim, hi)
+            MICO_PW_LOOPS(MICO_PW_CODE)
+#undef MICO_PW_CODE
+            continue;
+        }
+        {
+            const MicoRq rq = mico_rq(o, oc);
+            int32_t *const vw = tile + c * MICO_PW_PX;
+            if (!mico_lr_store(&rq, b, s_w - 1u, vw, csq, np, o->fmt, out, at)) {
+                mico_lanes_requant(vw, cs, np, b, s_w, q_w, &rq);
+                mico_pack(out, at, vw, np, o->fmt);
+            }
+        }
+    }
+}
+
 /* Weights in channel lanes, a pointwise layer (1x1, stride 1, no padding, one group) pixel by
  * pixel whatever its planes' shape: blocks of xs (up to 32) pixels of every input channel
  * unpacked once into buf, their column sums (the weights' offset), then every block of F
@@ -1749,15 +1843,16 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
 {
     const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = p->out_c / f;
     const int32_t npix = p->out_h * p->out_w;
-    const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     const MicoFieldMap fm = mico_field_map(p->in_fmt);
     const int pairs = fm.x == 0u && fm.o == 0 && fm.sh == 0 && n_ic <= 256;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const int32_t xs = MICO_PW_PX;
     MicoPwBuf buf;
-    int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX];
-    int32_t pix0, i, j, b, c;
+    int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
+    int32_t zeros[MICO_PW_PX];
+    const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
+    int32_t pix0, i, j, b;
     if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
         p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
         return 0;
@@ -1773,22 +1868,15 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             }
         }
         mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
-        for (j = 0; j < np; j++) {
-            csq[j] = (int32_t)(q_w * (uint32_t)cs[j]);
+        for (j = 0; j < xs; j++) {
+            csq[j] = j < np ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
+            start[j] = fold ? (int32_t)(0u - (uint32_t)csq[j]) : 0;
+            zeros[j] = 0;
         }
         for (b = 0; b < nblk; b++) {
-            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, tile);
-            for (c = 0; c < f; c++) { /* requantize and store the block's channels */
-                const int32_t oc = b * f + c;
-                const MicoRq rq = mico_rq(&p->out, oc);
-                const size_t at = (size_t)oc * (size_t)npix + (size_t)pix0;
-                int32_t *const v = tile + c * xs;
-                if (!mico_lr_store(&rq, (uint32_t)p->bias[oc], s_w - 1u, v, csq, np, p->out.fmt,
-                                   out, at)) {
-                    mico_lanes_requant(v, cs, np, (uint32_t)p->bias[oc], s_w, q_w, &rq);
-                    mico_pack(out, at, v, np, p->out.fmt);
-                }
-            }
+            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile);
+            mico_pw_store(p, b * f, f, tile, fold ? zeros : cs, fold ? zeros : csq, np, out,
+                          pix0);
         }
     }
     return 1;
