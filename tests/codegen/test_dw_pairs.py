@@ -1,0 +1,139 @@
+"""Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f1 / _f2 in mico_dwconv.c, chosen
+by mico.codegen.dwconv_plan.dwp_plan) against the Python integer reference, through the C
+program of benchmarks/kernels_rv32.py (one host program for all the kernel cases).
+
+The kernel cases call the pair path whatever the plan would choose (the plan is tested on its
+own below), so that every branch of the kernel meets the reference: activation widths 1..8 in
+and out, signed, unsigned and asymmetric; weight widths 1..8 and ternary; stride 1 and 2,
+padding 0..2; odd, tall and wide planes (both buffer orientations), rows short enough to be
+unpacked at once and long enough to be read straight into the lanes; multipliers whose shift
+is 32 or less (sums scaled by 2^k) and scales too large for that; codes at their limits,
+saturating multipliers and biases near the int32 limits; lane sums wider than 16 bits (the
+kernel's per-channel guard); planes too large for the buffer (the kernel's fallback)."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_plan, pair_span
+from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.test_dwconv_lanes import kernels_rv32
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+
+A4 = QFormat(4, False)
+
+
+def _layer(h, w, *, a=A4, o=None, wb=4, c=3, stride=1, pad=1, seed=0, extreme=False, relu=True):
+    layer = kernels_rv32.random_layer(
+        "conv", QFormat.for_bits(wb, True), a, in_c=c, out_c=c, hw=max(h, w), k=3, pad=pad,
+        stride=stride, groups=c, seed=seed, extreme=extreme, o_fmt=o or a, relu=relu,
+    )  # fmt: skip
+    layer.x = layer.x[:, :h, :w]
+    return layer
+
+
+def _widths() -> list:
+    """Every activation width in and out, signed and unsigned, with weights of 1..8 bits and
+    ternary, over odd planes of short and long rows, stride 1 and 2, padding 0..2."""
+    layers = []
+    geometry = [(5, 5), (25, 5), (5, 25), (9, 11), (16, 16), (13, 20), (3, 47), (47, 3)]
+    weights = [2, 3, 4, 5, 6, 7, 8, TERNARY, 1]
+    i = 0
+    for bits in range(1, 9):
+        for signed in (False, True):
+            if signed and bits == 1:
+                continue  # binary {-1, +1} activations: not this path
+            for out_bits in (bits, 9 - bits):
+                h, w = geometry[i % len(geometry)]
+                stride, pad = (2, i % 3) if i % 4 == 3 else (1, 1 if i % 5 else 0)
+                out = QFormat(out_bits, signed and out_bits > 1)
+                a = QFormat(bits, signed)
+                wb, c = weights[i % len(weights)], 1 + i % 3
+                layers.append(_layer(h, w, a=a, o=out, wb=wb, c=c, stride=stride, pad=pad,
+                                     seed=i, relu=not out.signed))  # fmt: skip
+                i += 1
+    return layers
+
+
+def _edges() -> list:
+    """Asymmetric codes, scales and biases at their limits, shifts of 32 or less, lane sums
+    wider than 16 bits, planes larger than the buffer."""
+    asym = [
+        _layer(7, 9, a=QFormat(4, False, 3), o=QFormat(4, False, 5), relu=False, seed=40),
+        _layer(
+            16, 16, a=QFormat(8, False, 100), o=QFormat(8, False, 20), wb=3, relu=False, seed=41
+        ),
+        _layer(6, 10, a=QFormat(2, False, 1), o=QFormat(3, False, 2), stride=2, seed=42),
+    ]
+    extreme = [
+        _layer(7, 13, a=QFormat(4, True), o=QFormat(4, True), extreme=True, relu=False, seed=43),
+        _layer(9, 6, a=QFormat(2, False), stride=2, extreme=True, seed=44),
+        _layer(11, 4, a=QFormat(8, True), o=QFormat(8, False), wb=2, extreme=True, seed=45),
+    ]
+    small_shift = []
+    for seed, scale in ((46, 0.3), (47, 0.9), (48, 3.5), (49, 40.0)):
+        layer = _layer(8, 8, a=QFormat(2, False), o=QFormat(2, False), wb=2, seed=seed)
+        layer.shift = np.full_like(layer.shift, 20)
+        layer.m = np.full_like(layer.m, int(scale * 2**20))
+        small_shift.append(layer)  # k = 0, 1, 3; above 4: one output at a time
+    wide = _layer(10, 12, a=QFormat(8, False), wb=8, extreme=True, seed=50)
+    too_big = [
+        _layer(40, 40, seed=51),  # rows longer than the pitch
+        _layer(40, 40, a=QFormat(4, False, 2), o=QFormat(4, False, 1), relu=False, seed=52),
+        _layer(30, 40, a=QFormat(2, False), o=QFormat(2, False), stride=2, seed=53),
+    ]
+    return asym + extreme + small_shift + [wide] + too_big
+
+
+def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
+    """The pair path's entry point of the layer's stride, whatever the plan would choose."""
+    return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
+
+
+def test_pair_path_bit_exact(monkeypatch):
+    """Every case (one C program) equals the reference through the pair path's entry point
+    and through the plain kernel."""
+    layers = _widths() + _edges()
+    assert pair_span(layers[-4].weight, layers[-4].a_fmt) > 0xFFFF  # the guard's case
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride)
+            assert np.array_equal(out, ref), (case, layer.pad, np.flatnonzero(out != ref)[:8])
+        assert results[0][0].startswith("mico_qconv2d_dwp_f")
+
+
+def _plan(weight_bits, a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
+    rng = np.random.default_rng(0)
+    if weight is None:
+        w_fmt = QFormat.for_bits(weight_bits, True)
+        weight = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=(8, 1, 3, 3))
+    return dw_lane_plan(weight, a_fmt, in_hw, out_hw, (stride,) * 2, (pad,) * 2, (1, 1), o_fmt)
+
+
+def test_plan_picks_the_pair_path():
+    """Sub-byte layers take the pair path where its estimate is the lowest (DS-CNN's 25 x 5
+    planes, 16 x 16 and stride-2 32 x 32 planes at W4A4, asymmetric codes), W8A8 layers the
+    byte path; the pixel lanes keep the narrow layers they run cheaper (W2A2 on 16 x 16);
+    lane sums wider than 16 bits, planes wider than the buffer and dilation are declined."""
+    a4, a2, a8 = QFormat(4, False), QFormat(2, False), QFormat(8, False)
+    assert dw_kernel(_plan(4, a4, a4, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
+    assert dw_kernel(_plan(2, a2, a2, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
+    assert dw_kernel(_plan(4, a4, a4, (16, 16), (16, 16))) == "mico_qconv2d_dwp_f1"
+    assert dw_kernel(_plan(4, a4, a4, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
+    assert dw_kernel(_plan(2, a2, a2, (16, 16), (16, 16))) == "mico_qconv2d_dwl_s8"
+    assert dw_kernel(_plan(8, a8, a8, (25, 5), (25, 5))) == "mico_qconv2d_dw8_f1"
+    asym = QFormat(4, False, 3)
+    assert dw_kernel(_plan(4, asym, asym, (8, 8), (8, 8))) == "mico_qconv2d_dwp_f1"
+    wide = np.full((2, 1, 3, 3), 127)  # 255 * 9 * 127 > 65535: the lanes would overflow
+    assert dwp_plan(wide, a8, a8, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
+    w4 = np.ones((2, 1, 3, 3), dtype=np.int64)
+    assert dwp_plan(w4, a4, a4, (40, 40), (40, 40), (1, 1), (1, 1), (1, 1)) is None
+    assert dwp_plan(w4, a4, a4, (8, 8), (4, 4), (1, 1), (0, 0), (2, 2)) is None
+    assert dwp_plan(w4, QFormat(1, True), a4, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
