@@ -992,25 +992,27 @@ static inline uint32_t mico_dwp_u(const MicoDwp *d, const MicoDwpWord *buf, int3
                        : buf[(r - dd) * MICO_DWP_PITCH + x].h[1 - lo];
 }
 
-/* Weight code k of a packed stream of signed codes of wb bits (binary: {-1, +1}), as
- * mico_load reads it, reading no byte past the code's own. */
-static inline int32_t mico_dwp_weight(const uint8_t *w, uint32_t k, uint32_t wb)
+/* The 9 weight codes of channel ch (signed codes of wb bits, packed; binary: {-1, +1}), as
+ * mico_load reads them, in buffer order (transposed: w[3 c + r] is tap (r, c)), read in one
+ * pass that reads no byte past the channel's last code. */
+static MICO_NOINLINE void mico_dwp_weights(const uint8_t *weight, uint32_t ch, uint32_t wb,
+                                           int trans, uint32_t *w)
 {
-    const uint32_t bit = k * wb, off = bit & 7u, h = 1u << (wb - 1u);
-    const uint8_t *q = w + (bit >> 3);
-    uint32_t v;
-    if (wb == 8u) {
-        return (int32_t)(int8_t)q[0];
+    const size_t bit = (size_t)ch * 9u * wb;
+    const uint32_t mask = wb >= 8u ? 0xffu : (1u << wb) - 1u, h = 1u << (wb - 1u);
+    const uint8_t *q = weight + (bit >> 3);
+    uint32_t acc = (uint32_t)*q++ >> (bit & 7u), have = 8u - (uint32_t)(bit & 7u), j;
+    for (j = 0; j < 9u; j++) {
+        uint32_t f;
+        while (have < wb) {
+            acc |= (uint32_t)*q++ << have;
+            have += 8u;
+        }
+        f = acc & mask;
+        acc >>= wb;
+        have -= wb;
+        w[trans ? j % 3u * 3u + j / 3u : j] = wb == 1u ? (f ? 1u : 0xffffffffu) : (f ^ h) - h;
     }
-    v = (uint32_t)q[0] >> off;
-    if (off + wb > 8u) {
-        v |= (uint32_t)q[1] << (8u - off);
-    }
-    v &= (1u << wb) - 1u;
-    if (wb == 1u) {
-        return v ? 1 : -1;
-    }
-    return (int32_t)((v ^ h) - h);
 }
 
 /* A channel whose sums do not fit 16-bit lanes: one output at a time from the buffer (acc:
@@ -1282,6 +1284,16 @@ static MICO_NOINLINE void mico_dwp_pack(void *out, size_t start, const uint8_t *
     mico_dwp_fields((uint8_t *)out, start * b, v, i, b, 0u);
     q = (uint8_t *)out + (start + (size_t)i) * b / 8u;
     if (b == 4u) {
+        for (; i + 8 <= n; i += 8, q += 4) {
+            uint32_t t = *(const uint32_t *)(const void *)(v + i) & 0x0f0f0f0fu;
+            uint32_t u = *(const uint32_t *)(const void *)(v + i + 4) & 0x0f0f0f0fu;
+            t |= t >> 4;
+            u |= u >> 4;
+            q[0] = (uint8_t)t;
+            q[1] = (uint8_t)(t >> 16);
+            q[2] = (uint8_t)u;
+            q[3] = (uint8_t)(u >> 16);
+        }
         for (; i + 4 <= n; i += 4, q += 2) {
             uint32_t t = *(const uint32_t *)(const void *)(v + i) & 0x0f0f0f0fu;
             t |= t >> 4;
@@ -1391,17 +1403,17 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
-        uint32_t w[9], ws[9], sum = 0, binit, acc0, m, sh;
-        int32_t neg = 0, pos = 0, at = 0, k, fits = 1;
+        uint32_t w[9], ws[9], sum = 0, sabs = 0, binit, acc0, m, sh;
+        int32_t neg, pos, at = 0, k, fits = 1;
         uint8_t *o;
-        for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
-            const int32_t rr = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + rr : t);
-            const int32_t v = mico_dwp_weight(p->weight, (uint32_t)k, (uint32_t)p->w_bits);
-            w[t] = (uint32_t)v;
-            sum += (uint32_t)v;
-            neg += v < 0 ? v : 0;
-            pos += v > 0 ? v : 0;
+        mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w);
+        for (t = 0; t < 9; t++) {
+            const uint32_t v = w[t], sign = 0u - (v >> 31);
+            sum += v;
+            sabs += (v ^ sign) - sign;
         }
+        neg = ((int32_t)sum - (int32_t)sabs) / 2; /* the sums of the negative and positive */
+        pos = ((int32_t)sum + (int32_t)sabs) / 2; /* weights */
         if (short_rows && b < 8u) { /* rows of few codes: the plane unpacked at once */
             mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
         }
