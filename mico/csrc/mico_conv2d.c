@@ -1136,38 +1136,58 @@ typedef void (*MicoLrFn)(const uint32_t *w, const int16_t *const *xt, int32_t ta
 static inline void mico_lr_unpack_plain(const uint8_t **srcp, int16_t **dstp, const int16_t *end,
                                         uint32_t b)
 {
-    const uint8_t *src = *srcp;
+    const uint8_t *src = *srcp; /* MICO_S8_SEQ: halfword stores, not merged into words */
     int16_t *dst = *dstp;
     if (b == 8u) {
         for (; dst + 4 <= end; dst += 4, src += 4) {
             dst[0] = (int16_t)src[0];
+            MICO_S8_SEQ();
             dst[1] = (int16_t)src[1];
+            MICO_S8_SEQ();
             dst[2] = (int16_t)src[2];
+            MICO_S8_SEQ();
             dst[3] = (int16_t)src[3];
+            MICO_S8_SEQ();
         }
     } else if (b == 4u) {
         for (; dst + 8 <= end; dst += 8, src += 4) {
             const uint32_t v0 = src[0], v1 = src[1], v2 = src[2], v3 = src[3];
             dst[0] = (int16_t)(v0 & 15u);
+            MICO_S8_SEQ();
             dst[1] = (int16_t)(v0 >> 4);
+            MICO_S8_SEQ();
             dst[2] = (int16_t)(v1 & 15u);
+            MICO_S8_SEQ();
             dst[3] = (int16_t)(v1 >> 4);
+            MICO_S8_SEQ();
             dst[4] = (int16_t)(v2 & 15u);
+            MICO_S8_SEQ();
             dst[5] = (int16_t)(v2 >> 4);
+            MICO_S8_SEQ();
             dst[6] = (int16_t)(v3 & 15u);
+            MICO_S8_SEQ();
             dst[7] = (int16_t)(v3 >> 4);
+            MICO_S8_SEQ();
         }
     } else {
         for (; dst + 8 <= end; dst += 8, src += 2) {
             const uint32_t v0 = src[0], v1 = src[1];
             dst[0] = (int16_t)(v0 & 3u);
+            MICO_S8_SEQ();
             dst[1] = (int16_t)((v0 >> 2) & 3u);
+            MICO_S8_SEQ();
             dst[2] = (int16_t)((v0 >> 4) & 3u);
+            MICO_S8_SEQ();
             dst[3] = (int16_t)(v0 >> 6);
+            MICO_S8_SEQ();
             dst[4] = (int16_t)(v1 & 3u);
+            MICO_S8_SEQ();
             dst[5] = (int16_t)((v1 >> 2) & 3u);
+            MICO_S8_SEQ();
             dst[6] = (int16_t)((v1 >> 4) & 3u);
+            MICO_S8_SEQ();
             dst[7] = (int16_t)(v1 >> 6);
+            MICO_S8_SEQ();
         }
     }
     *srcp = src;
@@ -1611,7 +1631,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 /* The taps from wp to END (at least one): per tap, G lane weights of one word times the NPX
- * pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). */
+ * pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). (Two taps an iteration spill.) */
 #define MICO_PW_TAPS(BITS, G, END)                                                          \
     do {                                                                                    \
         const uint32_t wv = *wp++;                                                          \
@@ -1655,7 +1675,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
             if (taps <= n && (s == 16u || (s == 8u && !is_signed))) { /* one segment */     \
                 uint32_t acc[G][NPX];                                                       \
                 MICO_PW_ZERO(G);                                                            \
-                MICO_PW_TAPS(BITS, G, wend);                                                \
+                MICO_PW_TAPS(BITS, G, wend);                                               \
                 if (s == 16u) {                                                             \
                     MICO_PW_LANES16(=, G, MICO_PW_START);                              \
                 } else {                                                                    \
@@ -1667,7 +1687,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
                 const uint32_t *const seg_end = wend - wp > n ? wp + n : wend;              \
                 uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
                 MICO_PW_ZERO(G);                                                            \
-                MICO_PW_TAPS(BITS, G, seg_end);                                             \
+                MICO_PW_TAPS(BITS, G, seg_end);                                            \
                 if (s == 16u && fresh) { /* two lanes a word (channels g, g + G) */      \
                     MICO_PW_LANES16(=, G, MICO_PW_START);                              \
                     fresh = 0;                                                              \
@@ -1741,11 +1761,13 @@ static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int3
         for (j = 0; j < pp; j += 2) {
             const uint32_t *x = b->w + j / 2, *const x_end = x + n_ic * (xs / 2);
             uint32_t v = 0, u = 0;
-            for (; x + xs / 2 < x_end; x += xs) {
-                v += x[0];
-                u += x[xs / 2];
+            for (; x + 3 * (xs / 2) < x_end; x += 2 * xs) { /* four rows an iteration */
+                v += x[0] + x[xs / 2];
+                u += x[xs] + x[3 * (xs / 2)];
             }
-            v += x < x_end ? x[0] : 0u;
+            for (; x < x_end; x += xs / 2) {
+                v += x[0];
+            }
             v += u;
             cs[j] = (int32_t)(v & 0xffffu);
             cs[j + 1] = (int32_t)(v >> 16);
@@ -1832,6 +1854,35 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
     }
 }
 
+/* Pixels [pix0, pix0 + np) of each of the n_ic input planes (npix codes each) into the rows of
+ * buf, zero-padded to pp: plain fields of 8, 4 or 2 bits whose planes and block start on whole
+ * bytes in one loop (mico_lr_unpack_plain), others through mico_lr_unpack row by row. */
+static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix, int32_t pix0,
+                                         int32_t np, int32_t pp, int32_t n_ic, int16_t *buf)
+{
+    const MicoFieldMap fm = mico_field_map(f);
+    const uint32_t b = (uint32_t)f.bits;
+    const int plain = fm.x == 0u && fm.o == 0 && fm.sh == 0 && (b == 8u || b == 4u || b == 2u) &&
+                      ((uint32_t)pix0 * b) % 8u == 0u && ((uint32_t)npix * b) % 8u == 0u;
+    const uint32_t whole = plain ? (uint32_t)np / (32u / b) * (32u / b) : 0u; /* 4 bytes */
+    int32_t i, j;
+    for (i = 0; i < n_ic; i++) {
+        int16_t *row = buf + i * MICO_PW_PX;
+        const size_t at = (size_t)i * (size_t)npix + (size_t)pix0;
+        if (whole) {
+            const uint8_t *src = (const uint8_t *)in + at * b / 8u;
+            int16_t *dst = row;
+            mico_lr_unpack_plain(&src, &dst, row + whole, b);
+        }
+        if ((int32_t)whole < np) {
+            mico_lr_unpack(in, at + whole, np - (int32_t)whole, f, row + whole);
+        }
+        for (j = np; j < pp; j++) {
+            row[j] = 0;
+        }
+    }
+}
+
 /* Weights in channel lanes, a pointwise layer (1x1, stride 1, no padding, one group) pixel by
  * pixel whatever its planes' shape: blocks of xs (up to 32) pixels of every input channel
  * unpacked once into buf, their column sums (the weights' offset), then every block of F
@@ -1852,7 +1903,7 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
     int32_t zeros[MICO_PW_PX];
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
-    int32_t pix0, i, j, b;
+    int32_t pix0, j, b;
     if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
         p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
         return 0;
@@ -1860,13 +1911,7 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     for (pix0 = 0; pix0 < npix; pix0 += xs) {
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
         const int32_t pp = (np + npx - 1) / npx * npx;
-        for (i = 0; i < n_ic; i++) { /* the block of each input channel, zero-padded to pp */
-            int16_t *const row = buf.h + i * xs;
-            mico_lr_unpack(in, (size_t)i * (size_t)npix + (size_t)pix0, np, p->in_fmt, row);
-            for (j = np; j < pp; j++) {
-                row[j] = 0;
-            }
-        }
+        mico_pw_unpack(in, p->in_fmt, npix, pix0, np, pp, n_ic, buf.h);
         mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
         for (j = 0; j < xs; j++) {
             csq[j] = j < np ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
