@@ -143,7 +143,7 @@ def random_layer(
     *,
     in_c: int,
     out_c: int,
-    hw: int = 1,
+    hw: int | tuple[int, int] = 1,
     k: int = 1,
     pad: int = 0,
     stride: int = 1,
@@ -164,7 +164,8 @@ def random_layer(
     if kind == "linear":
         wshape, xshape = (out_c, in_c), (rows, in_c)
     else:
-        wshape, xshape = (out_c, in_c // groups, k, k), (in_c, hw, hw)
+        h, w_ = (hw, hw) if isinstance(hw, int) else hw
+        wshape, xshape = (out_c, in_c // groups, k, k), (in_c, h, w_)
     w, x = _codes(rng, w_fmt, wshape, extreme), _codes(rng, a_fmt, xshape, extreme)
     taps = int(np.prod(wshape[1:]))
     spread = max(
@@ -268,7 +269,9 @@ def _layer_code(
             )
             # chosen: the W8A8 byte path whatever the layer's size (the generator takes it
             # from LINEAR_S8_MIN_MACS MACs: every benchmark shape); plain: mico_qlinear
-            bytes_path = linear_kernel(layer.w_fmt.bits, layer.a_fmt) if path == "chosen" else None
+            bytes_path = (
+                linear_kernel(layer.w_fmt.bits, layer.a_fmt, layer.macs) if path == "chosen" else None
+            )
             kernel = (
                 lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits)
                 if lanes
@@ -287,8 +290,9 @@ def _layer_code(
                 f"{common} }};"
             )
             w_bits = w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
+            # the layer's size too: W8A8 layers take the generator's byte paths by size
             plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw),
-                                  layer.dil, w_bits=w_bits)  # fmt: skip
+                                  layer.dil, w_bits=w_bits, macs=layer.macs)  # fmt: skip
             kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
@@ -455,6 +459,8 @@ SHAPES = {
         kind="conv", in_c=32, out_c=32, hw=32, k=3, pad=1, stride=2, groups=32
     ),
     "FC 256→64": dict(kind="linear", in_c=256, out_c=64),
+    # DS-CNN's pointwise layers (MLPerf Tiny KWS): 64 channels on its 25x5 planes
+    "pointwise 64→64 25×5 (DS-CNN)": dict(kind="conv", in_c=64, out_c=64, hw=(25, 5), k=1),
 }
 #: (label, weight bits, activation bits, activations signed); activations after a ReLU are
 #: unsigned, as mico stores them; "±1" activations are binary

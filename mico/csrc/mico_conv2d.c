@@ -1575,6 +1575,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
 
 #define MICO_PW_BUF 2048 /* int16 codes of a block of pixels of every input channel (64) */
 #define MICO_PW_PX 32    /* pixels of a block: the rows of buf and of the tile */
+#define MICO_PW_TAPS_MAX (MICO_PW_BUF / MICO_PW_PX) /* input channels the path takes */
 
 /* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes (signed
  * when the activations are): lane 0 of word (g, q) is channel g, lane 1 channel g + G. */
@@ -1630,15 +1631,16 @@ static int mico_lr_narrow(const MicoConv2d *q)
             acc[g][q] = 0;                                                                  \
         }                                                                                   \
     }
-/* The taps from wp to END (at least one): per tap, G lane weights of one word times the NPX
- * pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). (Two taps an iteration spill.) */
+/* The taps from wp to END (at least one): per tap, its G lane weights (extracted words at wp)
+ * times the NPX pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). (Two taps an
+ * iteration spill.) */
 #define MICO_PW_TAPS(BITS, G, END)                                                          \
     do {                                                                                    \
-        const uint32_t wv = *wp++;                                                          \
         uint32_t wl[G];                                                                     \
         MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
-            wl[g] = (wv >> (g * (BITS))) & m;                                               \
+            wl[g] = wp[g];                                                                  \
         }                                                                                   \
+        wp += (G);                                                                          \
         MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
             const uint32_t xv = (uint32_t)(int32_t)xp[q];                                   \
             MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
@@ -1664,11 +1666,17 @@ static int mico_lr_narrow(const MicoConv2d *q)
     {                                                                                       \
         enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
-        const uint32_t *const wend = w + taps;                                              \
+        uint32_t wx[MICO_PW_TAPS_MAX * (G)]; /* the lane weights, G words a tap */          \
+        const uint32_t *const wend = wx + taps * (G);                                       \
         uint32_t wide[2 * (G) * NPX];                                                       \
-        int32_t j0, g, q;                                                                   \
+        int32_t j0, g, q, t;                                                                \
+        for (t = 0; t < taps; t++) { /* extracted once for every pixel group */             \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                wx[t * (G) + g] = (w[t] >> (g * (BITS))) & m;                               \
+            }                                                                               \
+        }                                                                                   \
         for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
-            const uint32_t *wp = w;                                                         \
+            const uint32_t *wp = wx;                                                        \
             const int16_t *xp = x + j0;                                                     \
             int32_t *const tg = tile + j0;                                                  \
             int32_t fresh = 1, segs = 0;                                                    \
@@ -1684,7 +1692,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
                 continue;                                                                   \
             }                                                                               \
             while (wp < wend) {                                                             \
-                const uint32_t *const seg_end = wend - wp > n ? wp + n : wend;              \
+                const uint32_t *const seg_end = (wend - wp) / (G) > n ? wp + n * (G) : wend; \
                 uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
                 MICO_PW_ZERO(G);                                                            \
                 MICO_PW_TAPS(BITS, G, seg_end);                                            \
