@@ -267,10 +267,11 @@ def _layer_code(
                 f"static const MicoLinear {p} = {{ .rows = {rows}, .in_features = {in_f}, "
                 f".out_features = {out_c}, {common} }};"
             )
-            # chosen: the W8A8 byte path whatever the layer's size (the generator takes it
-            # from LINEAR_S8_MIN_MACS MACs: every benchmark shape); plain: mico_qlinear
+            # chosen: the W8A8 byte path for the layer's size (the generator takes it from
+            # LINEAR_S8_MIN_MACS MACs: every benchmark shape); plain: mico_qlinear
+            macs = layer.macs
             bytes_path = (
-                linear_kernel(layer.w_fmt.bits, layer.a_fmt, layer.macs) if path == "chosen" else None
+                linear_kernel(layer.w_fmt.bits, layer.a_fmt, macs) if path == "chosen" else None
             )
             kernel = (
                 lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits)
