@@ -50,10 +50,6 @@ ELEMENTWISE = (mico_ops.QUANTIZE, mico_ops.ADD, mico_ops.REQUANT, mico_ops.LUT)
 STAGE_OPS = (mico_ops.QCONV2D, *ELEMENTWISE)
 #: candidates whose estimated peak is lowest are planned for real (first fit), the best kept
 PLANNED_CANDIDATES = 6
-#: ISA extensions whose kernels assume a layer's padding is the same at its top and bottom
-#: (the host GEMM kernels size the padded input as in_h + 2 pad_h): a band whose bottom
-#: padding is deeper than its top takes the portable kernels instead
-SYMMETRIC_PADDING_EXTENSIONS = ("xautovec",)
 #: the recomputation ``auto`` accepts: extra MACs at most this share of the model's MACs (a
 #: deep stage in one-row bands can lower the arena a little for several times the work)
 MAX_EXTRA_MACS = 0.10
@@ -160,13 +156,6 @@ def _rows_bytes(value: Value, rows: int) -> int:
 def _is_nchw(value: Value) -> bool:
     shape = value.type.shape
     return len(shape) == 4 and shape[0] == 1 and all(isinstance(d, int) for d in shape)
-
-
-def _bottom_padding(node: Node, out: Range) -> int:
-    """Rows of bottom padding a convolution's output rows ``out`` read."""
-    s, p, d = node.attrs["stride"][0], node.attrs["padding"][0], node.attrs["dilation"][0]
-    k, height = node.inputs[1].type.shape[2], node.inputs[0].type.shape[2]
-    return max(0, (out[1] - 1) * s - p + (k - 1) * d + 1 - height)
 
 
 def _conv_input(node: Node, out: Range) -> tuple[Range, int]:
@@ -421,16 +410,12 @@ def _template(node: Node, need: dict[int, Range], ctx: Any, cache: dict) -> list
     out = node.output
     o = need[id(out)]
     attrs = dict(node.attrs)
-    extensions = ctx.isa_extensions
     if node.op == mico_ops.QCONV2D:
         r, pad = _conv_input(node, o)
         attrs["padding"] = [pad, node.attrs["padding"][1]]
         attrs["whole_macs"] = _conv_macs(node)
         attrs["whole_name"] = node.name
-        bottom = _bottom_padding(node, o)
-        if bottom > pad:
-            extensions = tuple(e for e in extensions if e not in SYMMETRIC_PADDING_EXTENSIONS)
-        key = (node.name, r[1] - r[0], o[1] - o[0], pad, bottom > pad)
+        key = (node.name, r[1] - r[0], o[1] - o[0], pad)
     else:
         key = (node.name, o[1] - o[0])
     if key in cache:
@@ -448,11 +433,10 @@ def _template(node: Node, need: dict[int, Range], ctx: Any, cache: dict) -> list
     tnode = Node(f"{node.name}_band{len([k for k in cache if k[0] == node.name])}", node.op,
                  ins, [tout], attrs, origin=node.origin)  # fmt: skip
     previous, ctx.node = ctx.node, tnode
-    kept, ctx.isa_extensions = ctx.isa_extensions, extensions
     try:
         statements = emit_rule(node)(tnode, ctx)
     finally:
-        ctx.node, ctx.isa_extensions = previous, kept
+        ctx.node = previous
         for v in [*ins, tout]:
             ctx.inputs.pop(id(v), None)
     cache[key] = statements

@@ -7,34 +7,42 @@
  * products of int16 rows accumulated into int32 (SSE2 pmaddwd, AVX2 vpmaddwd, AVX-512 VNNI
  * vpdpwssd, NEON smlal), with no data-dependent branch inside.
  *
- * Every width 1..8 (binary and ternary weights included) takes the same loops: a layer's codes
- * are unpacked to int16 once per call (input planes, zero-padded) and its weights once per call
- * (rows padded with zero taps to a multiple of MICO_HOST_KALIGN), so fewer bits cost only the
- * unpacking and packing. Sums are exact in int32 (|code| <= 255, |weight| <= 127) and are
- * requantized with mico_rescale's arithmetic (vectorised here; mico_rq_run for binary outputs
- * and layers without multipliers) and packed, so the results are bit-identical to the other
+ * Every width 1..8 (binary and ternary weights included) takes the same loops: a layer's input
+ * codes are unpacked to int16 once per call (8 channels at a time, then transposed into
+ * zero-padded HWC planes), and its weights once per program run: the first call lays them out
+ * as the kernel reads them (int16 rows padded with zero taps to a multiple of
+ * MICO_HOST_KALIGN) in a static store, and later calls read them from there (the layer is
+ * found by the address of its packed weights; a full store means unpacking on every call).
+ * So fewer bits cost only the unpacking of the activations and the packing of the outputs.
+ * Sums are exact in int32 (|code| <= 255, |weight| <= 127) and are requantized with
+ * mico_rescale's arithmetic (vectorised here: shifts above 32, and shifts of 32 or less in the
+ * same 32-bit loop when the magnitudes that matter fit; mico_rq_run for binary outputs and
+ * layers without multipliers) and packed, so the results are bit-identical to the other
  * paths and to mico/quant/arithmetic.py.
  *
- * Scratch lives in static arrays (host only: about 2.2 MB of .bss, not in the arena); a layer
- * whose unpacked input or weights do not fit them takes the portable kernels instead. The
- * kernels are compiled when MICO_HOST_KERNELS is defined (the generated Makefile defines it for
- * TARGET=host); elsewhere the entry points forward to mico_qconv2d / mico_qlinear / mico_add.
+ * Scratch lives in static arrays (host only, not in the arena: about 3.5 MB of .bss for the
+ * scratch and up to 8 MB for the weight store, of which only the pages used are touched); a
+ * layer whose unpacked input or weights do not fit them takes the portable kernels instead.
+ * The padded input is sized from the output rows, so bands of patch-based execution whose
+ * bottom padding is deeper than their top take these kernels too. The kernels are compiled
+ * when MICO_HOST_KERNELS is defined (the generated Makefile defines it for TARGET=host);
+ * elsewhere the entry points forward to mico_qconv2d / mico_qlinear / mico_add.
  *
  *  - mico_qconv2d_host: any kernel, stride, padding, dilation and groups (codes of 1..8 bits).
- *    Per group, the input is unpacked once into zero-padded HWC planes and the weights into
- *    rows in (ky, kx, ic) order; for each block of output pixels an im2col patch [pixel][tap]
- *    is copied from the planes (a 1x1 stride-1 layer uses the planes themselves), and every
+ *    Per group, the input is unpacked once into zero-padded HWC planes; for each block of
+ *    output pixels an im2col patch [pixel][tap] is copied from the planes (a 1x1 stride-1
+ *    layer uses the planes themselves, channels padded to the row length), and every
  *    4 output channels x 2 pixels run the dot-product micro-kernel over it; the block's sums
  *    are requantized and packed 4 channels at a time (sub-byte outputs: the whole layer in one
  *    run at its end).
  *  - Depthwise layers (groups == in_c == out_c), any kernel, stride, padding and dilation:
- *    narrow outputs over the HWC planes, one loop over a pixel's channels per tap
- *    (mico_host_dw_hwc); wide ones channel by channel over a plane split by stride phase, so
- *    every tap is one contiguous multiply-add over the plane (mico_host_dw). Both read a
- *    channel's whole input before storing any of its outputs (the in-place order of
- *    mico_conv2d.c).
+ *    over the HWC planes, 16 channels of a pixel at a time in registers over the taps
+ *    (mico_host_dw_hwc); a layer too large for that scratch goes channel by channel over a
+ *    plane split by stride phase, so every tap is one contiguous multiply-add over the plane
+ *    (mico_host_dw, which reads a channel's whole input before storing any of its outputs:
+ *    the in-place order of mico_conv2d.c).
  *  - mico_qlinear_host: rows x in_features times out_features x in_features; 8-bit weights are
- *    read as int8 in place, narrower ones unpacked 4 rows at a time.
+ *    read as int8 in place, narrower ones from the store.
  *  - mico_add_host: mico_add's 64-bit arithmetic over unpacked runs, vectorised.
  */
 #include "mico_nn.h"
@@ -59,13 +67,12 @@ void mico_add_host(const MicoAdd *p, const void *a, const void *b, void *out)
 #else
 
 #define MICO_HOST_KALIGN 16       /* taps per row are padded to a multiple of this */
-#define MICO_HOST_X (1 << 19)     /* int16: a group's padded input planes */
+#define MICO_HOST_X (1 << 20)     /* int16: a group's padded input planes */
 #define MICO_HOST_W (1 << 18)     /* int16: a group's unpacked weight rows */
-#define MICO_HOST_PATCH (1 << 14) /* int16: the im2col patch [pixel][tap] */
+#define MICO_HOST_PATCH (1 << 16) /* int16: the im2col patch [pixel][tap], 8 input planes */
 #define MICO_HOST_PIX 64          /* most output pixels of one patch */
-#define MICO_HOST_ACC 16384       /* int32: a depthwise channel's sums, a linear layer's row */
+#define MICO_HOST_ACC 32768       /* int32: a depthwise channel's sums, a linear layer's row */
 #define MICO_HOST_ROW 4608        /* int16: one input row, one unpacked weight row */
-#define MICO_HOST_DW_ROW 24       /* depthwise layers with narrower outputs go channels-last */
 
 static int16_t mico_host_x[MICO_HOST_X];
 static int16_t mico_host_w[MICO_HOST_W];
@@ -74,6 +81,25 @@ static int32_t mico_host_acc[2 * MICO_HOST_ACC];
 #define MICO_HOST_STAGE (1 << 17) /* int32: a layer's sub-byte outputs before packing */
 static int32_t mico_host_stage[MICO_HOST_STAGE];
 static int mico_host_staged;
+
+/* Weights unpacked once: the first call of a layer lays its weights out as its kernel reads
+ * them (int16 rows, padded) in this store, and later calls read them from there. An entry is
+ * found by the address of the packed weights and the layout (the weights of a layer do not
+ * change while the program runs); when the store is full, a layer unpacks its weights on every
+ * call into the scratch arrays instead. */
+#ifndef MICO_HOST_CACHE
+#define MICO_HOST_CACHE (1 << 22) /* int16: every layer's unpacked weights (8 MB) */
+#endif
+#define MICO_HOST_CACHE_KEYS 1024
+typedef struct {
+    const uint8_t *weight;
+    int32_t layout, size;
+    size_t at;
+} MicoHostCached;
+static int16_t mico_host_cache[MICO_HOST_CACHE];
+static MicoHostCached mico_host_cached[MICO_HOST_CACHE_KEYS];
+static int32_t mico_host_n_cached;
+static size_t mico_host_cache_used;
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MICO_RESTRICT __restrict__
@@ -98,6 +124,32 @@ static int mico_host_staged;
 #else
 #define MICO_HOST_INLINE
 #endif
+
+/* The unpacked weights of `weight` in `layout` (size int16 values), and in *fill whether the
+ * caller must write them first (a new entry); NULL when the store is full. */
+static int16_t *mico_host_weights(const uint8_t *weight, int32_t layout, int32_t size, int *fill)
+{
+    int32_t i;
+    *fill = 0;
+    for (i = 0; i < mico_host_n_cached; i++) {
+        const MicoHostCached *e = &mico_host_cached[i];
+        if (e->weight == weight && e->layout == layout && e->size == size) {
+            return mico_host_cache + e->at;
+        }
+    }
+    if (mico_host_n_cached == MICO_HOST_CACHE_KEYS ||
+        (size_t)size > MICO_HOST_CACHE - mico_host_cache_used) {
+        return 0;
+    }
+    mico_host_cached[i].weight = weight;
+    mico_host_cached[i].layout = layout;
+    mico_host_cached[i].size = size;
+    mico_host_cached[i].at = mico_host_cache_used;
+    mico_host_n_cached++;
+    mico_host_cache_used += ((size_t)size + 31u) & ~(size_t)31u; /* 64-byte aligned entries */
+    *fill = 1;
+    return mico_host_cache + mico_host_cached[i].at;
+}
 
 /* n rounded up to a multiple of MICO_HOST_KALIGN. */
 static int32_t mico_host_kpad(int32_t n)
@@ -146,7 +198,7 @@ static void mico_host_unpack_w(const uint8_t *w, size_t start, int32_t n, int32_
 /* n codes of format f from element `start` into dst (int16): byte-aligned runs of 4-, 2- and
  * 1-bit codes a byte at a time in loops the compiler vectorises (a field x maps to the code
  * ((x ^ flip) << sh) - off, mico_nn.h's MicoFieldMap), everything else through mico_unpack. */
-static void mico_host_unpack(const void *buf, size_t start, int32_t n, MicoFmt f,
+MICO_HOST_CLONES static void mico_host_unpack(const void *buf, size_t start, int32_t n, MicoFmt f,
                              int16_t *MICO_RESTRICT dst)
 {
     const MicoFieldMap m = mico_field_map(f);
@@ -154,9 +206,24 @@ static void mico_host_unpack(const void *buf, size_t start, int32_t n, MicoFmt f
     const uint8_t *src = (const uint8_t *)buf + start * (size_t)f.bits / 8u;
     const int32_t flip = (int32_t)m.x, sh = (int32_t)m.sh, off = m.o;
     int32_t i, k;
-    if ((f.bits != 4 && f.bits != 2 && f.bits != 1) || (start * (size_t)f.bits) % 8u != 0 ||
-        n % per != 0) {
+    if (f.bits == 8) { /* a byte per code */
+        for (i = 0; i < n; i++) {
+            dst[i] = (int16_t)((((int32_t)src[i]) ^ flip) - off);
+        }
+        return;
+    }
+    if (f.bits != 4 && f.bits != 2 && f.bits != 1) {
         mico_unpack(buf, start, n, f, dst);
+        return;
+    }
+    if (start % (size_t)per != 0 || n % per != 0) { /* a head and a tail inside bytes */
+        const int32_t head = (int32_t)(((size_t)per - start % (size_t)per) % (size_t)per);
+        const int32_t h = head < n ? head : n, body = (n - h) / per * per;
+        mico_unpack(buf, start, h, f, dst);
+        if (body > 0) {
+            mico_host_unpack(buf, start + (size_t)h, body, f, dst + h);
+        }
+        mico_unpack(buf, start + (size_t)(h + body), n - h - body, f, dst + h + body);
         return;
     }
 #define MICO_HOST_UNPACK_BYTES(PER, BITS)                                                   \
@@ -180,15 +247,31 @@ static void mico_host_unpack(const void *buf, size_t start, int32_t n, MicoFmt f
 /* mico_pack of n codes at element `start`: byte-aligned runs of 4- and 2-bit codes (not
  * binary) a byte at a time in loops the compiler vectorises, everything else through
  * mico_pack. */
-static void mico_host_pack(void *buf, size_t start, const int32_t *MICO_RESTRICT v, int32_t n,
+MICO_HOST_CLONES static void mico_host_pack(void *buf, size_t start, const int32_t *MICO_RESTRICT v, int32_t n,
                            MicoFmt f)
 {
     uint8_t *MICO_RESTRICT dst = (uint8_t *)buf + start * (size_t)f.bits / 8u;
     const int32_t zero = f.is_signed ? 0 : f.zero;
     int32_t i;
-    if ((f.bits != 4 && f.bits != 2) || (start * (size_t)f.bits) % 8u != 0 ||
-        n % (8 / f.bits) != 0) {
+    if (f.bits == 8) { /* a byte per code: the field is code + zero */
+        for (i = 0; i < n; i++) {
+            dst[i] = (uint8_t)((uint32_t)(v[i] + zero) & 255u);
+        }
+        return;
+    }
+    if (f.bits != 4 && f.bits != 2) {
         mico_pack(buf, start, v, n, f);
+        return;
+    }
+    if (start % (size_t)(8 / f.bits) != 0 || n % (8 / f.bits) != 0) { /* head, tail in bytes */
+        const size_t per = (size_t)(8 / f.bits);
+        const int32_t head = (int32_t)((per - start % per) % per);
+        const int32_t h = head < n ? head : n, body = (n - h) / (int32_t)per * (int32_t)per;
+        mico_pack(buf, start, v, h, f);
+        if (body > 0) {
+            mico_host_pack(buf, start + (size_t)h, v + h, body, f);
+        }
+        mico_pack(buf, start + (size_t)(h + body), v + h + body, n - h - body, f);
         return;
     }
     if (f.bits == 4) {
@@ -279,20 +362,45 @@ static MICO_HOST_INLINE void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, si
     s[3] = a3;
 }
 
+/* Whether a rescale by m 2^-shift with shift <= 32 can take the 32-bit loop of a shift of 33:
+ * the magnitudes capped at *cap (any larger one is clamped to lo or hi anyway: its result
+ * reaches max(hi, -lo) + 1) and scaled by 2^(33 - shift) still fit 32 bits. */
+static int mico_host_small_shift(const MicoRq *q, uint32_t *cap)
+{
+    const int64_t top = (q->hi > -(int64_t)q->lo ? q->hi : -(int64_t)q->lo) + 1;
+    uint64_t b;
+    if (q->m <= 0) {
+        *cap = 0; /* every result is 0 */
+        return 1;
+    }
+    b = ((uint64_t)top << q->shift) / (uint64_t)q->m + 1u; /* b m >= top 2^shift */
+    if (top <= 0 || b >= (uint64_t)1 << (q->shift - 1)) {
+        return 0;
+    }
+    *cap = (uint32_t)b;
+    return 1;
+}
+
 /* v[i] (bias already added) requantized as channel c says and packed at element start. */
 static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
                                               int32_t *MICO_RESTRICT v, int32_t n, void *out,
                                               size_t start)
 {
     const MicoRq q = mico_rq(o, c);
+    uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift, cap = UINT32_MAX, up = 0;
     int32_t i;
-    if (q.scaled && !q.binary && q.shift > 32) { /* mico_rescale's usual case, vectorisable */
-        const uint32_t m = (uint32_t)q.m, s = (uint32_t)(q.shift - 32);
-        const uint32_t rnd = 1u << (s - 1u);
+    if (q.scaled && !q.binary && q.shift <= 32 && mico_host_small_shift(&q, &cap)) {
+        s = 33; /* (mag m + 2^(shift-1)) >> shift == (mag 2^up m + 2^32) >> 33 */
+        up = 33u - (uint32_t)q.shift;
+    }
+    if (q.scaled && !q.binary && s > 32) { /* mico_rescale's usual case, vectorisable */
+        const uint32_t rnd = 1u << (s - 33u);
         const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
+        s -= 32u;
         for (i = 0; i < n; i++) {
             const int32_t r = v[i] < floor0 ? floor0 : v[i];
-            const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+            const uint32_t mag = (mag0 < cap ? mag0 : cap) << up;
             const uint32_t h = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
             const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
             v[i] = y < lo ? lo : y > hi ? hi : y;
@@ -317,6 +425,14 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
         }
         return;
     }
+    if (o->fmt.bits == 8) { /* inlined here, where the store loop is vectorised */
+        const int32_t zero = o->fmt.is_signed ? 0 : o->fmt.zero;
+        uint8_t *MICO_RESTRICT dst = (uint8_t *)out + start;
+        for (i = 0; i < n; i++) {
+            dst[i] = (uint8_t)((uint32_t)(v[i] + zero) & 255u);
+        }
+        return;
+    }
     mico_host_pack(out, start, v, n, o->fmt);
 }
 
@@ -336,36 +452,82 @@ static void mico_host_stage_end(const MicoOut *o, void *out, size_t total)
     }
 }
 
-/* The padded input of channels ic0 .. ic0 + n - 1 in HWC order (hp x wp pixels of n codes,
- * zeros around): code (iy, ix, ic) at x[((iy + pad_h) * wp + ix + pad_w) * n + ic - ic0]. */
-static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, int32_t n,
-                             int32_t hp, int32_t wp, int16_t *MICO_RESTRICT x)
+/* The padded extent of one input dimension: in + 2 pad, or more when the outputs reach further
+ * (a band of rows whose bottom padding is deeper than its top, mico/codegen/patch_plan.py). */
+static int32_t mico_host_extent(int32_t in, int32_t pad, int32_t out, int32_t stride, int32_t dil,
+                                int32_t k)
+{
+    const int32_t reach = (out - 1) * stride + dil * (k - 1) + 1, even = in + 2 * pad;
+    return reach > even ? reach : even;
+}
+
+/* The padded input of channels ic0 .. ic0 + n - 1 in HWC order (hp x wp pixels of ns >= n
+ * codes, zeros around and in channels n .. ns - 1): code (iy, ix, ic) at
+ * x[((iy + pad_h) * wp + ix + pad_w) * ns + ic - ic0]. */
+MICO_HOST_CLONES static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, int32_t n,
+                             int32_t ns, int32_t hp, int32_t wp, int16_t *MICO_RESTRICT x)
 {
     const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    const size_t rowlen = (size_t)wp * (size_t)ns;
     int16_t row[MICO_HOST_ROW];
-    int32_t c, y, i;
-    for (i = 0; i < p->pad_h * wp * n; i++) {
-        x[i] = 0;
-        x[(size_t)(hp - p->pad_h) * (size_t)wp * (size_t)n + (size_t)i] = 0;
-    }
-    for (y = 0; y < p->in_h; y++) {
-        int16_t *dst = x + (size_t)(y + p->pad_h) * (size_t)wp * (size_t)n;
-        for (i = 0; i < p->pad_w * n; i++) {
-            dst[i] = 0;
-            dst[(size_t)(p->pad_w + p->in_w) * (size_t)n + (size_t)i] = 0;
+    int32_t c, c8, y, i;
+    if (ns != n) { /* padded channels: zero everything first */
+        for (i = 0; i < hp * wp * ns; i++) {
+            x[i] = 0;
+        }
+    } else {
+        for (i = 0; i < (int32_t)((size_t)p->pad_h * rowlen); i++) {
+            x[i] = 0;
+        }
+        for (i = (int32_t)((size_t)(p->pad_h + p->in_h) * rowlen); i < (int32_t)((size_t)hp * rowlen);
+             i++) {
+            x[i] = 0;
+        }
+        for (y = 0; y < p->in_h; y++) {
+            int16_t *dst = x + (size_t)(y + p->pad_h) * rowlen;
+            for (i = 0; i < p->pad_w * ns; i++) {
+                dst[i] = 0;
+            }
+            for (i = (p->pad_w + p->in_w) * ns; i < wp * ns; i++) {
+                dst[i] = 0;
+            }
         }
     }
+    c = 0;
+    if ((size_t)8 * plane <= MICO_HOST_PATCH) { /* 8 channels at a time: unpack, transpose */
+        for (; c + 8 <= n; c += 8) {
+            const int16_t *MICO_RESTRICT t = mico_host_patch;
+            int32_t k;
+            mico_host_unpack(in, (size_t)(ic0 + c) * plane, (int32_t)(8 * plane), p->in_fmt,
+                             mico_host_patch);
+            for (y = 0; y < p->in_h; y++) {
+                int16_t *MICO_RESTRICT dst =
+                    x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)ns +
+                    (size_t)c;
+                const size_t r = (size_t)y * (size_t)p->in_w;
+                for (i = 0; i < p->in_w; i++) {
+                    for (k = 0; k < 8; k++) {
+                        dst[(size_t)i * (size_t)ns + (size_t)k] = t[(size_t)k * plane + r + (size_t)i];
+                    }
+                }
+            }
+        }
+        if (c == n) {
+            return;
+        }
+    }
+    c8 = c; /* the channels left over */
     if (p->in_fmt.bits == 8) { /* bytes are the codes (less the zero point): a transpose */
         const uint8_t *src = (const uint8_t *)in + (size_t)ic0 * plane;
         const int32_t sgn = p->in_fmt.is_signed, zero = sgn ? 0 : p->in_fmt.zero;
         for (y = 0; y < p->in_h; y++) {
             int16_t *MICO_RESTRICT dst =
-                x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
+                x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)ns;
             const uint8_t *row8 = src + (size_t)y * (size_t)p->in_w;
             for (i = 0; i < p->in_w; i++) {
-                for (c = 0; c < n; c++) {
+                for (c = c8; c < n; c++) {
                     const uint32_t v = row8[(size_t)c * plane + (size_t)i];
-                    dst[(size_t)i * (size_t)n + (size_t)c] =
+                    dst[(size_t)i * (size_t)ns + (size_t)c] =
                         (int16_t)(sgn ? (int32_t)(int8_t)v : (int32_t)v - zero);
                 }
             }
@@ -376,7 +538,7 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
         mico_host_unpack(in, (size_t)ic0 * plane, (int32_t)((size_t)n * plane), p->in_fmt,
                          mico_host_patch);
     }
-    for (c = 0; c < n; c++) {
+    for (c = c8; c < n; c++) {
         const size_t first = (size_t)(ic0 + c) * plane;
         const int16_t *codes = mico_host_patch;
         if ((size_t)n * plane <= MICO_HOST_PATCH) {
@@ -385,7 +547,7 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
             mico_host_unpack(in, first, (int32_t)plane, p->in_fmt, mico_host_patch);
         }
         for (y = 0; y < p->in_h; y++) {
-            int16_t *dst = x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)n;
+            int16_t *dst = x + ((size_t)(y + p->pad_h) * (size_t)wp + (size_t)p->pad_w) * (size_t)ns;
             const int16_t *src = codes + (size_t)y * (size_t)p->in_w;
             if (plane > MICO_HOST_PATCH) {
                 mico_host_unpack(in, first + (size_t)y * (size_t)p->in_w, p->in_w, p->in_fmt,
@@ -393,7 +555,7 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
                 src = row;
             }
             for (i = 0; i < p->in_w; i++) {
-                dst[(size_t)i * (size_t)n + (size_t)c] = src[i];
+                dst[(size_t)i * (size_t)ns + (size_t)c] = src[i];
             }
         }
     }
@@ -402,7 +564,7 @@ static void mico_host_planes(const MicoConv2d *p, const void *in, int32_t ic0, i
 /* The patch of output pixels pix0 .. pix0 + np - 1: row j holds the taps of pixel pix0 + j in
  * (ky, kx, ic) order, then zeros up to kp. With unit column dilation a kernel row's taps are
  * one run of k_w * ipg codes of the HWC input. */
-static void mico_host_im2col(const MicoConv2d *p, const int16_t *x, int32_t ipg, int32_t wp,
+MICO_HOST_CLONES static void mico_host_im2col(const MicoConv2d *p, const int16_t *x, int32_t ipg, int32_t wp,
                              int32_t pix0, int32_t np, int32_t kp, int16_t *MICO_RESTRICT patch)
 {
     const int32_t run = p->dil_w == 1 ? p->k_w * ipg : ipg, k_all = p->k_h * p->k_w * ipg;
@@ -433,53 +595,79 @@ static void mico_host_im2col(const MicoConv2d *p, const int16_t *x, int32_t ipg,
     }
 }
 
+/* The weight rows of output channels c0 .. c0 + n4 - 1 (n4 <= 4 rows of kp taps, zero rows
+ * past n) in (ky, kx, ic) order, the patch's: rows[c * kp + t * ipg + i]. */
+static void mico_host_conv_rows(const MicoConv2d *p, int32_t c0, int32_t n, int32_t n4,
+                                int32_t kp, int16_t *MICO_RESTRICT rows)
+{
+    const int32_t ipg = p->in_c / p->groups, taps = p->k_h * p->k_w, k_all = ipg * taps;
+    int16_t tmp[MICO_HOST_ROW];
+    int32_t c, t, i, k;
+    for (c = 0; c < n4; c++) {
+        int16_t *row = rows + (size_t)c * (size_t)kp;
+        k = 0;
+        if (c < n) { /* (ic, ky, kx) as stored -> (ky, kx, ic) as the patch holds */
+            mico_host_unpack_w(p->weight, (size_t)(c0 + c) * (size_t)k_all, k_all, p->w_bits,
+                               taps == 1 ? row : tmp);
+            for (t = 0; t < taps && taps > 1; t++) {
+                for (i = 0; i < ipg; i++) {
+                    row[t * ipg + i] = tmp[i * taps + t];
+                }
+            }
+            k = k_all;
+        }
+        for (; k < kp; k++) {
+            row[k] = 0;
+        }
+    }
+}
+
 /* Convolution as int16 GEMMs (see the top of the file). Returns 0 (nothing done) when the
  * layer's unpacked input or weights do not fit the scratch arrays. */
 MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
-    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t hp = mico_host_extent(p->in_h, p->pad_h, p->out_h, p->stride_h, p->dil_h, p->k_h);
+    const int32_t wp = mico_host_extent(p->in_w, p->pad_w, p->out_w, p->stride_w, p->dil_w, p->k_w);
     const int32_t taps = p->k_h * p->k_w, k_all = ipg * taps, kp = mico_host_kpad(k_all);
     const int32_t npix = p->out_h * p->out_w, opg4 = (opg + 3) / 4 * 4;
-    /* pointwise, stride 1, no padding, whole rows of taps: the HWC input is the patch */
+    /* pointwise, stride 1, no padding: the HWC input (channels padded to kp) is the patch */
     const int direct = taps == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 0 &&
-                       p->pad_w == 0 && kp == k_all;
-    int32_t bp = MICO_HOST_PATCH / kp, g, c, pix0, oc, j, t, i;
+                       p->pad_w == 0 && hp == p->in_h && wp == p->in_w;
+    const int32_t ns = direct ? kp : ipg;
+    const size_t wsize = (size_t)p->groups * (size_t)opg4 * (size_t)kp;
+    int32_t bp = MICO_HOST_PATCH / kp, g, c, pix0, oc, j;
     int32_t tile[4 * MICO_HOST_PIX];
-    int16_t tmp[MICO_HOST_ROW];
+    int16_t *wall;
+    int fill;
     bp = (bp > MICO_HOST_PIX ? MICO_HOST_PIX : bp) & ~1;
     if (p->in_fmt.bits > 8 || bp < 2 || k_all > MICO_HOST_ROW || p->in_w > MICO_HOST_ROW ||
-        (size_t)ipg * (size_t)hp * (size_t)wp + (size_t)kp > MICO_HOST_X ||
-        (size_t)opg4 * (size_t)kp > MICO_HOST_W) {
+        (size_t)ns * (size_t)hp * (size_t)wp + (size_t)kp > MICO_HOST_X ||
+        (size_t)opg4 * (size_t)kp > MICO_HOST_W || wsize > (size_t)INT32_MAX) {
         return 0;
     }
-    for (g = 0; g < p->groups; g++) {
-        mico_host_planes(p, in, g * ipg, ipg, hp, wp, mico_host_x);
-        for (i = 0; i < kp; i++) { /* a zero pixel past the input (an odd direct block) */
-            mico_host_x[(size_t)ipg * (size_t)hp * (size_t)wp + (size_t)i] = 0;
+    wall = mico_host_weights(p->weight, 1, (int32_t)wsize, &fill);
+    for (g = 0; g < p->groups && fill; g++) {
+        for (c = 0; c < opg4; c += 4) {
+            mico_host_conv_rows(p, g * opg + c, opg - c < 4 ? opg - c : 4, 4, kp,
+                                wall + ((size_t)g * (size_t)opg4 + (size_t)c) * (size_t)kp);
         }
-        for (c = 0; c < opg4; c++) { /* rows past opg: zero weights, sums never stored */
-            int16_t *row = mico_host_w + (size_t)c * (size_t)kp;
-            int32_t k = 0;
-            if (c < opg) { /* (ic, ky, kx) as stored -> (ky, kx, ic) as the patch holds */
-                mico_host_unpack_w(p->weight, (size_t)(g * opg + c) * (size_t)k_all, k_all,
-                                   p->w_bits, tmp);
-                for (t = 0; t < taps; t++) {
-                    for (i = 0; i < ipg; i++) {
-                        row[t * ipg + i] = tmp[i * taps + t];
-                    }
-                }
-                k = k_all;
-            }
-            for (; k < kp; k++) {
-                row[k] = 0;
-            }
+    }
+    for (g = 0; g < p->groups; g++) {
+        const int16_t *wg = wall ? wall + (size_t)g * (size_t)opg4 * (size_t)kp : mico_host_w;
+        mico_host_planes(p, in, g * ipg, ipg, ns, hp, wp, mico_host_x);
+        for (j = 0; j < kp; j++) { /* a zero pixel past the input (an odd direct block) */
+            mico_host_x[(size_t)ns * (size_t)hp * (size_t)wp + (size_t)j] = 0;
+        }
+        for (c = 0; c < opg4 && !wall; c += 4) { /* no room in the store: unpack per call */
+            mico_host_conv_rows(p, g * opg + c, opg - c < 4 ? opg - c : 4, 4, kp,
+                                mico_host_w + (size_t)c * (size_t)kp);
         }
         for (pix0 = 0; pix0 < npix; pix0 += bp) {
             const int32_t np = npix - pix0 < bp ? npix - pix0 : bp, np2 = (np + 1) & ~1;
             const int16_t *patch = mico_host_patch;
             if (direct) {
-                patch = mico_host_x + (size_t)pix0 * (size_t)kp;
+                patch = mico_host_x + (size_t)pix0 * (size_t)kp; /* ns == kp */
             } else {
                 mico_host_im2col(p, mico_host_x, ipg, wp, pix0, np, kp, mico_host_patch);
                 if (np2 > np) { /* an odd block: a zero pixel makes the pair */
@@ -489,7 +677,7 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
                 }
             }
             for (oc = 0; oc < opg; oc += 4) {
-                const int16_t *w = mico_host_w + (size_t)oc * (size_t)kp;
+                const int16_t *w = wg + (size_t)oc * (size_t)kp;
                 const int32_t n_oc = opg - oc < 4 ? opg - oc : 4;
                 int32_t s[8];
                 for (j = 0; j < np2; j += 2) {
@@ -525,7 +713,8 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
 MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t sw = p->stride_w, sh = p->stride_h;
-    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t hp = mico_host_extent(p->in_h, p->pad_h, p->out_h, p->stride_h, p->dil_h, p->k_h);
+    const int32_t wp = mico_host_extent(p->in_w, p->pad_w, p->out_w, p->stride_w, p->dil_w, p->k_w);
     const int32_t hq = (hp + sh - 1) / sh, wq = (wp + sw - 1) / sw;
     const int32_t npix = p->out_h * p->out_w, taps = p->k_h * p->k_w;
     /* sums computed per tap: up to output (out_h - 1, out_w - 1), rounded up to whole
@@ -598,11 +787,13 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
 MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t n_c = p->in_c, cp = (n_c + 15) & ~15, taps = p->k_h * p->k_w;
-    const int32_t hp = p->in_h + 2 * p->pad_h, wp = p->in_w + 2 * p->pad_w;
+    const int32_t hp = mico_host_extent(p->in_h, p->pad_h, p->out_h, p->stride_h, p->dil_h, p->k_h);
+    const int32_t wp = mico_host_extent(p->in_w, p->pad_w, p->out_w, p->stride_w, p->dil_w, p->k_w);
     const int32_t npix = p->out_h * p->out_w;
     const size_t size = (size_t)hp * (size_t)wp * (size_t)n_c;
-    int16_t *x = mico_host_x, *wt = mico_host_w;
+    int16_t *x = mico_host_x, *wt, *cached;
     int32_t *tile = mico_host_acc, *acc = mico_host_acc + MICO_HOST_ACC;
+    int fill;
     int32_t off[64];
     int16_t tmp[64];
     int32_t c, t, i, pix0, j;
@@ -610,19 +801,21 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
         (size_t)(taps + 1) * (size_t)cp > MICO_HOST_W || cp * MICO_HOST_PIX > MICO_HOST_ACC) {
         return 0;
     }
-    mico_host_planes(p, in, 0, n_c, hp, wp, x);
+    mico_host_planes(p, in, 0, n_c, n_c, hp, wp, x);
     for (i = 0; i < cp; i++) {
         x[size + (size_t)i] = 0; /* read (times zero weights) past the last pixel */
     }
     for (t = 0; t < taps; t++) {
         off[t] = ((t / p->k_w) * p->dil_h * wp + (t % p->k_w) * p->dil_w) * n_c;
     }
-    for (c = 0; c < cp; c++) { /* wt[t * cp + c]: tap t of channel c (zero past n_c) */
+    cached = mico_host_weights(p->weight, 2, taps * cp, &fill);
+    wt = cached ? cached : mico_host_w;
+    for (c = 0; c < cp && (fill || !cached); c++) { /* wt[t * cp + c]: tap t of channel c */
         if (c < n_c) {
             mico_host_unpack_w(p->weight, (size_t)c * (size_t)taps, taps, p->w_bits, tmp);
         }
         for (t = 0; t < taps; t++) {
-            wt[t * cp + c] = c < n_c ? tmp[t] : 0;
+            wt[t * cp + c] = c < n_c ? tmp[t] : 0; /* zero past n_c */
         }
     }
     for (pix0 = 0; pix0 < npix; pix0 += MICO_HOST_PIX) {
@@ -632,19 +825,22 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
             const int16_t *base =
                 x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) *
                         (size_t)n_c;
-            int32_t *MICO_RESTRICT a = acc;
-            for (c = 0; c < cp; c++) {
-                a[c] = 0;
-            }
-            for (t = 0; t < taps; t++) {
-                const int16_t *MICO_RESTRICT s = base + off[t];
-                const int16_t *MICO_RESTRICT w = wt + t * cp;
-                for (c = 0; c < cp; c++) { /* the product fits int16 exactly */
-                    a[c] += (int16_t)(w[c] * s[c]);
+            int32_t c0, k;
+            for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
+                int32_t a[16] = {0};
+                for (t = 0; t < taps; t++) {
+                    const int16_t *MICO_RESTRICT s = base + off[t] + c0;
+                    const int16_t *MICO_RESTRICT w = wt + t * cp + c0;
+                    for (k = 0; k < 16; k++) { /* the product fits int16 exactly */
+                        a[k] += (int16_t)(w[k] * s[k]);
+                    }
+                }
+                for (k = 0; k < 16; k++) {
+                    acc[c0 + k] = a[k];
                 }
             }
             for (c = 0; c < n_c; c++) {
-                tile[c * MICO_HOST_PIX + j] = a[c];
+                tile[c * MICO_HOST_PIX + j] = acc[c];
             }
         }
         for (c = 0; c < n_c; c++) {
@@ -665,8 +861,7 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
     int done;
     mico_host_stage_begin(&p->out, total);
     if (p->groups == p->in_c && p->groups == p->out_c) {
-        done = (p->out_w < MICO_HOST_DW_ROW && mico_host_dw_hwc(p, in, out)) ||
-               mico_host_dw(p, in, out);
+        done = mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out);
     } else {
         done = mico_host_conv(p, in, out);
     }
@@ -683,14 +878,30 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t k_n = p->in_features, n_out = p->out_features, kp = mico_host_kpad(k_n);
-    const int s8 = p->w_bits == 8;
-    int16_t *x = mico_host_patch, *wb = mico_host_w;
+    const int32_t n4 = (n_out + 3) / 4 * 4;
+    int16_t *x = mico_host_patch, *wb = mico_host_w, *rows = 0;
     int32_t *acc = mico_host_acc;
     int32_t r, o, c, k;
+    const int s8 = p->w_bits == 8;
+    int fill = 0;
     if (p->in_fmt.bits > 8 || kp > MICO_HOST_PATCH || 4 * kp > MICO_HOST_W ||
         n_out + 4 > MICO_HOST_ACC) {
         mico_qlinear(p, in, out);
         return;
+    }
+    if (!s8 && (size_t)n4 * (size_t)kp <= (size_t)INT32_MAX) { /* narrower weights: once */
+        rows = mico_host_weights(p->weight, 3, n4 * kp, &fill);
+    }
+    for (o = 0; rows && fill && o < n4; o++) { /* rows past n_out: zero weights */
+        int16_t *row = rows + (size_t)o * (size_t)kp;
+        k = 0;
+        if (o < n_out) {
+            mico_host_unpack_w(p->weight, (size_t)o * (size_t)k_n, k_n, p->w_bits, row);
+            k = k_n;
+        }
+        for (; k < kp; k++) {
+            row[k] = 0;
+        }
     }
     for (r = 0; r < p->rows; r++) {
         mico_host_unpack(in, (size_t)r * (size_t)k_n, k_n, p->in_fmt, x);
@@ -698,16 +909,18 @@ MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *i
             x[k] = 0;
         }
         for (o = 0; o < n_out; o += 4) {
-            const int32_t n4 = n_out - o < 4 ? n_out - o : 4;
+            const int32_t nb = n_out - o < 4 ? n_out - o : 4;
             int32_t s[8];
-            if (s8 && n4 == 4) {
+            if (rows) {
+                mico_host_mk41(rows + (size_t)o * (size_t)kp, x, kp, s);
+            } else if (s8 && nb == 4) {
                 mico_host_mk41_s8((const int8_t *)(const void *)p->weight + (size_t)o * (size_t)k_n,
                                   (size_t)k_n, x, k_n, s);
             } else {
                 for (c = 0; c < 4; c++) {
                     int16_t *row = wb + (size_t)c * (size_t)kp;
                     k = 0;
-                    if (c < n4) {
+                    if (c < nb) {
                         mico_host_unpack_w(p->weight, (size_t)(o + c) * (size_t)k_n, k_n,
                                            p->w_bits, row);
                         k = k_n;
@@ -718,7 +931,7 @@ MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *i
                 }
                 mico_host_mk41(wb, x, kp, s);
             }
-            for (c = 0; c < n4; c++) {
+            for (c = 0; c < nb; c++) {
                 acc[o + c] = s[c] + p->bias[o + c];
             }
         }
@@ -740,6 +953,8 @@ MICO_HOST_CLONES static void mico_host_add(const MicoAdd *p, const void *a, cons
     const int32_t shift = p->shift;
     const int64_t rnd = (int64_t)1 << (shift - 1);
     int32_t *va = mico_host_acc, *vb = mico_host_acc + MICO_HOST_ACC;
+    int16_t *ca = mico_host_x, *cb = mico_host_x + MICO_HOST_ACC;
+    const int codes = p->a_fmt.bits <= 8 && p->b_fmt.bits <= 8; /* int16 runs */
     int32_t i0, j;
     if (binary) {
         mico_add(p, a, b, out);
@@ -747,8 +962,17 @@ MICO_HOST_CLONES static void mico_host_add(const MicoAdd *p, const void *a, cons
     }
     for (i0 = 0; i0 < p->n; i0 += MICO_HOST_ACC) {
         const int32_t n = p->n - i0 < MICO_HOST_ACC ? p->n - i0 : MICO_HOST_ACC;
-        mico_unpack_i32(a, (size_t)i0, n, p->a_fmt, va);
-        mico_unpack_i32(b, (size_t)i0, n, p->b_fmt, vb);
+        if (codes) {
+            mico_host_unpack(a, (size_t)i0, n, p->a_fmt, ca);
+            mico_host_unpack(b, (size_t)i0, n, p->b_fmt, cb);
+            for (j = 0; j < n; j++) {
+                va[j] = ca[j];
+                vb[j] = cb[j];
+            }
+        } else {
+            mico_unpack_i32(a, (size_t)i0, n, p->a_fmt, va);
+            mico_unpack_i32(b, (size_t)i0, n, p->b_fmt, vb);
+        }
         for (j = 0; j < n; j++) {
             const int64_t v = (int64_t)va[j] * m_a + (int64_t)vb[j] * m_b;
             const int64_t mag = ((v < 0 ? -v : v) + rnd) >> shift;

@@ -47,14 +47,22 @@ class Case:
     pad: tuple[int, int] = (0, 0)
     dil: tuple[int, int] = (1, 1)
     groups: int = 1
+    out_rows: int | None = None  # more output rows than the padding gives: a deeper bottom pad
 
     def out_hw(self) -> tuple[int, int]:
         _, h, w = self.x.shape
         kh, kw = self.weight.shape[2:]
-        return tuple(  # type: ignore[return-value]
+        oh, ow = (
             (n + 2 * p - d * (k - 1) - 1) // s + 1
             for n, p, d, k, s in zip((h, w), self.pad, self.dil, (kh, kw), self.stride, strict=True)
         )
+        return (oh if self.out_rows is None else self.out_rows), ow
+
+    def bottom_pad(self) -> int:
+        """Rows of zeros below the input that the output rows read (pad[0] or more)."""
+        h, kh = self.x.shape[1], self.weight.shape[2]
+        reach = (self.out_hw()[0] - 1) * self.stride[0] + self.dil[0] * (kh - 1) + 1
+        return max(self.pad[0], reach - h - self.pad[0])
 
     def reference(self) -> np.ndarray:
         """bias + exact int64 sums, ReLU, per-channel requantization (mico.quant.arithmetic)."""
@@ -65,7 +73,7 @@ class Case:
         else:
             c, h, wd = self.x.shape
             (ph, pw), (sh, sw), (dh, dw) = self.pad, self.stride, self.dil
-            xp = np.zeros((c, h + 2 * ph, wd + 2 * pw), dtype=np.int64)
+            xp = np.zeros((c, h + ph + self.bottom_pad(), wd + 2 * pw), dtype=np.int64)
             xp[:, ph : ph + h, pw : pw + wd] = self.x
             out_c, ipg, kh, kw = w.shape
             oh, ow = self.out_hw()
@@ -132,7 +140,9 @@ def c_array(ctype: str, name: str, values) -> str:
 
 
 def program(cases: list[Case]) -> str:
-    """A C program calling the host kernel on every case and printing the output bytes."""
+    """A C program calling the host kernel on every case twice (the first call lays the
+    weights out in the kernels' store, the second reads them from there), printing the output
+    bytes of each call."""
     lines = ["#include <stdio.h>", '#include "mico_nn.h"']
     body = []
     for i, c in enumerate(cases):
@@ -166,28 +176,30 @@ def program(cases: list[Case]) -> str:
             )
             kernel = HOST_CONV
         size = (c.reference().size * c.o_fmt.bits + 7) // 8
-        body.append(f"    {kernel}(&{t}p, {t}x, y);\n"
-                    f"    for (i = 0; i < {size}; i++) {{ printf(\"%02x\", y[i]); }}\n"
-                    "    printf(\"\\n\");")  # fmt: skip
+        body += [f"    {kernel}(&{t}p, {t}x, y);\n"
+                 f"    for (i = 0; i < {size}; i++) {{ printf(\"%02x\", y[i]); }}\n"
+                 "    printf(\"\\n\");"] * 2  # fmt: skip
     sizes = [(c.reference().size * c.o_fmt.bits + 7) // 8 for c in cases]
     lines.append(f"static uint8_t y[{max(sizes) + 8}];")
     lines.append("int main(void)\n{\n    size_t i;\n" + "\n".join(body) + "\n    return 0;\n}")
     return "\n".join(lines) + "\n"
 
 
-_OBJECTS: dict[tuple[str, bool], Path] = {}
+_OBJECTS: dict[tuple[str, bool, tuple[str, ...]], Path] = {}
 
 
-def kernels(tmp_path_factory: pytest.TempPathFactory, cc: str, host: bool) -> Path:
+def kernels(tmp_path_factory: pytest.TempPathFactory, cc: str, host: bool,
+            defines: tuple[str, ...] = ()) -> Path:  # fmt: skip
     """The kernel sources compiled once per compiler and variant: the host build's flags, or
-    without MICO_HOST_KERNELS (the forwarding entry points of every other target)."""
-    key = (cc, host)
+    without MICO_HOST_KERNELS (the forwarding entry points of every other target);
+    ``defines``: more -D flags (a smaller weight store)."""
+    key = (cc, host, defines)
     if key not in _OBJECTS:
         work = tmp_path_factory.mktemp(f"kernels_{cc}_{int(host)}")
         csrc = resources.files("mico.csrc")
         for name in ("mico_nn.h", *SOURCES):
             (work / name).write_text((csrc / name).read_text())
-        flags = [HOST_OPT, HOST_KERNELS] if host else ["-O2"]
+        flags = [HOST_OPT, HOST_KERNELS, *defines] if host else ["-O2"]
         subprocess.run([cc, "-std=c99", "-Wall", "-Wextra", "-Werror", *flags, "-c", *SOURCES],
                        cwd=work, check=True, capture_output=True, text=True)  # fmt: skip
         _OBJECTS[key] = work
@@ -196,7 +208,7 @@ def kernels(tmp_path_factory: pytest.TempPathFactory, cc: str, host: bool) -> Pa
 
 @pytest.fixture
 def build(tmp_path_factory: pytest.TempPathFactory):
-    return lambda cc="gcc", host=True: kernels(tmp_path_factory, cc, host)
+    return lambda cc="gcc", host=True, defines=(): kernels(tmp_path_factory, cc, host, defines)
 
 
 def run(cases: list[Case], objects: Path, cc: str = "gcc") -> None:
@@ -209,8 +221,8 @@ def run(cases: list[Case], objects: Path, cc: str = "gcc") -> None:
     subprocess.run([cc, "-std=c99", "-O0", "-I", str(objects), "-o", str(exe), str(main), *objs],
                    check=True, capture_output=True, text=True)  # fmt: skip
     lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
-    assert len(lines) == len(cases)
-    for i, (c, line) in enumerate(zip(cases, lines, strict=True)):
+    assert len(lines) == 2 * len(cases)
+    for i, (c, line) in enumerate(zip([c for c in cases for _ in "12"], lines, strict=True)):
         ref = c.reference()
         got = unpack(np.frombuffer(bytes.fromhex(line), np.uint8), ref.size, c.o_fmt)
         bad = np.flatnonzero(got != ref.ravel())
@@ -283,6 +295,75 @@ def test_geometry(build):
     run(cases, build())
 
 
+#: pointwise (the direct path, channels padded to 16 taps), depthwise (two channel blocks;
+#: wide and narrow rows, stride 2) and a 3x3 conv of 11 channels: odd planes whose sub-byte
+#: codes start inside a byte, 8 channels unpacked at a time and a remainder
+PER_WIDTH_GEOMETRY = [
+    dict(in_c=11, out_c=6, hw=(5, 7), k=(1, 1)),
+    dict(in_c=24, out_c=9, hw=(6, 6), k=(1, 1)),
+    dict(in_c=19, out_c=19, hw=(9, 30), k=(3, 3), pad=(1, 1), stride=(2, 2), groups=19),
+    dict(in_c=17, out_c=17, hw=(5, 5), k=(3, 3), pad=(1, 1), groups=17),
+    dict(in_c=11, out_c=5, hw=(5, 7), k=(3, 3), pad=(1, 1)),
+]
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_pointwise_and_depthwise_every_width(w_fmt, build):
+    """The pointwise, depthwise and input-unpacking paths at every weight width against every
+    activation format, outputs of other widths (requantization shifts above and below 32)."""
+    cases = [
+        case("conv", w_fmt, a, seed=i, o_fmt=QFormat(1 + (i * 3) % 8, bool(i % 3)),
+             relu=bool(i % 2), **PER_WIDTH_GEOMETRY[i % len(PER_WIDTH_GEOMETRY)])
+        for i, a in enumerate(A_FMTS)
+    ]  # fmt: skip
+    run(cases, build())
+
+
+def test_uneven_padding(build):
+    """Bands of patch-based execution: more output rows than the top padding gives on both
+    sides, so the rows below the input read as zeros deeper than pad_h (conv, dilated,
+    strided, pointwise and depthwise layers)."""
+    geo = [
+        dict(in_c=5, out_c=7, hw=(6, 9), k=(3, 3), pad=(1, 1), out_rows=7),
+        dict(in_c=5, out_c=7, hw=(6, 9), k=(3, 3), pad=(0, 1), out_rows=6),
+        dict(in_c=4, out_c=6, hw=(7, 8), k=(3, 3), pad=(1, 1), stride=(2, 2), out_rows=5),
+        dict(in_c=4, out_c=6, hw=(7, 8), k=(3, 3), pad=(2, 2), dil=(2, 2), out_rows=9),
+        dict(in_c=16, out_c=16, hw=(6, 30), k=(3, 3), pad=(1, 1), groups=16, out_rows=8),
+        dict(in_c=9, out_c=9, hw=(5, 5), k=(3, 3), pad=(1, 1), stride=(2, 2), groups=9,
+             out_rows=4),
+    ]  # fmt: skip
+    formats = ((QFormat(8, True), QFormat(8, False)), (QFormat(4, True), QFormat(4, True)),
+               (QFormat(2, True), QFormat(2, False, 1)))  # fmt: skip
+    cases = [case("conv", w, a, seed=i, **g) for i, g in enumerate(geo) for w, a in formats]
+    run(cases, build())
+
+
+def test_scratch_limits(build):
+    """Layers whose unpacked input just fits the scratch (2^20 int16: 16 channels of 255 x
+    257 pixels) and just does not (256 x 256: the portable kernels, or the depthwise plane
+    path): bit-exact on both sides."""
+    w, a = QFormat(2, True), QFormat(2, False)
+    cases = [
+        case("conv", w, a, in_c=16, out_c=4, hw=(255, 257), k=(1, 1), seed=1),
+        case("conv", w, a, in_c=16, out_c=4, hw=(256, 256), k=(1, 1), seed=2),
+        case("conv", w, a, in_c=16, out_c=16, hw=(256, 256), k=(3, 3), pad=(1, 1), groups=16,
+             seed=3),
+    ]  # fmt: skip
+    run(cases, build())
+
+
+def test_full_weight_store(build):
+    """A weight store too small for every layer (-DMICO_HOST_CACHE=2048 int16): the layers
+    after it fills unpack their weights on every call, still bit-exact."""
+    w4, a4 = QFormat(4, True), QFormat(4, False)
+    geo = [dict(in_c=16, out_c=40, hw=(5, 5), k=(3, 3), pad=(1, 1)),
+           dict(in_c=16, out_c=8, hw=(5, 5), k=(1, 1)),
+           dict(in_c=32, out_c=32, hw=(4, 4), k=(3, 3), pad=(1, 1), groups=32)]  # fmt: skip
+    cases = [case("conv", w4, a4, seed=i, **g) for i, g in enumerate(geo)]
+    cases += [case("linear", w4, a4, in_c=300, out_c=9, rows=2, seed=7)]
+    run(cases * 2, build(defines=("-DMICO_HOST_CACHE=2048",)))
+
+
 @pytest.mark.parametrize(
     ("w_bits", "a_fmt"),
     [(8, QFormat(8, True)), (8, QFormat(8, False)), (8, QFormat(8, False, 200)),
@@ -316,7 +397,10 @@ def test_clang_and_portable_entry_points(build):
         case("conv", w, a, in_c=6, out_c=10, hw=(9, 8), k=(3, 3), pad=(1, 1), stride=(2, 2)),
         case("conv", w, a, in_c=10, out_c=10, hw=(9, 8), k=(3, 3), pad=(1, 1), groups=10),
         case("linear", w, a, in_c=77, out_c=11, rows=2),
-    ]
+        case("conv", w, a, in_c=11, out_c=6, hw=(5, 7), k=(1, 1)),
+        case("conv", w, a, in_c=5, out_c=5, hw=(7, 9), k=(3, 3), pad=(1, 1), groups=5,
+             out_rows=8),
+    ]  # fmt: skip
     run(cases, build(host=False))
     if shutil.which("clang"):
         run(cases, build("clang"), cc="clang")

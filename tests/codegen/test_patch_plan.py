@@ -119,12 +119,13 @@ def test_compile_model_takes_the_option(tmp_path):
 
 
 def test_host_kernels_with_patches(tmp_path):
-    """The host GEMM kernels pad a layer alike at top and bottom: a band padded deeper at its
-    bottom takes the portable kernels, and the program stays bit-exact."""
+    """The host GEMM kernels take every band, a band padded deeper at its bottom than at its
+    top included (they size the padded input from the output rows), bit-exact."""
     graph, x = _tiny()
     project = emit_c_project(graph, tmp_path / "h", "tiny", patch="auto",
                              isa_extensions=("xautovec",))  # fmt: skip
     assert project.patch["patched"]
+    assert "mico_qconv2d(" not in (tmp_path / "h" / "tiny.c").read_text()
     host.build(project)
     np.testing.assert_array_equal(host.run(project, x.numpy()), run_graph(graph, x)[0].numpy())
 
