@@ -1249,8 +1249,12 @@ static void mico_dwp_fields(uint8_t *out, size_t bit, const uint8_t *v, int32_t 
 {
     const uint32_t mask = b >= 8u ? 0xffu : (1u << b) - 1u;
     uint8_t *q = out + (bit >> 3);
-    uint32_t nb = (uint32_t)(bit & 7u), acc = (uint32_t)*q & ((1u << nb) - 1u);
+    uint32_t nb = (uint32_t)(bit & 7u), acc;
     int32_t i;
+    if (n <= 0) {
+        return; /* (bit may be the end of the tensor: no byte to read) */
+    }
+    acc = nb ? (uint32_t)*q & ((1u << nb) - 1u) : 0u;
     for (i = 0; i < n; i++) {
         acc |= (((uint32_t)v[i] + zero) & mask) << nb;
         nb += b;

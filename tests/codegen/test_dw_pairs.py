@@ -14,6 +14,9 @@ kernel's per-channel guard); planes too large for the buffer (the kernel's fallb
 from __future__ import annotations
 
 import shutil
+import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -107,6 +110,38 @@ def test_pair_path_bit_exact(monkeypatch):
             case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride)
             assert np.array_equal(out, ref), (case, layer.pad, np.flatnonzero(out != ref)[:8])
         assert results[0][0].startswith("mico_qconv2d_dwp_f")
+
+
+def test_pair_path_sanitized(monkeypatch):
+    """ASan + UBSan on outputs that end exactly at the end of their buffer (1-, 2-, 4-bit codes
+    filling whole bytes, the packing's last call writing no code), and on every width's reads."""
+    layers = [
+        _layer(5, 5, a=QFormat(b, False), o=QFormat(b, False), wb=2, c=32 // b, seed=60 + b)
+        for b in (1, 2, 4)
+    ] + [_layer(5, 5, a=QFormat(b, True), o=QFormat(b, True), c=3, relu=False, seed=70 + b)
+         for b in (3, 5, 8)]  # fmt: skip
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    program = kernels_rv32.layers_program(layers, ("chosen",))
+    n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
+    assert f"y[{n_bytes + 4}]" in program
+    program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
+    with tempfile.TemporaryDirectory(prefix="mico-dwp-asan-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        kernels_rv32._sources(work)  # the headers and kernels; only these three are built
+        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
+        sources.append(str(work / "mico_conv2d.c"))  # mico_qconv2d_depthwise3x3, the fallback
+        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
+        cmd = ["gcc", "-std=c99", "-O0", *flags, "-I", str(work), *sources, "-o", str(work / "m")]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tokens = run.stdout.split()
+    marks = [i for i, token in enumerate(tokens) if token == "instret"]
+    for layer, i in zip(layers, marks, strict=True):
+        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
+        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
+        assert np.array_equal(out, layer.reference().ravel())
 
 
 def _plan(weight_bits, a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
