@@ -173,10 +173,7 @@ def _shape_from_unit(kind: str, u: np.ndarray) -> LayerShape:
         return LayerShape("linear", "linear", _log_choice(u[0], 8, 512), _log_choice(u[1], 4, 256),
                           (1, 1), (1, 1), 1, (1, 1), (1, 1))  # fmt: skip
     if kind == "conv1d":
-        length = _log_choice(u[2], 16, 256)
-        out = (length - kernel) // stride + 1
-        return LayerShape("conv1d", "conv1d", channels_in, channels_out, (1, kernel), (1, stride),
-                          1, (1, length), (1, max(1, out)))  # fmt: skip
+        return _conv1d_from_unit(u)
     pad = kernel // 2
     out = (size + 2 * pad - kernel) // stride + 1
     if kind == "dwconv2d":
@@ -184,6 +181,31 @@ def _shape_from_unit(kind: str, u: np.ndarray) -> LayerShape:
                           (stride, stride), channels_out, (size, size), (out, out))  # fmt: skip
     return LayerShape("conv2d", "conv2d", channels_in, channels_out, (kernel, kernel),
                       (stride, stride), 1, (size, size), (out, out))  # fmt: skip
+
+
+#: 1-D kernels and strides a conv1d sample takes: taps of speech and sensor front ends
+#: (M5's 80 taps by 16) as well as the short kernels of the layers after them
+CONV1D_KERNELS = ((1, 1), (3, 1), (5, 1), (9, 2), (40, 8), (80, 16))
+#: the most MACs of a sampled conv1d (a long row's channels are cut to it): seconds per program
+CONV1D_MAX_MACS = 1 << 22
+
+
+def _conv1d_from_unit(u: np.ndarray) -> LayerShape:
+    """A conv1d layer: rows of 16 to 16384 samples (raw audio is thousands long), 1 to 64
+    input channels (a waveform has one), the kernel and stride of :data:`CONV1D_KERNELS`;
+    channels shrink until the layer is at most :data:`CONV1D_MAX_MACS` MACs."""
+    channels_in = _log_choice(u[0], 1, 64)
+    channels_out = _log_choice(u[1], 4, 64)
+    length = _log_choice(u[2], 16, 16384)
+    kernel, stride = CONV1D_KERNELS[min(len(CONV1D_KERNELS) - 1, int(u[3] * len(CONV1D_KERNELS)))]
+    length = max(length, kernel)
+    out = (length - kernel) // stride + 1
+    while channels_in * channels_out * out * kernel > CONV1D_MAX_MACS and channels_out > 4:
+        channels_out //= 2
+    while channels_in * channels_out * out * kernel > CONV1D_MAX_MACS and channels_in > 1:
+        channels_in //= 2
+    return LayerShape("conv1d", "conv1d", channels_in, channels_out, (1, kernel), (1, stride),
+                      1, (1, length), (1, out))  # fmt: skip
 
 
 def zoo_layer_shapes(names: Iterable[str] | None = None) -> list[LayerShape]:

@@ -32,19 +32,35 @@ FEATURES = (
     "kernel", "stride", "groups_ratio", "w_bits", "a_bits", "wa_bricks", "log_macs_per_brick",
     "log_ic_per_group", "log_oc_per_group", "log_out_pixels", "log_reduction",
     "log_reduction_per_brick", "in_signed", "out_bits", "path", "lane_s", "log_lane_n",
-    "log_out_per_lane_word",
+    "log_out_per_lane_word", "log_in_plane", "one_d",
 )  # fmt: skip
 #: features of the other nodes (quantize, pooling, add, ...; the target is log(latency / elements))
 OP_FEATURES = (
     "log_in", "log_out", "in_bits", "out_bits", "in_signed", "n_inputs", "kernel", "stride",
     "log_in_per_out", "op_code", "log_macs",
 )  # fmt: skip
+#: features an analytic accelerator target adds (its own cost terms, :func:`array_terms`)
+ARRAY_FEATURES = (
+    "log_compute_per_mac", "log_im2col_over_compute", "log_memory_over_compute",
+    "log_fill_over_compute", "log_weight_passes", "log_memory_and_fill_over_compute",
+    "log_compute", "log_memory",
+)  # fmt: skip
+#: feature sets: ``generic`` for targets that run C, ``bitfusion`` adds :data:`ARRAY_FEATURES`
+FEATURE_SETS = ("generic", "bitfusion")
+#: kinds of fewer shapes are scored on every held-out fold, larger ones on one
+FOLDED_UNDER = 60
 #: the kind whose regressor predicts an op no regressor of its own was fitted for
 OTHER = "other"
-#: kinds that run the same C kernels share a regressor: a Conv1d is lowered to a conv2d node of
-#: height 1 (fitted apart, conv1d's few shapes predicted it worse than the shared trees)
+#: kinds that run the same C kernels share a regressor while they have few shapes: a Conv1d is
+#: lowered to a conv2d node of height 1 (fitted apart, the zoo's few 1-D shapes predicted it
+#: worse than the shared trees)
 SHARED = {"conv1d": "conv2d"}
-PROXY_VERSION = 2
+#: ... and from this many shapes (a profile's sampled 1-D layers) a regressor of their own,
+#: fitted on their rows and the shared kind's, while the shared kind's is fitted on its own
+#: rows alone: the 1-D rows' long rows and fallback paths pulled the 2-D predictions off,
+#: and the 1-D layers alone were too few to predict a model of them
+OWN_REGRESSOR_SHAPES = 20
+PROXY_VERSION = 3  # 3: the 1-D features, the BitFusion feature set, ratio proxies
 
 
 def _as_op(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> OpShape:
@@ -63,11 +79,105 @@ def path_code(path: str) -> float:
     return float(100 + zlib.crc32(path.encode()) % 1009)
 
 
-def features(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> list[float]:
-    """The proxy's feature vector of one conv / linear node (or layer)."""
+def feature_set_of(target: str) -> str:
+    """The feature set of ``target``'s proxy: ``bitfusion`` for the BitFusion cycle model
+    (the built-in target and every ``analytic-bitfusion`` target file), else ``generic``."""
+    from mico.errors import MicoError
+    from mico.hw.measure import latency_kind
+
+    try:
+        kind = latency_kind(target)
+    except MicoError:
+        kind = target
+    return "bitfusion" if kind == "bitfusion" else "generic"
+
+
+@dataclass(frozen=True)
+class ArrayCycles:
+    """BitFusion's cost terms of one conv / linear node (:mod:`mico.hw.bitfusion`, default
+    configuration), from the node's geometry and widths alone.
+
+    * ``compute``: the array's tiles (``ceil(oc_g / cols)`` column tiles x output pixels x
+      groups) times the cycles of one tile, the cheaper of channel-wise
+      (``kh*kw*ceil(ic_g / (rows*perf))``) and one im2col reduction
+      (``ceil(kh*kw*ic_g / (rows*perf))``, kept as ``im2col``), ``perf`` the fused engines per
+      Fusion Unit at these widths (:meth:`~mico.hw.bitfusion.BitFusionConfig.perf`);
+    * ``memory``: off-chip bits (weights, inputs once per weight pass when they overflow the
+      input buffer, outputs at 8 bits) over the interface width, in cycles;
+    * ``fill``: one array fill (rows + cols cycles) per weight pass (``passes``), the fixed
+      cost that dominates tiny layers.
+    """
+
+    compute: int
+    im2col: int
+    memory: int
+    fill: int
+    passes: int
+
+    @classmethod
+    def of(cls, op: OpShape) -> ArrayCycles:
+        from mico.hw.bitfusion import BitFusionConfig
+
+        cfg = BitFusionConfig()
+        w = min(max(1, op.w_bits), cfg.max_bits)
+        a = min(max(1, op.in_bits), cfg.max_bits)
+        groups = max(1, op.groups)
+        ic_g = max(1, op.in_channels // groups)
+        oc_g = max(1, op.out_channels // groups)
+        lanes = cfg.rows * cfg.perf(w, a)
+        k = op.kh * op.kw
+        tiles = groups * math.ceil(oc_g / cfg.cols) * max(1, op.out_pixels)
+        channelwise = tiles * k * math.ceil(ic_g / lanes)
+        im2col = tiles * math.ceil(k * ic_g / lanes)
+        weight_bits = op.out_channels * ic_g * k * w
+        input_bits = op.in_elements * a
+        passes = max(1, math.ceil(weight_bits / (8 * cfg.weight_buffer_bytes)))
+        reads = 1 if input_bits <= 8 * cfg.input_buffer_bytes else passes
+        traffic = weight_bits + reads * input_bits + op.out_elements * cfg.out_bits
+        memory = math.ceil(traffic / cfg.interface_bits)
+        fill = passes * (cfg.rows + cfg.cols)
+        return cls(min(channelwise, im2col), im2col, memory, fill, passes)
+
+
+def array_terms(op: OpShape) -> list[float]:
+    """:class:`ArrayCycles` as the regressors see them (:data:`ARRAY_FEATURES`): each term
+    relative to the compute cycles (the target of this feature set is log cycles over compute
+    cycles, see :func:`scale_of`), the compute / memory balance and the sizes as logs."""
+    cycles = ArrayCycles.of(op)
+    compute = max(1, cycles.compute)
+    macs = max(1, op.macs)
+    return [
+        math.log(compute / macs),
+        math.log(max(1, cycles.im2col) / compute),
+        math.log(max(1, cycles.memory) / compute),
+        math.log(cycles.fill / compute),
+        math.log(cycles.passes),
+        math.log(max(1, cycles.memory + cycles.fill) / compute),
+        math.log1p(cycles.compute),
+        math.log1p(cycles.memory),
+    ]
+
+
+def scale_of(op: OpShape, feature_set: str = "generic") -> float:
+    """What a node's latency is divided by before the log (the regressors predict the ratio):
+    its MACs or elements (:attr:`OpShape.scale`: a cost per MAC stays in a narrow range), or,
+    with the ``bitfusion`` feature set, a conv / linear node's compute cycles on the array
+    (:class:`ArrayCycles`): what is left to learn is how far memory and the array's fill
+    push a layer above its compute."""
+    if feature_set == "bitfusion" and op.is_mac:
+        return float(max(1, ArrayCycles.of(op).compute))
+    return op.scale
+
+
+def features(
+    item: LayerShape | OpShape, extensions: tuple[str, ...] = (), feature_set: str = "generic"
+) -> list[float]:
+    """The proxy's feature vector of one conv / linear node (or layer): :data:`FEATURES`, then
+    :data:`ARRAY_FEATURES` with the ``bitfusion`` feature set."""
     op = _as_op(item, extensions)
     if not op.is_mac:
         return op_features(op)
+    extra = array_terms(op) if feature_set == "bitfusion" else []
     w, a = max(1, op.w_bits), max(1, op.in_bits)
     bricks = math.ceil(w / 2) * math.ceil(a / 2)
     k = op.kh * op.kw
@@ -100,6 +210,9 @@ def features(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> li
         float(op.lane_s),
         math.log1p(op.lane_n),
         math.log(max(1.0, words)),
+        math.log(max(1.0, op.in_elements / max(1, op.in_channels))),
+        float(op.kind == "conv1d"),
+        *extra,
     ]
 
 
@@ -120,8 +233,8 @@ def op_features(op: OpShape) -> list[float]:
     ]
 
 
-def _vector(op: OpShape) -> list[float]:
-    return features(op) if op.is_mac else op_features(op)
+def _vector(op: OpShape, feature_set: str = "generic") -> list[float]:
+    return features(op, feature_set=feature_set) if op.is_mac else op_features(op)
 
 
 def mape(predicted: Sequence[float], measured: Sequence[float]) -> float:
@@ -180,7 +293,8 @@ class KindModel:
     It predicts ``log(latency / scale)``, ``scale`` being the node's MACs (conv, linear) or
     elements (other ops): a cost per MAC or per element stays in a narrow range, so the trees
     carry it to layers larger or smaller than any they saw, where a tree on the latency itself
-    can only repeat the nearest leaf's.
+    can only repeat the nearest leaf's (with the ``bitfusion`` feature set a conv / linear
+    node's scale is its compute cycles on the array, :func:`scale_of`).
     """
 
     kind: str
@@ -188,13 +302,15 @@ class KindModel:
     estimator: Any
     holdout_mape: dict[str, float]
     rows: list[tuple[list[float], float]] = field(default_factory=list)
+    #: the features it reads (:data:`FEATURE_SETS`)
+    feature_set: str = "generic"
 
     def predict(
         self, items: Sequence[LayerShape | OpShape], extensions: tuple[str, ...] = ()
     ) -> np.ndarray:
         ops = [_as_op(item, extensions) for item in items]
-        x = np.array([_vector(op) for op in ops], dtype=float)
-        scale = np.array([op.scale for op in ops], dtype=float)
+        x = np.array([_vector(op, self.feature_set) for op in ops], dtype=float)
+        scale = np.array([scale_of(op, self.feature_set) for op in ops], dtype=float)
         return np.exp(self.estimator.predict(x)) * scale
 
 
@@ -221,6 +337,13 @@ class LatencyProxy:
     extensions: tuple[str, ...] = ()
     #: the generator and kernel files it was fitted with (:meth:`current` compares them)
     fitted_with: dict[str, Any] = field(default_factory=dict)
+    #: the features its regressors read (:data:`FEATURE_SETS`; ``bitfusion`` adds the cycle
+    #: model's own terms)
+    feature_set: str = "generic"
+    #: a proxy of the same programs on another target (rv32 instructions under qemu) whose
+    #: prediction of each node this one multiplies by the ratio its regressors predict (cycles
+    #: per instruction on VexRiscv): :func:`fit_ratio_proxy`
+    base: LatencyProxy | None = None
 
     def current(self) -> bool:
         """Whether mico still generates programs with the code this proxy was fitted on (the
@@ -229,7 +352,8 @@ class LatencyProxy:
 
         if not self.fitted_with:
             return False
-        return self.fitted_with == {"generator": generator_hash(), "kernels": kernel_hashes()}
+        same = self.fitted_with == {"generator": generator_hash(), "kernels": kernel_hashes()}
+        return same and (self.base is None or self.base.current())
 
     def predict_ops(self, ops: Sequence[OpShape]) -> list[float]:
         """Predicted latency of each node (a view such as a reshape costs nothing; an op with
@@ -258,6 +382,10 @@ class LatencyProxy:
             predictions = self.kinds[kind].predict([ops[i] for i in indices], self.extensions)
             for i, value in zip(indices, predictions, strict=True):
                 out[i] = float(value)
+        if self.base is not None:  # the regressors gave ratio x scale: times the base's node
+            below = self.base.predict_ops(ops)
+            out = [v / scale_of(op, self.feature_set) * b
+                   for v, op, b in zip(out, ops, below, strict=True)]  # fmt: skip
         return out
 
     def predict_layers(self, layers: Sequence[LayerShape]) -> list[float]:
@@ -291,11 +419,21 @@ class LatencyProxy:
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
         """Write the proxy as JSON (boosted trees in XGBoost's JSON, forests as their rows)."""
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_data()))
+        tmp.replace(out)
+        return out
+
+    def to_data(self) -> dict[str, Any]:
+        """The proxy as the JSON-ready dictionary :meth:`save` writes."""
         data: dict[str, Any] = {
             "version": PROXY_VERSION, "target": self.target, "unit": self.unit,
             "overhead": self.overhead, "overhead_per_node": self.overhead_per_node,
             "programs": self.programs, "seed": self.seed, "kinds": {},
             "extensions": list(self.extensions), "fitted_with": self.fitted_with,
+            "feature_set": self.feature_set,
         }  # fmt: skip
         for kind, model in self.kinds.items():
             entry: dict[str, Any] = {
@@ -310,12 +448,9 @@ class LatencyProxy:
             else:
                 entry["rows"] = [[x, y] for x, y in model.rows]
             data["kinds"][kind] = entry
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_name(out.name + ".tmp")
-        tmp.write_text(json.dumps(data))
-        tmp.replace(out)
-        return out
+        if self.base is not None:
+            data["base"] = self.base.to_data()
+        return data
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyProxy:
@@ -339,66 +474,72 @@ class LatencyProxy:
     @classmethod
     def _read(cls, p: Path) -> LatencyProxy:
         try:
-            data = json.loads(p.read_text())
-            if data.get("version") != PROXY_VERSION:
-                raise ValueError(f"version {data.get('version')}, this mico reads {PROXY_VERSION}")
-            kinds = {}
-            for kind, entry in data["kinds"].items():
-                if entry["algorithm"] == "xgboost":
-                    from xgboost import XGBRegressor
-
-                    estimator = XGBRegressor()
-                    estimator.load_model(bytearray(entry["booster"].encode()))
-                    rows = []
-                elif entry["algorithm"] == "linear":
-                    estimator = _Linear(0, entry["coef"], entry["intercept"])
-                    rows = []
-                else:
-                    rows = [(list(x), float(y)) for x, y in entry["rows"]]
-                    estimator = _forest(int(data.get("seed", 0)))
-                    estimator.fit(np.array([x for x, _ in rows]), np.array([y for _, y in rows]))
-                kinds[kind] = KindModel(kind, entry["algorithm"], estimator,
-                                        dict(entry["holdout_mape"]), rows)  # fmt: skip
+            return cls.from_data(json.loads(p.read_text()))
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise ConfigError(
                 f"latency proxy {str(p)!r} cannot be read ({type(exc).__name__}: {exc}); fit it "
                 "again with mico profile"
             ) from None
-        return cls(data["target"], data["unit"], kinds, float(data["overhead"]),
-                   int(data.get("seed", 0)), float(data.get("overhead_per_node", 0.0)),
-                   int(data.get("programs", 0)),
-                   tuple(data.get("extensions", ())),
-                   dict(data.get("fitted_with", {})))  # fmt: skip
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> LatencyProxy:
+        """A proxy from :meth:`to_data`'s dictionary (ValueError, KeyError or TypeError when
+        it is not one)."""
+        if data.get("version") != PROXY_VERSION:
+            raise ValueError(f"version {data.get('version')}, this mico reads {PROXY_VERSION}")
+        feature_set = str(data.get("feature_set", "generic"))
+        if feature_set not in FEATURE_SETS:
+            raise ValueError(f"feature set {feature_set!r}, this mico knows {FEATURE_SETS}")
+        seed = int(data.get("seed", 0))
+        kinds = {kind: _kind_from_data(kind, entry, seed, feature_set)
+                 for kind, entry in data["kinds"].items()}  # fmt: skip
+        base = cls.from_data(data["base"]) if data.get("base") else None
+        return cls(data["target"], data["unit"], kinds, float(data["overhead"]), seed,
+                   float(data.get("overhead_per_node", 0.0)), int(data.get("programs", 0)),
+                   tuple(data.get("extensions", ())), dict(data.get("fitted_with", {})),
+                   feature_set, base)  # fmt: skip
+
+
+def _kind_from_data(kind: str, entry: dict[str, Any], seed: int, feature_set: str) -> KindModel:
+    """One kind's regressor as :meth:`LatencyProxy.to_data` wrote it (a forest refitted)."""
+    rows: list[tuple[list[float], float]] = []
+    if entry["algorithm"] == "xgboost":
+        from xgboost import XGBRegressor
+
+        estimator: Any = XGBRegressor()
+        estimator.load_model(bytearray(entry["booster"].encode()))
+    elif entry["algorithm"] == "linear":
+        estimator = _Linear(0, entry["coef"], entry["intercept"])
+    else:
+        rows = [(list(x), float(y)) for x, y in entry["rows"]]
+        estimator = _forest(seed)
+        estimator.fit(np.array([x for x, _ in rows]), np.array([y for _, y in rows]))
+    return KindModel(kind, entry["algorithm"], estimator, dict(entry["holdout_mape"]), rows,
+                     feature_set)  # fmt: skip
 
 
 def _fit_kind(
     kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
-    rng: np.random.Generator,
+    feature_set: str = "generic", chosen: str | None = None,
 ) -> KindModel:  # fmt: skip
-    """A forest and a boosted model on one kind's rows; the one better on held-out shapes."""
-    shapes = sorted({_shape_key(op) for op, _ in rows}, key=repr)
-    rng.shuffle(shapes)
-    n_test = max(1, int(len(shapes) * holdout)) if len(shapes) >= 5 else 0
-    test_keys = set(shapes[:n_test])
-    train = [(op, y) for op, y in rows if _shape_key(op) not in test_keys]
-    test = [(op, y) for op, y in rows if _shape_key(op) in test_keys]
+    """A forest, a boosted model and a line on one kind's rows; the one better on held-out
+    shapes (``chosen``: that algorithm, fitted on every row without comparing, no held-out score:
+    how a leave-one-out refit reuses the choice of the full fit).
+
+    Held out by shape (every bit pair of a shape together), a ``holdout`` share of them; a kind
+    of fewer than :data:`FOLDED_UNDER` shapes is scored on every fold of that size, so that
+    each of its shapes is predicted once by a regressor that never saw it (one held-out shape
+    made the score and the choice luck)."""
 
     def xy(part: Sequence[tuple[OpShape, float]]) -> tuple[np.ndarray, np.ndarray]:
-        x = np.array([_vector(op) for op, _ in part], dtype=float)
-        y = np.log(np.array([v / op.scale for op, v in part], dtype=float))
+        x = np.array([_vector(op, feature_set) for op, _ in part], dtype=float)
+        y = np.log(np.array([v / scale_of(op, feature_set) for op, v in part], dtype=float))
         return x, y
 
-    x_train, y_train = xy(train)
     scores: dict[str, float] = {}
-    if test:
-        x_test, _ = xy(test)
-        scale = np.array([op.scale for op, _ in test])
-        for algorithm, make in ALGORITHMS.items():
-            estimator = make(seed)
-            estimator.fit(x_train, y_train)
-            predicted = np.exp(estimator.predict(x_test)) * scale
-            scores[algorithm] = mape(predicted, [y for _, y in test])
-    best = min(scores, key=scores.get) if scores else "forest"  # type: ignore[arg-type]
+    if chosen is None:
+        scores = _held_out_scores(kind, rows, seed, holdout, xy, feature_set)
+    best = chosen or (min(scores, key=scores.get) if scores else "forest")  # type: ignore[arg-type]
     # refit the winner on every shape: the held-out score stays the reported error
     x_all, y_all = xy(rows)
     final = ALGORITHMS[best](seed)
@@ -406,7 +547,36 @@ def _fit_kind(
     return KindModel(
         kind, best, final, scores,
         [(list(map(float, x)), float(y)) for x, y in zip(x_all, y_all, strict=True)],
+        feature_set,
     )  # fmt: skip
+
+
+def _held_out_scores(
+    kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
+    xy: Any, feature_set: str,
+) -> dict[str, float]:  # fmt: skip
+    """MAPE of each algorithm on shapes held out fold by fold (none under 5 shapes)."""
+    shapes = sorted({_shape_key(op) for op, _ in rows}, key=repr)
+    if len(shapes) < 5:
+        return {}
+    # the kind's own draw: its folds do not depend on which other kinds were fitted
+    np.random.default_rng([seed, zlib.crc32(kind.encode())]).shuffle(shapes)
+    folds = max(2, min(len(shapes), round(1 / max(holdout, 1e-9))))
+    fold_of = {key: i % folds for i, key in enumerate(shapes)}
+    predicted: dict[str, list[float]] = {name: [] for name in ALGORITHMS}
+    measured: list[float] = []
+    for fold in range(folds if len(shapes) < FOLDED_UNDER else 1):
+        train = [(op, y) for op, y in rows if fold_of[_shape_key(op)] != fold]
+        test = [(op, y) for op, y in rows if fold_of[_shape_key(op)] == fold]
+        x_train, y_train = xy(train)
+        x_test, _ = xy(test)
+        scale = np.array([scale_of(op, feature_set) for op, _ in test])
+        measured += [y for _, y in test]
+        for name, make in ALGORITHMS.items():
+            estimator = make(seed)
+            estimator.fit(x_train, y_train)
+            predicted[name] += list(np.exp(estimator.predict(x_test)) * scale)
+    return {name: mape(values, measured) for name, values in predicted.items()}
 
 
 def target_extensions(target: str) -> tuple[str, ...]:
@@ -429,8 +599,11 @@ def fit_proxy(
     holdout: float = 0.2,
     models: Sequence[Any] = (),
     extensions: Sequence[str] | None = None,
+    feature_set: str | None = None,
+    algorithms: dict[str, str] | None = None,
 ) -> LatencyProxy:
-    """Fit one regressor per kind; held-out *shapes* (all their bit pairs) measure the error.
+    """Fit one regressor per kind; held-out *shapes* (all their bit pairs, fold by fold) measure
+    the error.
 
     ``profile``: layers measured alone (:class:`LayerShape`, read as a single-layer program
     reads them) or nodes (:class:`OpShape`) with their latency. ``models``: whole programs
@@ -438,8 +611,14 @@ def fit_proxy(
     rows, the other ops get regressors of their own (and a fallback, ``other``, for ops never
     seen), and the per-model overhead is fitted on them (:func:`fit_model_overhead`).
     ``extensions``: the target's ISA extensions (None: its target file's, none if it has
-    no file), which decide some layers' kernel paths.
+    no file), which decide some layers' kernel paths. ``feature_set``: None for the target's
+    own (:func:`feature_set_of`). ``algorithms``: kind -> algorithm kept without comparing
+    (a leave-one-out refit taking the full fit's choices, four times faster; a kind not named
+    is compared as usual).
     """
+    features_used = feature_set or feature_set_of(target)
+    if features_used not in FEATURE_SETS:
+        raise ConfigError(f"feature set '{features_used}': use one of {', '.join(FEATURE_SETS)}")
     exts = target_extensions(target) if extensions is None else tuple(extensions)
     rows: list[tuple[OpShape, float]] = [(_as_op(item, exts), float(y)) for item, y in profile]
     for record in models:
@@ -447,21 +626,75 @@ def fit_proxy(
     rows = [(op, y) for op, y in rows if y > 0]
     if not rows:
         raise ConfigError(f"the {target} profile is empty; run mico profile --target {target}")
-    rng = np.random.default_rng(seed)
     by_kind: dict[str, list[tuple[OpShape, float]]] = {}
+    shapes: dict[str, set[tuple]] = {}
+    for op, _ in rows:
+        shapes.setdefault(op.kind, set()).add(_shape_key(op))
+    own = {kind for kind in SHARED if len(shapes.get(kind, ())) >= OWN_REGRESSOR_SHAPES}
     for op, latency in rows:
-        by_kind.setdefault(SHARED.get(op.kind, op.kind), []).append((op, latency))
+        kind = op.kind if op.kind in own else SHARED.get(op.kind, op.kind)
+        by_kind.setdefault(kind, []).append((op, latency))
+    for kind in own:
+        by_kind[kind] = by_kind[kind] + by_kind.get(SHARED[kind], [])
     others = [(op, y) for op, y in rows if not op.is_mac]
     if others:
         by_kind[OTHER] = others
-    kinds = {kind: _fit_kind(kind, part, seed, holdout, rng) for kind, part in by_kind.items()}
+    chosen = algorithms or {}
+    kinds = {kind: _fit_kind(kind, part, seed, holdout, features_used, chosen.get(kind))
+             for kind, part in by_kind.items()}  # fmt: skip
     from mico.hw.keys import generator_hash, kernel_hashes
 
     fitted_with = {"generator": generator_hash(), "kernels": kernel_hashes()}
     proxy = LatencyProxy(target, unit, kinds, 0.0, seed, programs=len(models), extensions=exts,
-                         fitted_with=fitted_with)  # fmt: skip
+                         fitted_with=fitted_with, feature_set=features_used)  # fmt: skip
     if models:
         fit_model_overhead(proxy, models)
+    return proxy
+
+
+def fit_ratio_proxy(
+    models: Sequence[Any],
+    base_models: Sequence[Any],
+    base: LatencyProxy,
+    target: str,
+    unit: str,
+    seed: int = 0,
+    holdout: float = 0.2,
+    algorithms: dict[str, str] | None = None,
+) -> LatencyProxy:
+    """A proxy of ``target`` that predicts each node as ``base``'s prediction times a ratio.
+
+    VexRiscv runs the rv32 programs qemu counts, and its cycles per instruction stay in a
+    narrow band per kernel path (about 1.2 to 2: multiply latency, load-use stalls, taken
+    branches) while instructions per MAC vary tenfold: so a few slow cycle-accurate programs
+    teach the ratio, and the rv32 proxy, fitted on many fast programs, carries the shapes.
+    ``models``: ``target``'s programs measured node by node; ``base_models``: the same
+    (model, plan) programs measured on the base's target (:class:`mico.hw.modelprof.ModelRecord`);
+    a node's row is its ratio of the two counts. The regressors' held-out MAPE is then that of
+    the cycles given the node's measured instructions; the per-model overhead is fitted on the
+    programs as in :func:`fit_proxy`.
+    """
+    below = {(r.model, r.plan_name): {op.name: v for op, v in r.nodes} for r in base_models}
+    rows: list[tuple[OpShape, float]] = []
+    matched = []
+    for record in models:
+        counts = below.get((record.model, record.plan_name))
+        if not counts:
+            continue
+        matched.append(record)
+        for op, value in record.nodes:
+            under = counts.get(op.name, 0.0)
+            if op.path != "alias" and value > 0 and under > 0:
+                rows.append((op, value / under * scale_of(op)))
+    if not rows:
+        raise ConfigError(
+            f"no {target} program has a {base.target} record of the same model and plan; "
+            f"profile both: mico profile --target {base.target}"
+        )
+    proxy = fit_proxy(rows, target, unit, seed, holdout, feature_set="generic",
+                      algorithms=algorithms)  # fmt: skip
+    proxy.base, proxy.programs = base, len(matched)
+    fit_model_overhead(proxy, matched)
     return proxy
 
 

@@ -1,0 +1,110 @@
+"""The proxies' features are what they document, and the BitFusion proxy reproduces its model."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mico.hw import LayerShape, fit_proxy, layer_cycles, mape
+from mico.hw.measure import backend
+from mico.hw.opshape import op_from_layer
+from mico.hw.profile import bit_pairs, sample_shapes
+from mico.hw.proxy import (
+    ARRAY_FEATURES,
+    FEATURES,
+    ArrayCycles,
+    LatencyProxy,
+    array_terms,
+    feature_set_of,
+    features,
+    scale_of,
+)
+
+
+def conv(ic, oc, size, k=3, stride=1, w=4, a=4, kind="conv2d", groups=1):
+    out = (size + 2 * (k // 2) - k) // stride + 1
+    return LayerShape("c", kind, ic, oc, (k, k), (stride, stride), groups, (size, size),
+                      (out, out), w, a)  # fmt: skip
+
+
+def test_array_cycles_of_a_known_layer():
+    # 16 -> 32 channels, 3x3 on 8x8 at 4/4: 4 engines per unit, 64 input lanes, 64 pixel
+    # tiles of one column tile; im2col 64 * ceil(144 / 64) = 192 beats channel-wise 576;
+    # traffic 18432 weight + 4096 input + 16384 output bits over 192 -> 203 cycles
+    op = op_from_layer(conv(16, 32, 8))
+    cycles = ArrayCycles.of(op)
+    assert (cycles.compute, cycles.im2col, cycles.memory, cycles.fill, cycles.passes) == (
+        192, 192, 203, 48, 1,
+    )  # fmt: skip
+    terms = dict(zip(ARRAY_FEATURES, array_terms(op), strict=True))
+    assert terms["log_compute_per_mac"] == pytest.approx(math.log(192 / op.macs))
+    assert terms["log_memory_over_compute"] == pytest.approx(math.log(203 / 192))
+    assert terms["log_fill_over_compute"] == pytest.approx(math.log(48 / 192))
+    assert scale_of(op, "bitfusion") == 192 and scale_of(op) == op.macs
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        conv(16, 32, 8),
+        conv(3, 64, 32, w=8, a=8),
+        conv(64, 64, 16, k=3, w=2, a=8, kind="dwconv2d", groups=64),
+        conv(256, 512, 14, k=3, w=8, a=8),  # weights in several passes, inputs re-read
+        LayerShape("fc", "linear", 512, 1000, (1, 1), (1, 1), 1, (1, 1), (1, 1), 2, 2),
+        LayerShape("c1", "conv1d", 1, 32, (1, 80), (1, 16), 1, (1, 16000), (1, 996), 8, 8),
+    ],
+)
+def test_array_cycles_are_the_cycle_models_terms(layer):
+    op = op_from_layer(layer)
+    cycles, model = ArrayCycles.of(op), layer_cycles(layer)
+    assert cycles.compute == model.compute_cycles
+    assert cycles.memory == model.memory_cycles
+    assert cycles.fill == model.fill_cycles and cycles.passes == model.weight_passes
+
+
+def test_feature_vectors_by_feature_set():
+    layer = LayerShape("c1", "conv1d", 2, 8, (1, 5), (1, 1), 1, (1, 4000), (1, 3996), 8, 8)
+    op = op_from_layer(layer)
+    generic = dict(zip(FEATURES, features(op), strict=True))
+    assert generic["log_in_plane"] == pytest.approx(math.log(4000))  # a 1-D row's length
+    assert generic["w_bits"] == 8 and generic["kernel"] == 5
+    assert len(features(op, feature_set="bitfusion")) == len(FEATURES) + len(ARRAY_FEATURES)
+    assert feature_set_of("bitfusion") == "bitfusion"
+    assert feature_set_of("rv32") == feature_set_of("host") == "generic"
+
+
+@pytest.fixture(scope="module")
+def small_profile():
+    bf = backend("bitfusion")
+    shapes = sample_shapes(["conv2d", "linear"], 60, seed=2, include_zoo=False)
+    return [(s.with_bits(w, a), bf.measure(s.with_bits(w, a)))
+            for s in shapes for w, a in bit_pairs(bf.bits)]  # fmt: skip
+
+
+def test_bitfusion_proxy_predicts_an_unseen_model_within_its_reported_error(small_profile):
+    proxy = fit_proxy(small_profile, "bitfusion", "cycles", seed=0)
+    assert proxy.feature_set == "bitfusion"
+    reported = proxy.kinds["conv2d"].holdout_mape[proxy.kinds["conv2d"].algorithm]
+    # small_cnn's layers (tiny: the array's fill is a third of their cycles), never profiled
+    layers = [
+        LayerShape("c1", "conv2d", 1, 8, (3, 3), (1, 1), 1, (8, 8), (8, 8)),
+        LayerShape("c2", "conv2d", 8, 16, (3, 3), (1, 1), 1, (4, 4), (4, 4)),
+    ]
+    bf = backend("bitfusion")
+    for w, a in [(8, 8), (4, 4), (2, 2)]:
+        shaped = [s.with_bits(w, a) for s in layers]
+        measured = [bf.measure(s) for s in shaped]
+        predicted = proxy.predict_layers(shaped)
+        assert mape(predicted, measured) <= max(5.0, 2 * reported)
+
+
+def test_a_given_algorithm_is_fitted_without_comparing(small_profile, tmp_path):
+    proxy = fit_proxy(small_profile, "bitfusion", "cycles", algorithms={"linear": "xgboost"})
+    assert proxy.kinds["linear"].algorithm == "xgboost"
+    assert proxy.kinds["linear"].holdout_mape == {}  # not compared: no held-out score
+    assert proxy.kinds["conv2d"].holdout_mape  # compared as usual
+    loaded = LatencyProxy.load(proxy.save(tmp_path / "p.json"))
+    assert loaded.feature_set == "bitfusion"
+    layers = [layer for layer, _ in small_profile[:30]]
+    assert loaded.predict_layers(layers) == pytest.approx(proxy.predict_layers(layers))
