@@ -108,3 +108,38 @@ def test_a_given_algorithm_is_fitted_without_comparing(small_profile, tmp_path):
     assert loaded.feature_set == "bitfusion"
     layers = [layer for layer, _ in small_profile[:30]]
     assert loaded.predict_layers(layers) == pytest.approx(proxy.predict_layers(layers))
+
+
+def _record(model, plan, scale, factor=1.0):
+    """A synthetic program of one quantize and two linear nodes: 20 per input element, 5 per
+    MAC, all times ``factor``."""
+    from mico.hw.modelprof import ModelRecord
+    from mico.hw.opshape import OpShape
+
+    ic, oc = 16 * scale, 8 * scale
+    quant = OpShape("q", "quantize", in_elements=ic, out_elements=ic, in_bits=32, out_bits=8)
+    fc1 = OpShape("fc1", "linear", "fc1", ic, oc, in_bits=8, out_bits=8, w_bits=8,
+                  macs=ic * oc, in_channels=ic, out_channels=oc, path="linear")  # fmt: skip
+    fc2 = OpShape("fc2", "linear", "fc2", oc, 4, in_bits=8, w_bits=8, macs=oc * 4,
+                  in_channels=oc, out_channels=4, path="linear")  # fmt: skip
+    nodes = ((quant, factor * 20 * ic), (fc1, factor * 5 * fc1.macs), (fc2, factor * 5 * fc2.macs))
+    return ModelRecord(model, plan, sum(v for _, v in nodes) + 300, nodes, 0.0)
+
+
+def test_ratio_proxy_scales_its_base_by_the_learned_ratio():
+    from mico.hw.proxy import fit_ratio_proxy
+
+    names = [f"m{i}" for i in range(8)]
+    base_records = [_record(n, "W8A8", i + 1) for i, n in enumerate(names)]
+    # the cycle-accurate target: 1.5 cycles per instruction everywhere
+    records = [_record(n, "W8A8", i + 1, factor=1.5) for i, n in enumerate(names)]
+    base = fit_proxy([], "rv32", "instructions", models=base_records[1:], holdout=0.5)
+    proxy = fit_ratio_proxy(records[1:], base_records, base, "vexriscv", "cycles", holdout=0.5)
+    assert proxy.base is base and proxy.programs == 7
+    ops = [op for op, _ in records[0].nodes]
+    ratios = [p / b for p, b in zip(proxy.predict_ops(ops), base.predict_ops(ops), strict=True)]
+    assert ratios == pytest.approx([1.5] * 3, rel=0.02)
+    loaded = LatencyProxy.from_data(proxy.to_data())
+    assert loaded.base is not None and loaded.predict_ops(ops) == pytest.approx(
+        proxy.predict_ops(ops)
+    )
