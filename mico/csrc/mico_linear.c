@@ -486,6 +486,66 @@ typedef void (*MicoLlFn)(const uint32_t *w, int32_t nf, const int16_t *x, int32_
  * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
  * between chunks (blocks left over go one at a time through fn1). Then finish, requantize and
  * pack as one run. */
+/* The code of sum r (a ReLU, lo = 0, no zero point) for a multiplier m with shift sh: above
+ * 32, the high word of the product, rounded; at most 32 (with m >= 2 (hi + 1)), a sum of at
+ * least 2^(sh - 1) gives hi and a smaller one, shifted left by 33 - sh, takes shift 33. */
+static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t hi)
+{
+    uint32_t y;
+    if (r <= 0) {
+        return 0u;
+    }
+    if (sh > 32) {
+        const uint32_t s = (uint32_t)sh - 32u;
+        y = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + (1u << (s - 1u))) >> s;
+    } else if ((uint32_t)r >= 1u << (sh - 1)) {
+        return (uint32_t)hi;
+    } else {
+        y = ((uint32_t)(((uint64_t)((uint32_t)r << (33u - (uint32_t)sh)) * m) >> 32) + 1u) >> 1;
+    }
+    return y > (uint32_t)hi ? (uint32_t)hi : y;
+}
+
+/* The n lane sums acc of outputs o0.. as the layer's codes, stored from output element y0:
+ * sum = bias + s_w acc - q_w xsum, requantized and packed in one loop, for the usual case (a
+ * ReLU, lo = 0, unsigned codes of 8, 4 or 2 bits without a zero point on whole bytes, shifts
+ * above 32 or multipliers of at least 2 (hi + 1): mico_ll_code). Returns 0 (nothing done) for
+ * others. */
+static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const int32_t *acc,
+                                       int32_t n, int32_t xsum, void *out, size_t y0)
+{
+    const MicoOut *const o = &p->out;
+    const uint32_t bits = (uint32_t)o->fmt.bits, per = 8u / (bits ? bits : 1u);
+    const uint32_t sw = p->w_bits == 1 ? 2u : 1u;
+    const uint32_t off = (p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1)) * (uint32_t)xsum;
+    const int32_t hi = o->hi, each = o->n_mult > 1;
+    uint8_t *dst;
+    int32_t j, k;
+    if (o->n_mult == 0 || !o->relu || o->lo != 0 || hi < 0 || o->fmt.is_signed ||
+        o->fmt.zero != 0 || (bits != 8u && bits != 4u && bits != 2u) || (y0 * bits) % 8u != 0u ||
+        ((uint32_t)n * bits) % 8u != 0u) {
+        return 0;
+    }
+    for (j = 0; j < (each ? n : 1); j++) { /* shifts of at most 32 need m >= 2 (hi + 1) */
+        const int32_t c = each ? o0 + j : 0, sh = o->shift[c];
+        if (sh < 1 || (sh <= 32 && (uint64_t)(uint32_t)o->m[c] < 2u * ((uint64_t)hi + 1u))) {
+            return 0;
+        }
+    }
+    dst = (uint8_t *)out + y0 * bits / 8u;
+    for (j = 0; j < n; j += (int32_t)per) {
+        uint32_t byte = 0;
+        for (k = 0; k < (int32_t)per; k++) {
+            const int32_t c = each ? o0 + j + k : 0;
+            const int32_t r =
+                (int32_t)((uint32_t)p->bias[o0 + j + k] + sw * (uint32_t)acc[j + k] - off);
+            byte |= mico_ll_code(r, (uint32_t)o->m[c], o->shift[c], hi) << ((uint32_t)k * bits);
+        }
+        *dst++ = (uint8_t)byte;
+    }
+    return 1;
+}
+
 static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l,
                                          const void *in, void *out, MicoLlFn fn, int32_t nb,
                                          MicoLanesFn fn1)
@@ -520,6 +580,10 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
                     mico_lanes_block(fn1, w + (size_t)b * (size_t)nf + (size_t)k0, x, kc, 1, 1,
                                      l, acc + (b - b0) * f);
                 }
+            }
+            if (mico_ll_store(p, b0 * f, acc, (b1 - b0) * f, xsum, out,
+                              y_base + (size_t)(b0 * f))) {
+                continue;
             }
             for (b = b0; b < b1; b++) {
                 mico_lanes_finish(acc + (b - b0) * f, 1, 1, wb, p->bias + b * f, &xsum);

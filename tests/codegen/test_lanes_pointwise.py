@@ -93,15 +93,47 @@ def stores() -> list:
         for hw, relu in (((4, 8), True), ((25, 5), True), ((4, 8), False)):
             layers.append(pw(W4, A4, 600 + 10 * i, in_c=9, hw=hw, o_fmt=o_fmt, relu=relu))
     low = pw(W2, A2, 700, in_c=16, out_c=32, hw=(4, 8))
-    low.shift[:16] = np.arange(16) + 10  # shifts 10..25: the store's 32-bit rewrite
-    low.m[:8] = np.arange(8) + 1  # multipliers below 2 (hi + 1): the 64-bit product
+    new_shift = 32 - np.arange(16) % 6  # the same real multipliers at shifts 27..32
+    low.m[:16] = np.round(low.m[:16] * 2.0 ** (new_shift - low.shift[:16])).astype(np.int64)
+    low.shift[:16] = new_shift  # the store's 32-bit rewrite
+    low.m[16:24] = np.arange(8) + 1  # multipliers below 2 (hi + 1): the 64-bit product
+    low.shift[16:24] = 3
     one = pw(W2, A2, 701, in_c=16, out_c=16, hw=(4, 8))
     one.m[:], one.shift[:] = one.m[0], one.shift[0]
     extreme = pw(W4, A4, 702, in_c=11, out_c=16, hw=(6, 6), extreme=True)
     return [*layers, low, one, extreme]
 
 
-CASES = {"every_activation": every_activation, "segments": segments, "stores": stores}
+def linear_stores() -> list:
+    """The linear lanes' fused store (mico_linear.c mico_ll_store) and its fallbacks: 8-, 4-,
+    2-bit codes after a ReLU, shifts above 32 and of at most 32 with multipliers large and
+    small, one multiplier, signed outputs, no ReLU, several rows."""
+    layers = []
+    for i, (w_fmt, a_fmt, o_fmt) in enumerate(((W4, A4, A4), (W2, A2, A2), (W1, A8, A8),
+                                               (W8, A4, QFormat(8, True)))):  # fmt: skip
+        f = 32 // w_fmt.bits
+        for j, relu in enumerate((True, False)):
+            layers.append(kernels_rv32.random_layer(
+                "linear", w_fmt, a_fmt, in_c=200 + 7 * i, out_c=2 * f, rows=2, o_fmt=o_fmt,
+                relu=relu, seed=900 + 10 * i + j))  # fmt: skip
+    low = kernels_rv32.random_layer("linear", W2, A2, in_c=96, out_c=32, seed=950)
+    new_shift = 32 - np.arange(16) % 6  # the same real multipliers at shifts 27..32
+    low.m[:16] = np.round(low.m[:16] * 2.0 ** (new_shift - low.shift[:16])).astype(np.int64)
+    low.shift[:16] = new_shift
+    small = kernels_rv32.random_layer("linear", W2, A2, in_c=96, out_c=16, seed=953)
+    small.m[:4], small.shift[:4] = np.arange(4) + 1, 3  # below 2 (hi + 1): the fallback
+    one = kernels_rv32.random_layer("linear", W4, A4, in_c=96, out_c=16, seed=951)
+    one.m[:], one.shift[:] = one.m[0], one.shift[0]
+    rows = kernels_rv32.random_layer("linear", W4, A4, in_c=40, out_c=8, rows=3, seed=952)
+    return [*layers, low, small, one, rows]
+
+
+CASES = {
+    "every_activation": every_activation,
+    "segments": segments,
+    "stores": stores,
+    "linear_stores": linear_stores,
+}
 
 
 @pytest.fixture(scope="module")
@@ -138,6 +170,11 @@ def test_segments(chosen):
 @needs_gcc
 def test_stores(chosen):
     assert all(k.startswith("mico_qconv2d_lanes") for k in chosen["stores"])
+
+
+@needs_gcc
+def test_linear_stores(chosen):
+    assert sum(k.startswith("mico_qlinear_lanes") for k in chosen["linear_stores"]) >= 8
 
 
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
