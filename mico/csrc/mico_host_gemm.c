@@ -12,7 +12,9 @@
  * zero-padded HWC planes), and its weights once per program run: the first call lays them out
  * as the kernel reads them (int16 rows padded with zero taps to a multiple of
  * MICO_HOST_KALIGN) in a static store, and later calls read them from there (the layer is
- * found by the address of its packed weights; a full store means unpacking on every call).
+ * found by the address of its packed weights, and every call compares the packed bytes with a
+ * copy kept beside, so weights changed in place are laid out again; a full store means
+ * unpacking on every call).
  * So fewer bits cost only the unpacking of the activations and the packing of the outputs.
  * Sums are exact in int32 (|code| <= 255, |weight| <= 127) and are requantized with
  * mico_rescale's arithmetic (vectorised here: shifts above 32, and shifts of 32 or less in the
@@ -21,8 +23,9 @@
  * paths and to mico/quant/arithmetic.py.
  *
  * Scratch lives in static arrays (host only, not in the arena: about 3.5 MB of .bss for the
- * scratch and up to 8 MB for the weight store, of which only the pages used are touched); a
- * layer whose unpacked input or weights do not fit them takes the portable kernels instead.
+ * scratch and up to 12 MB for the weight store and its copies of the packed bytes, of which
+ * only the pages used are touched); a layer whose unpacked input or weights do not fit them
+ * takes the portable kernels instead.
  * The padded input is sized from the output rows, so bands of patch-based execution whose
  * bottom padding is deeper than their top take these kernels too. The kernels are compiled
  * when MICO_HOST_KERNELS is defined (the generated Makefile defines it for TARGET=host);
@@ -46,6 +49,8 @@
  *  - mico_add_host: mico_add's 64-bit arithmetic over unpacked runs, vectorised.
  */
 #include "mico_nn.h"
+
+#include <string.h>
 
 #ifndef MICO_HOST_KERNELS
 /* Not a host build (make TARGET=rv32, ...): the entry points are the portable kernels, so a
@@ -83,9 +88,11 @@ static int32_t mico_host_stage[MICO_HOST_STAGE];
 static int mico_host_staged;
 
 /* Weights unpacked once: the first call of a layer lays its weights out as its kernel reads
- * them (int16 rows, padded) in this store, and later calls read them from there. An entry is
- * found by the address of the packed weights and the layout (the weights of a layer do not
- * change while the program runs); when the store is full, a layer unpacks its weights on every
+ * them (int16 rows, padded) in this store, with a copy of the packed bytes they came from, and
+ * later calls read them from there. An entry is found by the address of the packed weights and
+ * the layout; every call compares the packed bytes with the copy (memcmp, a small fraction of
+ * the layer's work), so weights changed in place (a weights file loaded again into the same
+ * buffer) are laid out again. When the store is full, a layer unpacks its weights on every
  * call into the scratch arrays instead. */
 #ifndef MICO_HOST_CACHE
 #define MICO_HOST_CACHE (1 << 22) /* int16: every layer's unpacked weights (8 MB) */
@@ -94,12 +101,13 @@ static int mico_host_staged;
 typedef struct {
     const uint8_t *weight;
     int32_t layout, size;
-    size_t at;
+    size_t at, packed_at, packed;
 } MicoHostCached;
 static int16_t mico_host_cache[MICO_HOST_CACHE];
+static uint8_t mico_host_packed[MICO_HOST_CACHE]; /* the packed bytes of each entry */
 static MicoHostCached mico_host_cached[MICO_HOST_CACHE_KEYS];
 static int32_t mico_host_n_cached;
-static size_t mico_host_cache_used;
+static size_t mico_host_cache_used, mico_host_packed_used;
 
 #if defined(__GNUC__) || defined(__clang__)
 #define MICO_RESTRICT __restrict__
@@ -125,30 +133,48 @@ static size_t mico_host_cache_used;
 #define MICO_HOST_INLINE
 #endif
 
-/* The unpacked weights of `weight` in `layout` (size int16 values), and in *fill whether the
- * caller must write them first (a new entry); NULL when the store is full. */
-static int16_t *mico_host_weights(const uint8_t *weight, int32_t layout, int32_t size, int *fill)
+/* The unpacked weights of `weight` (`packed` bytes) in `layout` (size int16 values), and in
+ * *fill whether the caller must write them (a new entry, or packed bytes that changed); NULL
+ * when the store is full. */
+static int16_t *mico_host_weights(const uint8_t *weight, size_t packed, int32_t layout,
+                                  int32_t size, int *fill)
 {
+    MicoHostCached *e;
     int32_t i;
     *fill = 0;
     for (i = 0; i < mico_host_n_cached; i++) {
-        const MicoHostCached *e = &mico_host_cached[i];
-        if (e->weight == weight && e->layout == layout && e->size == size) {
+        e = &mico_host_cached[i];
+        if (e->weight == weight && e->layout == layout && e->size == size && e->packed == packed) {
+            if (memcmp(mico_host_packed + e->packed_at, weight, packed) != 0) {
+                memcpy(mico_host_packed + e->packed_at, weight, packed); /* changed in place */
+                *fill = 1;
+            }
             return mico_host_cache + e->at;
         }
     }
     if (mico_host_n_cached == MICO_HOST_CACHE_KEYS ||
-        (size_t)size > MICO_HOST_CACHE - mico_host_cache_used) {
+        (size_t)size > MICO_HOST_CACHE - mico_host_cache_used ||
+        packed > MICO_HOST_CACHE - mico_host_packed_used) {
         return 0;
     }
-    mico_host_cached[i].weight = weight;
-    mico_host_cached[i].layout = layout;
-    mico_host_cached[i].size = size;
-    mico_host_cached[i].at = mico_host_cache_used;
-    mico_host_n_cached++;
+    e = &mico_host_cached[mico_host_n_cached++];
+    e->weight = weight;
+    e->layout = layout;
+    e->size = size;
+    e->packed = packed;
+    e->at = mico_host_cache_used;
+    e->packed_at = mico_host_packed_used;
     mico_host_cache_used += ((size_t)size + 31u) & ~(size_t)31u; /* 64-byte aligned entries */
+    mico_host_packed_used += packed;
+    memcpy(mico_host_packed + e->packed_at, weight, packed);
     *fill = 1;
-    return mico_host_cache + mico_host_cached[i].at;
+    return mico_host_cache + e->at;
+}
+
+/* Bytes of n packed weight codes of `bits` bits. */
+static size_t mico_host_wbytes(size_t n, int32_t bits)
+{
+    return (n * (size_t)bits + 7u) / 8u;
 }
 
 /* n rounded up to a multiple of MICO_HOST_KALIGN. */
@@ -646,7 +672,9 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
         (size_t)opg4 * (size_t)kp > MICO_HOST_W || wsize > (size_t)INT32_MAX) {
         return 0;
     }
-    wall = mico_host_weights(p->weight, 1, (int32_t)wsize, &fill);
+    wall = mico_host_weights(p->weight,
+                             mico_host_wbytes((size_t)p->out_c * (size_t)k_all, p->w_bits), 1,
+                             (int32_t)wsize, &fill);
     for (g = 0; g < p->groups && fill; g++) {
         for (c = 0; c < opg4; c += 4) {
             mico_host_conv_rows(p, g * opg + c, opg - c < 4 ? opg - c : 4, 4, kp,
@@ -808,7 +836,8 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     for (t = 0; t < taps; t++) {
         off[t] = ((t / p->k_w) * p->dil_h * wp + (t % p->k_w) * p->dil_w) * n_c;
     }
-    cached = mico_host_weights(p->weight, 2, taps * cp, &fill);
+    cached = mico_host_weights(p->weight, mico_host_wbytes((size_t)n_c * (size_t)taps, p->w_bits),
+                               2, taps * cp, &fill);
     wt = cached ? cached : mico_host_w;
     for (c = 0; c < cp && (fill || !cached); c++) { /* wt[t * cp + c]: tap t of channel c */
         if (c < n_c) {
@@ -890,7 +919,9 @@ MICO_HOST_CLONES static void mico_host_linear(const MicoLinear *p, const void *i
         return;
     }
     if (!s8 && (size_t)n4 * (size_t)kp <= (size_t)INT32_MAX) { /* narrower weights: once */
-        rows = mico_host_weights(p->weight, 3, n4 * kp, &fill);
+        rows = mico_host_weights(p->weight,
+                                 mico_host_wbytes((size_t)n_out * (size_t)k_n, p->w_bits), 3,
+                                 n4 * kp, &fill);
     }
     for (o = 0; rows && fill && o < n4; o++) { /* rows past n_out: zero weights */
         int16_t *row = rows + (size_t)o * (size_t)kp;

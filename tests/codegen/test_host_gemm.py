@@ -8,6 +8,7 @@ model built with the host kernels equals its reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -211,18 +212,27 @@ def build(tmp_path_factory: pytest.TempPathFactory):
     return lambda cc="gcc", host=True, defines=(): kernels(tmp_path_factory, cc, host, defines)
 
 
-def run(cases: list[Case], objects: Path, cc: str = "gcc") -> None:
-    """Link the cases' program with the compiled kernels and check every output against the
-    reference, bit for bit."""
+def printed(source: str, objects: Path, cc: str = "gcc") -> list[str]:
+    """The lines a C program prints, linked with the compiled kernels."""
     main = objects / f"case_{len(list(objects.glob('case_*.c')))}.c"
-    main.write_text(program(cases))
+    main.write_text(source)
     exe = main.with_suffix("")
     objs = [str(objects / s.replace(".c", ".o")) for s in SOURCES]
     subprocess.run([cc, "-std=c99", "-O0", "-I", str(objects), "-o", str(exe), str(main), *objs],
                    check=True, capture_output=True, text=True)  # fmt: skip
-    lines = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
-    assert len(lines) == 2 * len(cases)
-    for i, (c, line) in enumerate(zip([c for c in cases for _ in "12"], lines, strict=True)):
+    return subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()
+
+
+def run(cases: list[Case], objects: Path, cc: str = "gcc") -> None:
+    """Link the cases' program with the compiled kernels and check every output against the
+    reference, bit for bit."""
+    check(printed(program(cases), objects, cc), [c for c in cases for _ in "12"])
+
+
+def check(lines: list[str], cases: list[Case]) -> None:
+    """Each printed line against its case's reference, bit for bit."""
+    assert len(lines) == len(cases)
+    for i, (c, line) in enumerate(zip(cases, lines, strict=True)):
         ref = c.reference()
         got = unpack(np.frombuffer(bytes.fromhex(line), np.uint8), ref.size, c.o_fmt)
         bad = np.flatnonzero(got != ref.ravel())
@@ -362,6 +372,26 @@ def test_full_weight_store(build):
     cases = [case("conv", w4, a4, seed=i, **g) for i, g in enumerate(geo)]
     cases += [case("linear", w4, a4, in_c=300, out_c=9, rows=2, seed=7)]
     run(cases * 2, build(defines=("-DMICO_HOST_CACHE=2048",)))
+
+
+@pytest.mark.parametrize("kind", ["conv", "depthwise", "linear"])
+def test_weights_changed_in_place(kind, build):
+    """Weights rewritten in the same buffer between two calls (a weights file loaded again):
+    the second call sees the new weights, not the layout the first call stored."""
+    w, a = QFormat(4, True), QFormat(8, False)
+    geo = {"conv": dict(in_c=6, out_c=5, hw=(5, 6), k=(3, 3), pad=(1, 1)),
+           "depthwise": dict(in_c=7, out_c=7, hw=(5, 6), k=(3, 3), pad=(1, 1), groups=7),
+           "linear": dict(in_c=40, out_c=6, rows=2)}[kind]  # fmt: skip
+    first = case("linear" if kind == "linear" else "conv", w, a, seed=1, **geo)
+    second = dataclasses.replace(first, weight=case(first.kind, w, a, seed=2, **geo).weight)
+    source = program([first]).replace("static const uint8_t L0_w[]", "static uint8_t L0_w[]")
+    call = next(line for line in source.splitlines() if "(&L0_p, L0_x, y);" in line)
+    head, tail = source.rsplit(call, 1)
+    source = (f"#include <string.h>\n{head}"
+              f"    memcpy(L0_w, L0_w2, sizeof L0_w);\n{call}{tail}")  # fmt: skip
+    renewed = c_array("uint8_t", "L0_w2", pack(second.weight, w))
+    source = source.replace("static uint8_t y[", f"{renewed}\nstatic uint8_t y[")
+    check(printed(source, build()), [first, second])
 
 
 @pytest.mark.parametrize(
