@@ -1810,7 +1810,7 @@ static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int3
 
 /* Requantize and store the F channels of a block (sums tile[c * MICO_PW_PX + j], np pixels)
  * at pixel pix0 of their planes; (cs, csq): the weights' offset still to take (zeros when the
- * tile holds it already, as it does for weights not binary). The usual case (a ReLU, lo = 0,
+ * tile holds it already, as it does for weights not binary). The usual case (a ReLU, lo <= 0,
  * no zero point, codes of 8, 4 or 2 bits on whole bytes, weights not binary) in one loop per
  * channel with its constants read here, not through a call per channel; any other channel
  * through mico_lr_store or mico_lanes_requant. */
@@ -1824,9 +1824,10 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
     const int32_t hi = o->hi;
     const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
-    const int usual = o->n_mult != 0 && o->relu && o->lo == 0 && hi >= 0 && s_w == 1u &&
-                      (bits == 8u || bits == 4u || bits == 2u) && !o->fmt.is_signed &&
-                      o->fmt.zero == 0 && ((uint32_t)np * bits) % 8u == 0u;
+    /* after a ReLU with lo <= 0 every code is in [0, hi]: signed fields hold it as it is */
+    const int usual = o->n_mult != 0 && o->relu && o->lo <= 0 && hi >= 0 && s_w == 1u &&
+                      (bits == 8u || bits == 4u || bits == 2u) && o->fmt.zero == 0 &&
+                      ((uint32_t)np * bits) % 8u == 0u;
     int32_t c, j;
     for (c = 0; c < f; c++) {
         const int32_t oc = oc0 + c, k = o->n_mult > 1 ? oc : 0;

@@ -486,7 +486,7 @@ typedef void (*MicoLlFn)(const uint32_t *w, int32_t nf, const int16_t *x, int32_
  * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
  * between chunks (blocks left over go one at a time through fn1). Then finish, requantize and
  * pack as one run. */
-/* The code of sum r (a ReLU, lo = 0, no zero point) for a multiplier m with shift sh: above
+/* The code of sum r (a ReLU, lo <= 0, no zero point) for a multiplier m with shift sh: above
  * 32, the high word of the product, rounded; at most 32 (with m >= 2 (hi + 1)), a sum of at
  * least 2^(sh - 1) gives hi and a smaller one, shifted left by 33 - sh, takes shift 33. */
 static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t hi)
@@ -508,7 +508,7 @@ static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t h
 
 /* The n lane sums acc of outputs o0.. as the layer's codes, stored from output element y0:
  * sum = bias + s_w acc - q_w xsum, requantized and packed in one loop, for the usual case (a
- * ReLU, lo = 0, unsigned codes of 8, 4 or 2 bits without a zero point on whole bytes, shifts
+ * ReLU, lo <= 0: codes in [0, hi], of 8, 4 or 2 bits without a zero point on whole bytes, shifts
  * above 32 or multipliers of at least 2 (hi + 1): mico_ll_code). Returns 0 (nothing done) for
  * others. */
 static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const int32_t *acc,
@@ -521,7 +521,7 @@ static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const in
     const int32_t hi = o->hi, each = o->n_mult > 1;
     uint8_t *dst;
     int32_t j, k;
-    if (o->n_mult == 0 || !o->relu || o->lo != 0 || hi < 0 || o->fmt.is_signed ||
+    if (o->n_mult == 0 || !o->relu || o->lo > 0 || hi < 0 || /* codes in [0, hi] */
         o->fmt.zero != 0 || (bits != 8u && bits != 4u && bits != 2u) || (y0 * bits) % 8u != 0u ||
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
