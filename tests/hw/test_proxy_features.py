@@ -143,3 +143,19 @@ def test_ratio_proxy_scales_its_base_by_the_learned_ratio():
     assert loaded.base is not None and loaded.predict_ops(ops) == pytest.approx(
         proxy.predict_ops(ops)
     )
+
+
+def test_sampled_1d_layers_get_their_own_regressor():
+    from mico.hw.proxy import OWN_REGRESSOR_SHAPES
+
+    bf = backend("bitfusion")
+    shapes = sample_shapes(["conv1d"], OWN_REGRESSOR_SHAPES, seed=4, include_zoo=False)
+    shapes += sample_shapes(["conv2d"], 12, seed=4, include_zoo=False)
+    rows = [(s.with_bits(8, 8), bf.measure(s.with_bits(8, 8))) for s in shapes]
+    proxy = fit_proxy(rows, "bitfusion", "cycles", holdout=0.5)
+    n_1d = sum(s.kind == "conv1d" for s in shapes)
+    assert n_1d >= OWN_REGRESSOR_SHAPES  # distinct 1-D shapes, one row each
+    assert len(proxy.kinds["conv2d"].rows) == len(shapes) - n_1d  # no 1-D row
+    assert len(proxy.kinds["conv1d"].rows) == len(shapes)  # its own and the 2-D ones
+    few = fit_proxy(rows[:5] + rows[-12:], "bitfusion", "cycles", holdout=0.5)
+    assert "conv1d" not in few.kinds  # five 1-D shapes: they share conv2d's regressor
