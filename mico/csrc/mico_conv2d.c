@@ -1302,8 +1302,8 @@ static inline uint32_t mico_lr_code32(int32_t r, uint32_t m, uint32_t k, uint32_
 
 /* Requantize and store n sums of one channel: code j is q applied to b + (v[j] << sh) -
  * csq[j] (modulo 2^32: the lane sums to the layer's sums), stored at element `start` of out.
- * The usual case (ReLU with a non-negative clamp, a multiplier, codes of 8, 4 or 2 bits from a
- * byte boundary, whole bytes) packs the codes in registers, a byte at a time (the high word of
+ * The usual case (ReLU, a multiplier, codes of 8, 4 or 2 bits from a byte boundary, whole
+ * bytes) packs the codes in registers, a byte at a time (the high word of
  * the product for shifts above 32); returns 0 (nothing done) for others. */
 static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
                                        const int32_t *v, const int32_t *csq, int32_t n, MicoFmt f,
@@ -1311,12 +1311,13 @@ static MICO_NOINLINE int mico_lr_store(const MicoRq *q, uint32_t b, uint32_t sh,
 {
     const uint32_t bits = (uint32_t)f.bits, m = (uint32_t)q->m;
     const uint32_t s = q->shift > 32 ? (uint32_t)(q->shift - 32) : 1u, rnd = 1u << (s - 1u);
-    const int32_t lo = q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
+    /* after the ReLU every code is at least 0: a clamp below 0 (signed outputs) never acts */
+    const int32_t lo = q->lo < 0 ? 0 : q->lo, hi = q->hi, zero = f.is_signed ? 0 : f.zero;
     const uint32_t per = 8u / bits;
     const int plain = lo == 0 && zero == 0;
     uint8_t *o;
     int32_t j;
-    if (!q->scaled || q->binary || !q->relu || lo < 0 || hi < 0 ||
+    if (!q->scaled || q->binary || !q->relu || hi < 0 ||
         (bits != 8u && bits != 4u && bits != 2u) || (start * bits) % 8u != 0u ||
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
