@@ -422,6 +422,7 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                     const uint32_t wv = *wp[b]++;                                           \
                     MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
                         acc[b][g] += ((wv >> (g * (BITS))) & m) * xv;                       \
+                        MICO_LL_SEQ(); /* one lane weight live at a time */                 \
                     }                                                                       \
                     MICO_LL_SEQ();                                                          \
                 }                                                                           \
