@@ -58,6 +58,20 @@ per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36 multiplies and
 into its padded buffer (the 25 x 5 planes run transposed, as 5 rows of 25). The pointwise
 layers are 77% of the MACs: at their 3.00 the whole model cannot go below about 3.0 unless
 they do too; 3.0 for the model needs pointwise at about 2.9 and depthwise at about 3.5.
+
+## Where the rest goes (sub-byte depthwise)
+
+The 4- and 2-bit depthwise layers take the pair path (`mico_qconv2d_dwp_f1`): two output
+lines per 32-bit word in 16-bit lanes, so a 2-word tile does 4 word loads, 6 multiplies and 6
+adds per buffer row for 12 MACs (the byte tile: 6 byte loads, 12 multiplies and 12 adds for
+12), about 14 instructions of taps per output against W8A8's 25. What keeps the layer above
+W8A8's per-MAC figure is around the taps: the 25 x 5 planes run as 13 line pairs of 5
+outputs (2 tiles and a lone output pair each, about 40 instructions of loop per line pair),
+the requantization (about 9.5 instructions per output, as at W8A8) is now a third of the
+layer, and each plane's 125 packed codes are unpacked and spread into the lanes' halfwords
+(about 10 instructions a code, 1.1 per MAC; W8A8 copies bytes at about 2). Planes with rows of
+8 codes or more read the packed codes straight into the lanes (16 x 16: W4A4 4.11 per MAC
+against W8A8's 4.48).
 """
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
 
