@@ -269,7 +269,7 @@ def _layer_code(
             )
             # chosen: the W8A8 byte path for the layer's size (the generator takes it from
             # LINEAR_S8_MIN_MACS MACs: every benchmark shape); plain: mico_qlinear
-            macs = layer.macs
+            macs = layer.macs if layer.meta.get("sized") else None
             bytes_path = (
                 linear_kernel(layer.w_fmt.bits, layer.a_fmt, macs) if path == "chosen" else None
             )
@@ -291,9 +291,12 @@ def _layer_code(
                 f"{common} }};"
             )
             w_bits = w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
-            # the layer's size too: W8A8 layers take the generator's byte paths by size
+            # a benchmark layer ("sized") gives its size: W8A8 layers then take the generator's
+            # byte path for it (mico_qconv2d_narrow_s8 where it applies); others the sizeless
+            # choice (mico_qconv2d_tiled_s8), which the W8A8 tests hold
+            macs = layer.macs if layer.meta.get("sized") else None
             plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw),
-                                  layer.dil, w_bits=w_bits, macs=layer.macs)  # fmt: skip
+                                  layer.dil, w_bits=w_bits, macs=macs)  # fmt: skip
             kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
@@ -488,7 +491,9 @@ def _plan_layer(shape: dict, plan: tuple) -> Layer:
     kind = spec.pop("kind")
     a_fmt = QFormat.for_bits(ab, signed)
     # binary outputs follow no ReLU (after one every output would be +1)
-    return random_layer(kind, QFormat.for_bits(wb, True), a_fmt, relu=not a_fmt.binary, **spec)
+    layer = random_layer(kind, QFormat.for_bits(wb, True), a_fmt, relu=not a_fmt.binary, **spec)
+    layer.meta["sized"] = True  # the generator's paths for the layer's size
+    return layer
 
 
 def measure_shape(shape: dict, plans: list, target: str = "rv32") -> list[dict]:
