@@ -547,7 +547,9 @@ def _markdown(results: dict, meta: dict) -> str:
     out = [
         "# Integer kernels on rv32imac (benchmarks/kernels_rv32.py)",
         "",
-        f"Run {meta['date']} on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
+        f"Run {meta['date']}"
+        + (f" at commit {meta['commit']}" if meta.get("commit") else "")
+        + f" on {meta['host']}; {meta['cc']} -O2 -march=rv32imac, qemu "
         "-icount shift=0: instructions retired by one call of the kernel (instret), per MAC. "
         "**plain**: the kernels before lanes (mico_qconv2d_tiled / _depthwise3x3, "
         "mico_qlinear on plainly packed weights), **chosen**: the call the code generator emits "
@@ -568,6 +570,17 @@ def _markdown(results: dict, meta: dict) -> str:
         "Their 1-bit outputs are stored by per-channel thresholds on the sum; convolutions "
         "with 1-bit outputs and stride 1 count bit-sliced (32 pixels per word, carry-save "
         "adders), no popcount, so their Zbb figure is the same.",
+        "",
+        "Each layer goes through the generator's own choices for its size and weights: W8A8 "
+        "layers take the byte path the generator picks for their MACs "
+        "(mico_qconv2d_narrow_s8 for the 1x1 layers; runs before 2026-11-26's gave no size "
+        "and measured mico_qconv2d_tiled_s8, 3.44 for conv1x1 32→32 W8A8, the 'before' of "
+        "that row), and the lanes' n is the exact bound from the layer's weights "
+        "(mico.quant.packing.longest_run). Pointwise layers of at most 64 input channels "
+        "take mico_conv_pw (blocks of 32 pixels, block kernels at a constant stride, one "
+        "store call per block); a W8A8 layer with a shift of at most 32 leaves "
+        "mico_qconv2d_narrow_s8 for mico_qconv2d_tiled_s8 (ternary/8 on 1x1: its larger "
+        "real multipliers).",
         "",
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
@@ -675,7 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         "date": __import__("datetime").date.today().isoformat(),
         "host": f"{platform.machine()} {platform.system()}",
         "cc": cc.splitlines()[0] if cc else RV32_CC,
-    }
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                 text=True, cwd=Path(__file__).parent).stdout.strip(),
+    }  # fmt: skip
     out.mkdir(parents=True, exist_ok=True)
     if args.merge and (out / "kernels_rv32.json").exists():
         results = _merged(json.loads((out / "kernels_rv32.json").read_text())["results"], results)
