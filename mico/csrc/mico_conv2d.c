@@ -1898,7 +1898,8 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
  * unpacked once into buf, their column sums (the weights' offset), then every block of F
  * channels runs the block kernel fn over the block, and its sums are requantized and stored
  * (mico_lr_store). Returns 0 (nothing done) for a layer it does not take (more than 64 input
- * channels, wider codes). Stack: about 8.5 KB. */
+ * channels, wider codes). Stack: about 11 KB (8.7 KB here, up to 2 KB of lane weights in the
+ * block kernel). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoPwFn fn, int32_t npx)
 {
