@@ -155,9 +155,37 @@ class _Fitter:
         }
 
 
+def _as_measured(path: Path, models: list[str], plans: list[str]) -> Any:
+    """The latest record of each (model, plan) in ``path`` as it was measured, fresh or not
+    (a :class:`mico.hw.modelprof.ModelsRun` that measured nothing)."""
+    from mico.hw.modelprof import ModelsRun, read_records
+
+    latest = {(r.model, r.plan_name): r for r in read_records(path)}
+    wanted = [latest[(m, p)] for m in models for p in plans if (m, p) in latest]
+    return ModelsRun(wanted, reused=len(wanted))
+
+
+def _latest_layers(path: Path) -> list[Any]:
+    """The latest row of each layer and widths in a profile CSV, fresh or not."""
+    from mico.hw.profile import _key, read_profile_rows
+
+    return list({_key(layer): (layer, latency) for layer, latency, _ in
+                 read_profile_rows(path)}.values())  # fmt: skip
+
+
+def _stale_files(records: list[Any]) -> list[str]:
+    """Kernel files whose current hash differs from the one a record compiled."""
+    from mico.hw.keys import kernel_hashes
+
+    now = kernel_hashes()
+    return sorted({f for r in records for f, h in r.key.kernels.items() if now.get(f) != h})
+
+
 def run_program(target: str, seed: int, models: list[str], plans: list[str],
-                records_file: Path | None = None, jobs: int = 1) -> dict[str, Any]:  # fmt: skip
-    """A program target: zoo models x plans counted node by node, proxies left one out."""
+                records_file: Path | None = None, jobs: int = 1,
+                as_measured: bool = False) -> dict[str, Any]:  # fmt: skip
+    """A program target: zoo models x plans counted node by node, proxies left one out
+    (``as_measured``: the records and profile rows as they are, none measured again)."""
     from mico.hw.modelprof import models_path, profile_models
     from mico.hw.profile import profile_path, read_profile
     from mico.hw.programs import kernels_hash, resolve_backend
@@ -167,11 +195,15 @@ def run_program(target: str, seed: int, models: list[str], plans: list[str],
     path = records_file or models_path(profile_path(target, measure.fingerprint))
     hash_start = kernels_hash()
     stamp = _commit()
-    run_ = profile_models(path, models, plans, target, jobs=jobs)
+    if as_measured:
+        run_ = _as_measured(path, models, plans)
+    else:
+        run_ = profile_models(path, models, plans, target, jobs=jobs)
     records = run_.records
     hash_end = kernels_hash()
     measured_seconds = sum(r.seconds for r in records)
-    layers = read_profile(profile_path(target, measure.fingerprint))
+    csv = profile_path(target, measure.fingerprint)
+    layers = _latest_layers(csv) if as_measured else read_profile(csv)
     fitter = _Fitter(target, measure.unit, seed, layers, records)
     full = fitter.fit()
     per_kind = {
@@ -204,6 +236,8 @@ def run_program(target: str, seed: int, models: list[str], plans: list[str],
         "unit": measure.unit,
         "records": len(records),
         "layer_rows": len(layers),
+        "as_measured": as_measured,
+        "changed_since": _stale_files(records) if as_measured else [],
         **fitter.describe(),
         "records_file": path.name,
         **stamp,
@@ -226,7 +260,8 @@ def run_program(target: str, seed: int, models: list[str], plans: list[str],
 
 def run(samples: int, seed: int, targets: list[str], models_arg: str = "",
         plans: tuple[str, ...] = PROGRAM_PLANS,
-        records: dict[str, Path] | None = None, jobs: int = 1) -> dict[str, Any]:  # fmt: skip
+        records: dict[str, Path] | None = None, jobs: int = 1,
+        as_measured: bool = False) -> dict[str, Any]:  # fmt: skip
     results: dict[str, Any] = {
         "samples": samples,
         "seed": seed,
@@ -240,7 +275,8 @@ def run(samples: int, seed: int, targets: list[str], models_arg: str = "",
         if target != "bitfusion":
             names = models_arg.split(",") if models_arg else list(DEPLOYABLE_MODELS)
             results["targets"][target] = run_program(target, seed, names, list(plans),
-                                                     (records or {}).get(target), jobs)  # fmt: skip
+                                                     (records or {}).get(target), jobs,
+                                                     as_measured)  # fmt: skip
             continue
         start = time.perf_counter()
         bf = backend(target)
@@ -318,6 +354,13 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             "errors below are those of the cycles given the node's measured instructions.",
             "",
         ]
+    if r.get("as_measured"):
+        changed = ", ".join(f"`{f}`" for f in r.get("changed_since", [])) or "none"
+        lines += [
+            "Records as measured (`--as-measured`: none measured again); kernel files changed "
+            f"since they were measured: {changed}.",
+            "",
+        ]
     if "commit" in r:
         dirty = " plus uncommitted kernel edits" if r.get("kernels_dirty") else ""
         moved = "changed while measuring" in str(r["kernels_hash"])
@@ -327,8 +370,11 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             if moved
             else "every record is the program mico generated there"
         )
+        verb = "Measured"
+        if r.get("as_measured"):
+            verb, where = "Fitted", "on the records as measured before it"
         lines += [
-            f"Measured at commit `{r['commit']}` ({r['commit_date']}){dirty}: {where} "
+            f"{verb} at commit `{r['commit']}` ({r['commit_date']}){dirty}: {where} "
             f"({r['measured_now']} measured in this run, "
             f"{r['regenerated_identical']} regenerated byte-identical to an earlier record, "
             f"{r['reused_fresh']} reused unchanged; {r['jobs']} worker(s)).",
@@ -448,6 +494,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     parser.add_argument("--jobs", type=int, default=1, help="programs measured at once")
     parser.add_argument(
+        "--as-measured", action="store_true",
+        help="program targets: the records as they were measured, none measured again (a "
+        "later commit that changed a kernel file, say a comment, is listed in the results)",
+    )  # fmt: skip
+    parser.add_argument(
         "--replace", action="store_true",
         help="write only these targets (default: merge them into the results file's others)",
     )  # fmt: skip
@@ -455,7 +506,7 @@ def main() -> None:
     torch.set_num_threads(1)
     records = {k: Path(v) for k, v in (item.split("=", 1) for item in args.records)}
     results = run(args.samples, args.seed, args.targets.split(","), args.models,
-                  tuple(args.plans.split(",")), records, args.jobs)  # fmt: skip
+                  tuple(args.plans.split(",")), records, args.jobs, args.as_measured)  # fmt: skip
     previous = args.out / "latency_proxy.json"
     if not args.replace and previous.is_file():  # keep the other targets' sections
         old = json.loads(previous.read_text())
