@@ -357,8 +357,9 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
     if r.get("as_measured"):
         changed = ", ".join(f"`{f}`" for f in r.get("changed_since", [])) or "none"
         lines += [
-            "Records as measured (`--as-measured`: none measured again); kernel files changed "
-            f"since they were measured: {changed}.",
+            "Records as measured (`--as-measured`: none measured again"
+            + (f"; measured at {r['measured_at']}" if r.get("measured_at") else "")
+            + f"); kernel files changed since they were measured: {changed}.",
             "",
         ]
     if "commit" in r:
