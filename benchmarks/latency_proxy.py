@@ -40,6 +40,7 @@ from mico.codegen.compile import DEPLOYABLE_MODELS
 from mico.hw import fit_proxy, mape, model_layer_shapes
 from mico.hw.measure import backend
 from mico.hw.profile import bit_pairs, sample_shapes
+from mico.hw.proxy import RATIO_BASE, same_programs
 from mico.models import from_zoo
 
 KINDS = ("conv2d", "dwconv2d", "conv1d", "linear")
@@ -79,26 +80,6 @@ def _commit() -> dict[str, Any]:
     }
 
 
-#: the target whose proxy a cycle-accurate target's proxy multiplies (same programs, counted
-#: in instructions under qemu): fitted on many fast programs, it carries the shapes
-RATIO_BASE = {"vexriscv": "rv32"}
-
-
-def _base_records(records: list[Any], base: list[Any]) -> list[Any]:
-    """For each record, the latest base record of the same model and plan that compiled the
-    same kernel files (each file both list hashes the same): the same program's nodes."""
-    out = []
-    for record in records:
-        same = [
-            b for b in base
-            if (b.model, b.plan_name) == (record.model, record.plan_name)
-            and all(b.key.kernels.get(f, h) == h for f, h in record.key.kernels.items())
-        ]  # fmt: skip
-        if same:
-            out.append(same[-1])
-    return out
-
-
 class _Fitter:
     """Fits a target's proxy on its records, whole or without one model's (leave one out,
     each kind's algorithm the whole fit's). A target of :data:`RATIO_BASE` gets a ratio proxy
@@ -124,7 +105,7 @@ class _Fitter:
             for r in read_records(models_path(path)):
                 latest[(r.model, r.plan_name)] = r
             self.base_all = list(latest.values())
-            self.base_matched = _base_records(records, read_records(models_path(path)))
+            self.base_matched = same_programs(records, read_records(models_path(path)))
 
     def fit(self, without: str = "") -> Any:
         from mico.hw.proxy import fit_ratio_proxy

@@ -133,7 +133,7 @@ def profile(
         sample_shapes,
     )
     from mico.hw.programs import resolve_backend
-    from mico.hw.proxy import fit_proxy
+    from mico.hw.proxy import fit_target_proxy
     from mico.quant.arithmetic import check_bits
 
     kinds = []
@@ -193,8 +193,11 @@ def profile(
         rows = read_profile(path)
         if not rows and not records:
             raise ConfigError(f"nothing measured for {target}: give --samples or --models")
-        proxy = fit_proxy(rows, target, measure.unit, seed=seed, models=records)
+        base_rows, base_records = _ratio_base_profile(target, targets_dir or [])
+        proxy, kind = fit_target_proxy(rows, records, target, measure.unit, seed=seed,
+                                       base_rows=base_rows, base_records=base_records)  # fmt: skip
         saved = proxy.save(path.with_suffix(".proxy.json"))
+        typer.echo(f"  {kind}")
         for kind, model in sorted(proxy.kinds.items()):
             errors = ", ".join(f"{k} {v:.1f}%" for k, v in sorted(model.holdout_mape.items()))
             typer.echo(f"  {kind:<9} kept {model.algorithm:<8} held-out MAPE: {errors or '-'}")
@@ -202,6 +205,21 @@ def profile(
             typer.echo(f"  per-model overhead: {proxy.overhead:+,.0f} "
                        f"{proxy.overhead_per_node:+,.1f} per node")  # fmt: skip
         typer.echo(f"proxy: {saved}")
+
+
+def _ratio_base_profile(target: str, targets_dir: list[Path]) -> tuple[list, list]:
+    """The stored profile of the target ``target``'s ratio proxy stands on (its layer rows and
+    its program records, oldest first), or nothing when it has none."""
+    from mico.hw.modelprof import models_path, read_records
+    from mico.hw.profile import profile_path, read_profile
+    from mico.hw.programs import resolve_backend
+    from mico.hw.proxy import RATIO_BASE
+
+    base_name = RATIO_BASE.get(target)
+    if base_name is None:
+        return [], []
+    path = profile_path(base_name, resolve_backend(base_name, targets_dir).fingerprint)
+    return read_profile(path), read_records(models_path(path))
 
 
 def _model_names(models: str | None, target: str) -> list[str]:

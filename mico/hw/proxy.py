@@ -698,6 +698,65 @@ def fit_ratio_proxy(
     return proxy
 
 
+#: targets whose proxy is a ratio over another target's proxy (the same rv32 programs: VexRiscv
+#: cycles = rv32 instructions x cycles per instruction, see :func:`fit_ratio_proxy`)
+RATIO_BASE = {"vexriscv": "rv32"}
+
+
+def same_programs(records: Sequence[Any], base_records: Sequence[Any]) -> list[Any]:
+    """For each record, the latest base record of the same model and plan built from the same
+    kernel files (every file both keys name hashes alike): the same program, counted on the
+    base target. Records without such a partner are left out."""
+    out = []
+    for record in records:
+        same = [
+            b for b in base_records
+            if (b.model, b.plan_name) == (record.model, record.plan_name)
+            and all(b.key.kernels.get(f, h) == h for f, h in record.key.kernels.items())
+        ]  # fmt: skip
+        if same:
+            out.append(same[-1])
+    return out
+
+
+def fit_target_proxy(
+    rows: Sequence[tuple[Any, float]],
+    records: Sequence[Any],
+    target: str,
+    unit: str,
+    seed: int = 0,
+    base_rows: Sequence[tuple[Any, float]] = (),
+    base_records: Sequence[Any] = (),
+) -> tuple[LatencyProxy, str]:
+    """The proxy ``mico profile`` saves for ``target``, and a line saying which kind it is.
+
+    A target of :data:`RATIO_BASE` whose programs have partners among ``base_records`` (the
+    base target's profile, :func:`same_programs`) gets a ratio proxy over a base proxy fitted
+    on ``base_rows`` and the latest base record of each model and plan: the base's many fast
+    programs carry the shapes, the few slow cycle-accurate ones the ratio. Otherwise (another
+    target, or no partner) the proxy is fitted directly on the target's own rows and records,
+    and the line says why.
+    """
+    base_name = RATIO_BASE.get(target)
+    if base_name and records:
+        matched = same_programs(records, base_records)
+        if matched:
+            latest = {(r.model, r.plan_name): r for r in base_records}  # the file's order
+            base = fit_proxy(base_rows, base_name, "instructions", seed=seed,
+                             models=list(latest.values()))  # fmt: skip
+            proxy = fit_ratio_proxy(records, matched, base, target, unit, seed=seed)
+            return proxy, (
+                f"ratio proxy over {base_name}'s ({len(matched)} of {len(records)} programs "
+                f"also measured on {base_name})"
+            )
+        return fit_proxy(rows, target, unit, seed=seed, models=list(records)), (
+            f"direct proxy: none of the {len(records)} programs has a {base_name} record built "
+            f"from the same kernels; `mico profile --target {base_name}` with the same "
+            f"--models and --plans gives the (more accurate) ratio proxy"
+        )
+    return fit_proxy(rows, target, unit, seed=seed, models=list(records)), "direct proxy"
+
+
 def fit_model_overhead(proxy: LatencyProxy, models: Sequence[Any]) -> tuple[float, float]:
     """Fit ``overhead + overhead_per_node * nodes`` to the release counts of measured programs
     minus the sum of their measured nodes (least squares; the markers make it negative)."""

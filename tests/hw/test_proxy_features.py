@@ -159,3 +159,32 @@ def test_sampled_1d_layers_get_their_own_regressor():
     assert len(proxy.kinds["conv1d"].rows) == len(shapes)  # its own and the 2-D ones
     few = fit_proxy(rows[:5] + rows[-12:], "bitfusion", "cycles", holdout=0.5)
     assert "conv1d" not in few.kinds  # five 1-D shapes: they share conv2d's regressor
+
+
+def test_profile_fits_vexriscv_as_a_ratio_over_rv32_only_when_the_programs_match():
+    """`mico profile --target vexriscv` saves the ratio proxy when rv32 counted the same
+    programs (same model, plan and kernel files), and says why it fits a direct one when not."""
+    from dataclasses import replace
+
+    from mico.hw.proxy import fit_target_proxy
+
+    names = [f"m{i}" for i in range(6)]
+    rv32 = [_record(n, "W8A8", i + 1) for i, n in enumerate(names)]
+    vex = [_record(n, "W8A8", i + 1, factor=1.5) for i, n in enumerate(names)]
+    proxy, kind = fit_target_proxy([], vex, "vexriscv", "cycles", base_rows=[], base_records=rv32)
+    assert kind.startswith("ratio proxy over rv32's (6 of 6 programs")
+    assert proxy.base is not None and proxy.base.target == "rv32"
+    ops = [op for op, _ in vex[0].nodes]
+    ratios = [
+        p / b for p, b in zip(proxy.predict_ops(ops), proxy.base.predict_ops(ops), strict=True)
+    ]
+    assert ratios == pytest.approx([1.5] * 3, rel=0.05)
+
+    # rv32 counted other kernels: no partner, a direct proxy and the command that fixes it
+    stale = [replace(r, key=replace(r.key, kernels={"mico_conv2d.c": "old"})) for r in rv32]
+    fresh = [replace(r, key=replace(r.key, kernels={"mico_conv2d.c": "new"})) for r in vex]
+    proxy, kind = fit_target_proxy([], fresh, "vexriscv", "cycles", base_records=stale)
+    assert proxy.base is None
+    assert "mico profile --target rv32" in kind
+    # other targets are always fitted directly
+    assert fit_target_proxy([], rv32, "rv32", "instructions")[1] == "direct proxy"
