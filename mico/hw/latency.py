@@ -261,6 +261,7 @@ def program_report(
         profile = host.profile(project, samples, repeats=repeats)
         release = profile.instructions_per_inference
         first = int(profile.instructions[0])
+        extra["first_inference_instructions"] = profile.first_inference
         low, high = profile.wall_spread
         wall = (
             f"wall time per inference (native, {repeats} runs of "
@@ -298,6 +299,12 @@ def program_report(
         f"the rows come from an instrumented build of sample 0 (a marker after every node): "
         f"{total:,}, {total - first:+,} against the release build",
     ]
+    if target.runner == "host":
+        notes.append(
+            f"counted after a warm-up inference on sample 0, which took "
+            f"{extra['first_inference_instructions']:,} instructions (the host kernels lay out "
+            "each layer's weights on its first call, once per program run)"
+        )
     if wall:
         notes.append(wall)
     fit = memory_note(project, target)
@@ -502,14 +509,9 @@ def per_layer(compiled: Any, sample: np.ndarray, target: str, timeout: float = 6
     rows.append(LatencyRow("(output copy)", "memcpy", "", float(costs.tail)))
     one = sample[None]
     if spec.runner == "host":
-        from mico.codegen.makefile import executable
-        from mico.targets.io import write_samples
-
         with tempfile.TemporaryDirectory(prefix="mico-per-layer-") as tmp:
-            inputs = Path(tmp) / "inputs.bin"
-            write_samples(project, one, inputs)
-            exe = project.directory / executable(project.name, "host")
-            release = int(host.callgrind_counts(exe, f"{project.name}_run", inputs, 1, timeout)[0])
+            counts, _ = host.steady_callgrind_counts(project, one, Path(tmp), timeout)
+            release = int(counts[0])
     elif spec.runner == "verilator-vexriscv":
         from mico.targets import vexriscv
 

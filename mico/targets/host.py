@@ -156,13 +156,17 @@ class HostProfile:
     """Exact instructions of every inference (callgrind) and measured wall time.
 
     ``instructions`` holds one count per sample: the instructions ``<name>_run`` executed
-    (callees included), nothing of process start-up, file reading or printing.
+    (callees included), nothing of process start-up, file reading or printing, counted after a
+    warm-up inference (:func:`steady_callgrind_counts`).
     ``wall_seconds`` holds one wall time per inference per repeat, measured natively.
     """
 
     instructions: np.ndarray  # int64, one per sample
     wall_seconds: np.ndarray  # float64, one per repeat (seconds per inference)
     inferences_per_timed_run: int
+    #: the warm-up inference's count (sample 0 run first): one-time work such as the host
+    #: kernels laying out each layer's weights on its first call is in it, not in ``instructions``
+    first_inference: int = 0
 
     @property
     def instructions_per_inference(self) -> int:
@@ -224,6 +228,25 @@ def callgrind_counts(
     return np.array(counts, dtype=np.int64)
 
 
+def steady_callgrind_counts(
+    project: CProject, samples: np.ndarray, work: Path, timeout: float = 600
+) -> tuple[np.ndarray, int]:
+    """Instructions of one inference per sample in the steady state, and the first call's.
+
+    The program runs sample 0 once more before the samples: the host kernels lay out each
+    layer's weights on its first call (``mico_host_gemm.c``), a one-time cost a deployed
+    program pays once, not per inference. Returns (a count per sample, the warm-up's count).
+    """
+    x = np.asarray(samples, dtype=np.float32)
+    inputs = work / "steady_inputs.bin"
+    count = write_samples(project, np.concatenate([x[:1], x]), inputs)
+    if count < 2:
+        raise BuildError("profiling needs at least one sample")
+    exe = project.directory / executable(project.name, "host")
+    counts = callgrind_counts(exe, f"{project.name}_run", inputs, count, timeout)
+    return counts[1:], int(counts[0])
+
+
 def profile(
     project: CProject,
     samples: np.ndarray,
@@ -232,11 +255,11 @@ def profile(
 ) -> HostProfile:
     """Instructions per inference under callgrind, and wall time per inference.
 
-    Instructions: exact, per sample, counted in ``<name>_run`` only (see
-    :func:`callgrind_counts`). Wall time: the native program runs ``repeats`` times on the
-    samples tiled to about ``TIMED_RUN_SECONDS`` of work, and as often on one sample; a tiled
-    run's time minus the fastest one-sample run (the start-up), over the extra inferences, is
-    one inference's wall time.
+    Instructions: exact, per sample, counted in ``<name>_run`` only after a warm-up
+    inference (see :func:`steady_callgrind_counts`). Wall time: the native program runs
+    ``repeats`` times on the samples tiled to about ``TIMED_RUN_SECONDS`` of work, and as often
+    on one sample; a tiled run's time minus the fastest one-sample run (the start-up and the
+    first inference), over the extra inferences, is one inference's wall time.
     Build the project first (:func:`build`); a missing executable raises BuildError.
     """
     if repeats < 1:
@@ -251,7 +274,7 @@ def profile(
         count = write_samples(project, x, inputs)
         if count == 0:
             raise BuildError("profiling needs at least one sample")
-        instructions = callgrind_counts(exe, f"{project.name}_run", inputs, count, timeout)
+        instructions, first = steady_callgrind_counts(project, x, Path(tmp), timeout)
         # about 1e9 instructions a second: enough inferences for TIMED_RUN_SECONDS of work
         per = max(1, int(instructions.max()))
         tiles = max(1, min(100_000 // count, math.ceil(TIMED_RUN_SECONDS * 1e9 / per / count)))
@@ -268,7 +291,7 @@ def profile(
     # start-up is a fixed cost: its best estimate is the fastest one-sample run
     start_up = min(t_one)
     walls = [max(t - start_up, 0.0) / (n - 1) for t in t_many]
-    return HostProfile(instructions, np.array(walls, dtype=np.float64), n)
+    return HostProfile(instructions, np.array(walls, dtype=np.float64), n, first)
 
 
 def _timed(exe: Path, inputs: Path, work: Path, timeout: float) -> float:

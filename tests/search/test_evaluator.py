@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 
 import pytest
 import torch
@@ -142,6 +143,33 @@ def test_measured_latency_is_the_schemes_own_c_program_on_rv32(trained, tmp_path
     run = rv32.run(compiled.project, evaluator.example[:1].numpy())
     assert measured == run.instructions_per_inference
     assert evaluator.eval_constraint(scheme) == measured
+
+
+@pytest.mark.skipif(shutil.which("valgrind") is None, reason="apt-get install valgrind")
+def test_measured_host_latency_is_the_steady_state(trained, tmp_path) -> None:
+    """On the host the scheme's program runs on the host kernels, which lay out each layer's
+    weights on its first call: the search sees an inference after that one-time work."""
+    from mico.codegen import compile_model
+    from mico.deploy import generation_extensions
+    from mico.quant import calibrate, quantize_model
+    from mico.targets import host
+
+    model, train_loader, test_loader, ckpt = trained
+    evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt, constraint="latency",
+                         latency_target="host")  # fmt: skip
+    scheme = [8, 4, 2, 8, 8, 4]
+    measured = evaluator.eval_latency(scheme)
+    q = quantize_model(copy.deepcopy(model), scheme, evaluator.config, evaluator.example)
+    batches = evaluator._calibration[:1]
+    if evaluator.mode == "static":
+        calibrate(q, batches)
+    compiled = compile_model(q, evaluator.example[:1], tmp_path / "c", "model", evaluator.mode,
+                             calibration=batches,
+                             isa_extensions=generation_extensions(["host"]))  # fmt: skip
+    host.build(compiled.project)
+    x = evaluator.example[:1].numpy()
+    steady, first = host.steady_callgrind_counts(compiled.project, x, tmp_path)
+    assert measured == int(steady[0]) and first > measured
 
 
 def test_latency_modes_and_targets_are_checked(trained, tmp_path, monkeypatch) -> None:

@@ -80,3 +80,29 @@ def test_missing_program_is_a_build_error(static_graph, samples, tmp_path):
         host.profile(fresh, samples[:1])
     with pytest.raises(BuildError, match="repeats must be at least 1"):
         host.profile(fresh, samples[:1], repeats=0)
+
+
+@needs_valgrind
+def test_host_kernels_weight_layout_is_counted_apart(static_graph, samples, tmp_path):
+    """The host kernels lay out each layer's weights on its first call: a one-time cost that
+    the per-inference counts (whole program and per node) leave out and report apart."""
+    from mico.deploy import generation_extensions
+    from mico.hw.nodes import host_node_costs
+
+    project = emit_c_project(static_graph, tmp_path / "hk", "hk",
+                             isa_extensions=generation_extensions(["host"]))  # fmt: skip
+    host.build(project)
+    counts, first = host.steady_callgrind_counts(project, samples[:3], tmp_path)
+    assert counts.shape == (3,)
+    # the warm-up ran sample 0: it costs more than sample 0 in the steady state
+    assert first > counts[0]
+    # every steady inference costs about the same (no one-time work left in any of them)
+    assert counts.max() - counts.min() < counts.min() // 20
+    profile = host.profile(project, samples[:3], repeats=1)
+    np.testing.assert_array_equal(profile.instructions, counts)
+    assert profile.first_inference == first
+    # the nodes of the steady inference add up to it (the markers' glue aside)
+    nodes = host_node_costs(project, samples[0])
+    assert all(count > 0 for _, count in nodes.nodes)
+    total = sum(count for _, count in nodes.nodes) + nodes.tail
+    assert abs(total - int(counts[0])) < 40 * len(nodes.nodes) + 1000
