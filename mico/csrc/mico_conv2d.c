@@ -1625,6 +1625,13 @@ static int mico_lr_narrow(const MicoConv2d *q)
 #define MICO_PW_START(Q) ((uint32_t)start[j0 + (Q)])
 #define MICO_PW_NONE(Q) 0u
 
+/* Two taps an iteration (the loop's end compare, which spills, once for both). */
+#if defined(__GNUC__)
+#define MICO_PW_UNROLL2 _Pragma("GCC unroll 2")
+#else
+#define MICO_PW_UNROLL2
+#endif
+
 /* acc = 0 (G x NPX lane words). */
 #define MICO_PW_ZERO(G)                                                                     \
     MICO_UNROLL for (g = 0; g < (G); g++) {                                                 \
@@ -1633,10 +1640,10 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 /* The taps from wp to END (at least one): per tap, its G lane weights (extracted words at wp)
- * times the NPX pixels' codes (one pixel's loads at a time, MICO_S8_SEQ). (Two taps an
- * iteration spill.) */
+ * times the NPX pixels' codes (one pixel's loads at a time, MICO_S8_SEQ); unrolled twice by
+ * the compiler (two taps written out in the source spill). */
 #define MICO_PW_TAPS(BITS, G, END)                                                          \
-    do {                                                                                    \
+    MICO_PW_UNROLL2 do {                                                                    \
         uint32_t wl[G];                                                                     \
         MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             wl[g] = wp[g];                                                                  \
@@ -1663,17 +1670,19 @@ static int mico_lr_narrow(const MicoConv2d *q)
     static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *w, const int16_t *x,     \
                                                     int32_t taps, int32_t np, int32_t n,    \
                                                     int32_t is_signed, const int32_t *start, \
-                                                    int32_t *tile)                           \
+                                                    int32_t *tile, int32_t centered)         \
     {                                                                                       \
         enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
+        /* centered: weights without their offset (16-bit lanes whose sums fit 15 bits) */  \
+        const uint32_t off = s == 16u && centered ? (1u << ((BITS) - 1)) * 0x10001u : 0u;   \
         uint32_t wx[MICO_PW_TAPS_MAX * (G)]; /* the lane weights, G words a tap */          \
         const uint32_t *const wend = wx + taps * (G);                                       \
         uint32_t wide[2 * (G) * NPX];                                                       \
         int32_t j0, g, q, t;                                                                \
         for (t = 0; t < taps; t++) { /* extracted once for every pixel group */             \
             MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
-                wx[t * (G) + g] = (w[t] >> (g * (BITS))) & m;                               \
+                wx[t * (G) + g] = ((w[t] >> (g * (BITS))) & m) - off;                       \
             }                                                                               \
         }                                                                                   \
         for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
@@ -1681,6 +1690,24 @@ static int mico_lr_narrow(const MicoConv2d *q)
             const int16_t *xp = x + j0;                                                     \
             int32_t *const tg = tile + j0;                                                  \
             int32_t fresh = 1, segs = 0;                                                    \
+            if (s == 16u && centered) { /* lanes from 2^15: sum + 2^15 in each, no offset */ \
+                uint32_t acc[G][NPX];                                                       \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
+                        acc[g][q] = 0x80008000u;                                            \
+                    }                                                                       \
+                }                                                                           \
+                MICO_PW_TAPS(BITS, G, wend);                                                \
+                MICO_UNROLL for (q = 0; q < NPX; q++) {                                     \
+                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
+                        const uint32_t v = acc[g][q];                                       \
+                        uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);         \
+                        tt[0] = v & 0xffffu;                                                \
+                        tt[(G) * xs] = v >> 16;                                             \
+                    }                                                                       \
+                }                                                                           \
+                continue;                                                                   \
+            }                                                                               \
             if (taps <= n && (s == 16u || (s == 8u && !is_signed))) { /* one segment */     \
                 uint32_t acc[G][NPX];                                                       \
                 MICO_PW_ZERO(G);                                                            \
@@ -1751,7 +1778,8 @@ static int mico_lr_narrow(const MicoConv2d *q)
     }
 
 typedef void (*MicoPwFn)(const uint32_t *w, const int16_t *x, int32_t taps, int32_t np,
-                         int32_t n, int32_t is_signed, const int32_t *start, int32_t *tile);
+                         int32_t n, int32_t is_signed, const int32_t *start, int32_t *tile,
+                         int32_t centered);
 
 /* buf and its 32-bit view (column sums of non-negative codes two pixels at a time). */
 typedef union {
@@ -1793,31 +1821,76 @@ static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int3
     }
 }
 
-/* The codes CODE(j) of n = np sums packed into bytes at dst, per = 8 / bits a byte. */
-#define MICO_PW_LOOPS(CODE)                                                                 \
-    if (per == 1u) {                                                                        \
-        for (j = 0; j < np; j++) {                                                          \
-            dst[j] = (uint8_t)CODE(j);                                                      \
-        }                                                                                   \
-    } else if (per == 2u) {                                                                 \
-        for (j = 0; j < np; j += 2) {                                                       \
-            *dst++ = (uint8_t)(CODE(j) | CODE(j + 1) << 4);                                 \
-        }                                                                                   \
-    } else {                                                                                \
-        for (j = 0; j < np; j += 4) {                                                       \
-            *dst++ = (uint8_t)(CODE(j) | CODE(j + 1) << 2 | CODE(j + 2) << 4 | CODE(j + 3) << 6); \
-        }                                                                                   \
+/* The code of sum r for a multiplier m with a shift s + 32 above 32, after a ReLU, clamp
+ * [0, hi] (mico_lr_code0 with its branches laid out for a ReLU that often acts: 0 at once). */
+static inline uint32_t mico_pw_code(int32_t r, uint32_t m, uint32_t s, uint32_t rnd, uint32_t hi)
+{
+    uint32_t y;
+    if (r <= 0) {
+        return 0u;
     }
+    y = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> s;
+    if (y > hi) {
+        return hi;
+    }
+    return y;
+}
+
+/* The codes CODE(j) of np sums packed at bit `off` (a multiple of bits below 8) of byte *dst,
+ * per = 8 / bits a byte: the bits of a first and a last byte that other codes own are kept
+ * (a plane that does not end on a byte: the next one starts inside its last byte), whole bytes
+ * between in registers. */
+#define MICO_PW_LOOPS(CODE)                                                                 \
+    do {                                                                                    \
+        int32_t j = 0, je;                                                                  \
+        if (off != 0u) { /* up to the first whole byte */                                   \
+            uint32_t byte = *dst & ((1u << off) - 1u), o2 = off;                            \
+            for (; j < np && o2 < 8u; j++, o2 += bits) {                                    \
+                byte |= CODE(j) << o2;                                                      \
+            }                                                                               \
+            if (o2 < 8u) {                                                                  \
+                byte |= *dst & (0xffu << o2) & 0xffu;                                       \
+            }                                                                               \
+            *dst++ = (uint8_t)byte;                                                         \
+        }                                                                                   \
+        je = j + (np - j) / (int32_t)per * (int32_t)per;                                    \
+        if (per == 1u) {                                                                    \
+            for (; j < je; j++) {                                                           \
+                *dst++ = (uint8_t)CODE(j);                                                  \
+            }                                                                               \
+        } else if (per == 2u) {                                                             \
+            for (; j < je; j += 2) {                                                        \
+                uint32_t byte = CODE(j);                                                    \
+                byte |= CODE(j + 1) << 4;                                                   \
+                *dst++ = (uint8_t)byte;                                                     \
+            }                                                                               \
+        } else {                                                                            \
+            for (; j < je; j += 4) {                                                        \
+                uint32_t byte = CODE(j);                                                    \
+                byte |= CODE(j + 1) << 2;                                                   \
+                byte |= CODE(j + 2) << 4;                                                   \
+                byte |= CODE(j + 3) << 6;                                                   \
+                *dst++ = (uint8_t)byte;                                                     \
+            }                                                                               \
+        }                                                                                   \
+        if (j < np) { /* a last byte, partly */                                             \
+            uint32_t byte = 0, o2 = 0;                                                      \
+            for (; j < np; j++, o2 += bits) {                                               \
+                byte |= CODE(j) << o2;                                                      \
+            }                                                                               \
+            *dst = (uint8_t)(byte | (*dst & (0xffu << o2)));                                \
+        }                                                                                   \
+    } while (0)
 
 /* Requantize and store the F channels of a block (sums tile[c * MICO_PW_PX + j], np pixels)
  * at pixel pix0 of their planes; (cs, csq): the weights' offset still to take (zeros when the
  * tile holds it already, as it does for weights not binary). The usual case (a ReLU, lo <= 0,
- * no zero point, codes of 8, 4 or 2 bits on whole bytes, weights not binary) in one loop per
- * channel with its constants read here, not through a call per channel; any other channel
- * through mico_lr_store or mico_lanes_requant. */
+ * no zero point, codes of 8, 4 or 2 bits, weights not binary; a plane may start inside a
+ * byte) in one loop per channel with its constants read here, not through a call per channel;
+ * any other channel through mico_lr_store or mico_lanes_requant. */
 static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_t f,
                                         int32_t *tile, const int32_t *cs, const int32_t *csq,
-                                        int32_t np, void *out, int32_t pix0)
+                                        int32_t np, void *out, int32_t pix0, uint32_t adj)
 {
     const MicoOut *const o = &p->out;
     const uint32_t bits = (uint32_t)o->fmt.bits, per = 8u / (bits ? bits : 1u);
@@ -1827,37 +1900,39 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     /* after a ReLU with lo <= 0 every code is in [0, hi]: signed fields hold it as it is */
     const int usual = o->n_mult != 0 && o->relu && o->lo <= 0 && hi >= 0 && s_w == 1u &&
-                      (bits == 8u || bits == 4u || bits == 2u) && o->fmt.zero == 0 &&
-                      ((uint32_t)np * bits) % 8u == 0u;
-    int32_t c, j;
+                      (bits == 8u || bits == 4u || bits == 2u) && o->fmt.zero == 0;
+    int32_t c;
     for (c = 0; c < f; c++) {
         const int32_t oc = oc0 + c, k = o->n_mult > 1 ? oc : 0;
         const size_t at = (size_t)oc * npix + (size_t)pix0;
         const int32_t *const v = tile + c * MICO_PW_PX;
-        const uint32_t b = (uint32_t)p->bias[oc], m = (uint32_t)(usual ? o->m[k] : 0);
-        const int32_t shift = usual ? o->shift[k] : 0;
+        const uint32_t b = (uint32_t)p->bias[oc] - adj, off = (uint32_t)(at * bits % 8u);
+        const int32_t m = usual ? o->m[k] : 0, shift = usual ? o->shift[k] : 0;
         uint8_t *dst = (uint8_t *)out + at * bits / 8u;
-        if (usual && (at * bits) % 8u == 0u && shift > 32) {
+        if (usual && shift > 32) {
             const uint32_t s = (uint32_t)(shift - 32), rnd = 1u << (s - 1u);
-#define MICO_PW_CODE(J) mico_lr_code0((int32_t)(b + (uint32_t)v[J]), m, s, rnd, hi)
-            MICO_PW_LOOPS(MICO_PW_CODE)
+#define MICO_PW_CODE(J) mico_pw_code((int32_t)(b + (uint32_t)v[J]), (uint32_t)m, s, rnd, (uint32_t)hi)
+            MICO_PW_LOOPS(MICO_PW_CODE);
 #undef MICO_PW_CODE
             continue;
         }
-        if (usual && (at * bits) % 8u == 0u && shift >= 1 &&
-            (uint64_t)m >= 2u * ((uint64_t)hi + 1u)) {
+        if (usual && shift >= 1 && (uint64_t)(uint32_t)m >= 2u * ((uint64_t)hi + 1u)) {
             const uint32_t ks = 33u - (uint32_t)shift, lim = 1u << (shift - 1);
 #define MICO_PW_CODE(J)                                                                     \
-    mico_lr_code32((int32_t)(b + (uint32_t)v[J]), m, ks, lim, hi)
-            MICO_PW_LOOPS(MICO_PW_CODE)
+    mico_lr_code32((int32_t)(b + (uint32_t)v[J]), (uint32_t)m, ks, lim, hi)
+            MICO_PW_LOOPS(MICO_PW_CODE);
 #undef MICO_PW_CODE
             continue;
         }
         {
             const MicoRq rq = mico_rq(o, oc);
             int32_t *const vw = tile + c * MICO_PW_PX;
-            if (!mico_lr_store(&rq, b, s_w - 1u, vw, csq, np, o->fmt, out, at)) {
-                mico_lanes_requant(vw, cs, np, b, s_w, q_w, &rq);
+            int32_t j;
+            for (j = 0; j < np && adj != 0u; j++) { /* the tile's sums less adj */
+                vw[j] = (int32_t)((uint32_t)vw[j] - adj);
+            }
+            if (!mico_lr_store(&rq, b + adj, s_w - 1u, vw, csq, np, o->fmt, out, at)) {
+                mico_lanes_requant(vw, cs, np, b + adj, s_w, q_w, &rq);
                 mico_pack(out, at, vw, np, o->fmt);
             }
         }
@@ -1865,27 +1940,38 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
 }
 
 /* Pixels [pix0, pix0 + np) of each of the n_ic input planes (npix codes each) into the rows of
- * buf, zero-padded to pp: plain fields of 8, 4 or 2 bits whose planes and block start on whole
- * bytes in one loop (mico_lr_unpack_plain), others through mico_lr_unpack row by row. */
+ * buf, zero-padded to pp: plain fields of 8, 4 or 2 bits (a plane may start inside a byte: its
+ * first codes one at a time) in one loop (mico_lr_unpack_plain), others through
+ * mico_lr_unpack row by row. */
 static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix, int32_t pix0,
                                          int32_t np, int32_t pp, int32_t n_ic, int16_t *buf)
 {
     const MicoFieldMap fm = mico_field_map(f);
-    const uint32_t b = (uint32_t)f.bits;
-    const int plain = fm.x == 0u && fm.o == 0 && fm.sh == 0 && (b == 8u || b == 4u || b == 2u) &&
-                      ((uint32_t)pix0 * b) % 8u == 0u && ((uint32_t)npix * b) % 8u == 0u;
-    const uint32_t whole = plain ? (uint32_t)np / (32u / b) * (32u / b) : 0u; /* 4 bytes */
+    const uint32_t b = (uint32_t)f.bits, per = 32u / (b ? b : 1u), mask = (1u << b) - 1u;
+    const int plain = fm.x == 0u && fm.o == 0 && fm.sh == 0 && (b == 8u || b == 4u || b == 2u);
     int32_t i, j;
     for (i = 0; i < n_ic; i++) {
-        int16_t *row = buf + i * MICO_PW_PX;
+        int16_t *row = buf + i * MICO_PW_PX, *dst = row;
         const size_t at = (size_t)i * (size_t)npix + (size_t)pix0;
-        if (whole) {
+        int32_t left = np;
+        if (plain) {
             const uint8_t *src = (const uint8_t *)in + at * b / 8u;
-            int16_t *dst = row;
-            mico_lr_unpack_plain(&src, &dst, row + whole, b);
+            uint32_t k = (uint32_t)(at * b % 8u);
+            if (k != 0u) { /* codes up to the plane's first whole byte */
+                uint32_t v = (uint32_t)*src++ >> k;
+                for (; k < 8u && left > 0; k += b, left--) {
+                    *dst++ = (int16_t)(v & mask);
+                    v >>= b;
+                }
+            }
+            if (left >= (int32_t)per) {
+                const int16_t *const end = dst + (uint32_t)left / per * per;
+                mico_lr_unpack_plain(&src, &dst, end, b);
+                left = np - (int32_t)(dst - row);
+            }
         }
-        if ((int32_t)whole < np) {
-            mico_lr_unpack(in, at + whole, np - (int32_t)whole, f, row + whole);
+        if (left > 0) {
+            mico_lr_unpack(in, at + (size_t)(np - left), left, f, dst);
         }
         for (j = np; j < pp; j++) {
             row[j] = 0;
@@ -1914,6 +2000,10 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
     int32_t zeros[MICO_PW_PX];
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
+    /* 16-bit lanes whose sums stay within 15 bits whatever the codes (|w| <= q_w, |x| <= 2^a):
+     * weights without their offset, no column sums */
+    const int centered = l->s == 16 && p->w_bits != 1 &&
+                         (uint32_t)n_ic * q_w * (1u << p->in_fmt.bits) < 32768u;
     int32_t pix0, j, b;
     if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
         p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
@@ -1923,16 +2013,19 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
         const int32_t pp = (np + npx - 1) / npx * npx;
         mico_pw_unpack(in, p->in_fmt, npix, pix0, np, pp, n_ic, buf.h);
-        mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
+        if (!centered) {
+            mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
+        }
         for (j = 0; j < xs; j++) {
-            csq[j] = j < np ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
+            csq[j] = j < np && !centered ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
             start[j] = fold ? (int32_t)(0u - (uint32_t)csq[j]) : 0;
             zeros[j] = 0;
         }
         for (b = 0; b < nblk; b++) {
-            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile);
+            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile,
+               centered);
             mico_pw_store(p, b * f, f, tile, fold ? zeros : cs, fold ? zeros : csq, np, out,
-                          pix0);
+                          pix0, centered ? 32768u : 0u);
         }
     }
     return 1;

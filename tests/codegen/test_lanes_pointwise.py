@@ -101,7 +101,17 @@ def stores() -> list:
     one = pw(W2, A2, 701, in_c=16, out_c=16, hw=(4, 8))
     one.m[:], one.shift[:] = one.m[0], one.shift[0]
     extreme = pw(W4, A4, 702, in_c=11, out_c=16, hw=(6, 6), extreme=True)
-    return [*layers, low, one, extreme]
+    # planes whose codes start and end inside a byte (25 x 5 and 5 x 7): shifts of at most 32
+    odd = [pw(w, a, 703 + i, in_c=13, out_c=2 * (32 // w.bits), hw=hw)
+           for i, (w, a, hw) in enumerate(((W2, A2, (25, 5)), (W4, A4, (5, 7))))]  # fmt: skip
+    for layer in odd:
+        half = layer.m.size // 2
+        new_shift = 32 - np.arange(half) % 4
+        layer.m[:half] = np.round(layer.m[:half] * 2.0 ** (new_shift - layer.shift[:half])).astype(
+            np.int64
+        )
+        layer.shift[:half] = new_shift
+    return [*layers, low, one, extreme, *odd]
 
 
 def linear_stores() -> list:
