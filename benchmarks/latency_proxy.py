@@ -55,6 +55,8 @@ def _mixed(n: int) -> list[tuple[int, int]]:
     return inner
 
 
+#: the algorithms of the per-kind tables (the ratio proxy's add ``groups``)
+ALGORITHM_COLUMNS = ("forest", "xgboost", "linear")
 #: plans of the program targets: fitted on all, the whole-model table shows every one
 PROGRAM_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
 #: op kinds of a program only vit_tiny has (attention): leave it out and no other model shows
@@ -87,7 +89,7 @@ class _Fitter:
     alike, fitted on the base's records of every model."""
 
     def __init__(self, target: str, unit: str, seed: int, layers: list[Any],
-                 records: list[Any]) -> None:  # fmt: skip
+                 records: list[Any], as_measured: bool = False) -> None:  # fmt: skip
         from mico.hw.modelprof import models_path, read_records
         from mico.hw.profile import profile_path, read_profile
         from mico.hw.programs import resolve_backend
@@ -100,7 +102,8 @@ class _Fitter:
         if self.base_name:
             base = resolve_backend(self.base_name)
             path = profile_path(self.base_name, base.fingerprint)
-            self.base_layers = read_profile(path)
+            # as measured: the base's single-layer rows too, as its own section reads them
+            self.base_layers = _latest_layers(path) if as_measured else read_profile(path)
             latest: dict[tuple[str, str], Any] = {}
             for r in read_records(models_path(path)):
                 latest[(r.model, r.plan_name)] = r
@@ -121,10 +124,9 @@ class _Fitter:
                          algorithms=self.base_chosen)  # fmt: skip
         self.base_chosen = self.base_chosen or {k: m.algorithm for k, m in base.kinds.items()}
         matched = [r for r in self.base_matched if r.model != without]
-        proxy = fit_ratio_proxy(records, matched, base, self.target, self.unit, seed=self.seed,
-                                algorithms=self.chosen)  # fmt: skip
-        self.chosen = self.chosen or {k: m.algorithm for k, m in proxy.kinds.items()}
-        return proxy
+        # the ratio's algorithms are chosen again on each fit's own models (held out model by
+        # model): the left-out model plays no part in the choice
+        return fit_ratio_proxy(records, matched, base, self.target, self.unit, seed=self.seed)
 
     def describe(self) -> dict[str, Any]:
         if not self.base_name:
@@ -185,7 +187,7 @@ def run_program(target: str, seed: int, models: list[str], plans: list[str],
     measured_seconds = sum(r.seconds for r in records)
     csv = profile_path(target, measure.fingerprint)
     layers = _latest_layers(csv) if as_measured else read_profile(csv)
-    fitter = _Fitter(target, measure.unit, seed, layers, records)
+    fitter = _Fitter(target, measure.unit, seed, layers, records, as_measured)
     full = fitter.fit()
     per_kind = {
         kind: {"kept": m.algorithm, "rows": len(m.rows) or None,
@@ -328,11 +330,16 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
     if r.get("ratio_base"):
         lines += [
             f"Ratio proxy: each node is the {r['ratio_base']} proxy's instructions times the "
-            f"cycles per instruction its regressors predict (`fit_ratio_proxy`); the "
+            f"cycles per instruction predicted for it (`fit_ratio_proxy`); the "
             f"{r['ratio_base']} proxy is fitted on {r['base_programs']} programs (left one "
             f"model out as well), the ratios on the {r['base_matched']} programs of this "
-            f"target whose {r['ratio_base']} record compiled the same kernel files. Per-kind "
-            "errors below are those of the cycles given the node's measured instructions.",
+            f"target whose {r['ratio_base']} record compiled the same kernel files. Per kind, "
+            "the mean ratio of the node's kernel path, lane width, 1-D or not and widths "
+            "(`groups`, each group shrunk toward its parent) and the three regressors are "
+            "compared on held-out *models* (each model's nodes predicted by a fit on the "
+            "others'), and the best is kept; in the leave-one-model-out table the choice is "
+            "made again without the left-out model. Per-kind errors below are those of the "
+            "cycles given the node's measured instructions.",
             "",
         ]
     if r.get("as_measured"):
@@ -362,18 +369,24 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             f"{r['reused_fresh']} reused unchanged; {r['jobs']} worker(s)).",
             "",
         ]
+    groups = any("groups_mape" in k for k in r["per_kind_holdout"].values())
+    algorithms = ("groups", "forest", "xgboost", "linear") if groups else ALGORITHM_COLUMNS
+    held = (
+        "held-out models (– : one model, not held out)"
+        if groups
+        else "held-out shapes (– : under 5 shapes, not held out)"
+    )
     lines += [
         "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "
-        "their own), MAPE on held-out shapes (– : under 5 shapes, not held out):",
+        f"their own), MAPE on {held}:",
         "",
-        "| kind | kept | rows | random forest | XGBoost | linear |",
-        "|---|---|---:|---:|---:|---:|",
+        "| kind | kept | rows | "
+        + ("groups | " if groups else "")
+        + "random forest | XGBoost | linear |",
+        "|---|---|---:|" + "---:|" * len(algorithms),
     ]
     for kind, k in r["per_kind_holdout"].items():
-        cells = [
-            "–" if f"{a}_mape" not in k else f"{k[f'{a}_mape']:.1f} %"
-            for a in ("forest", "xgboost", "linear")
-        ]
+        cells = ["–" if f"{a}_mape" not in k else f"{k[f'{a}_mape']:.1f} %" for a in algorithms]
         lines.append(f"| {kind} | {k['kept']} | {k['rows'] or '-'} | {' | '.join(cells)} |")
     lines += [
         "",
@@ -492,6 +505,11 @@ def main() -> None:
     previous = args.out / "latency_proxy.json"
     if not args.replace and previous.is_file():  # keep the other targets' sections
         old = json.loads(previous.read_text())
+        for target, new in results["targets"].items():
+            # where records kept as measured came from (written by hand once) stays
+            before = old.get("targets", {}).get(target, {})
+            if new.get("as_measured") and before.get("measured_at"):
+                new.setdefault("measured_at", before["measured_at"])
         merged = {**old.get("targets", {}), **results["targets"]}
         results["targets"] = {k: merged[k] for k in sorted(merged, key=_order)}
         results["seconds"] = None  # per target: each section says its own

@@ -126,7 +126,17 @@ def _record(model, plan, scale, factor=1.0):
     return ModelRecord(model, plan, sum(v for _, v in nodes) + 300, nodes, 0.0)
 
 
-def test_ratio_proxy_scales_its_base_by_the_learned_ratio():
+@pytest.fixture
+def lines_only(monkeypatch):
+    """Proxies compare only the ridge line (and the ratio proxy its group means): the tests of
+    the ratio's plumbing need no forests, whose comparison fold by fold took 20-30 s."""
+    import mico.hw.proxy as proxy_module
+
+    monkeypatch.setattr(proxy_module, "ALGORITHMS", {"linear": proxy_module._Linear})
+    monkeypatch.setattr(proxy_module, "RATIO_CANDIDATES", ("groups", "linear"))
+
+
+def test_ratio_proxy_scales_its_base_by_the_learned_ratio(lines_only):
     from mico.hw.proxy import fit_ratio_proxy
 
     names = [f"m{i}" for i in range(8)]
@@ -145,6 +155,57 @@ def test_ratio_proxy_scales_its_base_by_the_learned_ratio():
     )
 
 
+def _paths_record(model, scale, cpi=None):
+    """A program of two linear nodes of different kernel paths, the plain one (``linear``) and
+    the lanes; with ``cpi`` (path -> cycles per instruction) its cycles, else its instructions
+    (4 per MAC on the plain path, 2 on the lanes)."""
+    from mico.hw.modelprof import ModelRecord
+    from mico.hw.opshape import OpShape
+
+    ic, oc = 16 * scale, 8 * scale
+    plain = OpShape("fc1", "linear", "fc1", ic, oc, in_bits=8, out_bits=8, w_bits=8,
+                    macs=ic * oc, in_channels=ic, out_channels=oc, path="linear")  # fmt: skip
+    lanes = OpShape("fc2", "linear", "fc2", oc, ic, in_bits=4, out_bits=8, w_bits=4,
+                    macs=ic * oc, in_channels=oc, out_channels=ic, path="lanes", lane_s=16,
+                    lane_n=24)  # fmt: skip
+    counts = {"linear": 4.0, "lanes": 2.0}
+    nodes = tuple(
+        (op, counts[op.path] * op.macs * (cpi[op.path] if cpi else 1.0)) for op in (plain, lanes)
+    )
+    return ModelRecord(model, "W8A8", sum(v for _, v in nodes) + 300, nodes, 0.0)
+
+
+def test_ratio_proxy_predicts_a_held_out_model_within_its_reported_error():
+    """The ratio proxy's cycles per instruction are learned per kernel path and checked on
+    held-out models: a model it never saw, larger than any it did, is predicted within the
+    error it reports (a tree on the sizes would carry the nearest model's ratio instead)."""
+    from mico.hw.proxy import fit_ratio_proxy
+
+    jitter = [1.03, 0.97, 1.02, 0.98, 1.01, 0.99, 1.0]  # the models' own small differences
+    base_records = [_paths_record(f"m{i}", i + 1) for i in range(7)]
+    records = [
+        _paths_record(f"m{i}", i + 1, {"linear": 1.3 * j, "lanes": 2.0 / j})
+        for i, j in enumerate(jitter)
+    ]
+    # fitted on m0..m5, m6 (the largest, CPI 1.3 and 2.0) held out
+    base = fit_proxy([], "rv32", "instructions", models=base_records[:6], holdout=0.5)
+    proxy = fit_ratio_proxy(records[:6], base_records[:6], base, "vexriscv", "cycles",
+                            candidates=("groups", "linear"))  # fmt: skip
+    kind = proxy.kinds["linear"]
+    assert kind.algorithm == "groups" and set(kind.holdout_mape) == {"groups", "linear"}
+    reported = kind.holdout_mape["groups"]
+    assert 0 < reported < 5
+    held_out = records[6]
+    ops = [op for op, _ in held_out.nodes]
+    for (op, cycles), instructions, predicted in zip(
+        held_out.nodes, base.predict_ops(ops), proxy.predict_ops(ops), strict=True
+    ):
+        ratio = predicted / instructions  # the cycles per instruction it predicts
+        assert mape([ratio], [cycles / (instructions or 1)]) < 1.5 * reported + 0.5, op.path
+    loaded = LatencyProxy.from_data(proxy.to_data())
+    assert loaded.predict_ops(ops) == pytest.approx(proxy.predict_ops(ops))
+
+
 def test_sampled_1d_layers_get_their_own_regressor():
     from mico.hw.proxy import OWN_REGRESSOR_SHAPES
 
@@ -161,7 +222,7 @@ def test_sampled_1d_layers_get_their_own_regressor():
     assert "conv1d" not in few.kinds  # five 1-D shapes: they share conv2d's regressor
 
 
-def test_profile_fits_vexriscv_as_a_ratio_over_rv32_only_when_the_programs_match():
+def test_profile_fits_vexriscv_as_a_ratio_over_rv32_only_when_the_programs_match(lines_only):
     """`mico profile --target vexriscv` saves the ratio proxy when rv32 counted the same
     programs (same model, plan and kernel files), and says why it fits a direct one when not."""
     from dataclasses import replace
