@@ -386,9 +386,34 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
  * turned into calls of memset. */
 #if defined(__GNUC__)
 #define MICO_LL_SEQ() __asm__ volatile("" ::: "memory")
+#define MICO_LL_KEEP(v) ((void)0)
 #else
 #define MICO_LL_SEQ()
+#define MICO_LL_KEEP(v) ((void)0)
 #endif
+
+/* Blocks of F outputs a call of mico_ll_* takes (their lane words in registers). */
+#define MICO_LL_U4(BITS, G) ((BITS) * (G) == 16 && (G) <= 4)
+#define MICO_LL_NB(BITS, G) (MICO_LL_U4(BITS, G) || (G) == 8 || (BITS) == 1 ? 2 : 4)
+
+/* Tap xp[K] of the NB blocks: their words at wp[b][K], G lane weights each. */
+#define MICO_LL_TAP(BITS, G, K)                                                             \
+    do {                                                                                    \
+        const uint32_t xv = (uint32_t)(int32_t)xp[K];                                       \
+        MICO_UNROLL for (b = 0; b < NB; b++) {                                              \
+            const uint32_t wv = wp[b][K];                                                   \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                acc[b][g] += ((wv >> (g * (BITS))) & m) * xv;                               \
+                MICO_LL_SEQ(); /* one lane weight live at a time */                         \
+            }                                                                               \
+            MICO_LL_SEQ();                                                                  \
+        }                                                                                   \
+        MICO_UNROLL for (b = 0; b < NB; b++) { /* a tap's sums before the next tap's */     \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                MICO_LL_KEEP(acc[b][g]);                                                    \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
 
 /* NB blocks of F outputs (NB = 4; 2 for G = 8 and 1-bit weights: 8 or 16 lane words in
  * registers) over `taps`
@@ -401,7 +426,7 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                                                     int32_t n, int32_t is_signed,            \
                                                     int32_t *sums)                           \
     {                                                                                       \
-        enum { NB = (G) == 8 || (BITS) == 1 ? 2 : 4, F = 32 / (BITS) };                     \
+        enum { NB = MICO_LL_NB(BITS, G), F = 32 / (BITS) };                     \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
         uint32_t wide[NB][2 * (G)] = {{0}};                                                 \
         int32_t t0, g, b, segs = 0;                                                         \
@@ -416,15 +441,19 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
                     acc[b][g] = 0;                                                          \
                 }                                                                           \
             }                                                                               \
-            for (; xp < xend; xp++) {                                                       \
-                const uint32_t xv = (uint32_t)(int32_t)*xp;                                 \
+            for (; MICO_LL_U4(BITS, G) && xp + 3 < xend; xp += 4) { /* steps once */         \
+                MICO_LL_TAP(BITS, G, 0);                                                    \
+                MICO_LL_TAP(BITS, G, 1);                                                    \
+                MICO_LL_TAP(BITS, G, 2);                                                    \
+                MICO_LL_TAP(BITS, G, 3);                                                    \
                 MICO_UNROLL for (b = 0; b < NB; b++) {                                      \
-                    const uint32_t wv = *wp[b]++;                                           \
-                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
-                        acc[b][g] += ((wv >> (g * (BITS))) & m) * xv;                       \
-                        MICO_LL_SEQ(); /* one lane weight live at a time */                 \
-                    }                                                                       \
-                    MICO_LL_SEQ();                                                          \
+                    wp[b] += 4;                                                             \
+                }                                                                           \
+            }                                                                               \
+            for (; xp < xend; xp++) {                                                       \
+                MICO_LL_TAP(BITS, G, 0);                                                    \
+                MICO_UNROLL for (b = 0; b < NB; b++) {                                      \
+                    wp[b]++;                                                                \
                 }                                                                           \
             }                                                                               \
             MICO_UNROLL for (b = 0; b < NB; b++) {                                          \
@@ -483,13 +512,10 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
 typedef void (*MicoLlFn)(const uint32_t *w, int32_t nf, const int16_t *x, int32_t taps,
                          int32_t n, int32_t is_signed, int32_t *sums);
 
-/* Weights in channel lanes, nb blocks of F outputs at a time (mico_ll_*): each chunk of input
- * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
- * between chunks (blocks left over go one at a time through fn1). Then finish, requantize and
- * pack as one run. */
-/* The code of sum r (a ReLU, lo <= 0, no zero point) for a multiplier m with shift sh: above
- * 32, the high word of the product, rounded; at most 32 (with m >= 2 (hi + 1)), a sum of at
- * least 2^(sh - 1) gives hi and a smaller one, shifted left by 33 - sh, takes shift 33. */
+/* The code of sum r (a ReLU, lo <= 0, no zero point: codes in [0, hi]) for a multiplier m with
+ * shift sh: above 32, the high word of the product, rounded; at most 32 with m >= 2 (hi + 1),
+ * a sum of at least 2^(sh - 1) gives hi and a smaller one, shifted left by 33 - sh, takes shift
+ * 33; other multipliers the whole 64-bit product. */
 static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t hi)
 {
     uint32_t y;
@@ -499,6 +525,9 @@ static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t h
     if (sh > 32) {
         const uint32_t s = (uint32_t)sh - 32u;
         y = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + (1u << (s - 1u))) >> s;
+    } else if ((uint64_t)m < 2u * ((uint64_t)(uint32_t)hi + 1u)) {
+        const uint64_t v = ((uint64_t)(uint32_t)r * m + ((uint64_t)1 << (sh - 1))) >> sh;
+        return v > (uint64_t)(uint32_t)hi ? (uint32_t)hi : (uint32_t)v;
     } else if ((uint32_t)r >= 1u << (sh - 1)) {
         return (uint32_t)hi;
     } else {
@@ -509,9 +538,8 @@ static inline uint32_t mico_ll_code(int32_t r, uint32_t m, int32_t sh, int32_t h
 
 /* The n lane sums acc of outputs o0.. as the layer's codes, stored from output element y0:
  * sum = bias + s_w acc - q_w xsum, requantized and packed in one loop, for the usual case (a
- * ReLU, lo <= 0: codes in [0, hi], of 8, 4 or 2 bits without a zero point on whole bytes, shifts
- * above 32 or multipliers of at least 2 (hi + 1): mico_ll_code). Returns 0 (nothing done) for
- * others. */
+ * ReLU, lo <= 0: codes in [0, hi], of 8, 4 or 2 bits without a zero point on whole bytes:
+ * mico_ll_code). Returns 0 (nothing done) for others. */
 static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const int32_t *acc,
                                        int32_t n, int32_t xsum, void *out, size_t y0)
 {
@@ -520,33 +548,89 @@ static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const in
     const uint32_t sw = p->w_bits == 1 ? 2u : 1u;
     const uint32_t off = (p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1)) * (uint32_t)xsum;
     const int32_t hi = o->hi, each = o->n_mult > 1;
+    const int32_t *bp = p->bias + o0, *ap = acc, *mp = o->m + (each ? o0 : 0);
+    const int32_t *sp = o->shift + (each ? o0 : 0);
     uint8_t *dst;
-    int32_t j, k;
+    int32_t j;
     if (o->n_mult == 0 || !o->relu || o->lo > 0 || hi < 0 || /* codes in [0, hi] */
         o->fmt.zero != 0 || (bits != 8u && bits != 4u && bits != 2u) || (y0 * bits) % 8u != 0u ||
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
     }
-    for (j = 0; j < (each ? n : 1); j++) { /* shifts of at most 32 need m >= 2 (hi + 1) */
-        const int32_t c = each ? o0 + j : 0, sh = o->shift[c];
-        if (sh < 1 || (sh <= 32 && (uint64_t)(uint32_t)o->m[c] < 2u * ((uint64_t)hi + 1u))) {
-            return 0;
-        }
-    }
     dst = (uint8_t *)out + y0 * bits / 8u;
     for (j = 0; j < n; j += (int32_t)per) {
-        uint32_t byte = 0;
-        for (k = 0; k < (int32_t)per; k++) {
-            const int32_t c = each ? o0 + j + k : 0;
-            const int32_t r =
-                (int32_t)((uint32_t)p->bias[o0 + j + k] + sw * (uint32_t)acc[j + k] - off);
-            byte |= mico_ll_code(r, (uint32_t)o->m[c], o->shift[c], hi) << ((uint32_t)k * bits);
+        uint32_t byte = 0, at;
+        for (at = 0; at < 8u; at += bits) { /* shifts in [1, 62] (mico_nn.h) */
+            const int32_t r = (int32_t)((uint32_t)*bp++ + sw * (uint32_t)*ap++ - off);
+            byte |= mico_ll_code(r, (uint32_t)*mp, *sp, hi) << at;
+            mp += each;
+            sp += each;
         }
         *dst++ = (uint8_t)byte;
     }
     return 1;
 }
 
+#define MICO_LL_K 256 /* input codes unpacked at once (the lanes path) */
+
+/* n codes of the input from element `start` into x, returning their sum: plain fields of 8, 4
+ * or 2 bits from a whole byte in one loop with their sum, others through mico_unpack. */
+static MICO_NOINLINE int32_t mico_ll_unpack(const void *in, size_t start, int32_t n, MicoFmt f,
+                                            int16_t *x)
+{
+    const MicoFieldMap fm = mico_field_map(f);
+    const uint32_t b = (uint32_t)f.bits;
+    const uint8_t *src = (const uint8_t *)in + start * b / 8u;
+    uint32_t sum = 0;
+    int32_t j = 0;
+    if (fm.x == 0u && fm.o == 0 && fm.sh == 0 && (start * b) % 8u == 0u) {
+        if (b == 8u) {
+            for (; j + 2 <= n; j += 2, src += 2) {
+                const uint32_t v0 = src[0], v1 = src[1];
+                x[j] = (int16_t)v0;
+                MICO_LL_SEQ();
+                x[j + 1] = (int16_t)v1;
+                MICO_LL_SEQ();
+                sum += v0 + v1;
+            }
+        } else if (b == 4u) {
+            for (; j + 2 <= n; j += 2, src++) {
+                const uint32_t v = *src, lo = v & 15u, hi = v >> 4;
+                x[j] = (int16_t)lo;
+                MICO_LL_SEQ();
+                x[j + 1] = (int16_t)hi;
+                MICO_LL_SEQ();
+                sum += lo + hi;
+            }
+        } else if (b == 2u) {
+            for (; j + 4 <= n; j += 4, src++) {
+                const uint32_t v = *src, c0 = v & 3u, c1 = (v >> 2) & 3u, c2 = (v >> 4) & 3u;
+                const uint32_t c3 = v >> 6;
+                x[j] = (int16_t)c0;
+                MICO_LL_SEQ();
+                x[j + 1] = (int16_t)c1;
+                MICO_LL_SEQ();
+                x[j + 2] = (int16_t)c2;
+                MICO_LL_SEQ();
+                x[j + 3] = (int16_t)c3;
+                MICO_LL_SEQ();
+                sum += c0 + c1 + c2 + c3;
+            }
+        }
+    }
+    if (j < n) {
+        mico_unpack(in, start + (size_t)j, n - j, f, x + j);
+        for (; j < n; j++) {
+            sum += (uint32_t)(int32_t)x[j];
+        }
+    }
+    return (int32_t)sum;
+}
+
+/* Weights in channel lanes, nb blocks of F outputs at a time (mico_ll_*): each chunk of input
+ * codes is unpacked once (with its sum, the weights' offset), the blocks' sums wait in acc
+ * between chunks (blocks left over go one at a time through fn1). Then finish, requantize and
+ * pack as one run. */
 static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l,
                                          const void *in, void *out, MicoLlFn fn, int32_t nb,
                                          MicoLanesFn fn1)
@@ -554,7 +638,7 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
     const int32_t wb = p->w_bits, nf = p->in_features, f = 32 / wb;
     const int32_t nblk = p->out_features / f, per = MICO_LIN_O / f; /* blocks per pass */
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
-    int16_t x[MICO_LIN_K];
+    int16_t x[MICO_LL_K];
     int32_t acc[MICO_LIN_O];
     int32_t r, b0, b1, k0, j, b;
     for (r = 0; r < p->rows; r++) {
@@ -567,12 +651,9 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
                 acc[j] = 0;
                 MICO_LL_SEQ();
             }
-            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
-                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
-                mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
-                for (j = 0; j < kc; j++) {
-                    xsum += x[j];
-                }
+            for (k0 = 0; k0 < nf; k0 += MICO_LL_K) {
+                const int32_t kc = nf - k0 < MICO_LL_K ? nf - k0 : MICO_LL_K;
+                xsum += mico_ll_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
                 for (b = b0; b + nb <= b1; b += nb) {
                     fn(w + (size_t)b * (size_t)nf + (size_t)k0, nf, x, kc, l->n, l->is_signed,
                        acc + (b - b0) * f);
@@ -611,7 +692,7 @@ MICO_LANES_EACH(MICO_LL_DEFINE)
             mico_linear_lanes(p, l, in, out, mico_lanes_w##BITS##g##G##_1);                 \
             return;                                                                         \
         }                                                                                   \
-        mico_linear_ll(p, l, in, out, mico_ll_w##BITS##g##G, (G) == 8 || (BITS) == 1 ? 2 : 4,\
+        mico_linear_ll(p, l, in, out, mico_ll_w##BITS##g##G, MICO_LL_NB(BITS, G),              \
                        mico_lanes_w##BITS##g##G##_1);                                       \
     }
 MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)

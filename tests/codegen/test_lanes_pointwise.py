@@ -135,7 +135,17 @@ def linear_stores() -> list:
     one = kernels_rv32.random_layer("linear", W4, A4, in_c=96, out_c=16, seed=951)
     one.m[:], one.shift[:] = one.m[0], one.shift[0]
     rows = kernels_rv32.random_layer("linear", W4, A4, in_c=40, out_c=8, rows=3, seed=952)
-    return [*layers, low, small, one, rows]
+    # the unpacking with the codes' sum: signed and asymmetric codes, rows that start inside a
+    # byte, chunks of 256 codes and a remainder, extremes
+    more = [
+        kernels_rv32.random_layer("linear", W4, QFormat(4, True), in_c=301, out_c=16, rows=2,
+                                  seed=960),
+        kernels_rv32.random_layer("linear", W2, QFormat.asymmetric(8, 100), in_c=263, out_c=32,
+                                  seed=961),
+        kernels_rv32.random_layer("linear", W4, A2, in_c=513, out_c=8, rows=3, seed=962,
+                                  extreme=True),
+    ]  # fmt: skip
+    return [*layers, low, small, one, rows, *more]
 
 
 CASES = {
