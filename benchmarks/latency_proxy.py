@@ -372,12 +372,15 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             f"target whose {r['ratio_base']} record compiled the same kernel files. Per kind, "
             "the mean ratio of the node's kernel path, lane width, 1-D or not and widths "
             "(`groups`, each group shrunk toward its parent) and the three regressors are "
-            "compared on held-out *models* (each model's nodes predicted by a fit on the "
-            "others'), and the best is kept; in the leave-one-model-out table the choice is "
-            "made again without the left-out model. Per-kind errors below are those of the "
-            "cycles given the node's measured instructions.",
+            "scored on held-out *models* (each model's nodes predicted by a fit on the "
+            "others'); conv and linear nodes keep the groups whatever the scores, the other "
+            "ops the best scored, chosen again in each leave-one-model-out fit without the "
+            "left-out model. Per-kind errors below are those of the cycles given the node's "
+            "measured instructions.",
             "",
         ]
+    if r.get("note"):  # written by hand into the JSON: how the records came to be
+        lines += [r["note"], ""]
     if r.get("as_measured"):
         changed = ", ".join(f"`{f}`" for f in r.get("changed_since", [])) or "none"
         lines += [
@@ -557,6 +560,8 @@ def main() -> None:
             before = old.get("targets", {}).get(target, {})
             if new.get("as_measured") and before.get("measured_at"):
                 new.setdefault("measured_at", before["measured_at"])
+            if before.get("note") and before.get("commit") == new.get("commit"):
+                new.setdefault("note", before["note"])
         merged = {**old.get("targets", {}), **results["targets"]}
         results["targets"] = {k: merged[k] for k in sorted(merged, key=_order)}
         results["seconds"] = None  # per target: each section says its own
