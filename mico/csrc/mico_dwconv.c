@@ -893,7 +893,14 @@ MICO_DW8_ENTRY(2)
  * rewritten with shift 33 on sums scaled by 2^k (k <= 3: scales below 4, small biases); a
  * channel outside that goes one output at a time too. Layers this path does not take
  * (planes too large for the buffers, unscaled or binary outputs) go to the pixel lanes
- * (symmetric codes) or mico_qconv2d_depthwise3x3 (asymmetric ones). */
+ * (symmetric codes) or mico_qconv2d_depthwise3x3 (asymmetric ones).
+ *
+ * Planes of short rows (unpacked at once) at stride 1 whose codes pad with 0 (unsigned, no
+ * zero point) take more lanes a word when a channel's sums allow: 4 lanes of 8 bits or 3 of
+ * 10 (MICO_DWP_PLANEK, buffer built a word at a time by mico_dwp_build), K output lines per
+ * multiply: DS-CNN's 25 x 5 planes as 7 or 9 line groups instead of 13 pairs. Channels
+ * whose sums need 16 bits keep the pairs (the buffer's padding restored after words of K
+ * lanes). */
 
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
@@ -984,6 +991,103 @@ typedef struct {
 typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, uint32_t, uint32_t,
                              uint32_t, const MicoDwp *, uint8_t *);
 
+/* K lanes a word (3 of 10 bits, 4 of 8; stride 1 along both axes): lane j of buffer row r
+ * holds padded row r + j D, D = L = ceil(n_slow / K), so one multiply serves K output lines
+ * (s, s + L, ..): the plane function of the pairs with K stores a word, the high lanes' first
+ * (a lane past the last line repeats the store of lane 0, which comes last). */
+#define MICO_DWP_LANE(A, J, K)                                                                  \
+    ((J) == (K) - 1 ? (A) >> ((J) * MICO_DWP_LS(K))                                               \
+                    : ((A) >> ((J) * MICO_DWP_LS(K))) & ((1u << MICO_DWP_LS(K)) - 1u))
+#define MICO_DWP_LS(K) ((K) == 3 ? 10u : 8u) /* lane bits */
+#define MICO_DWP_PUTK(A, OF, K, RELU)                                                                \
+    do {                                                                                          \
+        int32_t j_;                                                                               \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            mico_dw8_put(o + oj[j_] + (OF), (int32_t)(MICO_DWP_LANE(A, j_, K) + bb), m, sh, rnd,  \
+                         hi, g, RELU);                                                            \
+        }                                                                                         \
+    } while (0)
+#define MICO_DWP_PLANEK(NAME, K, RELU)                                                           \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *b = buf + s * pitch;                                               \
+            const MicoDwpWord *const end = b + full * 2;                                          \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            int32_t oj[K];                                                                        \
+            MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
+                oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
+            }                                                                                     \
+            for (; b < end; b += 2, o += 2 * of) {                                                \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], 1);                                         \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
+                MICO_DWP_PUTK(a0, 0, K, RELU);                                                       \
+                MICO_DWP_PUTK(a1, of, K, RELU);                                                      \
+            }                                                                                     \
+            if (rest) { /* the row's last output of each lane */                                  \
+                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
+                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
+                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
+                     wp[8] * b[2 * pitch + 2].w;                                                  \
+                MICO_DWP_PUTK(a, 0, K, RELU);                                                        \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANEK(mico_dwp_k3_0, 3, 0)
+MICO_DWP_PLANEK(mico_dwp_k3_1, 3, 1)
+MICO_DWP_PLANEK(mico_dwp_k4_0, 4, 0)
+MICO_DWP_PLANEK(mico_dwp_k4_1, 4, 1)
+
+/* The buffer of K lanes (MICO_DWP_PLANEK) from a channel's codes as bytes, src[line * srow +
+ * x * scol] for input line `line` (0..n_line - 1) and position x (0..n_x - 1) along it (u =
+ * the code: unsigned codes without a zero point, u_pad = 0): lane j of buffer row r, column
+ * x (row points at column 0 of the plane), holds line first + r + j D (0 outside the plane);
+ * a word at a time from its K codes. The padding columns hold 0 from the layer's start. */
+static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
+                                         int32_t n_line, int32_t n_x, int32_t first,
+                                         const MicoDwp *d, uint32_t k, MicoDwpWord *row)
+{
+    static const uint8_t zeros[MICO_DWP_PITCH * 8]; /* a line outside the plane */
+    const int32_t half = d->half;
+    int32_t r, x;
+    for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
+        const int32_t l0 = first + r;
+        const uint8_t *p0 = (uint32_t)l0 < (uint32_t)n_line ? src + l0 * srow : zeros;
+        const uint8_t *p1 = (uint32_t)(l0 + half) < (uint32_t)n_line ? src + (l0 + half) * srow
+                                                                      : zeros;
+        const uint8_t *p2 = (uint32_t)(l0 + 2 * half) < (uint32_t)n_line
+                                ? src + (l0 + 2 * half) * srow
+                                : zeros;
+        MicoDwpWord *o = row;
+        if (k == 3u) {
+            for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, o++) {
+                o->w = (uint32_t)*p0 + ((uint32_t)*p1 << 10) + ((uint32_t)*p2 << 20);
+            }
+        } else {
+            const uint8_t *p3 = (uint32_t)(l0 + 3 * half) < (uint32_t)n_line
+                                    ? src + (l0 + 3 * half) * srow
+                                    : zeros;
+            for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, p3 += scol, o++) {
+                o->w = (uint32_t)*p0 + ((uint32_t)*p1 << 8) + ((uint32_t)*p2 << 16) +
+                       ((uint32_t)*p3 << 24);
+            }
+        }
+    }
+}
+
 /* The pixel (a u) of padded buffer position (r, x): row r's low lane or row r - D's high. */
 static inline uint32_t mico_dwp_u(const MicoDwp *d, const MicoDwpWord *buf, int32_t r, int32_t x)
 {
@@ -1002,6 +1106,18 @@ static MICO_NOINLINE void mico_dwp_weights(const uint8_t *weight, uint32_t ch, u
     const uint32_t mask = wb >= 8u ? 0xffu : (1u << wb) - 1u, h = 1u << (wb - 1u);
     const uint8_t *q = weight + (bit >> 3);
     uint32_t acc = (uint32_t)*q++ >> (bit & 7u), have = 8u - (uint32_t)(bit & 7u), j;
+    if (wb == 4u || wb == 2u) { /* the 9 codes' bytes (5 or 3, all of them the channel's) */
+        const uint32_t lo = (uint32_t)q[-1] | (uint32_t)q[0] << 8 | (uint32_t)q[1] << 16 |
+                            (wb == 4u ? (uint32_t)q[2] << 24 : 0u);
+        const uint32_t sh = (uint32_t)(bit & 7u);
+        /* codes 0..7 of 4 bits (0..8 of 2) from lo >> sh, code 8 of 4 bits from the last byte */
+        const uint32_t v = wb == 4u && sh ? lo >> sh | (uint32_t)q[3] << (32u - sh) : lo >> sh;
+        for (j = 0; j < 9u; j++) {
+            const uint32_t f = j < 32u / wb ? (v >> (j * wb)) & mask : (uint32_t)q[3] >> sh & mask;
+            w[trans ? j % 3u * 3u + j / 3u : j] = (f ^ h) - h;
+        }
+        return;
+    }
     for (j = 0; j < 9u; j++) {
         uint32_t f;
         while (have < wb) {
@@ -1346,7 +1462,8 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
 static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
-                                  MicoDwpPlane const fns[2], int32_t sf)
+                                  MicoDwpPlane const fns[2], int32_t sf,
+                                  MicoDwpPlane const fns3[2], MicoDwpPlane const fns4[2])
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -1361,7 +1478,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows;
+    int short_rows, multi, dirty = 0;
+    MicoDwp dk[2]; /* 3 and 4 lanes */
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
         p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c || p->in_c != p->out_c ||
@@ -1403,12 +1521,20 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
+     * 0 (the padding words of both layouts alike) */
+    multi = short_rows && sf == 1 && g->ss == 1 && upad == 0u;
+    for (i = 0; i < 2; i++) {
+        dk[i] = d;
+        dk[i].half = (g->n_slow + 2 + i) / (3 + i);
+        dk[i].rows = dk[i].half + 2;
+    }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sum = 0, sabs = 0, binit, acc0, m, sh;
-        int32_t neg, pos, at = 0, k, fits = 1;
+        int32_t neg, pos, at = 0, k, fits = 1, kl;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w);
         for (t = 0; t < 9; t++) {
@@ -1420,34 +1546,6 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         pos = ((int32_t)sum + (int32_t)sabs) / 2; /* weights */
         if (short_rows && b < 8u) { /* rows of few codes: the plane unpacked at once */
             mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
-        }
-        for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
-            const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
-            const int32_t r0 = first < 0 ? -first : 0;
-            const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;
-            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
-            MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;
-            const int half = lane ? 1 - lo : lo;
-            if (r1 <= r0 || n <= 0) {
-                continue;
-            }
-            if (short_rows) { /* from the bytes, the longer side in the inner loop */
-                const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
-                const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +
-                                          (size_t)(first + r0) * (size_t)srow;
-                if (n >= r1 - r0) {
-                    mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
-                } else {
-                    mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
-                }
-            } else if (trans) { /* input rows y -> buffer columns, columns -> buffer rows */
-                mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,
-                              (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);
-            } else {
-                mico_dwp_read((const uint8_t *)in,
-                              (plane + (size_t)(first + r0) * (size_t)in_w) * b,
-                              (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);
-            }
         }
         if (direct) {
             o = (uint8_t *)out + (size_t)ch * (size_t)out_plane;
@@ -1475,13 +1573,65 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                      (uint32_t)(pos - neg) << 9) < 0x10000000u);
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
-        if (fits) {
+        kl = 2;
+        if (multi && fits) { /* the most lanes the channel's sums fit */
+            const uint32_t span = (uint32_t)(pos - neg) * umax << k;
+            kl = span <= 0xffu ? 4 : span <= 0x3ffu ? 3 : 2;
+        }
+        if (kl > 2) {
+            const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
+            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+            const uint8_t *const s0 = b < 8u ? stage : (const uint8_t *)in + plane;
+            mico_dwp_build(s0, srow, scol, slow_in, n, -ps, &dk[kl - 3], (uint32_t)kl, buf + pf);
+            binit = ((uint32_t)(-neg) * umax * (kl == 3 ? 0x100401u : 0x01010101u)) << k;
+            for (t = 0; k && t < 9; t++) {
+                ws[t] = w[t] << k;
+            }
+            (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w, binit,
+                                          (acc0 + (uint32_t)neg * umax) << k, m, sh,
+                                          &dk[kl - 3], o);
+            dirty = 1;
+        } else {
+            for (i = 0; dirty && i < MICO_DWP_PITCH * d.rows; i++) {
+                buf[i].w = fill; /* the pairs' padding again, after words of K lanes */
+            }
+            dirty = 0;
+            for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
+                const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
+                const int32_t r0 = first < 0 ? -first : 0;
+                const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;
+                const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+                MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;
+                const int half = lane ? 1 - lo : lo;
+                if (r1 <= r0 || n <= 0) {
+                    continue;
+                }
+                if (short_rows) { /* from the bytes, the longer side in the inner loop */
+                    const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
+                    const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +
+                                              (size_t)(first + r0) * (size_t)srow;
+                    if (n >= r1 - r0) {
+                        mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
+                    } else {
+                        mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
+                    }
+                } else if (trans) { /* input rows y -> buffer columns, columns -> buffer rows */
+                    mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,
+                                  (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);
+                } else {
+                    mico_dwp_read((const uint8_t *)in,
+                                  (plane + (size_t)(first + r0) * (size_t)in_w) * b,
+                                  (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);
+                }
+            }
+        }
+        if (kl == 2 && fits) {
             binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
             for (t = 0; k && t < 9; t++) {
                 ws[t] = w[t] << k;
             }
             fns[relu](buf, k ? ws : w, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d, o);
-        } else {
+        } else if (kl == 2) {
             mico_dwp_plain(&d, buf, w, acc0, &rq, o);
         }
         if (!direct) {
@@ -1498,9 +1648,11 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                                 void *out)                                                        \
     {                                                                                             \
         static MicoDwpPlane const fns[2] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1};              \
+        static MicoDwpPlane const fns3[2] = {mico_dwp_k3_0, mico_dwp_k3_1};                       \
+        static MicoDwpPlane const fns4[2] = {mico_dwp_k4_0, mico_dwp_k4_1};                       \
         static const MicoDwLanes one = {32, 0};                                                   \
         (void)l;                                                                                  \
-        if (mico_dwp(p, in, out, fns, SF)) {                                                      \
+        if (mico_dwp(p, in, out, fns, SF, fns3, fns4)) {                                          \
             return;                                                                               \
         }                                                                                         \
         if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \

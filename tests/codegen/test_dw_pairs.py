@@ -93,6 +93,39 @@ def _edges() -> list:
     return asym + extreme + small_shift + [wide] + too_big
 
 
+def _lanes() -> list:
+    """Several lanes a word (planes of short rows, stride 1, codes whose padding is 0): 4 lanes
+    of 8 bits (2-bit codes), 3 of 10 (4-bit codes), and pairs, chosen per channel by the span
+    of its sums, in one layer (words of 3 or 4 lanes before and after pairs); padding 0..2,
+    both orientations, outputs of 2, 4 and 8 bits with and without a ReLU, shifts of 32 or
+    less (sums scaled by 2^k), 1-bit codes."""
+    a2, o4s = QFormat(2, False), QFormat(4, True)
+    layers = [
+        _layer(25, 5, a=a2, o=a2, wb=2, c=6, seed=80),
+        _layer(25, 5, wb=4, c=5, seed=81),
+        _layer(25, 5, o=QFormat(8, False), wb=4, c=3, seed=82),
+        _layer(9, 7, a=a2, o=A4, wb=4, c=3, pad=0, seed=83),
+        _layer(7, 6, wb=2, c=3, pad=2, seed=84),
+        _layer(30, 4, a=a2, o=a2, wb=2, c=4, seed=85),  # buffer rows along the plane's rows
+        _layer(13, 5, o=o4s, wb=4, c=3, relu=False, seed=86),
+        _layer(11, 3, a=QFormat(1, False), o=QFormat(1, False), wb=1, c=3, seed=87),
+        _layer(12, 5, a=QFormat(3, False), o=QFormat(3, False), wb=3, c=3, seed=88),
+    ]
+    # 8-bit codes: 4 lanes for |w| summing to 1, 3 lanes up to 4, pairs above
+    mixed = _layer(25, 5, a=QFormat(8, False), o=A4, wb=4, c=6, seed=89)
+    taps = {0: [1], 2: [1, -1, 1, 1], 4: [-1], 5: [1, -1, 1]}
+    for ch, ws in taps.items():
+        mixed.weight[ch] = 0
+        mixed.weight[ch, 0].flat[: len(ws)] = ws
+    small_shift = []
+    for seed, scale in ((90, 0.3), (91, 3.5)):
+        layer = _layer(12, 5, a=a2, o=a2, wb=2, seed=seed)
+        layer.shift = np.full_like(layer.shift, 20)
+        layer.m = np.full_like(layer.m, int(scale * 2**20))
+        small_shift.append(layer)
+    return [*layers, mixed, *small_shift]
+
+
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
     """The pair path's entry point of the layer's stride, whatever the plan would choose."""
     return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
@@ -101,8 +134,8 @@ def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=Non
 def test_pair_path_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through the pair path's entry point
     and through the plain kernel."""
-    layers = _widths() + _edges()
-    assert pair_span(layers[-4].weight, layers[-4].a_fmt) > 0xFFFF  # the guard's case
+    layers = _widths() + _edges() + _lanes()
+    assert pair_span(layers[-16].weight, layers[-16].a_fmt) > 0xFFFF  # the guard's case
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
         ref = layer.reference().ravel()
