@@ -898,9 +898,11 @@ MICO_DW8_ENTRY(2)
  * Planes of short rows (unpacked at once) at stride 1 whose codes pad with 0 (unsigned, no
  * zero point) take more lanes a word when a channel's sums allow: 4 lanes of 8 bits or 3 of
  * 10 (MICO_DWP_PLANEK, buffer built a word at a time by mico_dwp_build), K output lines per
- * multiply: DS-CNN's 25 x 5 planes as 7 or 9 line groups instead of 13 pairs. Channels
- * whose sums need 16 bits keep the pairs (the buffer's padding restored after words of K
- * lanes). */
+ * multiply: DS-CNN's 25 x 5 planes as 7 or 9 line groups instead of 13 pairs; planes of at
+ * most 5 columns, 5 lanes of 6 bits, every output column in one word (the plane transposed,
+ * mico_dwp_build5: a row's codes gathered once). Channels whose sums need 16 bits keep the
+ * pairs; a layer stays in 3 or 4 lanes once there while its channels fit; the buffer's
+ * padding is restored where another layout wrote. */
 
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
@@ -998,7 +1000,7 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
 #define MICO_DWP_LANE(A, J, K)                                                                  \
     ((J) == (K) - 1 ? (A) >> ((J) * MICO_DWP_LS(K))                                               \
                     : ((A) >> ((J) * MICO_DWP_LS(K))) & ((1u << MICO_DWP_LS(K)) - 1u))
-#define MICO_DWP_LS(K) ((K) == 3 ? 10u : 8u) /* lane bits */
+#define MICO_DWP_LS(K) ((K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
 #define MICO_DWP_PUTK(A, OF, K, RELU)                                                                \
     do {                                                                                          \
         int32_t j_;                                                                               \
@@ -1050,6 +1052,40 @@ MICO_DWP_PLANEK(mico_dwp_k3_0, 3, 0)
 MICO_DWP_PLANEK(mico_dwp_k3_1, 3, 1)
 MICO_DWP_PLANEK(mico_dwp_k4_0, 4, 0)
 MICO_DWP_PLANEK(mico_dwp_k4_1, 4, 1)
+MICO_DWP_PLANEK(mico_dwp_k5_0, 5, 0)
+MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
+
+/* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
+ * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
+ * src[y * in_w + x], gathered once into W = sum_x u_x 2^(6 x); buffer word (r, pad_h + y) is W
+ * moved by pad_w - r lanes (its lanes 0..4). */
+static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int32_t in_w,
+                                          int32_t pad_h, int32_t pad_w, MicoDwpWord *buf)
+{
+    /* row r: W << l_r >> r_r (pad_w - r lanes; pad_w <= 2 along a plane of 5 columns) */
+    const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
+    const uint32_t l1 = pad_w > 1 ? 6u * (uint32_t)(pad_w - 1) : 0u, r1 = pad_w < 1 ? 6u : 0u;
+    const uint32_t l2 = pad_w > 2 ? 6u * (uint32_t)(pad_w - 2) : 0u;
+    const uint32_t r2 = pad_w < 2 ? 6u * (uint32_t)(2 - pad_w) : 0u;
+    const uint32_t mask = 0x3fffffffu;
+    MicoDwpWord *o = buf + pad_h;
+    int32_t y, x;
+    for (y = 0; y < in_h; y++, src += in_w, o++) {
+        uint32_t v;
+        if (in_w == 5) {
+            v = (uint32_t)src[0] + ((uint32_t)src[1] << 6) + ((uint32_t)src[2] << 12) +
+                ((uint32_t)src[3] << 18) + ((uint32_t)src[4] << 24);
+        } else {
+            v = 0;
+            for (x = 0; x < in_w; x++) {
+                v += (uint32_t)src[x] << (6 * x);
+            }
+        }
+        o[0].w = (v << l0 >> r0) & mask;
+        o[MICO_DWP_PITCH].w = (v << l1 >> r1) & mask;
+        o[2 * MICO_DWP_PITCH].w = (v << l2 >> r2) & mask;
+    }
+}
 
 /* The buffer of K lanes (MICO_DWP_PLANEK) from a channel's codes as bytes, src[line * srow +
  * x * scol] for input line `line` (0..n_line - 1) and position x (0..n_x - 1) along it (u =
@@ -1463,7 +1499,8 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
  * done) when this path does not take it. */
 static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
                                   MicoDwpPlane const fns[2], int32_t sf,
-                                  MicoDwpPlane const fns3[2], MicoDwpPlane const fns4[2])
+                                  MicoDwpPlane const fns3[2], MicoDwpPlane const fns4[2],
+                                  MicoDwpPlane const fns5[2])
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -1478,8 +1515,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, dirty = 0;
-    MicoDwp dk[2]; /* 3 and 4 lanes */
+    int short_rows, multi, multi5, layout = 0;
+    MicoDwp dk[2], d5; /* 3 and 4 lanes; 5 */
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
         p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c || p->in_c != p->out_c ||
@@ -1529,6 +1566,18 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         dk[i].half = (g->n_slow + 2 + i) / (3 + i);
         dk[i].rows = dk[i].half + 2;
     }
+    /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word (the
+     * plane transposed: one line group) */
+    multi5 = short_rows && sf == 1 && p->stride_h == 1 && p->stride_w == 1 && upad == 0u &&
+             in_w <= 5 && p->out_w <= 5 && p->out_h + 2 <= MICO_DWP_PITCH && b < 8u;
+    d5 = d;
+    d5.g.n_fast = p->out_h;
+    d5.g.n_slow = p->out_w;
+    d5.g.ss = 1;
+    d5.g.ostep_fast = p->out_w;
+    d5.g.ostep_slow = 1;
+    d5.half = 1;
+    d5.rows = 3;
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
@@ -1576,9 +1625,29 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         kl = 2;
         if (multi && fits) { /* the most lanes the channel's sums fit */
             const uint32_t span = (uint32_t)(pos - neg) * umax << k;
-            kl = span <= 0xffu ? 4 : span <= 0x3ffu ? 3 : 2;
+            kl = span <= 0x3fu && multi5 ? 5 : span <= 0xffu ? 4 : span <= 0x3ffu ? 3 : 2;
         }
-        if (kl > 2) {
+        kl = kl == 5 && layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
+        if ((kl == 2 ? 0 : kl == 5 ? 2 : 1) != layout) { /* another layout of the buffer */
+            const int32_t cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
+            /* back to pairs: the whole padding again; to or from 5 lanes: its 3 rows (words
+             * of 3 or 4 lanes are written whole over the pairs' rows) */
+            const int32_t n_fill = cls == 0                   ? MICO_DWP_PITCH * d.rows
+                                   : cls == 2 || layout == 2 ? 3 * MICO_DWP_PITCH
+                                                             : 0;
+            for (i = 0; i < n_fill; i++) {
+                buf[i].w = fill;
+            }
+            layout = cls;
+        }
+        if (kl == 5) {
+            mico_dwp_build5(stage, in_h, in_w, p->pad_h, p->pad_w, buf);
+            binit = ((uint32_t)(-neg) * umax * 0x01041041u) << k;
+            for (t = 0; t < 9; t++) { /* the plane transposed: w[3 c + r] is tap (r, c) */
+                ws[t] = (trans ? w[t] : w[t % 3u * 3u + t / 3u]) << k;
+            }
+            fns5[relu](buf, ws, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d5, o);
+        } else if (kl > 2) {
             const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
             const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
             const uint8_t *const s0 = b < 8u ? stage : (const uint8_t *)in + plane;
@@ -1590,12 +1659,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
             (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w, binit,
                                           (acc0 + (uint32_t)neg * umax) << k, m, sh,
                                           &dk[kl - 3], o);
-            dirty = 1;
         } else {
-            for (i = 0; dirty && i < MICO_DWP_PITCH * d.rows; i++) {
-                buf[i].w = fill; /* the pairs' padding again, after words of K lanes */
-            }
-            dirty = 0;
             for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
                 const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
                 const int32_t r0 = first < 0 ? -first : 0;
@@ -1650,9 +1714,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         static MicoDwpPlane const fns[2] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1};              \
         static MicoDwpPlane const fns3[2] = {mico_dwp_k3_0, mico_dwp_k3_1};                       \
         static MicoDwpPlane const fns4[2] = {mico_dwp_k4_0, mico_dwp_k4_1};                       \
+        static MicoDwpPlane const fns5[2] = {mico_dwp_k5_0, mico_dwp_k5_1};                       \
         static const MicoDwLanes one = {32, 0};                                                   \
         (void)l;                                                                                  \
-        if (mico_dwp(p, in, out, fns, SF, fns3, fns4)) {                                          \
+        if (mico_dwp(p, in, out, fns, SF, fns3, fns4, fns5)) {                                    \
             return;                                                                               \
         }                                                                                         \
         if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \

@@ -94,11 +94,11 @@ def _edges() -> list:
 
 
 def _lanes() -> list:
-    """Several lanes a word (planes of short rows, stride 1, codes whose padding is 0): 4 lanes
-    of 8 bits (2-bit codes), 3 of 10 (4-bit codes), and pairs, chosen per channel by the span
-    of its sums, in one layer (words of 3 or 4 lanes before and after pairs); padding 0..2,
-    both orientations, outputs of 2, 4 and 8 bits with and without a ReLU, shifts of 32 or
-    less (sums scaled by 2^k), 1-bit codes."""
+    """Several lanes a word (planes of short rows, stride 1, codes whose padding is 0): 5 lanes
+    of 6 bits (planes of at most 5 columns), 4 of 8, 3 of 10 and pairs, chosen per channel by
+    the span of its sums, in one layer (each layout before and after the others); padding
+    0..2, both orientations, outputs of 2, 4 and 8 bits with and without a ReLU, shifts of 32
+    or less (sums scaled by 2^k), 1-bit codes."""
     a2, o4s = QFormat(2, False), QFormat(4, True)
     layers = [
         _layer(25, 5, a=a2, o=a2, wb=2, c=6, seed=80),
@@ -111,19 +111,26 @@ def _lanes() -> list:
         _layer(11, 3, a=QFormat(1, False), o=QFormat(1, False), wb=1, c=3, seed=87),
         _layer(12, 5, a=QFormat(3, False), o=QFormat(3, False), wb=3, c=3, seed=88),
     ]
-    # 8-bit codes: 4 lanes for |w| summing to 1, 3 lanes up to 4, pairs above
-    mixed = _layer(25, 5, a=QFormat(8, False), o=A4, wb=4, c=6, seed=89)
-    taps = {0: [1], 2: [1, -1, 1, 1], 4: [-1], 5: [1, -1, 1]}
+    # 8-bit codes: 5 lanes for weights all 0, 4 for |w| summing to 1, 3 up to 4, pairs above;
+    # one layer: 5, 4, pairs, 5, 3, pairs, 4, 3 lanes
+    mixed = _layer(25, 5, a=QFormat(8, False), o=A4, wb=4, c=8, seed=89)
+    taps = {0: [], 1: [1], 3: [], 4: [1, -1, 1, 1], 6: [-1], 7: [1, -1, 1]}
     for ch, ws in taps.items():
         mixed.weight[ch] = 0
         mixed.weight[ch, 0].flat[: len(ws)] = ws
+    five = [  # 5 lanes of 6 bits: planes of at most 5 columns
+        _layer(7, 5, a=a2, o=a2, wb=2, c=3, pad=0, seed=92),
+        _layer(9, 3, a=a2, o=a2, wb=2, c=3, pad=2, seed=93),
+        _layer(13, 5, a=a2, o=QFormat(2, True), wb=2, c=3, relu=False, seed=94),
+        _layer(20, 5, a=QFormat(1, False), o=A4, wb=4, c=4, seed=95),
+    ]
     small_shift = []
     for seed, scale in ((90, 0.3), (91, 3.5)):
         layer = _layer(12, 5, a=a2, o=a2, wb=2, seed=seed)
         layer.shift = np.full_like(layer.shift, 20)
         layer.m = np.full_like(layer.m, int(scale * 2**20))
         small_shift.append(layer)
-    return [*layers, mixed, *small_shift]
+    return [*layers, mixed, *five, *small_shift]
 
 
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
@@ -135,7 +142,7 @@ def test_pair_path_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through the pair path's entry point
     and through the plain kernel."""
     layers = _widths() + _edges() + _lanes()
-    assert pair_span(layers[-16].weight, layers[-16].a_fmt) > 0xFFFF  # the guard's case
+    assert pair_span(layers[-20].weight, layers[-20].a_fmt) > 0xFFFF  # the guard's case
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
         ref = layer.reference().ravel()
