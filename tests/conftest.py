@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -10,7 +13,25 @@ import torch
 
 from mico.data import DatasetSplit, load_dataset
 from mico.models import SmallCNN
+from mico.targets.io import BUILD_CACHE_ENV
 from mico.train import train
+
+_OWN_BUILD_CACHE: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One object cache for the run's C builds (``$MICO_BUILD_CACHE``): hundreds of tests
+    build programs from the same kernel sources, each compiled once instead of once per build.
+    Set here, before pytest-xdist starts its workers, so that they share it; removed at the end
+    unless the caller gave one."""
+    if BUILD_CACHE_ENV not in os.environ and "PYTEST_XDIST_WORKER" not in os.environ:
+        _OWN_BUILD_CACHE.append(tempfile.mkdtemp(prefix="mico-test-objects-"))
+        os.environ[BUILD_CACHE_ENV] = _OWN_BUILD_CACHE[0]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for path in _OWN_BUILD_CACHE:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(autouse=True)

@@ -46,17 +46,20 @@ def _compiler_id(cc: str) -> str:
     return hashlib.sha256((cc + result.stdout).encode()).hexdigest()[:16]
 
 
-def _command(project: CProject, variables: list[str], kind: str) -> list[str]:
-    """The compiler call ``make`` would run to build the project's executable."""
+def _command(project: CProject, variables: list[str], kind: str) -> tuple[list[str], list[str]]:
+    """The compiler call ``make`` would run to build the project's executable, and the shell
+    lines writing its command stamp (``.<executable>.cmd``)."""
     exe = executable(project.name, kind)
     result = subprocess.run(["make", "-n", "-B", *variables], cwd=project.directory,
                             capture_output=True, text=True, check=False)  # fmt: skip
     if result.returncode != 0:
         raise BuildError(f"make -n in {project.directory} failed:\n{result.stderr[-TAIL:]}")
+    stamps = [line for line in result.stdout.splitlines()
+              if line.startswith("echo") and f".{exe}.cmd" in line]  # fmt: skip
     for line in result.stdout.splitlines():
         words = shlex.split(line)
         if "-o" in words and words[words.index("-o") + 1] == exe and not line.startswith("echo"):
-            return words
+            return words, stamps
     raise BuildError(f"make -n in {project.directory} names no command building {exe}")
 
 
@@ -81,11 +84,19 @@ def _run(words: list[str], cwd: Path, what: str, timeout: float) -> None:
         raise BuildError(f"{what} failed:\n{(result.stdout + result.stderr)[-TAIL:]}")
 
 
-def build(project: CProject, variables: list[str], kind: str, timeout: float = 300) -> Path:
+def build(
+    project: CProject,
+    variables: list[str],
+    kind: str,
+    timeout: float = 300,
+    store: Path | None = None,
+) -> Path:
     """Build ``project``'s executable for ``kind`` (``rv32``, ``host``, ``vexriscv``) as
-    ``make <variables>`` does, each source's object taken from the cache when the compiler,
-    the flags, the source and its headers are unchanged; return the executable."""
-    words = _command(project, variables, kind)
+    ``make <variables>`` does, each source's object taken from the cache (``store``, else
+    :func:`cache_dir`) when the compiler, the flags, the source and its headers are unchanged;
+    return the executable. The project's command stamp is written as ``make`` writes it, so a
+    later ``make`` with the same variables finds the executable up to date."""
+    words, stamps = _command(project, variables, kind)
     cc, rest = words[0], words[1:]
     out = rest.index("-o")
     exe = rest[out + 1]
@@ -93,8 +104,11 @@ def build(project: CProject, variables: list[str], kind: str, timeout: float = 3
     sources = [w for w in rest if w.endswith(SOURCE_SUFFIXES) and not w.startswith("-")]
     libs = [w for w in rest if w.startswith("-l")]
     flags = [w for w in rest if w not in sources and w not in libs]
-    store = cache_dir()
+    store = cache_dir() if store is None else store
     store.mkdir(parents=True, exist_ok=True)
+    for line in stamps:  # before the executable, so that the executable is the newer file
+        _run(["sh", "-c", line], project.directory, f"writing {project.directory}'s build stamp",
+             timeout)  # fmt: skip
     shared = set(kernel_sources())
     objects = []
     with tempfile.TemporaryDirectory(prefix="mico-objects-") as tmp:

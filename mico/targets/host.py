@@ -60,7 +60,7 @@ def build(
     require_tools("host", {"make": "make", cc: compiler_package(cc)})
     variables = ["TARGET=host", f"CC={cc}", f"SANITIZE={int(sanitize)}"]
     try:
-        run_make(project, variables, timeout, f"building {project.directory} with {cc}")
+        run_make(project, variables, timeout, f"building {project.directory} with {cc}", "host")
     except BuildError as exc:
         if sanitize and "libclang_rt" in str(exc):
             raise BuildError(

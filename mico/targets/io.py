@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -15,6 +16,9 @@ from mico.errors import BuildError
 from mico.numerics import check_finite_samples
 
 TAIL = 4000  # characters of tool output kept in error messages
+#: a directory: the targets' builds compile each unchanged kernel source once and keep its
+#: object there (mico.hw.objcache), for many builds of the same kernels (a test suite, a grid)
+BUILD_CACHE_ENV = "MICO_BUILD_CACHE"
 
 
 def require_tools(target: str, tools: Mapping[str, str]) -> None:
@@ -46,10 +50,27 @@ def exit_status(returncode: int) -> str:
 
 
 def run_make(
-    project: CProject, variables: Sequence[str], timeout: float, what: str
-) -> subprocess.CompletedProcess[str]:
+    project: CProject,
+    variables: Sequence[str],
+    timeout: float,
+    what: str,
+    kind: str | None = None,
+) -> subprocess.CompletedProcess[str] | None:
     """``make -C <project> *variables``; a failure or time-out raises BuildError that starts
-    with ``what`` (``building <dir> with gcc``) and ends with make's output."""
+    with ``what`` (``building <dir> with gcc``) and ends with make's output.
+
+    With ``kind`` (the executable's target) and ``$MICO_BUILD_CACHE`` set, the executable is
+    built as ``make`` builds it but from cached kernel objects (None is returned); a build
+    that fails there is run by ``make``, whose error is the one raised."""
+    cache = os.environ.get(BUILD_CACHE_ENV)
+    if cache and kind is not None:
+        from mico.hw import objcache
+
+        try:
+            objcache.build(project, list(variables), kind, timeout, store=Path(cache))
+            return None
+        except BuildError:
+            pass  # make builds it again and says what failed in its own words
     command = ["make", "-C", str(project.directory), *variables]
     try:
         result = subprocess.run(

@@ -78,7 +78,7 @@ class Rv32Run:
 def build(project: CProject, timeout: float = 300) -> Path:
     """``make TARGET=rv32``; return the ELF. Compiler or linker errors raise BuildError."""
     require_tools("rv32", {t: TOOLS[t] for t in ("make", RV32_CC)})
-    run_make(project, ["TARGET=rv32"], timeout, f"building {project.directory} for rv32")
+    run_make(project, ["TARGET=rv32"], timeout, f"building {project.directory} for rv32", "rv32")
     return project.directory / executable(project.name, "rv32")
 
 

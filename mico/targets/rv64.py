@@ -78,7 +78,7 @@ def build(project: CProject, timeout: float = 300) -> Path:
             f"{RV64_CC} finds no static C library; install it (Debian: apt-get install "
             f"{LIBC_PACKAGE})"
         )
-    run_make(project, ["TARGET=rv64"], timeout, f"building {project.directory} for rv64")
+    run_make(project, ["TARGET=rv64"], timeout, f"building {project.directory} for rv64", "rv64")
     return project.directory / executable(project.name, "rv64")
 
 

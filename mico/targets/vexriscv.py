@@ -209,6 +209,7 @@ def build(project: CProject, variant: str = DEFAULT_VARIANT, timeout: float = 30
         ["TARGET=vexriscv", f"MICO_VEXRISCV={BENCH_DIR}", f"VEXRISCV_ARCH={arch}"],
         timeout,
         f"building {project.directory} for vexriscv ({variant})",
+        "vexriscv",
     )
     return project.directory / executable(project.name, "vexriscv")
 
