@@ -43,8 +43,7 @@ def check(layers, target: str = "host") -> list[str]:
     return chosen
 
 
-@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
-def test_conv_every_activation_width(w_fmt):
+def _conv_every(w_fmt) -> list:
     """3x3 conv (padding, odd 5x7 plane: pixel blocks and words left partly empty)."""
     out_c = 32 // w_fmt.bits
     layers = []
@@ -57,15 +56,13 @@ def test_conv_every_activation_width(w_fmt):
             )  # fmt: skip
             layer.x = np.concatenate([layer.x, layer.x[:, :, :2]], axis=2)  # 5 x 7 inputs
             layers.append(layer)
-    used = sum(k.startswith("mico_qconv2d_lanes") for k in check(layers))
-    assert used >= 6  # the lanes take most pairs of narrow widths
+    return layers
 
 
-@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
-def test_linear_every_activation_width(w_fmt):
+def _linear_every(w_fmt) -> list:
     """Linear layers with 37 inputs (no whole word) and 3 rows, and with 300 (two chunks)."""
     out_c = 32 // w_fmt.bits * 2
-    layers = [
+    return [
         kernels_rv32.random_layer(
             "linear", w_fmt, QFormat(a_bits, signed), in_c=in_c, out_c=out_c, rows=rows,
             seed=a_bits + 10 * signed + in_c,
@@ -74,59 +71,79 @@ def test_linear_every_activation_width(w_fmt):
         for signed in (False, True)
         for in_c, rows in ((37, 3), (300, 1))
     ]  # fmt: skip
-    check(layers)
 
 
-@pytest.mark.parametrize(
-    ("w_bits", "a_bits", "a_signed"),
-    [(1, 1, False), (1, 1, True), (2, 2, False), (4, 4, False), (4, 4, True), (8, 4, False),
-     (TERNARY, 8, False), (2, 3, True)],
-)  # fmt: skip
-def test_extremes_and_long_reductions(w_bits, a_bits, a_signed):
+EXTREMES = [(1, 1, False), (1, 1, True), (2, 2, False), (4, 4, False), (4, 4, True),
+            (8, 4, False), (TERNARY, 8, False), (2, 3, True)]  # fmt: skip
+
+
+def _extremes(w_bits, a_bits, a_signed) -> list:
     """Codes at their limits (lanes filled to capacity between flushes), saturating
     multipliers, biases near the int32 limits, a reduction of 40 channels x 3x3 (chunks)."""
     w_fmt, a_fmt = QFormat.for_bits(w_bits, True), QFormat(a_bits, a_signed)
     out_c = 32 // w_fmt.bits
     layers = []
     for seed, extreme in ((1, True), (2, False)):
-        layers.append(
-            kernels_rv32.random_layer(
-                "conv",
-                w_fmt,
-                a_fmt,
-                in_c=40,
-                out_c=out_c,
-                hw=4,
-                k=3,
-                pad=1,
-                stride=1,
-                seed=seed,
-                extreme=extreme,
-                o_fmt=QFormat(8, True),
-                relu=False,
-            )
-        )
+        layers.append(kernels_rv32.random_layer(
+            "conv", w_fmt, a_fmt, in_c=40, out_c=out_c, hw=4, k=3, pad=1, stride=1, seed=seed,
+            extreme=extreme, o_fmt=QFormat(8, True), relu=False,
+        ))  # fmt: skip
         layers.append(kernels_rv32.random_layer(
             "linear", w_fmt, a_fmt, in_c=1000, out_c=out_c, seed=seed, extreme=extreme,
             o_fmt=QFormat(4, False),
         ))  # fmt: skip
-    chosen = check(layers)
-    # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py)
-    path = "mico_qconv2d_bin_" if layers[0].binary() else "mico_qconv2d_lanes"
-    assert chosen[0].startswith(path) and chosen[0] == chosen[2]
+    return layers
 
 
-def test_pointwise_strided_and_grouped():
+def _pointwise() -> list:
     """1x1 (the pointwise patch), stride 2 with padding, and groups of F channels."""
     w4, a4 = QFormat(4, True), QFormat(4, False)
-    layers = [
+    return [
         kernels_rv32.random_layer("conv", w4, a4, in_c=24, out_c=16, hw=9, k=1, seed=3),
         kernels_rv32.random_layer("conv", w4, a4, in_c=8, out_c=8, hw=9, k=3, pad=1, stride=2,
                                   seed=4),
         kernels_rv32.random_layer("conv", w4, a4, in_c=16, out_c=16, hw=6, k=3, pad=1, groups=2,
                                   seed=5),
     ]  # fmt: skip
-    assert all(k.startswith("mico_qconv2d_lanes_w4g") for k in check(layers))
+
+
+@pytest.fixture(scope="module")
+def chosen() -> dict:
+    """Every host case below in one program (chosen and plain paths, each equal to the
+    reference); case key -> the chosen kernel of each of its layers."""
+    cases = {("conv", str(f)): _conv_every(f) for f in W_FMTS}
+    cases.update({("linear", str(f)): _linear_every(f) for f in W_FMTS})
+    cases.update({("extremes", e): _extremes(*e) for e in EXTREMES})
+    cases[("pointwise",)] = _pointwise()
+    kernels = iter(check([layer for layers in cases.values() for layer in layers]))
+    return {key: [next(kernels) for _ in layers] for key, layers in cases.items()}
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_conv_every_activation_width(chosen, w_fmt):
+    used = sum(k.startswith("mico_qconv2d_lanes") for k in chosen[("conv", str(w_fmt))])
+    assert used >= 6  # the lanes take most pairs of narrow widths
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_linear_every_activation_width(chosen, w_fmt):
+    assert len(chosen[("linear", str(w_fmt))]) == 32  # each equal to the reference
+
+
+@pytest.mark.parametrize(("w_bits", "a_bits", "a_signed"), EXTREMES)
+def test_extremes_and_long_reductions(chosen, w_bits, a_bits, a_signed):
+    kernels = chosen[("extremes", (w_bits, a_bits, a_signed))]
+    # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py)
+    binary = _extremes(w_bits, a_bits, a_signed)[0].binary()
+    path = "mico_qconv2d_bin_" if binary else "mico_qconv2d_lanes"
+    assert kernels[0].startswith(path) and kernels[0] == kernels[2]
+
+
+def test_pointwise_strided_and_grouped(chosen):
+    assert all(k.startswith("mico_qconv2d_lanes_w4g") for k in chosen[("pointwise",)])
+
+    with pytest.raises(ValueError):
+        pack_lanes(np.zeros((12, 3), dtype=int), QFormat(4, True))
 
 
 def test_lane_plan_capacity():
