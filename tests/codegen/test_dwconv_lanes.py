@@ -58,22 +58,53 @@ def check(layers, target: str = "host") -> list[str]:
     return chosen
 
 
-@pytest.mark.parametrize("part", range(3))
-def test_grid_of_shapes_strides_and_padding(part):
-    """Every pair of widths (a third of them per program) over planes 5x5 .. 17x35 (one
-    partial chunk, several, an odd last one), stride 1 and 2, padding 0 and 1: the lanes
-    path is taken and bit-exact."""
+def _grid(part) -> list:
+    """Every pair of widths (a third of them per part) over planes 5x5 .. 17x35 (one partial
+    chunk, several, an odd last one), stride 1 and 2, padding 0 and 1."""
     geometry = [((5, 5), 1, 1), ((6, 17), 2, 1), ((9, 35), 1, 0), ((17, 12), 2, 0),
                 ((7, 16), 1, 1), ((8, 33), 2, 1)]  # fmt: skip
-    layers = [
+    return [
         _layer(w_bits, a_bits, signed, h=h, w=w, stride=s, pad=p, seed=i * 7 + h + w)
         for i, (w_bits, a_bits, signed) in enumerate(PAIRS[part::3])
         for (h, w), s, p in geometry
     ]
-    chosen = check(layers)
+
+
+EXTREMES = [(4, 4, False), (2, 2, False), (4, 4, True), (8, 8, True)]
+
+
+def _extremes(w_bits, a_bits, signed) -> list:
+    """Codes at their limits (lanes filled to their bound), saturating multipliers and biases
+    near the int32 limits without ReLU (the sums requantized apart); signed and 1-bit outputs;
+    a row too wide for the ring (the plain kernel takes it)."""
+    return [
+        _layer(w_bits, a_bits, signed, h=7, w=13, stride=1, pad=1, seed=1, extreme=True,
+               o_fmt=QFormat(8, True)),
+        _layer(w_bits, a_bits, signed, h=6, w=9, stride=2, pad=1, seed=2, extreme=True,
+               o_fmt=QFormat(3, True)),
+        _layer(w_bits, a_bits, signed, h=5, w=11, stride=1, pad=1, seed=3,
+               o_fmt=QFormat(1, False)),
+        _layer(w_bits, a_bits, signed, h=3, w=700, stride=1, pad=1, seed=4),
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chosen() -> dict:
+    """The grid and the extremes in one program (chosen and plain paths, each equal to the
+    reference); case key -> the chosen kernel of each of its layers."""
+    cases = {("grid", part): _grid(part) for part in range(3)}
+    cases.update({("extremes", e): _extremes(*e) for e in EXTREMES})
+    kernels = iter(check([layer for layers in cases.values() for layer in layers]))
+    return {key: [next(kernels) for _ in layers] for key, layers in cases.items()}
+
+
+@pytest.mark.parametrize("part", range(3))
+def test_grid_of_shapes_strides_and_padding(chosen, part):
+    """The lanes path is taken and bit-exact over the grid."""
+    kernels = chosen[("grid", part)]
     # the plan keeps the plain kernel where it estimates that one cheaper (8-bit codes in and
     # out take the byte path, mico_qconv2d_dw8_f*)
-    assert sum(k.startswith("mico_qconv2d_dw") for k in chosen) >= len(chosen) // 2
+    assert sum(k.startswith("mico_qconv2d_dw") for k in kernels) >= len(kernels) // 2
 
 
 def test_one_pixel_lanes_every_width(monkeypatch):
@@ -89,23 +120,9 @@ def test_one_pixel_lanes_every_width(monkeypatch):
     assert all(k == "mico_qconv2d_dwl_s32" for k in check(layers))
 
 
-@pytest.mark.parametrize(("w_bits", "a_bits", "signed"),
-                         [(4, 4, False), (2, 2, False), (4, 4, True), (8, 8, True)])  # fmt: skip
-def test_extremes_wide_rows_and_output_formats(w_bits, a_bits, signed):
-    """Codes at their limits (lanes filled to their bound), saturating multipliers and biases
-    near the int32 limits without ReLU (the sums requantized apart); signed and 1-bit outputs;
-    a row too wide for the ring (the plain kernel takes it)."""
-    layers = [
-        _layer(w_bits, a_bits, signed, h=7, w=13, stride=1, pad=1, seed=1, extreme=True,
-               o_fmt=QFormat(8, True)),
-        _layer(w_bits, a_bits, signed, h=6, w=9, stride=2, pad=1, seed=2, extreme=True,
-               o_fmt=QFormat(3, True)),
-        _layer(w_bits, a_bits, signed, h=5, w=11, stride=1, pad=1, seed=3,
-               o_fmt=QFormat(1, False)),
-        _layer(w_bits, a_bits, signed, h=3, w=700, stride=1, pad=1, seed=4),
-    ]  # fmt: skip
-    chosen = check(layers)
-    assert chosen[0].startswith("mico_qconv2d_dw")
+@pytest.mark.parametrize(("w_bits", "a_bits", "signed"), EXTREMES)
+def test_extremes_wide_rows_and_output_formats(chosen, w_bits, a_bits, signed):
+    assert chosen[("extremes", (w_bits, a_bits, signed))][0].startswith("mico_qconv2d_dw")
 
 
 def test_lane_width_bound():
