@@ -83,6 +83,9 @@ static int16_t mico_host_x[MICO_HOST_X];
 static int16_t mico_host_w[MICO_HOST_W];
 static int16_t mico_host_patch[MICO_HOST_PATCH];
 static int32_t mico_host_acc[2 * MICO_HOST_ACC];
+#define MICO_HOST_PWX (1 << 18) /* int32: a pointwise layer's input planes */
+static int32_t mico_host_x32[MICO_HOST_PWX];
+#define MICO_HOST_PACKRUN 256 /* codes mico_host_pack narrows to bytes at a time */
 #define MICO_HOST_STAGE (1 << 17) /* int32: a layer's sub-byte outputs before packing */
 static int32_t mico_host_stage[MICO_HOST_STAGE];
 static int mico_host_staged;
@@ -103,7 +106,12 @@ typedef struct {
     int32_t layout, size;
     size_t at, packed_at, packed;
 } MicoHostCached;
-static int16_t mico_host_cache[MICO_HOST_CACHE];
+/* int16 rows, or int32 ones (.w, at an even offset: entries are 64-byte aligned) */
+static union {
+    int16_t h[MICO_HOST_CACHE];
+    int32_t w[MICO_HOST_CACHE / 2];
+} mico_host_cache_u;
+#define mico_host_cache (mico_host_cache_u.h)
 static uint8_t mico_host_packed[MICO_HOST_CACHE]; /* the packed bytes of each entry */
 static MicoHostCached mico_host_cached[MICO_HOST_CACHE_KEYS];
 static int32_t mico_host_n_cached;
@@ -125,6 +133,12 @@ static size_t mico_host_cache_used, mico_host_packed_used;
 #define MICO_HOST_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define MICO_HOST_CLONES
+#endif
+/* A loop the compiler must not unroll (its registers would spill). */
+#if defined(__GNUC__)
+#define MICO_HOST_NOUNROLL _Pragma("GCC unroll 1")
+#else
+#define MICO_HOST_NOUNROLL
 #endif
 /* The micro-kernels are inlined into each version of their callers. */
 #if defined(__GNUC__)
@@ -270,6 +284,30 @@ MICO_HOST_CLONES static void mico_host_unpack(const void *buf, size_t start, int
 #undef MICO_HOST_UNPACK_BYTES
 }
 
+/* The 16- and 32-bit little-endian words at b: a plain load on little-endian hosts (which the
+ * vectoriser handles best), bytes shifted into place elsewhere. */
+static MICO_HOST_INLINE uint32_t mico_host_le16(const uint8_t *b)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint16_t w;
+    memcpy(&w, b, sizeof w);
+    return w;
+#else
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8;
+#endif
+}
+
+static MICO_HOST_INLINE uint32_t mico_host_le32(const uint8_t *b)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint32_t w;
+    memcpy(&w, b, sizeof w);
+    return w;
+#else
+    return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24;
+#endif
+}
+
 /* mico_pack of n codes at element `start`: byte-aligned runs of 4- and 2-bit codes (not
  * binary) a byte at a time in loops the compiler vectorises, everything else through
  * mico_pack. */
@@ -300,17 +338,27 @@ MICO_HOST_CLONES static void mico_host_pack(void *buf, size_t start, const int32
         mico_pack(buf, start + (size_t)(h + body), v + h + body, n - h - body, f);
         return;
     }
-    if (f.bits == 4) {
-        for (i = 0; i < n / 2; i++) {
-            dst[i] = (uint8_t)(((uint32_t)(v[2 * i] + zero) & 15u) |
-                               ((uint32_t)(v[2 * i + 1] + zero) & 15u) << 4);
+    /* runs of MICO_HOST_PACKRUN codes: the fields narrowed to bytes, then the bytes of a
+     * 16-bit (4-bit codes) or 32-bit (2-bit codes) word (little-endian order, whatever the
+     * host's) folded into one byte by shifts (the fields are masked: no other bit reaches it) */
+    for (i = 0; i < n; i += MICO_HOST_PACKRUN) {
+        const int32_t k_n = n - i < MICO_HOST_PACKRUN ? n - i : MICO_HOST_PACKRUN;
+        const uint32_t mask = (1u << f.bits) - 1u;
+        uint8_t b[MICO_HOST_PACKRUN];
+        int32_t k;
+        for (k = 0; k < k_n; k++) {
+            b[k] = (uint8_t)((uint32_t)(v[i + k] + zero) & mask);
         }
-    } else {
-        for (i = 0; i < n / 4; i++) {
-            dst[i] = (uint8_t)(((uint32_t)(v[4 * i] + zero) & 3u) |
-                               ((uint32_t)(v[4 * i + 1] + zero) & 3u) << 2 |
-                               ((uint32_t)(v[4 * i + 2] + zero) & 3u) << 4 |
-                               ((uint32_t)(v[4 * i + 3] + zero) & 3u) << 6);
+        if (f.bits == 4) {
+            for (k = 0; k < k_n / 2; k++) {
+                const uint32_t w = mico_host_le16(b + 2 * k);
+                dst[i / 2 + k] = (uint8_t)(w | w >> 4);
+            }
+        } else {
+            for (k = 0; k < k_n / 4; k++) {
+                const uint32_t w = mico_host_le32(b + 4 * k);
+                dst[i / 4 + k] = (uint8_t)(w | w >> 6 | w >> 12 | w >> 18);
+            }
         }
     }
 }
@@ -407,6 +455,21 @@ static int mico_host_small_shift(const MicoRq *q, uint32_t *cap)
     return 1;
 }
 
+/* A rescale by m 2^-shift in 32-bit lanes with no 64-bit product: the magnitudes capped at
+ * 65535, which is exact when 65535 m > top 2^shift (top = max(hi, -lo) + 1: any larger
+ * magnitude, and the cap, clamp to lo or hi anyway); the product's high part
+ * X = floor(mag m / 2^16) = mag (m >> 16) + (mag (m & 65535) >> 16) < 2^31 fits 32 bits, and
+ * the result is (X + 2^(shift - 17)) >> (shift - 16) (shift <= 47: no overflow either). No
+ * division: this runs once per call and channel (not inlined: inlined, it made gcc 12
+ * spill registers in the callers' vector loops). */
+static MICO_NOINLINE int mico_host_rq16(const MicoRq *q)
+{
+    const int64_t top = (q->hi > -(int64_t)q->lo ? q->hi : -(int64_t)q->lo) + 1;
+    return q->scaled && !q->binary && q->m > 0 && q->shift >= 17 && q->shift <= 47 && top > 0 &&
+           top < ((int64_t)1 << (62 - q->shift)) &&
+           ((uint64_t)top << q->shift) < (uint64_t)65535 * (uint64_t)q->m;
+}
+
 /* v[i] (bias already added) requantized as channel c says and packed at element start. */
 static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
                                               int32_t *MICO_RESTRICT v, int32_t n, void *out,
@@ -415,11 +478,25 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
     const MicoRq q = mico_rq(o, c);
     uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift, cap = UINT32_MAX, up = 0;
     int32_t i;
-    if (q.scaled && !q.binary && q.shift <= 32 && mico_host_small_shift(&q, &cap)) {
+    if (mico_host_rq16(&q)) { /* the usual case: 32-bit multiplies only */
+        const uint32_t mh = m >> 16, ml = m & 65535u, rnd = 1u << (s - 17u), s16 = s - 16u;
+        const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
+        for (i = 0; i < n; i++) {
+            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const uint32_t sign = (uint32_t)(r >> 31); /* all ones when r < 0 */
+            const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
+            const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
+            const uint32_t x = mag * mh + ((mag * ml) >> 16);
+            const int32_t y = (int32_t)((((x + rnd) >> s16) ^ sign) - sign);
+            v[i] = y < lo ? lo : y > hi ? hi : y;
+        }
+        s = 0; /* done */
+    } else if (q.scaled && !q.binary && q.shift <= 32 && mico_host_small_shift(&q, &cap)) {
         s = 33; /* (mag m + 2^(shift-1)) >> shift == (mag 2^up m + 2^32) >> 33 */
         up = 33u - (uint32_t)q.shift;
     }
-    if (q.scaled && !q.binary && s > 32) { /* mico_rescale's usual case, vectorisable */
+    if (s == 0) {
+    } else if (q.scaled && !q.binary && s > 32) { /* mico_rescale's usual case, vectorisable */
         const uint32_t rnd = 1u << (s - 33u);
         const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
         s -= 32u;
@@ -884,6 +961,195 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     return 1;
 }
 
+/* The largest |code| of format f: the codes are monotonic in (field ^ x), so at its ends. */
+static int32_t mico_host_max_code(MicoFmt f)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t a = lo < 0 ? -lo : lo, b = hi < 0 ? -hi : hi;
+    return a > b ? a : b;
+}
+
+/* Pointwise micro-kernels: acc[c * ld + j] = sum over k < kn of w[4 k + c] x[k xs + j], for 4
+ * output channels (c) and 16 pixels (j) in vector lanes; the input channel k is the reduction
+ * loop, so no horizontal sums. mico_host_pw_k32: int32 products and sums (any width);
+ * mico_host_pw_k16: int16 products and sums, exact while kn |x| |w| <= 32767 (the caller
+ * chunks the input channels so), stored to s[c * 16 + j]. */
+static MICO_HOST_INLINE void mico_host_pw_k32(const int32_t *MICO_RESTRICT x, size_t xs,
+                                               const int32_t *MICO_RESTRICT w, int32_t kn,
+                                               int32_t *MICO_RESTRICT acc, size_t ld)
+{
+    int32_t a[4][16];
+    int32_t k, j, c;
+    memset(a, 0, sizeof a);
+    MICO_HOST_NOUNROLL
+    for (k = 0; k < kn; k++) {
+        const int32_t *MICO_RESTRICT xr = x + (size_t)k * xs;
+        const int32_t w0 = w[4 * k], w1 = w[4 * k + 1], w2 = w[4 * k + 2], w3 = w[4 * k + 3];
+        for (j = 0; j < 16; j++) {
+            const int32_t v = xr[j];
+            a[0][j] += w0 * v;
+            a[1][j] += w1 * v;
+            a[2][j] += w2 * v;
+            a[3][j] += w3 * v;
+        }
+    }
+    for (c = 0; c < 4; c++) {
+        memcpy(acc + (size_t)c * ld, a[c], sizeof a[c]);
+    }
+}
+
+static MICO_HOST_INLINE void mico_host_pw_k16(const int16_t *MICO_RESTRICT x, size_t xs,
+                                               const int16_t *MICO_RESTRICT w, int32_t kn,
+                                               int16_t *MICO_RESTRICT s)
+{
+    int16_t a[4][16];
+    int32_t k, j;
+    memset(a, 0, sizeof a);
+    for (k = 0; k < kn; k++) {
+        const int16_t *MICO_RESTRICT xr = x + (size_t)k * xs;
+        const int32_t w0 = w[4 * k], w1 = w[4 * k + 1], w2 = w[4 * k + 2], w3 = w[4 * k + 3];
+        for (j = 0; j < 16; j++) {
+            const int32_t v = xr[j];
+            a[0][j] = (int16_t)(a[0][j] + w0 * v);
+            a[1][j] = (int16_t)(a[1][j] + w1 * v);
+            a[2][j] = (int16_t)(a[2][j] + w2 * v);
+            a[3][j] = (int16_t)(a[3][j] + w3 * v);
+        }
+    }
+    memcpy(s, a, sizeof a); /* (a copy loop here makes gcc 12 extract every lane) */
+}
+
+/* Whether a pointwise layer takes mico_host_pw rather than the GEMM (cost per output in
+ * hundredths of an instruction, measured with callgrind: the GEMM pays a horizontal sum per
+ * output, mico_host_pw the pixels padded to 16), and in *chunk the input channels its int16
+ * sums take at a time (0: int32 sums). */
+static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
+{
+    const int32_t npix = p->out_h * p->out_w, npixp = (npix + 15) & ~15;
+    const int32_t mw = p->w_bits == 1 ? 1 : 1 << (p->w_bits - 1);
+    const int32_t bound = mico_host_max_code(p->in_fmt) * mw;
+    int64_t pw, gemm;
+    *chunk = bound > 0 ? 32767 / bound : p->in_c;
+    *chunk = *chunk >= 8 ? *chunk : 0; /* shorter chunks cost more in widening than they save */
+    pw = ((int64_t)p->in_c * (*chunk ? 25 : 50) + 600) * npixp / npix + 300;
+    gemm = 1600 + 25 * (int64_t)mico_host_kpad(p->in_c);
+    return pw < gemm;
+}
+
+/* Pointwise convolution (1x1, stride 1, no padding, one group) over the CHW input, pixels in
+ * vector lanes: the input planes are unpacked once (rows of npix codes padded with zeros to
+ * a multiple of 16), and every 4 output channels x 16 pixels run a micro-kernel over the input
+ * channels; each output channel's sums are requantized and packed in one run. Weights are
+ * laid out once as [channel / 4][input channel][channel % 4] (int32, or int16 for the int16
+ * sums). Returns 0 when the planes, sums or weights do not fit. */
+MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, void *out,
+                                         int32_t chunk)
+{
+    const int32_t kn = p->in_c, n_out = p->out_c, n4 = (n_out + 3) & ~3;
+    const int32_t npix = p->out_h * p->out_w, npixp = (npix + 15) & ~15;
+    const size_t all = (size_t)kn * (size_t)npix, rows = (size_t)kn * (size_t)npixp;
+    const size_t wsize = (size_t)n4 * (size_t)kn * (chunk ? 1u : 2u);
+    int32_t *acc = mico_host_acc;
+    int16_t *x16 = mico_host_x, *w16;
+    int32_t *w32 = 0;
+    int16_t s[64];
+    int32_t o, c, k, j, p0, k0;
+    int fill;
+    if (rows + all > MICO_HOST_X || rows > MICO_HOST_PWX || (size_t)4 * (size_t)npixp > 2 * MICO_HOST_ACC ||
+        wsize > (size_t)INT32_MAX) {
+        return 0;
+    }
+    w16 = mico_host_weights(p->weight, mico_host_wbytes((size_t)n_out * (size_t)kn, p->w_bits),
+                            chunk ? 4 : 5, (int32_t)wsize, &fill);
+    if (!w16) {
+        return 0;
+    }
+    if (!chunk) {
+        w32 = mico_host_cache_u.w + (w16 - mico_host_cache) / 2;
+    }
+    for (o = 0; fill && o < n4; o++) { /* weight (o, k) at [o / 4][k][o % 4] */
+        int16_t *row = mico_host_patch;
+        if (o < n_out) {
+            mico_host_unpack_w(p->weight, (size_t)o * (size_t)kn, kn, p->w_bits, row);
+        }
+        for (k = 0; k < kn; k++) {
+            const size_t at = ((size_t)(o / 4) * (size_t)kn + (size_t)k) * 4u + (size_t)(o % 4);
+            const int16_t v = o < n_out ? row[k] : 0;
+            if (chunk) {
+                w16[at] = v;
+            } else {
+                w32[at] = v;
+            }
+        }
+    }
+    /* the codes, then rows of npixp (zeros past npix): int16 in place, or widened to int32 */
+    if (chunk && npixp == npix) {
+        mico_host_unpack(in, 0, (int32_t)all, p->in_fmt, x16);
+    } else if (chunk && ((size_t)npix * (size_t)p->in_fmt.bits) % 8u == 0) {
+        for (k = 0; k < kn; k++) { /* rows start on a byte: each unpacked in place */
+            int16_t *MICO_RESTRICT dst = x16 + (size_t)k * (size_t)npixp;
+            mico_host_unpack(in, (size_t)k * (size_t)npix, npix, p->in_fmt, dst);
+            for (j = npix; j < npixp; j++) {
+                dst[j] = 0;
+            }
+        }
+    } else {
+        int16_t *codes = mico_host_x + (chunk ? rows : 0);
+        mico_host_unpack(in, 0, (int32_t)all, p->in_fmt, codes);
+        for (k = 0; k < kn; k++) {
+            const int16_t *MICO_RESTRICT src = codes + (size_t)k * (size_t)npix;
+            if (chunk) {
+                int16_t *MICO_RESTRICT dst = x16 + (size_t)k * (size_t)npixp;
+                for (j = 0; j < npix; j++) {
+                    dst[j] = src[j];
+                }
+                for (; j < npixp; j++) {
+                    dst[j] = 0;
+                }
+            } else {
+                int32_t *MICO_RESTRICT dst = mico_host_x32 + (size_t)k * (size_t)npixp;
+                for (j = 0; j < npix; j++) {
+                    dst[j] = src[j];
+                }
+                for (; j < npixp; j++) {
+                    dst[j] = 0;
+                }
+            }
+        }
+    }
+    for (o = 0; o < n_out; o += 4) {
+        const int32_t nb = n_out - o < 4 ? n_out - o : 4;
+        for (p0 = 0; p0 < npixp; p0 += 16) {
+            if (!chunk) {
+                mico_host_pw_k32(mico_host_x32 + p0, (size_t)npixp, w32 + (size_t)o * (size_t)kn,
+                                 kn, acc + p0, (size_t)npixp);
+                continue;
+            }
+            for (k0 = 0; k0 < kn; k0 += chunk) {
+                const int32_t n = kn - k0 < chunk ? kn - k0 : chunk;
+                mico_host_pw_k16(x16 + (size_t)k0 * (size_t)npixp + (size_t)p0, (size_t)npixp,
+                                 w16 + ((size_t)o * (size_t)kn + (size_t)k0 * 4u), n, s);
+                for (c = 0; c < 4; c++) {
+                    int32_t *MICO_RESTRICT a = acc + (size_t)c * (size_t)npixp + (size_t)p0;
+                    for (j = 0; j < 16; j++) {
+                        a[j] = (k0 ? a[j] : 0) + s[c * 16 + j];
+                    }
+                }
+            }
+        }
+        for (c = 0; c < nb; c++) {
+            int32_t *v = acc + (size_t)c * (size_t)npixp;
+            const int32_t b = p->bias[o + c];
+            for (j = 0; j < npix; j++) {
+                v[j] += b;
+            }
+            mico_host_store(&p->out, o + c, v, npix, out, (size_t)(o + c) * (size_t)npix);
+        }
+    }
+    return 1;
+}
+
 void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
 {
     const size_t total = (size_t)p->out_c * (size_t)p->out_h * (size_t)p->out_w;
@@ -892,7 +1158,14 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
     if (p->groups == p->in_c && p->groups == p->out_c) {
         done = mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out);
     } else {
-        done = mico_host_conv(p, in, out);
+        int32_t chunk = 0;
+        done = 0;
+        if (p->groups == 1 && p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 &&
+            p->stride_w == 1 && p->pad_h == 0 && p->pad_w == 0 && p->in_fmt.bits <= 8 &&
+            p->out_h == p->in_h && p->out_w == p->in_w && mico_host_pw_takes(p, &chunk)) {
+            done = mico_host_pw(p, in, out, chunk);
+        }
+        done = done || mico_host_conv(p, in, out);
     }
     if (done) {
         mico_host_stage_end(&p->out, out, total);

@@ -19,6 +19,72 @@
 #define MICO_POOL_ROW 96 /* input columns of one run */
 #define MICO_POOL_OUT 48 /* outputs of one run */
 
+#ifdef MICO_HOST_KERNELS
+/* Host builds (make TARGET=host): codes are unpacked in loops the compiler vectorises, a byte
+ * at a time for byte-aligned runs of 8-, 4-, 2- and 1-bit codes (a field x maps to the code
+ * ((x ^ flip) << sh) - off, mico_nn.h's MicoFieldMap); the head and tail of a run inside
+ * bytes, and other widths, through mico_unpack. Other targets keep the portable run readers. */
+static void mico_pool_unpack16(const void *buf, size_t start, int32_t n, MicoFmt f,
+                               int16_t *dst)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t flip = (int32_t)m.x, sh = (int32_t)m.sh, off = m.o;
+    const int32_t per = f.bits == 8 ? 1 : f.bits == 4 ? 2 : f.bits == 2 ? 4 : 8;
+    const uint8_t *src;
+    int32_t h, body, i, k;
+    if (f.bits > 8 || (f.bits != 8 && f.bits != 4 && f.bits != 2 && f.bits != 1)) {
+        mico_unpack(buf, start, n, f, dst);
+        return;
+    }
+    h = (int32_t)(((size_t)per - start % (size_t)per) % (size_t)per);
+    h = h < n ? h : n;
+    body = (n - h) / per * per;
+    mico_unpack(buf, start, h, f, dst);
+    src = (const uint8_t *)buf + (start + (size_t)h) * (size_t)f.bits / 8u;
+    dst += h;
+#define MICO_POOL_BYTES(PER, BITS)                                                            \
+    for (i = 0; i < body / (PER); i++) {                                                       \
+        const int32_t byte = src[i];                                                           \
+        for (k = 0; k < (PER); k++) {                                                          \
+            const int32_t field = (byte >> (k * (BITS))) & ((1 << (BITS)) - 1);                \
+            dst[i * (PER) + k] = (int16_t)(((field ^ flip) << sh) - off);                      \
+        }                                                                                      \
+    }
+    if (f.bits == 8) {
+        MICO_POOL_BYTES(1, 8)
+    } else if (f.bits == 4) {
+        MICO_POOL_BYTES(2, 4)
+    } else if (f.bits == 2) {
+        MICO_POOL_BYTES(4, 2)
+    } else {
+        MICO_POOL_BYTES(8, 1)
+    }
+#undef MICO_POOL_BYTES
+    mico_unpack(buf, start + (size_t)(h + body), n - h - body, f, dst + body);
+}
+
+/* The same into int32 (int32 tensors copied). */
+static void mico_pool_unpack_i32(const void *buf, size_t start, int32_t n, MicoFmt f,
+                                 int32_t *dst)
+{
+    int16_t t[MICO_POOL_ROW];
+    int32_t i, j;
+    if (f.bits > 8) {
+        mico_unpack_i32(buf, start, n, f, dst);
+        return;
+    }
+    for (i = 0; i < n; i += MICO_POOL_ROW) {
+        const int32_t k = n - i < MICO_POOL_ROW ? n - i : MICO_POOL_ROW;
+        mico_pool_unpack16(buf, start + (size_t)i, k, f, t);
+        for (j = 0; j < k; j++) {
+            dst[i + j] = t[j];
+        }
+    }
+}
+#else
+#define mico_pool_unpack_i32 mico_unpack_i32
+#endif
+
 /* col[t] = max (or sum) over the rows iy0 + ky * dil_h (ky < k_h) inside the image of input
  * column ix0 + t (t < span), `fill` outside the image; returns the number of rows folded. */
 static MICO_NOINLINE int32_t mico_pool_fold(const void *in, MicoFmt fmt, size_t plane,
@@ -36,7 +102,7 @@ static MICO_NOINLINE int32_t mico_pool_fold(const void *in, MicoFmt fmt, size_t 
         if (iy < 0 || iy >= in_h) {
             continue;
         }
-        mico_unpack_i32(in, plane + (size_t)iy * (size_t)in_w + (size_t)(ix0 + lead), mid, fmt,
+        mico_pool_unpack_i32(in, plane + (size_t)iy * (size_t)in_w + (size_t)(ix0 + lead), mid, fmt,
                         rows ? row + lead : col + lead);
         if (rows == 0) {
             for (t = 0; t < lead; t++) {
@@ -65,6 +131,91 @@ typedef struct {
     int32_t k_h, k_w, stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
 } MicoPoolGeom;
 
+#ifdef MICO_HOST_KERNELS
+#define MICO_POOL_PLANE 16384 /* codes of one channel's input (or output) plane */
+#define MICO_POOL_COLS 2048   /* columns a row of windows spans */
+static int16_t mico_pool_x[MICO_POOL_PLANE];
+static int32_t mico_pool_res[MICO_POOL_PLANE];
+
+/* mico_pool2d on the host: a channel's input plane is unpacked in one run, each output row
+ * folds its window rows into one int32 row (padding columns hold `fill`) and reduces the
+ * taps over the whole row, and the channel's outputs are packed in one run once all of its
+ * inputs were read (the in-place contract above holds: a channel is read whole before any of
+ * its outputs is stored). Returns 0 when a plane or a row does not fit. */
+static int mico_pool2d_host(const MicoPoolGeom *g, int is_max, int include_pad, MicoFmt in_fmt,
+                            const MicoOut *rq_out, MicoFmt out_fmt, const void *in, void *out)
+{
+    const size_t plane = (size_t)g->in_h * (size_t)g->in_w;
+    const size_t oplane = (size_t)g->out_h * (size_t)g->out_w;
+    const int32_t span = (g->out_w - 1) * g->stride_w + (g->k_w - 1) * g->dil_w + 1;
+    const int32_t fill = is_max ? INT32_MIN : 0; /* padding never wins a max */
+    int32_t col[MICO_POOL_COLS];
+    int32_t c, oy, ox, ky, kx, t;
+    if (in_fmt.bits > 8 || plane > MICO_POOL_PLANE || oplane > MICO_POOL_PLANE ||
+        span > MICO_POOL_COLS || span <= 0 || g->pad_w < 0 || g->pad_h < 0) {
+        return 0;
+    }
+    for (c = 0; c < g->channels; c++) {
+        mico_pool_unpack16(in, (size_t)c * plane, (int32_t)plane, in_fmt, mico_pool_x);
+        for (oy = 0; oy < g->out_h; oy++) {
+            const int32_t iy0 = oy * g->stride_h - g->pad_h;
+            int32_t *vals = mico_pool_res + (size_t)oy * (size_t)g->out_w;
+            int32_t rows_in = 0;
+            for (t = 0; t < span; t++) {
+                col[t] = fill;
+            }
+            for (ky = 0; ky < g->k_h; ky++) {
+                const int32_t iy = iy0 + ky * g->dil_h;
+                /* col[t] is input column t - pad_w */
+                const int32_t n = g->in_w < span - g->pad_w ? g->in_w : span - g->pad_w;
+                const int16_t *row = mico_pool_x + (size_t)(iy > 0 ? iy : 0) * (size_t)g->in_w;
+                int32_t *dst = col + g->pad_w;
+                if (iy < 0 || iy >= g->in_h) {
+                    continue;
+                }
+                if (rows_in == 0) {
+                    for (t = 0; t < n; t++) {
+                        dst[t] = row[t];
+                    }
+                } else if (is_max) {
+                    for (t = 0; t < n; t++) {
+                        dst[t] = row[t] > dst[t] ? row[t] : dst[t];
+                    }
+                } else {
+                    for (t = 0; t < n; t++) {
+                        dst[t] += row[t];
+                    }
+                }
+                rows_in++;
+            }
+            for (ox = 0; ox < g->out_w; ox++) {
+                vals[ox] = fill;
+            }
+            for (kx = 0; rows_in && kx < g->k_w; kx++) {
+                const int32_t *cx = col + kx * g->dil_w;
+                for (ox = 0; ox < g->out_w; ox++) {
+                    const int32_t v = cx[ox * g->stride_w];
+                    vals[ox] = !is_max ? vals[ox] + v : (v > vals[ox] ? v : vals[ox]);
+                }
+            }
+            for (ox = 0; !is_max && ox < g->out_w; ox++) {
+                int32_t count = 0;
+                MicoRq rq;
+                for (kx = 0; kx < g->k_w; kx++) { /* inputs: rows inside x columns inside */
+                    const int32_t ix = ox * g->stride_w - g->pad_w + kx;
+                    count += ix >= 0 && ix < g->in_w;
+                }
+                count = include_pad ? g->k_h * g->k_w : count * rows_in;
+                rq = mico_rq(rq_out, count - 1);
+                mico_rq_run(&rq, vals + ox, 1);
+            }
+        }
+        mico_pack(out, (size_t)c * oplane, mico_pool_res, (int32_t)oplane, out_fmt);
+    }
+    return 1;
+}
+#endif
+
 /* Max (is_max) or average pooling: runs of up to MICO_POOL_OUT outputs of one output row; the
  * run's input columns are folded over the window rows in pieces of at most MICO_POOL_ROW
  * columns (one piece unless a window is wider than that), then each output reduces its taps.
@@ -79,6 +230,11 @@ static void mico_pool2d(const MicoPoolGeom *g, int is_max, int include_pad, Mico
     int32_t vals[MICO_POOL_OUT];
     size_t o = 0;
     int32_t c, oy, ox0, ox, ky, kx, c0;
+#ifdef MICO_HOST_KERNELS
+    if (mico_pool2d_host(g, is_max, include_pad, in_fmt, rq_out, out_fmt, in, out)) {
+        return;
+    }
+#endif
     group = group < MICO_POOL_OUT ? group : MICO_POOL_OUT;
     for (c = 0; c < g->channels; c++) {
         const size_t plane = (size_t)c * (size_t)g->in_h * (size_t)g->in_w;
@@ -143,6 +299,63 @@ void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out)
     mico_pool2d(&g, 0, p->count_include_pad, p->in_fmt, &p->out, p->out.fmt, in, out);
 }
 
+
+#ifdef MICO_HOST_KERNELS
+#define MICO_MEAN_RUN 4096 /* codes unpacked at a time */
+/* Host builds: the codes of as many whole outputs as fit MICO_MEAN_RUN are unpacked in one run
+ * (vectorised), each output sums its codes, and the run's outputs are requantized and packed
+ * together after all of its inputs were read (the in-place contract above still holds). */
+void mico_mean(const MicoMean *p, const void *in, void *out)
+{
+    int16_t codes[MICO_MEAN_RUN];
+    int32_t res[MICO_POOL_OUT];
+    const int32_t group = p->count <= MICO_MEAN_RUN ? MICO_MEAN_RUN / p->count : 1;
+    const int32_t per_run = group < MICO_POOL_OUT ? group : MICO_POOL_OUT;
+    int32_t o0, o, j, i;
+    if (p->in_fmt.bits > 8) {
+        for (o = 0; o < p->outer; o++) { /* int32 inputs */
+            const int32_t *v = (const int32_t *)in + (size_t)o * (size_t)p->count;
+            int32_t acc = 0;
+            MicoRq rq;
+            for (i = 0; i < p->count; i++) {
+                acc += v[i];
+            }
+            rq = mico_rq(&p->out, o);
+            mico_rq_run(&rq, &acc, 1);
+            mico_pack(out, (size_t)o, &acc, 1, p->out.fmt);
+        }
+        return;
+    }
+    for (o0 = 0; o0 < p->outer; o0 += per_run) {
+        const int32_t g = p->outer - o0 < per_run ? p->outer - o0 : per_run;
+        const int whole = p->count <= MICO_MEAN_RUN; /* the run's codes in one unpack */
+        if (whole) {
+            mico_pool_unpack16(in, (size_t)o0 * (size_t)p->count, g * p->count, p->in_fmt,
+                               codes);
+        }
+        for (o = 0; o < g; o++) {
+            int32_t acc = 0;
+            for (j = 0; j < p->count; j += MICO_MEAN_RUN) {
+                const int32_t n = p->count - j < MICO_MEAN_RUN ? p->count - j : MICO_MEAN_RUN;
+                const int16_t *c = codes + (whole ? (size_t)o * (size_t)p->count : 0u);
+                if (!whole) {
+                    mico_pool_unpack16(in, (size_t)(o0 + o) * (size_t)p->count + (size_t)j, n,
+                                       p->in_fmt, codes);
+                }
+                for (i = 0; i < n; i++) {
+                    acc += c[i];
+                }
+            }
+            res[o] = acc;
+        }
+        for (o = 0; o < g; o++) {
+            const MicoRq rq = mico_rq(&p->out, o0 + o);
+            mico_rq_run(&rq, &res[o], 1);
+        }
+        mico_pack(out, (size_t)o0, res, g, p->out.fmt);
+    }
+}
+#else
 /* Sum of n bytes (T: uint8_t or int8_t codes), four per iteration. */
 #define MICO_SUM_BYTES(NAME, T)                                                                  \
     static int32_t NAME(const T *x, int32_t n)                                                    \
@@ -187,3 +400,4 @@ void mico_mean(const MicoMean *p, const void *in, void *out)
         mico_pack(out, (size_t)o, &acc, 1, p->out.fmt);
     }
 }
+#endif /* MICO_HOST_KERNELS */

@@ -215,6 +215,7 @@ static MICO_QINLINE void mico_qfields(const float *x, uint8_t *out, size_t n, Mi
     }
 }
 
+#ifndef MICO_HOST_KERNELS
 #define MICO_QTABLE(b)                                                                       \
     void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
                                       MicoFmt fmt, int32_t qmin)                             \
@@ -222,6 +223,100 @@ static MICO_QINLINE void mico_qfields(const float *x, uint8_t *out, size_t n, Mi
         const uint32_t base = fmt.is_signed && fmt.bits == 1 ? 0u : (uint32_t)(qmin + fmt.zero); \
         mico_qfields(x, (uint8_t *)codes, n, mico_qtable_rank, t, base, b);                  \
     }
+#else
+/* Host builds (make TARGET=host): the ranks of a run of MICO_QHOST_RUN inputs in one loop the
+ * compiler vectorises (on x86-64 also built for AVX2, whose per-lane shifts it needs, and
+ * chosen at start-up, as mico_host_gemm.c does), then their fields written: the same codes. */
+#define MICO_QHOST_RUN 256 /* a multiple of 8: every run but the last ends on a byte */
+#if defined(__x86_64__) && defined(__linux__) && defined(__GNUC__) &&                          \
+    !defined(MICO_HOST_NO_CLONES) && !defined(__SANITIZE_ADDRESS__) &&                        \
+    (!defined(__clang__) || __clang_major__ >= 14)
+#define MICO_QCLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define MICO_QCLONES
+#endif
+
+/* The table's ranks of n inputs (#{j < entries : t[j] < key}): the keys first, then one pass
+ * over them per threshold (a compare and an add in each lane). */
+MICO_QCLONES static void mico_qtable_ranks(const float *x, uint32_t *r, int32_t n,
+                                           const int32_t *t, int32_t entries)
+{
+    int32_t key[MICO_QHOST_RUN];
+    int32_t i, j;
+    for (i = 0; i < n; i++) {
+        key[i] = mico_f32_key(&x[i]);
+        r[i] = 0;
+    }
+    for (j = 0; j < entries; j++) {
+        const int32_t tj = t[j];
+        for (i = 0; i < n; i++) {
+            r[i] += (uint32_t)(tj < key[i]);
+        }
+    }
+}
+
+/* The fields rank + base of m ranks from out's first bit (whole bytes of 8 / b fields, or a
+ * bit buffer for 3, 5, 6, 7 bits); a last partial byte keeps its bits past the tensor. */
+static void mico_qhost_fields(const uint32_t *r, uint8_t *out, int32_t m, uint32_t base,
+                              int32_t b)
+{
+    const uint32_t mask = (1u << b) - 1u;
+    uint32_t acc = 0, used = 0;
+    int32_t i, k;
+    if (b == 8) {
+        for (i = 0; i < m; i++) {
+            out[i] = (uint8_t)(r[i] + base);
+        }
+        return;
+    }
+    if (8 % b == 0) {
+        const int32_t per = 8 / b;
+        for (i = 0; i + per <= m; i += per) {
+            acc = 0;
+            for (k = 0; k < per; k++) {
+                acc |= ((r[i + k] + base) & mask) << (k * b);
+            }
+            *out++ = (uint8_t)acc;
+        }
+        acc = 0;
+        for (k = 0; i + k < m; k++) {
+            acc |= ((r[i + k] + base) & mask) << used;
+            used += (uint32_t)b;
+        }
+    } else {
+        for (i = 0; i < m; i++) {
+            acc |= ((r[i] + base) & mask) << used;
+            used += (uint32_t)b;
+            if (used >= 8u) {
+                *out++ = (uint8_t)acc;
+                acc >>= 8;
+                used -= 8u;
+            }
+        }
+    }
+    if (used) {
+        *out = (uint8_t)((*out & (0xffu << used) & 0xffu) | acc);
+    }
+}
+
+#define MICO_QTABLE(b)                                                                       \
+    void mico_quantize_f32_table_b##b(const float *x, void *codes, size_t n, const int32_t *t, \
+                                      MicoFmt fmt, int32_t qmin)                             \
+    {                                                                                        \
+        const uint32_t base = fmt.is_signed && fmt.bits == 1 ? 0u : (uint32_t)(qmin + fmt.zero); \
+        uint32_t r[MICO_QHOST_RUN];                                                          \
+        size_t i0;                                                                           \
+        if ((b) > 4) { /* 31 and more thresholds: the binary search */                       \
+            mico_qfields(x, (uint8_t *)codes, n, mico_qtable_rank, t, base, b);              \
+            return;                                                                          \
+        }                                                                                    \
+        for (i0 = 0; i0 < n; i0 += MICO_QHOST_RUN) {                                         \
+            const int32_t m = n - i0 < MICO_QHOST_RUN ? (int32_t)(n - i0) : MICO_QHOST_RUN;  \
+            mico_qtable_ranks(x + i0, r, m, t, (1 << (b)) - 1);                              \
+            mico_qhost_fields(r, (uint8_t *)codes + i0 * (size_t)(b) / 8u, m, base, b);      \
+        }                                                                                    \
+    }
+#endif
 
 MICO_QTABLE(1)
 MICO_QTABLE(2)
@@ -269,6 +364,7 @@ static MICO_QINLINE uint32_t mico_qexact_rank(const float *x, const void *ctx, i
     return (uint32_t)t;
 }
 
+#ifndef MICO_HOST_KERNELS
 #define MICO_QEXACT(b)                                                                       \
     void mico_quantize_f32_exact_b##b(const float *x, void *codes, size_t n,                 \
                                       const MicoQuantExact *q, MicoFmt fmt)                  \
@@ -277,6 +373,31 @@ static MICO_QINLINE uint32_t mico_qexact_rank(const float *x, const void *ctx, i
         mico_qfields(x, (uint8_t *)codes, n, mico_qexact_rank, &p,                           \
                      (uint32_t)(p.qmin + fmt.zero), b);                                      \
     }
+#else
+MICO_QCLONES static void mico_qexact_ranks(const float *x, uint32_t *r, int32_t n,
+                                           const MicoQuantExact *q)
+{
+    const MicoQuantExact p = *q;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        r[i] = mico_qexact_rank(&x[i], &p, 0);
+    }
+}
+
+#define MICO_QEXACT(b)                                                                       \
+    void mico_quantize_f32_exact_b##b(const float *x, void *codes, size_t n,                 \
+                                      const MicoQuantExact *q, MicoFmt fmt)                  \
+    {                                                                                        \
+        uint32_t r[MICO_QHOST_RUN];                                                          \
+        const uint32_t base = (uint32_t)(q->qmin + fmt.zero);                                \
+        size_t i0;                                                                           \
+        for (i0 = 0; i0 < n; i0 += MICO_QHOST_RUN) {                                         \
+            const int32_t m = n - i0 < MICO_QHOST_RUN ? (int32_t)(n - i0) : MICO_QHOST_RUN;  \
+            mico_qexact_ranks(x + i0, r, m, q);                                              \
+            mico_qhost_fields(r, (uint8_t *)codes + i0 * (size_t)(b) / 8u, m, base, b);      \
+        }                                                                                    \
+    }
+#endif
 
 MICO_QEXACT(2)
 MICO_QEXACT(3)
