@@ -137,8 +137,10 @@ static size_t mico_host_cache_used, mico_host_packed_used;
 /* A loop the compiler must not unroll (its registers would spill). */
 #if defined(__GNUC__)
 #define MICO_HOST_NOUNROLL _Pragma("GCC unroll 1")
+#define MICO_HOST_UNROLL _Pragma("GCC unroll 9")
 #else
 #define MICO_HOST_NOUNROLL
+#define MICO_HOST_UNROLL
 #endif
 /* The micro-kernels are inlined into each version of their callers. */
 #if defined(__GNUC__)
@@ -195,6 +197,15 @@ static size_t mico_host_wbytes(size_t n, int32_t bits)
 static int32_t mico_host_kpad(int32_t n)
 {
     return (n + MICO_HOST_KALIGN - 1) / MICO_HOST_KALIGN * MICO_HOST_KALIGN;
+}
+
+/* The largest |code| of format f: the codes are monotonic in (field ^ x), so at its ends. */
+static int32_t mico_host_max_code(MicoFmt f)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t a = lo < 0 ? -lo : lo, b = hi < 0 ? -hi : hi;
+    return a > b ? a : b;
 }
 
 /* n signed weight codes of `bits` bits from element `start` into dst (int16). Byte-aligned
@@ -884,6 +895,49 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
     return 1;
 }
 
+/* acc[k] = sum over t < taps of w[t * cp + k] s[off[t] + k] for 16 channels k (the products
+ * fit int16 exactly: |code| <= 255, |weight| <= 127). */
+static MICO_HOST_INLINE void mico_host_dw16(const int16_t *MICO_RESTRICT s,
+                                             const int32_t *off,
+                                             const int16_t *MICO_RESTRICT w, int32_t cp,
+                                             int32_t taps, int32_t *MICO_RESTRICT acc)
+{
+    int32_t a[16] = {0};
+    int32_t t, k;
+    MICO_HOST_UNROLL
+    for (t = 0; t < taps; t++) {
+        const int16_t *MICO_RESTRICT st = s + off[t];
+        const int16_t *MICO_RESTRICT wt = w + t * cp;
+        for (k = 0; k < 16; k++) {
+            a[k] += (int16_t)(wt[k] * st[k]);
+        }
+    }
+    for (k = 0; k < 16; k++) {
+        acc[k] = a[k];
+    }
+}
+
+/* The same with int16 sums into out16, exact while taps |x| |w| <= 32767 (sub-byte codes and
+ * weights). */
+static MICO_HOST_INLINE void mico_host_dw16s(const int16_t *MICO_RESTRICT s,
+                                              const int32_t *off,
+                                              const int16_t *MICO_RESTRICT w, int32_t cp,
+                                              int32_t taps, int16_t *MICO_RESTRICT out16)
+{
+    int16_t a[16];
+    int32_t t, k;
+    memset(a, 0, sizeof a);
+    MICO_HOST_UNROLL
+    for (t = 0; t < taps; t++) {
+        const int16_t *MICO_RESTRICT st = s + off[t];
+        const int16_t *MICO_RESTRICT wt = w + t * cp;
+        for (k = 0; k < 16; k++) {
+            a[k] = (int16_t)(a[k] + wt[k] * st[k]);
+        }
+    }
+    memcpy(out16, a, sizeof a); /* (a copy loop here makes gcc 12 extract every lane) */
+}
+
 /* Depthwise convolution over the HWC input (for narrow planes, where the rows above are too
  * short for vectors): per output pixel, one vectorised loop over its channels (padded to 16)
  * per tap; blocks of MICO_HOST_PIX pixels wait in a tile [channel][pixel] and are requantized
@@ -896,6 +950,10 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     const int32_t wp = mico_host_extent(p->in_w, p->pad_w, p->out_w, p->stride_w, p->dil_w, p->k_w);
     const int32_t npix = p->out_h * p->out_w;
     const size_t size = (size_t)hp * (size_t)wp * (size_t)n_c;
+    const int32_t mw = p->w_bits == 1 ? 1 : 1 << (p->w_bits - 1);
+    /* int16 sums when no sum of the taps' products can leave int16 */
+    const int narrow = p->in_fmt.bits <= 8 &&
+                       (int64_t)taps * mico_host_max_code(p->in_fmt) * mw <= 32767;
     int16_t *x = mico_host_x, *wt, *cached;
     int32_t *tile = mico_host_acc, *acc = mico_host_acc + MICO_HOST_ACC;
     int fill;
@@ -933,16 +991,20 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
                         (size_t)n_c;
             int32_t c0, k;
             for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
-                int32_t a[16] = {0};
-                for (t = 0; t < taps; t++) {
-                    const int16_t *MICO_RESTRICT s = base + off[t] + c0;
-                    const int16_t *MICO_RESTRICT w = wt + t * cp + c0;
-                    for (k = 0; k < 16; k++) { /* the product fits int16 exactly */
-                        a[k] += (int16_t)(w[k] * s[k]);
+                if (narrow) {
+                    int16_t s16[16];
+                    if (taps == 9) { /* 3x3: the tap loop unrolled */
+                        mico_host_dw16s(base + c0, off, wt + c0, cp, 9, s16);
+                    } else {
+                        mico_host_dw16s(base + c0, off, wt + c0, cp, taps, s16);
                     }
-                }
-                for (k = 0; k < 16; k++) {
-                    acc[c0 + k] = a[k];
+                    for (k = 0; k < 16; k++) {
+                        acc[c0 + k] = s16[k];
+                    }
+                } else if (taps == 9) { /* 3x3: the tap loop unrolled */
+                    mico_host_dw16(base + c0, off, wt + c0, cp, 9, acc + c0);
+                } else {
+                    mico_host_dw16(base + c0, off, wt + c0, cp, taps, acc + c0);
                 }
             }
             for (c = 0; c < n_c; c++) {
@@ -959,15 +1021,6 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
         }
     }
     return 1;
-}
-
-/* The largest |code| of format f: the codes are monotonic in (field ^ x), so at its ends. */
-static int32_t mico_host_max_code(MicoFmt f)
-{
-    const MicoFieldMap m = mico_field_map(f);
-    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
-    const int32_t a = lo < 0 ? -lo : lo, b = hi < 0 ? -hi : hi;
-    return a > b ? a : b;
 }
 
 /* Pointwise micro-kernels: acc[c * ld + j] = sum over k < kn of w[4 k + c] x[k xs + j], for 4

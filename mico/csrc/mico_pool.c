@@ -102,8 +102,8 @@ static MICO_NOINLINE int32_t mico_pool_fold(const void *in, MicoFmt fmt, size_t 
         if (iy < 0 || iy >= in_h) {
             continue;
         }
-        mico_pool_unpack_i32(in, plane + (size_t)iy * (size_t)in_w + (size_t)(ix0 + lead), mid, fmt,
-                        rows ? row + lead : col + lead);
+        mico_pool_unpack_i32(in, plane + (size_t)iy * (size_t)in_w + (size_t)(ix0 + lead), mid,
+                             fmt, rows ? row + lead : col + lead);
         if (rows == 0) {
             for (t = 0; t < lead; t++) {
                 col[t] = fill;
@@ -152,7 +152,7 @@ static int mico_pool2d_host(const MicoPoolGeom *g, int is_max, int include_pad, 
     int32_t col[MICO_POOL_COLS];
     int32_t c, oy, ox, ky, kx, t;
     if (in_fmt.bits > 8 || plane > MICO_POOL_PLANE || oplane > MICO_POOL_PLANE ||
-        span > MICO_POOL_COLS || span <= 0 || g->pad_w < 0 || g->pad_h < 0) {
+        span > MICO_POOL_COLS || span <= g->pad_w || g->pad_w < 0 || g->pad_h < 0) {
         return 0;
     }
     for (c = 0; c < g->channels; c++) {
