@@ -1488,6 +1488,104 @@ static inline int32_t mico_dwp_stage_at(size_t start, uint32_t b)
     return (int32_t)((4u - (per - start % per) % per % 4u) % 4u);
 }
 
+/* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
+typedef struct {
+    MicoDwp dk[2], d5;  /* 3 and 4 lanes; 5 (the plane transposed) */
+    const uint8_t *src; /* the codes as bytes (a channel's plane from src + its offset) */
+    int32_t srow, scol, n_line, n_x, first, pf, in_h, in_w, pad_h, pad_w, rows, trans, multi5;
+    int32_t layout; /* 0 pairs, 1 words of 3 or 4 lanes, 2 of 5 */
+    uint32_t umax;
+} MicoDwpK;
+
+/* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
+ * (scaled by 2^k) fits 3 lanes or more: the buffer built, the plane function of K lanes run;
+ * returns 0 (nothing done) otherwise, the buffer then ready for the pairs (its padding
+ * restored where words of K lanes were). */
+static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at, const uint32_t *w,
+                                    int32_t neg, int32_t pos, uint32_t k, int fits, uint32_t acc0,
+                                    uint32_t m, uint32_t sh, int relu, uint8_t *o)
+{
+    static MicoDwpPlane const fns3[2] = {mico_dwp_k3_0, mico_dwp_k3_1};
+    static MicoDwpPlane const fns4[2] = {mico_dwp_k4_0, mico_dwp_k4_1};
+    static MicoDwpPlane const fns5[2] = {mico_dwp_k5_0, mico_dwp_k5_1};
+    const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
+    const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
+    const uint32_t lane0 = (uint32_t)(-neg) * kc->umax; /* each lane started at -lo */
+    int32_t kl = !fits                          ? 2
+                 : span <= 0x3fu && kc->multi5 ? 5
+                 : span <= 0xffu               ? 4
+                 : span <= 0x3ffu              ? 3
+                                               : 2;
+    int32_t cls, i, t;
+    uint32_t ws[9];
+    kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
+    cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
+    if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
+                              * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
+                              * whole over the pairs' rows) */
+        const int32_t n_fill = cls == 0                       ? MICO_DWP_PITCH * kc->rows
+                               : cls == 2 || kc->layout == 2 ? 3 * MICO_DWP_PITCH
+                                                             : 0;
+        for (i = 0; i < n_fill; i++) {
+            buf[i].w = 0u; /* u_pad = 0 */
+        }
+        kc->layout = cls;
+    }
+    if (kl == 2) {
+        return 0;
+    }
+    if (kl == 5) {
+        mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
+        for (t = 0; t < 9; t++) { /* the plane transposed: w[3 c + r] is tap (r, c) */
+            ws[t] = (kc->trans ? w[t] : w[t % 3 * 3 + t / 3]) << k;
+        }
+        fns5[relu](buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
+        return 1;
+    }
+    mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
+                   &kc->dk[kl - 3], (uint32_t)kl, buf + kc->pf);
+    for (t = 0; k && t < 9; t++) {
+        ws[t] = w[t] << k;
+    }
+    (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
+                                  (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k,
+                                  bb, m, sh, &kc->dk[kl - 3], o);
+    return 1;
+}
+
+/* The pairs' buffer of a channel (inside mico_dwp): each lane's rows of the plane. */
+#define MICO_DWP_PAIRS()                                                                         \
+    do {                                                                                          \
+        for (lane = 0; lane < 2; lane++) {                                                        \
+            const int32_t first = lane * span_rows - ps;                                          \
+            const int32_t r0 = first < 0 ? -first : 0;                                            \
+            const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;               \
+            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;      \
+            MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;                               \
+            const int half = lane ? 1 - lo : lo;                                                  \
+            if (r1 <= r0 || n <= 0) {                                                             \
+                continue;                                                                         \
+            }                                                                                     \
+            if (short_rows) {                                                                     \
+                const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;                   \
+                const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +        \
+                                          (size_t)(first + r0) * (size_t)srow;                    \
+                if (n >= r1 - r0) {                                                               \
+                    mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);                 \
+                } else {                                                                          \
+                    mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);    \
+                }                                                                                 \
+            } else if (trans) {                                                                   \
+                mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,            \
+                              (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);     \
+            } else {                                                                              \
+                mico_dwp_read((const uint8_t *)in,                                                \
+                              (plane + (size_t)(first + r0) * (size_t)in_w) * b,                  \
+                              (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);                  \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
 /* Estimated instructions of a plane (mico.codegen.dwconv_plan mirrors it): pairs of output
  * lines of 8-output tiles and lone pairs. */
 static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
@@ -1498,9 +1596,7 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
 static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
-                                  MicoDwpPlane const fns[2], int32_t sf,
-                                  MicoDwpPlane const fns3[2], MicoDwpPlane const fns4[2],
-                                  MicoDwpPlane const fns5[2])
+                                  MicoDwpPlane const fns[2], int32_t sf)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -1515,8 +1611,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, multi5, layout = 0;
-    MicoDwp dk[2], d5; /* 3 and 4 lanes; 5 */
+    int short_rows, multi;
+    MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
         p->dil_h != 1 || p->dil_w != 1 || p->groups != p->in_c || p->in_c != p->out_c ||
@@ -1559,31 +1655,49 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
     /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
-     * 0 (the padding words of both layouts alike) */
-    multi = short_rows && sf == 1 && g->ss == 1 && upad == 0u;
-    for (i = 0; i < 2; i++) {
-        dk[i] = d;
-        dk[i].half = (g->n_slow + 2 + i) / (3 + i);
-        dk[i].rows = dk[i].half + 2;
+     * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
+     * ones' sums seldom fit 10 bits) */
+    multi = short_rows && sf == 1 && g->ss == 1 && upad == 0u && p->w_bits <= 4 && b <= 4u;
+    if (multi) {
+        for (i = 0; i < 2; i++) {
+            kc.dk[i] = d;
+            kc.dk[i].half = (g->n_slow + 2 + i) / (3 + i);
+            kc.dk[i].rows = kc.dk[i].half + 2;
+        }
+        /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word
+         * (the plane transposed: one line group; its codes unpacked) */
+        kc.multi5 = p->stride_h == 1 && p->stride_w == 1 && in_w <= 5 && p->out_w <= 5 &&
+                    p->out_h + 2 <= MICO_DWP_PITCH && b < 8u;
+        kc.d5 = d;
+        kc.d5.g.n_fast = p->out_h;
+        kc.d5.g.n_slow = p->out_w;
+        kc.d5.g.ss = 1;
+        kc.d5.g.ostep_fast = p->out_w;
+        kc.d5.g.ostep_slow = 1;
+        kc.d5.half = 1;
+        kc.d5.rows = 3;
+        kc.src = b < 8u ? stage : (const uint8_t *)in;
+        kc.srow = trans ? 1 : in_w;
+        kc.scol = trans ? in_w : 1;
+        kc.n_line = slow_in;
+        kc.n_x = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+        kc.first = -ps;
+        kc.pf = pf;
+        kc.in_h = in_h;
+        kc.in_w = in_w;
+        kc.pad_h = p->pad_h;
+        kc.pad_w = p->pad_w;
+        kc.rows = d.rows;
+        kc.trans = trans;
+        kc.layout = 0;
+        kc.umax = umax;
     }
-    /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word (the
-     * plane transposed: one line group) */
-    multi5 = short_rows && sf == 1 && p->stride_h == 1 && p->stride_w == 1 && upad == 0u &&
-             in_w <= 5 && p->out_w <= 5 && p->out_h + 2 <= MICO_DWP_PITCH && b < 8u;
-    d5 = d;
-    d5.g.n_fast = p->out_h;
-    d5.g.n_slow = p->out_w;
-    d5.g.ss = 1;
-    d5.g.ostep_fast = p->out_w;
-    d5.g.ostep_slow = 1;
-    d5.half = 1;
-    d5.rows = 3;
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sum = 0, sabs = 0, binit, acc0, m, sh;
-        int32_t neg, pos, at = 0, k, fits = 1, kl;
+        int32_t neg, pos, at = 0, k, fits = 1;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w);
         for (t = 0; t < 9; t++) {
@@ -1595,6 +1709,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         pos = ((int32_t)sum + (int32_t)sabs) / 2; /* weights */
         if (short_rows && b < 8u) { /* rows of few codes: the plane unpacked at once */
             mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+        }
+        if (!multi) { /* (layers of K lanes: once the channel's lanes are known) */
+            MICO_DWP_PAIRS();
         }
         if (direct) {
             o = (uint8_t *)out + (size_t)ch * (size_t)out_plane;
@@ -1622,81 +1739,23 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                      (uint32_t)(pos - neg) << 9) < 0x10000000u);
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
-        kl = 2;
-        if (multi && fits) { /* the most lanes the channel's sums fit */
-            const uint32_t span = (uint32_t)(pos - neg) * umax << k;
-            kl = span <= 0x3fu && multi5 ? 5 : span <= 0xffu ? 4 : span <= 0x3ffu ? 3 : 2;
-        }
-        kl = kl == 5 && layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
-        if ((kl == 2 ? 0 : kl == 5 ? 2 : 1) != layout) { /* another layout of the buffer */
-            const int32_t cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
-            /* back to pairs: the whole padding again; to or from 5 lanes: its 3 rows (words
-             * of 3 or 4 lanes are written whole over the pairs' rows) */
-            const int32_t n_fill = cls == 0                   ? MICO_DWP_PITCH * d.rows
-                                   : cls == 2 || layout == 2 ? 3 * MICO_DWP_PITCH
-                                                             : 0;
-            for (i = 0; i < n_fill; i++) {
-                buf[i].w = fill;
+        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos, (uint32_t)k, fits,
+                                acc0, m, sh, relu, o)) {
+            /* words of K lanes */
+        } else { /* pairs */
+            if (multi) {
+                MICO_DWP_PAIRS();
             }
-            layout = cls;
-        }
-        if (kl == 5) {
-            mico_dwp_build5(stage, in_h, in_w, p->pad_h, p->pad_w, buf);
-            binit = ((uint32_t)(-neg) * umax * 0x01041041u) << k;
-            for (t = 0; t < 9; t++) { /* the plane transposed: w[3 c + r] is tap (r, c) */
-                ws[t] = (trans ? w[t] : w[t % 3u * 3u + t / 3u]) << k;
-            }
-            fns5[relu](buf, ws, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d5, o);
-        } else if (kl > 2) {
-            const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
-            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
-            const uint8_t *const s0 = b < 8u ? stage : (const uint8_t *)in + plane;
-            mico_dwp_build(s0, srow, scol, slow_in, n, -ps, &dk[kl - 3], (uint32_t)kl, buf + pf);
-            binit = ((uint32_t)(-neg) * umax * (kl == 3 ? 0x100401u : 0x01010101u)) << k;
-            for (t = 0; k && t < 9; t++) {
-                ws[t] = w[t] << k;
-            }
-            (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w, binit,
-                                          (acc0 + (uint32_t)neg * umax) << k, m, sh,
-                                          &dk[kl - 3], o);
-        } else {
-            for (lane = 0; lane < 2; lane++) { /* lane rows r hold padded rows r (+ D) */
-                const int32_t first = lane * span_rows - ps; /* the input line of buffer row 0 */
-                const int32_t r0 = first < 0 ? -first : 0;
-                const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;
-                const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
-                MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;
-                const int half = lane ? 1 - lo : lo;
-                if (r1 <= r0 || n <= 0) {
-                    continue;
+            if (fits) {
+                binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
+                for (t = 0; k && t < 9; t++) {
+                    ws[t] = w[t] << k;
                 }
-                if (short_rows) { /* from the bytes, the longer side in the inner loop */
-                    const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;
-                    const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +
-                                              (size_t)(first + r0) * (size_t)srow;
-                    if (n >= r1 - r0) {
-                        mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);
-                    } else {
-                        mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);
-                    }
-                } else if (trans) { /* input rows y -> buffer columns, columns -> buffer rows */
-                    mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,
-                                  (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);
-                } else {
-                    mico_dwp_read((const uint8_t *)in,
-                                  (plane + (size_t)(first + r0) * (size_t)in_w) * b,
-                                  (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);
-                }
+                fns[relu](buf, k ? ws : w, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d,
+                          o);
+            } else {
+                mico_dwp_plain(&d, buf, w, acc0, &rq, o);
             }
-        }
-        if (kl == 2 && fits) {
-            binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
-            for (t = 0; k && t < 9; t++) {
-                ws[t] = w[t] << k;
-            }
-            fns[relu](buf, k ? ws : w, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d, o);
-        } else if (kl == 2) {
-            mico_dwp_plain(&d, buf, w, acc0, &rq, o);
         }
         if (!direct) {
             mico_dwp_pack(out, (size_t)ch * (size_t)out_plane, o, out_plane, of);
@@ -1712,12 +1771,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                                 void *out)                                                        \
     {                                                                                             \
         static MicoDwpPlane const fns[2] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1};              \
-        static MicoDwpPlane const fns3[2] = {mico_dwp_k3_0, mico_dwp_k3_1};                       \
-        static MicoDwpPlane const fns4[2] = {mico_dwp_k4_0, mico_dwp_k4_1};                       \
-        static MicoDwpPlane const fns5[2] = {mico_dwp_k5_0, mico_dwp_k5_1};                       \
         static const MicoDwLanes one = {32, 0};                                                   \
         (void)l;                                                                                  \
-        if (mico_dwp(p, in, out, fns, SF, fns3, fns4, fns5)) {                                    \
+        if (mico_dwp(p, in, out, fns, SF)) {                                                      \
             return;                                                                               \
         }                                                                                         \
         if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \
