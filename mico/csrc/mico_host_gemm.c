@@ -17,10 +17,11 @@
  * unpacking on every call).
  * So fewer bits cost only the unpacking of the activations and the packing of the outputs.
  * Sums are exact in int32 (|code| <= 255, |weight| <= 127) and are requantized with
- * mico_rescale's arithmetic (vectorised here: shifts above 32, and shifts of 32 or less in the
- * same 32-bit loop when the magnitudes that matter fit; mico_rq_run for binary outputs and
- * layers without multipliers) and packed, so the results are bit-identical to the other
- * paths and to mico/quant/arithmetic.py.
+ * mico_rescale's arithmetic (vectorised here: 32-bit multiplies only when magnitudes capped
+ * at 65535 give the same results, mico_host_rq16; else shifts above 32, and shifts of 32 or
+ * less in the same 32-bit loop when the magnitudes that matter fit; mico_rq_run for binary
+ * outputs and layers without multipliers) and packed, so the results are bit-identical to
+ * the other paths and to mico/quant/arithmetic.py.
  *
  * Scratch lives in static arrays (host only, not in the arena: about 3.5 MB of .bss for the
  * scratch and up to 12 MB for the weight store and its copies of the packed bytes, of which
@@ -31,6 +32,14 @@
  * when MICO_HOST_KERNELS is defined (the generated Makefile defines it for TARGET=host);
  * elsewhere the entry points forward to mico_qconv2d / mico_qlinear / mico_add.
  *
+ *  - Pointwise layers (1x1, stride 1, one group) when a per-layer cost fitted on callgrind
+ *    counts says so (mico_host_pw_takes: narrow layers of many pixels, where the GEMM below
+ *    pays a horizontal sum per output), and layers of one group, at most MICO_HOST_ROWS_K
+ *    taps and 256 pixels or more (a first 3x3 conv): pixels in vector lanes over CHW rows
+ *    (the input planes, or rows of taps built from them), 4 output channels x 16 pixels a
+ *    micro-kernel, the input channel (tap) the reduction loop; int16 sums over chunks of
+ *    input channels when the codes' and weights' bounds keep them exact (sub-byte widths),
+ *    int32 ones otherwise (mico_host_pw).
  *  - mico_qconv2d_host: any kernel, stride, padding, dilation and groups (codes of 1..8 bits).
  *    Per group, the input is unpacked once into zero-padded HWC planes; for each block of
  *    output pixels an im2col patch [pixel][tap] is copied from the planes (a 1x1 stride-1
@@ -39,11 +48,12 @@
  *    are requantized and packed 4 channels at a time (sub-byte outputs: the whole layer in one
  *    run at its end).
  *  - Depthwise layers (groups == in_c == out_c), any kernel, stride, padding and dilation:
- *    over the HWC planes, 16 channels of a pixel at a time in registers over the taps
- *    (mico_host_dw_hwc); a layer too large for that scratch goes channel by channel over a
- *    plane split by stride phase, so every tap is one contiguous multiply-add over the plane
- *    (mico_host_dw, which reads a channel's whole input before storing any of its outputs:
- *    the in-place order of mico_conv2d.c).
+ *    over the HWC planes, 16 channels of a pixel at a time in registers over the taps, in
+ *    int16 when no sum of the taps' products can leave it (mico_host_dw_hwc); a layer too
+ *    large for that scratch goes channel by channel over a plane split by stride phase, so
+ *    every tap is one contiguous multiply-add over the plane (mico_host_dw, which reads a
+ *    channel's whole input before storing any of its outputs: the in-place order of
+ *    mico_conv2d.c).
  *  - mico_qlinear_host: rows x in_features times out_features x in_features; 8-bit weights are
  *    read as int8 in place, narrower ones from the store.
  *  - mico_add_host: mico_add's 64-bit arithmetic over unpacked runs, vectorised.
@@ -84,6 +94,7 @@ static int16_t mico_host_w[MICO_HOST_W];
 static int16_t mico_host_patch[MICO_HOST_PATCH];
 static int32_t mico_host_acc[2 * MICO_HOST_ACC];
 #define MICO_HOST_PWX (1 << 18) /* int32: a pointwise layer's input planes */
+#define MICO_HOST_ROWS_K 64     /* the most taps a conv layer takes mico_host_pw with */
 static int32_t mico_host_x32[MICO_HOST_PWX];
 #define MICO_HOST_PACKRUN 256 /* codes mico_host_pack narrows to bytes at a time */
 #define MICO_HOST_STAGE (1 << 17) /* int32: a layer's sub-byte outputs before packing */
@@ -1099,18 +1110,24 @@ static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
 MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, void *out,
                                          int32_t chunk)
 {
-    const int32_t kn = p->in_c, n_out = p->out_c, n4 = (n_out + 3) & ~3;
+    const int32_t taps = p->k_h * p->k_w, kn = p->in_c * taps, n_out = p->out_c;
+    const int32_t n4 = (n_out + 3) & ~3;
     const int32_t npix = p->out_h * p->out_w, npixp = (npix + 15) & ~15;
     const size_t all = (size_t)kn * (size_t)npix, rows = (size_t)kn * (size_t)npixp;
     const size_t wsize = (size_t)n4 * (size_t)kn * (chunk ? 1u : 2u);
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    /* 1x1, stride 1, no padding: the input planes are the rows; otherwise rows of taps */
+    const int direct = taps == 1 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 0 &&
+                       p->pad_w == 0 && p->out_h == p->in_h && p->out_w == p->in_w;
     int32_t *acc = mico_host_acc;
     int16_t *x16 = mico_host_x, *w16;
     int32_t *w32 = 0;
     int16_t s[64];
     int32_t o, c, k, j, p0, k0;
     int fill;
-    if (rows + all > MICO_HOST_X || rows > MICO_HOST_PWX || (size_t)4 * (size_t)npixp > 2 * MICO_HOST_ACC ||
-        wsize > (size_t)INT32_MAX) {
+    if (rows + (direct ? all : 0) > MICO_HOST_X || rows > MICO_HOST_PWX ||
+        (!direct && plane > MICO_HOST_PATCH) || p->groups != 1 ||
+        (size_t)4 * (size_t)npixp > 2 * MICO_HOST_ACC || wsize > (size_t)INT32_MAX) {
         return 0;
     }
     w16 = mico_host_weights(p->weight, mico_host_wbytes((size_t)n_out * (size_t)kn, p->w_bits),
@@ -1137,7 +1154,55 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
         }
     }
     /* the codes, then rows of npixp (zeros past npix): int16 in place, or widened to int32 */
-    if (chunk && npixp == npix) {
+    if (!direct) { /* row (c, ky, kx): input (c, oy sh - ph + ky dh, ox sw - pw + kx dw) */
+        for (c = 0; c < p->in_c; c++) {
+            const int16_t *codes = mico_host_patch;
+            int32_t t;
+            mico_host_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, mico_host_patch);
+            for (t = 0; t < taps; t++) {
+                const int32_t ky = t / p->k_w, kx = t % p->k_w, r = c * taps + t;
+                const int32_t dx = kx * p->dil_w - p->pad_w, sw = p->stride_w;
+                /* the columns inside the input: ox in [lo, hi) */
+                int32_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
+                int32_t hi = p->in_w - dx <= 0 ? 0 : (p->in_w - dx + sw - 1) / sw;
+                int32_t oy;
+                hi = hi < p->out_w ? hi : p->out_w;
+                lo = lo < hi ? lo : hi;
+                for (oy = 0; oy < p->out_h; oy++) {
+                    const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+                    const size_t at = (size_t)r * (size_t)npixp + (size_t)oy * (size_t)p->out_w;
+                    const int16_t *MICO_RESTRICT src = codes + (size_t)(iy > 0 ? iy : 0) *
+                                                                   (size_t)p->in_w;
+                    const int inside = iy >= 0 && iy < p->in_h;
+                    int32_t ox;
+                    if (chunk) {
+                        int16_t *MICO_RESTRICT dst = x16 + at;
+                        for (ox = 0; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
+                        }
+                        for (ox = lo; inside && ox < hi; ox++) {
+                            dst[ox] = src[ox * sw + dx];
+                        }
+                    } else {
+                        int32_t *MICO_RESTRICT dst = mico_host_x32 + at;
+                        for (ox = 0; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
+                        }
+                        for (ox = lo; inside && ox < hi; ox++) {
+                            dst[ox] = src[ox * sw + dx];
+                        }
+                    }
+                }
+                for (j = npix; j < npixp; j++) {
+                    if (chunk) {
+                        x16[(size_t)r * (size_t)npixp + (size_t)j] = 0;
+                    } else {
+                        mico_host_x32[(size_t)r * (size_t)npixp + (size_t)j] = 0;
+                    }
+                }
+            }
+        }
+    } else if (chunk && npixp == npix) {
         mico_host_unpack(in, 0, (int32_t)all, p->in_fmt, x16);
     } else if (chunk && ((size_t)npix * (size_t)p->in_fmt.bits) % 8u == 0) {
         for (k = 0; k < kn; k++) { /* rows start on a byte: each unpacked in place */
@@ -1216,6 +1281,11 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
         if (p->groups == 1 && p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 &&
             p->stride_w == 1 && p->pad_h == 0 && p->pad_w == 0 && p->in_fmt.bits <= 8 &&
             p->out_h == p->in_h && p->out_w == p->in_w && mico_host_pw_takes(p, &chunk)) {
+            done = mico_host_pw(p, in, out, chunk);
+        } else if (p->groups == 1 && p->in_fmt.bits <= 8 &&
+                   p->in_c * p->k_h * p->k_w <= MICO_HOST_ROWS_K &&
+                   p->out_h * p->out_w >= 256) { /* few taps: rows of taps, pixels in lanes */
+            mico_host_pw_takes(p, &chunk);
             done = mico_host_pw(p, in, out, chunk);
         }
         done = done || mico_host_conv(p, in, out);

@@ -296,7 +296,8 @@ def test_linear_every_width(build):
 def test_geometry(build):
     """Stride, asymmetric padding, dilation, rectangular kernels, groups, pointwise layers
     (the direct path and its odd tail), depthwise layers with strides and dilation, a
-    channel multiplier, and layers too wide for one patch block (odd pixel counts)."""
+    channel multiplier, layers too wide for one patch block (odd pixel counts), and layers of
+    few taps over many pixels (rows of taps; padding wider than the kernel)."""
     w8, a8, a4 = QFormat(8, True), QFormat(8, False), QFormat(4, True)
     w4 = QFormat(4, True)
     geo = [
@@ -318,6 +319,11 @@ def test_geometry(build):
         dict(in_c=2, out_c=2, hw=(7, 50), k=(5, 3), pad=(2, 1), dil=(1, 2), groups=2),
         dict(in_c=21, out_c=21, hw=(7, 7), k=(3, 3), pad=(1, 1), groups=21),  # 2 vectors
         dict(in_c=64, out_c=10, hw=(13, 13), k=(3, 3), pad=(1, 1)),  # 576 taps: small blocks
+        # few taps over many pixels: rows of taps, pixels in vector lanes (mico_host_pw)
+        dict(in_c=1, out_c=6, hw=(28, 28), k=(5, 5)),
+        dict(in_c=2, out_c=5, hw=(20, 23), k=(3, 3), pad=(2, 1), dil=(2, 1)),
+        dict(in_c=3, out_c=7, hw=(40, 50), k=(3, 3), pad=(1, 1), stride=(2, 3)),
+        dict(in_c=2, out_c=3, hw=(16, 16), k=(3, 3), pad=(3, 3)),
     ]
     cases = [
         case("conv", w, a, seed=i, o_fmt=QFormat(8, True) if i % 2 else None, **g)
@@ -367,6 +373,7 @@ def test_uneven_padding(build):
         dict(in_c=16, out_c=16, hw=(6, 30), k=(3, 3), pad=(1, 1), groups=16, out_rows=8),
         dict(in_c=9, out_c=9, hw=(5, 5), k=(3, 3), pad=(1, 1), stride=(2, 2), groups=9,
              out_rows=4),
+        dict(in_c=3, out_c=4, hw=(16, 20), k=(3, 3), pad=(1, 1), out_rows=18),
     ]  # fmt: skip
     formats = ((QFormat(8, True), QFormat(8, False)), (QFormat(4, True), QFormat(4, True)),
                (QFormat(2, True), QFormat(2, False, 1)))  # fmt: skip
@@ -452,6 +459,8 @@ def test_extremes_and_saturation(build):
                          pad=(1, 1), groups=9, **common),
                     case("conv", w_fmt, a_fmt, in_c=300, out_c=5, hw=(4, 8), **common),
                     case("conv", w_fmt, a_fmt, in_c=8, out_c=6, hw=(8, 8), **common),
+                    case("conv", w_fmt, a_fmt, in_c=7, out_c=5, hw=(16, 16), k=(3, 3),
+                         pad=(1, 1), **common),
                     case("linear", w_fmt, a_fmt, in_c=1000, out_c=5, **common),
                 ]  # fmt: skip
     run(cases, build())
