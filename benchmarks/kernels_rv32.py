@@ -465,6 +465,10 @@ SHAPES = {
     "FC 256→64": dict(kind="linear", in_c=256, out_c=64),
     # DS-CNN's pointwise layers (MLPerf Tiny KWS): 64 channels on its 25x5 planes
     "pointwise 64→64 25×5 (DS-CNN)": dict(kind="conv", in_c=64, out_c=64, hw=(25, 5), k=1),
+    # and its depthwise layers
+    "depthwise3x3 64ch 25×5 pad1 (DS-CNN)": dict(
+        kind="conv", in_c=64, out_c=64, hw=(25, 5), k=3, pad=1, groups=64
+    ),
 }
 #: (label, weight bits, activation bits, activations signed); activations after a ReLU are
 #: unsigned, as mico stores them; "±1" activations are binary
