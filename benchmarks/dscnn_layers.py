@@ -72,6 +72,14 @@ layer, and each plane's 125 packed codes are unpacked and spread into the lanes'
 (about 10 instructions a code, 1.1 per MAC; W8A8 copies bytes at about 2). Planes with rows of
 8 codes or more read the packed codes straight into the lanes (16 x 16: W4A4 4.11 per MAC
 against W8A8's 4.48).
+
+Since the issue-16 sub-byte kernels, a channel of a 25 x 5 plane whose sums fit takes more lanes
+a word: 4-bit codes 3 lanes of 10 bits (9 line groups instead of 13 pairs), 2-bit codes 5 lanes
+of 6 bits (the plane transposed: all 5 output columns in one word, one line group of 25
+positions), the buffer built a word at a time from the unpacked plane. The requantization
+(about 10 instructions an output, 1.1 per MAC) is then the largest part of the layer; at W4A4
+the build, the unpacking and the packing of the 4-bit outputs (about 1.6 per MAC together)
+keep it a little above W8A8's byte path.
 """
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
 
