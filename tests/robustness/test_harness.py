@@ -44,3 +44,29 @@ def test_usage_errors_are_one_line_at_the_command(tmp_path, args, flag):
     result = run_cli([*args], cwd=tmp_path)
     assert_clean_error(result, flag)
     assert "(see `mico" in result.stderr
+
+
+def test_each_case_is_its_own_process_with_its_cwd_env_and_output(tmp_path):
+    """The fork server's children behave like ``python -c``: their own directory and
+    environment, output of subprocesses captured, nothing left over from an earlier case."""
+    source = (
+        "import os, subprocess, sys\n"
+        "print('cwd', os.getcwd(), 'env', os.environ.get('MICO_PROBE'), 'argv', sys.argv)\n"
+        "subprocess.run(['sh', '-c', 'echo from-a-subprocess >&2'], check=True)\n"
+        "assert 'leftover' not in globals() and not hasattr(sys, 'leftover')\n"
+        "sys.leftover = 1\n"
+        "sys.exit(3)\n"
+    )
+    for _ in range(2):
+        result = run_api(source, tmp_path, env={"MICO_PROBE": "yes"})
+        assert result.returncode == 3, result.output
+        assert f"cwd {tmp_path} env yes argv ['-c']" in result.stdout
+        assert "from-a-subprocess" in result.stderr
+
+
+def test_a_hang_is_stopped_at_the_time_limit(tmp_path):
+    import subprocess
+
+    with pytest.raises(subprocess.TimeoutExpired):
+        run_api("while True:\n    pass", tmp_path, timeout=1)
+    assert run_api("print('next')", tmp_path).stdout == "next\n"  # the server carries on
