@@ -137,3 +137,31 @@ def test_a_program_that_hangs_is_stopped(bad_project, samples):
     host.build(project)
     with pytest.raises(BuildError, match=r"cnn ran for more than 0\.3 s and was stopped"):
         host.run(project, samples[:1], timeout=0.3)
+
+
+def test_build_cache_reuses_kernel_objects_and_leaves_make_up_to_date(
+    project, samples, reference, tmp_path, monkeypatch
+):
+    """$MICO_BUILD_CACHE: kernel objects compiled once into the cache, the program still the
+    reference's, `make` afterwards finds it up to date; with the cache off, make builds."""
+    from mico.targets.io import BUILD_CACHE_ENV
+
+    cache = tmp_path / "objects"
+    monkeypatch.setenv(BUILD_CACHE_ENV, str(cache))
+    exe = host.build(project)
+    objects = sorted(p.name for p in cache.iterdir())
+    assert objects and all(name.startswith("mico_") and name.endswith(".o") for name in objects)
+    np.testing.assert_array_equal(host.run(project, samples), reference)
+    again = subprocess.run(
+        ["make", "-C", str(project.directory), "TARGET=host", "CC=gcc", "SANITIZE=0"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "gcc " not in again.stdout  # the stamp and the executable as make leaves them
+    exe.unlink()
+    host.build(project)  # every kernel object from the cache: nothing new compiled
+    assert sorted(p.name for p in cache.iterdir()) == objects
+    np.testing.assert_array_equal(host.run(project, samples), reference)
+    monkeypatch.setenv(BUILD_CACHE_ENV, "")
+    exe.unlink()
+    host.build(project)
+    assert exe.is_file() and len(list(cache.iterdir())) == len(objects)
