@@ -86,7 +86,7 @@ def _child(request: dict, out_fd: int, err_fd: int, channels: tuple[int, ...]) -
             os._exit(code)
 
 
-def _serve_one(request: dict, reply_fd: int, channels: tuple[int, ...]) -> dict:
+def _serve_one(request: dict, channels: tuple[int, ...]) -> dict:
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -122,7 +122,7 @@ def main() -> None:
     channels = (0, reply_fd)
     _write(reply_fd, "ready")
     while (request := _read(requests)) is not None:
-        _write(reply_fd, _serve_one(request, reply_fd, channels))
+        _write(reply_fd, _serve_one(request, channels))
 
 
 if __name__ == "__main__":
