@@ -32,6 +32,10 @@ UBSan), run 8 samples, agreement; results go to ``c_backend_grid.{json,md}``. ``
 builds with clang instead (results get a ``_clang`` suffix). ``--host-kernels`` generates the
 projects as ``mico compile`` does for the host alone (its ``xautovec`` kernels, mico_host_gemm.c)
 instead of the portable kernels every device runs (results get a ``_host_kernels`` suffix).
+``--merge`` keeps the existing results' cases outside this run's models and modes (each case
+records the commit and date it ran at, and the tables say when they mix runs), so a subset can
+be rerun without losing the rest. Builds reuse compiled kernel objects (``$MICO_BUILD_CACHE``,
+:mod:`mico.hw.objcache`); when it is unset, the run keeps one cache of its own for its duration.
 
 A failing (model, plan, mode) is recorded with its error message; the run goes on.
 """
@@ -39,6 +43,7 @@ A failing (model, plan, mode) is recorded with its error message; the run goes o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -49,7 +54,7 @@ import subprocess
 import tempfile
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +69,7 @@ from mico.models import from_zoo
 from mico.quant import calibrate, model_costs
 from mico.quant.arithmetic import TERNARY, format_bits
 from mico.targets import host, rv32
+from mico.targets.io import BUILD_CACHE_ENV
 
 #: token models (random float inputs are no token ids) are measured by benchmarks/transformers.py
 DEPLOYABLE = [m for m in DEPLOYABLE_MODELS if m != "tinyllama"]
@@ -542,6 +548,35 @@ def _kernels_text(meta: dict[str, Any]) -> str:
     return "the portable kernels every device target runs (no ISA extensions)"
 
 
+def _modes_of(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
+    """The modes to tabulate: this run's, then any a merged earlier run added."""
+    return list(dict.fromkeys([*meta["modes"], *(r["mode"] for r in records if r["mode"] != "-")]))
+
+
+def _runs_text(records: list[dict[str, Any]]) -> list[str]:
+    """Which run (commit, date) each model's cases come from, when the table mixes runs."""
+    runs: dict[str, list[str]] = {}
+    for r in records:
+        run = r.get("run", "an earlier run (not recorded)")
+        models = runs.setdefault(run, [])
+        if r["model"] not in models:
+            models.append(r["model"])
+    if len(runs) <= 1:
+        return [f"Every case ran at {next(iter(runs))}.", ""] if runs else []
+    lines = ["The cases come from several runs (`--merge`):", ""]
+    lines += [f"- {run}: {', '.join(models)}" for run, models in runs.items()]
+    return [*lines, ""]
+
+
+def merged_records(
+    old: list[dict[str, Any]], new: list[dict[str, Any]], models: list[str], modes: list[str]
+) -> list[dict[str, Any]]:
+    """``new`` plus the ``old`` cases outside this run's models x modes, in model order."""
+    kept = [r for r in old if not (r["model"] in models and r["mode"] in (*modes, "-"))]
+    order = list(dict.fromkeys([*(r["model"] for r in old), *models]))
+    return sorted([*kept, *new], key=lambda r: order.index(r["model"]))
+
+
 def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     plans = list(dict.fromkeys(r["plan"] for r in records))
     rows = [
@@ -554,7 +589,8 @@ def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "(static: bit-exact; dynamic: within rtol 1e-5), ✓ when all do, ERR when a stage failed.",
         "",
     ]
-    for mode in meta["modes"]:
+    rows += _runs_text(records)
+    for mode in _modes_of(records, meta):
         chosen = [r for r in records if r["mode"] == mode]
         if not chosen:
             continue
@@ -611,6 +647,37 @@ def _names(text: str, allowed: list[str], what: str) -> list[str]:
     return names
 
 
+def _earlier_records(path: Path) -> list[dict[str, Any]]:
+    """The cases of an earlier results file, each stamped with its run (none if no file)."""
+    if not path.exists():
+        return []
+    data = json.loads(path.read_text())
+    when = data.get("meta", {}).get("date", "an unknown date")
+    return [{"run": f"an earlier run ({when})", **r} for r in data["results"]]
+
+
+def _git_commit() -> str:
+    """The short commit the run measures ("unknown" outside a git checkout)."""
+    out = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        cwd=Path(__file__).parent, check=False,
+    )  # fmt: skip
+    return out.stdout.strip() or "unknown"
+
+
+@contextlib.contextmanager
+def _build_cache(tmp: str) -> Iterator[None]:
+    """Builds reuse kernel objects: the user's ``$MICO_BUILD_CACHE``, else one for this run."""
+    if os.environ.get(BUILD_CACHE_ENV):
+        yield
+        return
+    os.environ[BUILD_CACHE_ENV] = str(Path(tmp) / "objects")
+    try:
+        yield
+    finally:
+        del os.environ[BUILD_CACHE_ENV]
+
+
 def _compiler_version(cc: str) -> str:
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, check=False)
@@ -637,6 +704,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--maps", action="store_true", help="memory-map PNGs of every arena")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
+    parser.add_argument(
+        "--merge", action="store_true",
+        help="keep the existing results' cases outside these models and modes",
+    )  # fmt: skip
     options = parser.parse_args(argv)
     options.models = _names(options.models, DEPLOYABLE, "models")
     options.modes = _names(options.modes, list(MODES), "modes")
@@ -669,20 +740,24 @@ def main(argv: list[str] | None = None) -> None:
         stem += "_" + Path(options.cc).name
     if options.host_kernels:
         stem += "_host_kernels"
+    previous = options.out / f"{stem}.json"
+    old = _earlier_records(previous) if options.merge else []
+    run = f"{_git_commit()} ({meta['date']})"
     records: list[dict[str, Any]] = []
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="mico-c-backend-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mico-c-backend-") as tmp, _build_cache(tmp):
         for name in options.models:
             print(f"{name} …", flush=True)
             workdir = Path(tmp) / name
             try:
-                records += run_model(name, options, workdir, name in rv32_models)
+                new = run_model(name, options, workdir, name in rv32_models)
             except Exception as exc:  # building the model itself failed
-                records.append(
-                    {"model": name, "plan": "-", "mode": "-", "errors": {"model": error_text(exc)}}
-                )
+                errors = {"model": error_text(exc)}
+                new = [{"model": name, "plan": "-", "mode": "-", "errors": errors}]
+            records += [{**r, "run": run} for r in new]
             meta["seconds"] = round(time.perf_counter() - started, 1)
-            write_results(options.out, stem, records, meta, options.grid)
+            merged = merged_records(old, records, options.models, options.modes)
+            write_results(options.out, stem, merged, meta, options.grid)
     print(f"wrote {options.out / (stem + '.md')} in {meta.get('seconds', 0)} s")
 
 
