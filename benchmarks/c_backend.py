@@ -321,7 +321,7 @@ def run_case(
             name="m",
             mode=mode,
             calibration=calib,
-            isa_extensions=("xautovec",) if options.host_kernels else (),
+            isa_extensions=isa_extensions(options),
         ),
     )
     if compiled is None:
@@ -541,10 +541,22 @@ def _failures(records: list[dict[str, Any]]) -> list[str]:
     return rows
 
 
+def isa_extensions(options: argparse.Namespace) -> tuple[str, ...]:
+    """The ISA extensions the projects are generated for (kernel paths chosen from them)."""
+    return (*(("xautovec",) if options.host_kernels else ()), *options.isa)
+
+
 def _kernels_text(meta: dict[str, Any]) -> str:
     """Which kernels the grid's projects were generated with."""
-    if "xautovec" in meta.get("isa_extensions", []):
+    extensions = meta.get("isa_extensions", [])
+    if "xautovec" in extensions:
         return "the host's own kernels (xautovec: mico_host_gemm.c, as `mico compile` for the host)"
+    if extensions:
+        names = ", ".join(extensions)
+        return (
+            f"the device kernels generated for ISA extensions {names} (zbb: binary layers "
+            "count with cpop; on the host, its portable C equivalent)"
+        )
     return "the portable kernels every device target runs (no ISA extensions)"
 
 
@@ -616,8 +628,39 @@ def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                     cells.append("✓" if a["agrees"] else f"✗ {agree}/{a['samples']}")
             rows.append(f"| {model} | " + " | ".join(cells) + " |")
         rows.append("")
+        rows += _rv32_grid(chosen, mode, plans, models)
     rows += _failures(records)
     return "\n".join(rows) + "\n"
+
+
+def _rv32_grid(
+    chosen: list[dict[str, Any]], mode: str, plans: list[str], models: list[str]
+) -> list[str]:
+    """The same cases built for rv32imac and run under qemu: a table when any ran there."""
+    ran = [r for r in chosen if "rv32" in r]
+    if not ran:
+        return []
+    ok = sum(1 for r in ran if ((r.get("rv32") or {}).get("agreement") or {}).get("agrees"))
+    rows = [
+        f"### {mode} mode on rv32 (qemu, {RV32_SAMPLES} samples a case): {ok}/{len(ran)} agree",
+        "",
+        "| model | " + " | ".join(plans) + " |",
+        "|---|" + "---|" * len(plans),
+    ]
+    for model in models:
+        cells = []
+        for plan in plans:
+            r = next((x for x in ran if x["model"] == model and x["plan"] == plan), None)
+            a = ((r or {}).get("rv32") or {}).get("agreement")
+            if r is None:
+                cells.append("")
+            elif not a:
+                cells.append("ERR")
+            else:
+                agree = a["exact"] if mode == "static" else max(a["exact"], _within(a))
+                cells.append("✓" if a["agrees"] else f"✗ {agree}/{a['samples']}")
+        rows.append(f"| {model} | " + " | ".join(cells) + " |")
+    return [*rows, ""]
 
 
 def _within(agreement: dict[str, Any]) -> int:
@@ -701,6 +744,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--host-kernels", action="store_true", help="the host's own kernels (xautovec)"
     )
+    parser.add_argument(
+        "--isa", default="", help="ISA extensions the projects are generated for, e.g. zbb "
+        "(binary layers' cpop kernels; results get a _zbb suffix)",
+    )  # fmt: skip
     parser.add_argument("--maps", action="store_true", help="memory-map PNGs of every arena")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
@@ -711,6 +758,7 @@ def main(argv: list[str] | None = None) -> None:
     options = parser.parse_args(argv)
     options.models = _names(options.models, DEPLOYABLE, "models")
     options.modes = _names(options.modes, list(MODES), "modes")
+    options.isa = [e.strip().lower() for e in options.isa.split(",") if e.strip()]
     if options.samples is None:
         options.samples = GRID_SAMPLES if options.grid else 16
     use_rv32 = (not options.grid) if options.rv32 is None else options.rv32
@@ -733,13 +781,16 @@ def main(argv: list[str] | None = None) -> None:
         "sanitize": options.sanitize,
         "rv32_models": sorted(rv32_models),
         "grid": options.grid,
-        "isa_extensions": ["xautovec"] if options.host_kernels else [],
+        "isa_extensions": list(isa_extensions(options)),
     }
     stem = "c_backend_grid" if options.grid else "c_backend"
     if options.cc != host.DEFAULT_CC:  # a second compiler's results sit beside gcc's
         stem += "_" + Path(options.cc).name
     if options.host_kernels:
         stem += "_host_kernels"
+    stem += "".join(f"_{ext}" for ext in options.isa)
+    if options.grid and rv32_models:
+        stem += "_rv32"
     previous = options.out / f"{stem}.json"
     old = _earlier_records(previous) if options.merge else []
     run = f"{_git_commit()} ({meta['date']})"

@@ -92,3 +92,21 @@ def test_the_run_keeps_a_kernel_cache_unless_the_user_set_one(tmp_path: Path, mo
     with bench._build_cache(str(tmp_path)):
         assert os.environ[bench.BUILD_CACHE_ENV] == "/somewhere/else"
     assert os.environ[bench.BUILD_CACHE_ENV] == "/somewhere/else"
+
+
+def test_grid_table_adds_the_rv32_runs_and_the_isa_extensions() -> None:
+    new = rerun_of_lenet()
+    new[0]["rv32"] = {"agreement": {**new[0]["agreement"]}}
+    new[1]["rv32"] = {"agreement": None}  # the rv32 stage failed
+    meta = {"date": "2026-11-26", "machine": "m", "cc": "gcc", "sanitize": True, "seed": 0,
+            "samples": 8, "modes": ["static"], "isa_extensions": ["zbb"]}  # fmt: skip
+    text = bench.grid_markdown(new, meta)
+    assert "ISA extensions zbb" in text
+    assert "### static mode on rv32 (qemu, 4 samples a case): 1/2 agree" in text
+    assert "| lenet | ✓ | ✗ 3/8 |" in text and "| lenet | ✓ | ERR |" in text
+    # without rv32 runs, no rv32 table
+    assert "on rv32" not in bench.grid_markdown(rerun_of_lenet(), meta)
+    options = bench.argparse.Namespace(host_kernels=False, isa=["zbb"])
+    assert bench.isa_extensions(options) == ("zbb",)
+    options.host_kernels = True
+    assert bench.isa_extensions(options) == ("xautovec", "zbb")
