@@ -733,6 +733,29 @@ static MICO_DWL_INLINE void mico_dw8_put(uint8_t *o, int32_t r, uint32_t m, uint
 typedef void (*MicoDw8Plane)(const void *, const int32_t *, int32_t, uint32_t, uint32_t,
                              const MicoDw8 *, uint8_t *);
 
+static void mico_dwp_weights(const uint8_t *weight, uint32_t ch, uint32_t wb, int trans,
+                             uint32_t *w);
+
+/* A channel whose multiplier the plane functions cannot take (mico_dw8): every output from
+ * the buffer through mico_rq_apply. */
+static MICO_NOINLINE void mico_dw8_plain(const uint8_t *buf, int is_signed, const int32_t *w,
+                                         int32_t bias, const MicoRq *rq, const MicoDw8 *g,
+                                         int32_t sf, uint8_t *out)
+{
+    int32_t s, f, t;
+    for (s = 0; s < g->n_slow; s++) {
+        for (f = 0; f < g->n_fast; f++) {
+            const uint8_t *b = buf + s * g->ss * MICO_DW8_PITCH + f * sf;
+            int32_t a = bias;
+            for (t = 0; t < 9; t++) {
+                const uint8_t c = b[t / 3 * MICO_DW8_PITCH + t % 3];
+                a += w[t] * (is_signed ? (int32_t)(int8_t)c : (int32_t)c);
+            }
+            out[s * g->ostep_slow + f * g->ostep_fast] = (uint8_t)mico_rq_apply(rq, a);
+        }
+    }
+}
+
 /* Estimated instructions of a plane of n_slow rows of n_fast outputs (mico.codegen.dwconv_plan
  * mirrors it). */
 static int32_t mico_dw8_cost(int32_t n_fast, int32_t n_slow)
@@ -747,7 +770,6 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
 {
     uint8_t buf[MICO_DW8_PITCH * MICO_DW8_ROWS];
     MicoDw8 g;
-    MicoFmt w_fmt = p->in_fmt;
     int32_t ch, i, t, rows, fast_in, slow_in, pf, ps, sf, n_pad, cost_n, cost_t, trans;
     const int32_t in_plane = p->in_h * p->in_w, out_plane = p->out_h * p->out_w;
     const int32_t in_h = p->in_h, in_w = p->in_w;
@@ -756,11 +778,6 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
         p->groups != p->in_c || p->in_c != p->out_c || p->out.n_mult == 0 || p->pad_h < 0 ||
         p->pad_w < 0 || p->stride_h < 1 || p->stride_w < 1 || p->out_h < 1 || p->out_w < 1) {
         return 0;
-    }
-    for (ch = 0; ch < (p->out.n_mult > 1 ? p->out_c : 1); ch++) {
-        if (p->out.shift[ch] <= 32) {
-            return 0;
-        }
     }
     /* orientation: buffer rows along the input rows, or along its columns when that is
      * cheaper (estimated rv32 instructions: a 4-output tile, a lone output, a row) */
@@ -792,18 +809,44 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     g.relu = p->out.relu;
     g.lo = p->out.lo;
     g.hi = p->out.hi;
-    w_fmt.bits = p->w_bits;
-    w_fmt.is_signed = 1;
-    w_fmt.zero = 0;
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const uint8_t *src = (const uint8_t *)in + (size_t)ch * (size_t)in_plane;
         const int relu = g.relu && g.lo <= 0 && g.hi >= 0;
-        int32_t w[9], y, x;
-        for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
-            const int32_t r = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + r : t);
-            w[t] = p->w_bits == 8 ? (int32_t)((const int8_t *)p->weight)[k]
-                                  : mico_load(p->weight, (size_t)k, w_fmt);
+        int32_t w[9], y, x, sc = 0, bias = p->bias[ch];
+        uint32_t m = (uint32_t)rq.m, sh = (uint32_t)rq.shift - 32u;
+        if (p->w_bits == 8) {
+            for (t = 0; t < 9; t++) { /* buffer order: transposed, row r holds column r's taps */
+                const int32_t r = t / 3, c = t % 3, k = ch * 9 + (trans ? c * 3 + r : t);
+                w[t] = (int32_t)((const int8_t *)p->weight)[k];
+            }
+        } else { /* the 9 codes in one pass (ternary weights: 2-bit codes) */
+            mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans,
+                             (uint32_t *)(void *)w);
+        }
+        if (rq.shift <= 32) {
+            /* a shift of 32 or less (the larger real multipliers of ternary or 1-bit weights):
+             * M = m 2^(33 - shift - sc) < 2^32 with shift 33 on the sums scaled by 2^sc
+             * (weights and bias): (|r| 2^sc M + 2^32) >> 33 = (|r| m + 2^(shift-1)) >> shift,
+             * mico_rescale's rounding, exactly; taken while the scaled sums stay far inside
+             * int32 (|bias| < 2^26; the taps' sum is below 9 * 2^15); a channel outside that
+             * goes one output at a time (mico_dw8_plain) */
+            const int32_t e = 33 - rq.shift;
+            /* m 2^(e - sc) < 2^32 while m >> (32 - e + sc) is 0 (in 32-bit shifts) */
+            while (sc < 3 && sc < e && (e - sc >= 32 || (uint32_t)rq.m >> (32 - e + sc) != 0u)) {
+                sc++;
+            }
+            if ((e - sc >= 32 ? rq.m != 0 : (uint32_t)rq.m >> (32 - e + sc) != 0u) ||
+                bias >= (1 << 26) || bias <= -(1 << 26) || rq.binary) {
+                sc = -1;
+            } else {
+                m = (uint32_t)rq.m << (e - sc);
+                sh = 1u;
+                bias *= 1 << sc;
+                for (t = 0; sc && t < 9; t++) {
+                    w[t] *= 1 << sc;
+                }
+            }
         }
         /* the plane into the buffer (the layer's sizes in locals: byte stores may alias p) */
         if (trans) { /* buffer row ps + x holds input column x (a column: in_w apart) */
@@ -835,8 +878,12 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
                 }
             }
         }
-        fns[p->in_fmt.is_signed ? 1 : 0][relu](buf, w, p->bias[ch], (uint32_t)rq.m,
-                                               (uint32_t)(rq.shift - 32), &g,
+        if (sc < 0) {
+            mico_dw8_plain(buf, p->in_fmt.is_signed, w, bias, &rq, &g, sf,
+                           (uint8_t *)out + (size_t)ch * (size_t)out_plane);
+            continue;
+        }
+        fns[p->in_fmt.is_signed ? 1 : 0][relu](buf, w, bias, m, sh, &g,
                                                (uint8_t *)out + (size_t)ch * (size_t)out_plane);
     }
     return 1;
@@ -1148,9 +1195,16 @@ static MICO_NOINLINE void mico_dwp_weights(const uint8_t *weight, uint32_t ch, u
         const uint32_t sh = (uint32_t)(bit & 7u);
         /* codes 0..7 of 4 bits (0..8 of 2) from lo >> sh, code 8 of 4 bits from the last byte */
         const uint32_t v = wb == 4u && sh ? lo >> sh | (uint32_t)q[3] << (32u - sh) : lo >> sh;
-        for (j = 0; j < 9u; j++) {
-            const uint32_t f = j < 32u / wb ? (v >> (j * wb)) & mask : (uint32_t)q[3] >> sh & mask;
-            w[trans ? j % 3u * 3u + j / 3u : j] = (f ^ h) - h;
+        static const uint8_t order[2][9] = {{0, 1, 2, 3, 4, 5, 6, 7, 8},
+                                            {0, 3, 6, 1, 4, 7, 2, 5, 8}};
+        const uint8_t *const at = order[trans ? 1 : 0];
+        for (j = 0; j < 8u; j++) { /* codes 0..7: in v for both widths */
+            const uint32_t f = (v >> (j * wb)) & mask;
+            w[at[j]] = (f ^ h) - h;
+        }
+        {
+            const uint32_t f = (wb == 2u ? v >> 16 : (uint32_t)q[3] >> sh) & mask;
+            w[8] = (f ^ h) - h; /* tap 8 is 8 in both orders */
         }
         return;
     }
