@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen.binary_plan import binary_kernel, takes_binary, thresholds
+from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
 from mico.codegen.emitters import (
     conv2d_kernel,
@@ -83,7 +83,13 @@ class Layer:
     def binary(self) -> bool:
         """Whether the code generator gives this layer the popcount kernels."""
         k_w = 1 if self.kind == "linear" else self.weight.shape[3]
-        return takes_binary(self.w_fmt, self.a_fmt, self.taps, self.groups, 1, k_w)
+        dw = self.kind == "conv" and depthwise_sliced(
+            self.groups, self.x.shape[0], self.weight.shape[0], self.weight.shape[2:],
+            (self.stride,) * 2, (self.pad,) * 2, (self.dil,) * 2, self.x.shape[1:],
+        )  # fmt: skip
+        # depthwise layers as the generator sizes them (smaller ones keep the depthwise paths)
+        return takes_binary(self.w_fmt, self.a_fmt, self.taps, self.groups, 1, k_w,
+                            macs=self.macs if dw else None, depthwise=dw)  # fmt: skip
 
     def thresholds(self) -> np.ndarray | None:
         """The popcount kernels' thresholds (1-bit outputs), as the generator finds them."""

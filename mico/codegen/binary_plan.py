@@ -7,6 +7,11 @@ Zbb (``extensions: [.., zbb]`` in its target file) counts a word with one ``cpop
 with a SWAR count in plain C. The choice is made here, at generation time, from the
 extensions.
 
+Depthwise 3x3 layers (stride 1, padding 1) take the
+same entry points: there ``mico_binary.c`` counts the nine taps of 32 pixels at once by
+carry-save adders over shifted copies of the channel's plane (no popcount), see
+:func:`depthwise_sliced`.
+
 A layer whose output is 1-bit codes needs no requantization at run time: the stored bit is a
 monotone function of the integer sum, so it is 1 exactly from a threshold on. The thresholds
 are found with the reference arithmetic itself (:func:`mico.ir.ops.mico_ops.finish` over every
@@ -15,7 +20,7 @@ sum the layer can produce), so the kernel is bit-exact by construction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,6 +37,48 @@ MAX_WORDS = 288
 #: layers of fewer MACs keep the other kernels: the popcount path adds about 7 KB of code to a
 #: program (the lanes' rule, emitters.LANES_MIN_MACS, for the same reason)
 MIN_MACS = 32768
+
+
+#: the bit-sliced depthwise path's limits (mico_binary.c: MICO_BDW_WORDS words of a plane,
+#: rows of at most 64 pixels, so that the rows above and below fit its copies' margins)
+DW_MAX_PIXELS = 1024
+DW_MAX_WIDTH = 64
+
+
+def depthwise_sliced(
+    groups: int,
+    in_c: int,
+    out_c: int,
+    kernel: Sequence[int],
+    stride: Sequence[int],
+    padding: Sequence[int],
+    dilation: Sequence[int],
+    in_hw: Sequence[int],
+) -> bool:
+    """Whether a depthwise layer's shape is one mico_binary.c's bit-sliced path takes (its
+    ``mico_bdw_takes``): 3x3, stride 1, no dilation, padding 1, rows of at most
+    :data:`DW_MAX_WIDTH` and planes of at most :data:`DW_MAX_PIXELS` pixels."""
+    h, w = int(in_hw[0]), int(in_hw[1])
+    return (
+        groups == in_c == out_c
+        and tuple(kernel) == (3, 3)
+        and tuple(stride) == (1, 1)
+        and tuple(dilation) == (1, 1)
+        and tuple(padding) == (1, 1)
+        and w <= DW_MAX_WIDTH
+        and h * w <= DW_MAX_PIXELS
+    )
+
+
+def node_depthwise_sliced(node: Any) -> bool:
+    """:func:`depthwise_sliced` of a conv node (its input, weight and attributes)."""
+    _, in_c, in_h, in_w = node.inputs[0].type.shape
+    out_c = node.output.type.shape[1]
+    a = node.attrs
+    kernel = node.inputs[1].type.shape[2:]
+    return depthwise_sliced(
+        a["groups"], in_c, out_c, kernel, a["stride"], a["padding"], a["dilation"], (in_h, in_w)
+    )
 
 
 def popcount_path(extensions: Iterable[str] = ()) -> str:
@@ -56,17 +103,21 @@ def takes_binary(
     dil_w: int = 1,
     k_w: int = 1,
     macs: int | None = None,
+    depthwise: bool = False,
 ) -> bool:
     """Whether a layer of these formats and shape takes the popcount kernels.
 
     Binary weights, 1-bit activations (not asymmetric: 1-bit codes never are), one group, unit
     column dilation, kernel rows of at most 32 taps, rows of at most :data:`MAX_WORDS` words
-    and, when ``macs`` is given, at least :data:`MIN_MACS` of them.
+    and, when ``macs`` is given, at least :data:`MIN_MACS` of them. ``depthwise``: the layer
+    is a depthwise one of a shape :func:`depthwise_sliced` accepts (then any group count).
     """
     if w_fmt is None or a_fmt is None or not w_fmt.binary:
         return False
     if macs is not None and macs < MIN_MACS:
         return False
+    if depthwise:
+        return a_fmt.bits == 1 and not a_fmt.zero
     if a_fmt.bits != 1 or a_fmt.zero or groups != 1 or dil_w != 1 or k_w > 32:
         return False
     return 0 < (taps + 31) // 32 <= MAX_WORDS

@@ -316,8 +316,9 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     taps = in_c // a["groups"] * k_h * k_w
     host = host_kernels(ctx, x)
     binary = not host and binary_plan.takes_binary(
-        node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs
-    )
+        node.inputs[1].qformat, x.qformat, taps, a["groups"], a["dilation"][1], k_w, macs,
+        depthwise=binary_plan.node_depthwise_sliced(node),
+    )  # fmt: skip
     s8 = (
         not host
         and not binary

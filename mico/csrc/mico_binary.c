@@ -614,6 +614,405 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
     }
 }
 
+/* ------------------------------------------------------------------ binary depthwise 3x3
+ * Depthwise 3x3 layers (groups = in_c = out_c, stride 1, padding 1) count their taps
+ * bit-sliced, 32 pixels per word, over a channel's plane taken as one bit stream: with OW = W,
+ * output pixel p = oy * W + ox reads input pixel p + (ky - 1) * W + (kx - 1), so tap (ky, kx)
+ * of 32 outputs is one funnel shift of the input stream. The shift by kx - 1 and the column it
+ * must not wrap into (kx = 0 reads column W - 1 of the row above when ox = 0, kx = 2 column 0
+ * of the row below when ox = W - 1) are settled once per channel: three copies of the plane,
+ * one per kx, with that column cleared and placed kx - 1 bits apart, so that the nine taps are
+ * three word offsets and bit shifts (one per ky) into the three copies; rows above and below
+ * the plane are zero words (the reference pads with 0).
+ *
+ * A tap agrees when the activation bit equals the weight bit (x ^ m_t, m_t all ones for a
+ * weight -1); three levels of carry-save adders count a pixel's nine agreements into a
+ * bit-sliced 4-bit A.
+ *   unsigned {0, 1}:  s = sum w a = A - N0, N0 the channel's weights -1 (the padded taps
+ *                     count too: 0 is a code, and agrees with a weight -1 as it should);
+ *   binary {-1, +1}:  a padded tap contributes 0, neither agreement nor disagreement: A' counts
+ *                     the agreements of the taps inside the input (each tap ANDed with its
+ *                     validity: the first / last row and column of the output), U (bit-sliced,
+ *                     per pixel) the taps outside, and s = 2 A' - (9 - U), so 2 A' + U (5 bits)
+ *                     >= thr + 9 is one compare per channel.
+ * 1-bit outputs compare with the channel's limit (a constant in each case of a switch, so
+ * that a compare costs an instruction per bit); wider outputs extract each pixel's count and
+ * requantize bias + s. */
+#define MICO_BDW_WORDS 32 /* output words of a plane: 1024 pixels */
+#define MICO_BDW_NB 48    /* words of one copy of the plane (with the zero rows around it) */
+
+/* Whether a layer takes the bit-sliced depthwise path (mico.codegen.binary_plan mirrors it). */
+static int32_t mico_bdw_takes(const MicoConv2d *p)
+{
+    const int32_t w = p->in_w;
+    return p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
+           p->stride_h == 1 && p->stride_w == 1 && p->dil_h == 1 && p->dil_w == 1 &&
+           p->pad_w == 1 && p->pad_h == 1 && p->out_w == w && p->out_h == p->in_h &&
+           w <= 64 && p->in_h * w <= 32 * MICO_BDW_WORDS && p->in_fmt.bits == 1 &&
+           p->w_bits == 1 && p->in_fmt.zero == 0;
+}
+
+/* Bit j: A_j >= lim, A (0..9) bit-sliced as a0..a3. */
+MICO_BIN_INLINE uint32_t mico_bdw_ge(uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                     int32_t lim)
+{
+    switch (lim) {
+    case 0:
+        return 0xffffffffu;
+    case 1:
+        return a0 | a1 | a2 | a3;
+    case 2:
+        return a1 | a2 | a3;
+    case 3:
+        return a3 | a2 | (a1 & a0);
+    case 4:
+        return a3 | a2;
+    case 5:
+        return a3 | (a2 & (a1 | a0));
+    case 6:
+        return a3 | (a2 & a1);
+    case 7:
+        return a3 | (a2 & a1 & a0);
+    case 8:
+        return a3;
+    case 9:
+        return a3 & a0; /* 8 and 9 are the only counts with a3 */
+    default:
+        return 0;
+    }
+}
+
+/* Y >= L for a constant L, Y bit-sliced as y0..y4: Y's low bits against L's from the lowest
+ * up (a bit of L set: y_i and the lower compare; clear: y_i or it). */
+#define MICO_BDW_STEP(r, y, l) ((l) ? (y) & (r) : (y) | (r))
+#define MICO_BDW_GE5(L)                                                                     \
+    MICO_BDW_STEP(MICO_BDW_STEP(MICO_BDW_STEP(MICO_BDW_STEP(MICO_BDW_STEP(0xffffffffu, y0,  \
+                                                                          (L) & 1),         \
+                                                            y1, ((L) >> 1) & 1),            \
+                                              y2, ((L) >> 2) & 1),                          \
+                                y3, ((L) >> 3) & 1),                                        \
+                  y4, ((L) >> 4) & 1)
+
+/* Bit j: Y_j >= lim (0..19), Y (0..18) bit-sliced as y0..y4. */
+MICO_BIN_INLINE uint32_t mico_bdw_ge5(uint32_t y0, uint32_t y1, uint32_t y2, uint32_t y3,
+                                      uint32_t y4, int32_t lim)
+{
+#define MICO_BDW_CASE(L)                                                                    \
+    case L:                                                                                 \
+        return MICO_BDW_GE5(L)
+    switch (lim) {
+        MICO_BDW_CASE(1);
+        MICO_BDW_CASE(2);
+        MICO_BDW_CASE(3);
+        MICO_BDW_CASE(4);
+        MICO_BDW_CASE(5);
+        MICO_BDW_CASE(6);
+        MICO_BDW_CASE(7);
+        MICO_BDW_CASE(8);
+        MICO_BDW_CASE(9);
+        MICO_BDW_CASE(10);
+        MICO_BDW_CASE(11);
+        MICO_BDW_CASE(12);
+        MICO_BDW_CASE(13);
+        MICO_BDW_CASE(14);
+        MICO_BDW_CASE(15);
+        MICO_BDW_CASE(16);
+        MICO_BDW_CASE(17);
+        MICO_BDW_CASE(18);
+    default:
+        return lim <= 0 ? 0xffffffffu : 0u;
+    }
+#undef MICO_BDW_CASE
+}
+
+/* 32 bits of a packed stream from bit `bit`, when the 5 bytes from bit / 8 lie in the buffer. */
+MICO_BIN_INLINE uint32_t mico_bdw_get32(const uint8_t *buf, size_t bit)
+{
+    const uint8_t *q = buf + (bit >> 3);
+    const uint32_t off = (uint32_t)(bit & 7u);
+    uint32_t v = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 |
+                 (uint32_t)q[3] << 24;
+    if (off) {
+        v = (v >> off) | ((uint32_t)q[4] << (32u - off));
+    }
+    return v;
+}
+
+/* Where the nine taps of output word 0 start in the three copies of a plane. */
+typedef struct {
+    const uint32_t *bufs; /* copies kx = 0, 1, 2, MICO_BDW_NB words apart */
+    int32_t q[3], r[3];   /* per ky: word and bit (1..31) of output pixel 0's tap */
+    const uint32_t *vm;   /* binary activations, per output word: the validity of the first
+                           * row, last row, first column, last column; U's bits 0..3 */
+    int32_t nwo;          /* output words */
+} MicoBdwGeom;
+
+/* The nine taps of every output word of a channel (weight bits wv: bit 3 ky + kx, 1 = +1),
+ * counted. mode 0: A into res[4 i + b] (bit b); 1: the bits A >= lim into res[i]; 2: A' (taps
+ * inside the input) into res[4 i + b]; 3: the bits 2 A' + U >= lim into res[i]. */
+MICO_BIN_INLINE void mico_bdw_run(const MicoBdwGeom *g, uint32_t wv, int32_t lim,
+                                  uint32_t *res, int32_t mode)
+{
+    const uint32_t *p0 = g->bufs + g->q[0], *p1 = g->bufs + g->q[1], *p2 = g->bufs + g->q[2];
+    const uint32_t r0 = (uint32_t)g->r[0], r1 = (uint32_t)g->r[1], r2 = (uint32_t)g->r[2];
+    const uint32_t l0 = 32u - r0, l1 = 32u - r1, l2 = 32u - r2;
+    const uint32_t *vm = g->vm;
+    /* all ones where the weight is -1: the tap agrees on x ^ m (written out: a loop would
+     * store them and load them back before the loop) */
+    const uint32_t m[9] = {((wv >> 0) & 1u) - 1u, ((wv >> 1) & 1u) - 1u, ((wv >> 2) & 1u) - 1u,
+                           ((wv >> 3) & 1u) - 1u, ((wv >> 4) & 1u) - 1u, ((wv >> 5) & 1u) - 1u,
+                           ((wv >> 6) & 1u) - 1u, ((wv >> 7) & 1u) - 1u, ((wv >> 8) & 1u) - 1u};
+    int32_t i;
+    for (i = 0; i < g->nwo; i++, p0++, p1++, p2++) {
+#define MICO_BDW_TAP(p, k, r, l, t)                                                         \
+    ((((p)[(k) * MICO_BDW_NB] >> (r)) | ((p)[(k) * MICO_BDW_NB + 1] << (l))) ^ m[t])
+        uint32_t x0 = MICO_BDW_TAP(p0, 0, r0, l0, 0), x1 = MICO_BDW_TAP(p0, 1, r0, l0, 1);
+        uint32_t x2 = MICO_BDW_TAP(p0, 2, r0, l0, 2), x3 = MICO_BDW_TAP(p1, 0, r1, l1, 3);
+        uint32_t x4 = MICO_BDW_TAP(p1, 1, r1, l1, 4), x5 = MICO_BDW_TAP(p1, 2, r1, l1, 5);
+        uint32_t x6 = MICO_BDW_TAP(p2, 0, r2, l2, 6), x7 = MICO_BDW_TAP(p2, 1, r2, l2, 7);
+        uint32_t x8 = MICO_BDW_TAP(p2, 2, r2, l2, 8);
+#undef MICO_BDW_TAP
+        uint32_t s1, c1, s2, c2, s3, c3, a0, a1, a2, a3, c4, t1, c5;
+        if (mode >= 2) { /* a padded tap neither agrees nor disagrees */
+            const uint32_t top = vm[0], bottom = vm[1], left = vm[2], right = vm[3];
+            x0 &= top & left;
+            x1 &= top;
+            x2 &= top & right;
+            x3 &= left;
+            x5 &= right;
+            x6 &= bottom & left;
+            x7 &= bottom;
+            x8 &= bottom & right;
+        }
+        MICO_CSA(c1, s1, x0, x1, x2); /* three full adders of three taps each */
+        MICO_CSA(c2, s2, x3, x4, x5);
+        MICO_CSA(c3, s3, x6, x7, x8);
+        MICO_CSA(c4, a0, s1, s2, s3); /* ones; c4 of weight 2 */
+        MICO_CSA(c5, t1, c1, c2, c3); /* twos; c5 of weight 4 */
+        a1 = t1 ^ c4;
+        c4 &= t1; /* of weight 4 */
+        a2 = c5 ^ c4;
+        a3 = c5 & c4;
+        if (mode == 0 || mode == 2) {
+            res[4 * i] = a0;
+            res[4 * i + 1] = a1;
+            res[4 * i + 2] = a2;
+            res[4 * i + 3] = a3;
+        } else if (mode == 1) {
+            res[i] = mico_bdw_ge(a0, a1, a2, a3, lim);
+        } else { /* Y = 2 A' + U: U's bit 0, then A' + U / 2 */
+            const uint32_t u1 = vm[5], u2 = vm[6], u3 = vm[7];
+            uint32_t y1, y2, y3, y4, c, h;
+            y1 = a0 ^ u1;
+            c = a0 & u1;
+            h = a1 ^ u2;
+            y2 = h ^ c;
+            c = (a1 & u2) | (h & c);
+            h = a2 ^ u3;
+            y3 = h ^ c;
+            c = (a2 & u3) | (h & c);
+            y4 = a3 ^ c;
+            res[i] = mico_bdw_ge5(vm[4], y1, y2, y3, y4, lim);
+        }
+        vm += mode >= 2 ? 8 : 0;
+    }
+}
+
+static MICO_NOINLINE void mico_bdw_counts(const MicoBdwGeom *g, uint32_t wv, uint32_t *res)
+{
+    mico_bdw_run(g, wv, 0, res, 0);
+}
+
+static MICO_NOINLINE void mico_bdw_bits(const MicoBdwGeom *g, uint32_t wv, int32_t lim,
+                                        uint32_t *res)
+{
+    mico_bdw_run(g, wv, lim, res, 1);
+}
+
+static MICO_NOINLINE void mico_bdw_counts_valid(const MicoBdwGeom *g, uint32_t wv,
+                                                uint32_t *res)
+{
+    mico_bdw_run(g, wv, 0, res, 2);
+}
+
+static MICO_NOINLINE void mico_bdw_bits_valid(const MicoBdwGeom *g, uint32_t wv, int32_t lim,
+                                              uint32_t *res)
+{
+    mico_bdw_run(g, wv, lim, res, 3);
+}
+
+/* Sequential writer of a packed bit stream from bit 0 of out (whole bytes as they fill). */
+typedef struct {
+    uint8_t *p;
+    uint32_t acc;
+    int32_t fill;
+} MicoBdwOut;
+
+MICO_BIN_INLINE void mico_bdw_emit(MicoBdwOut *o, uint32_t v, int32_t n)
+{
+    int32_t total;
+    if (n < 32) {
+        v &= (1u << n) - 1u;
+    }
+    o->acc |= v << o->fill;
+    total = o->fill + n;
+    if (total >= 32) {
+        o->p[0] = (uint8_t)o->acc;
+        o->p[1] = (uint8_t)(o->acc >> 8);
+        o->p[2] = (uint8_t)(o->acc >> 16);
+        o->p[3] = (uint8_t)(o->acc >> 24);
+        o->p += 4;
+        o->acc = o->fill ? v >> (32 - o->fill) : 0u;
+        total -= 32;
+    }
+    o->fill = total;
+}
+
+/* The bits left in the writer, the rest of their last byte kept. */
+static void mico_bdw_flush(MicoBdwOut *o)
+{
+    int32_t b;
+    for (b = 0; 8 * b < o->fill; b++) {
+        const int32_t n = o->fill - 8 * b < 8 ? o->fill - 8 * b : 8;
+        const uint32_t keep = 0xffu & ~((1u << n) - 1u);
+        o->p[b] = (uint8_t)((o->p[b] & keep) | ((o->acc >> (8 * b)) & ~keep & 0xffu));
+    }
+}
+
+/* The layer (mico_bdw_takes holds). thr: 1-bit outputs' thresholds on s, or NULL. */
+static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, const void *in,
+                                      void *out)
+{
+    const int32_t w = p->in_w, h = p->in_h, hw = h * w;
+    const int32_t nw = (hw + 31) / 32, binary = p->in_fmt.is_signed, z = (w + 31) / 32 + 1;
+    const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
+    uint32_t bufs[3 * MICO_BDW_NB], first[MICO_BDW_WORDS], last[MICO_BDW_WORDS];
+    uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS];
+    int32_t vals[32], o, ky, i, j, c, y, sh[3];
+    MicoBdwGeom g;
+    MicoBdwOut wr;
+    for (i = 0; i < 3 * MICO_BDW_NB; i++) {
+        bufs[i] = 0;
+    }
+    for (i = 0; i < nw; i++) {
+        first[i] = last[i] = 0;
+    }
+    for (y = 0; y < h; y++) { /* columns 0 and W - 1 */
+        first[(y * w) >> 5] |= 1u << ((y * w) & 31);
+        last[(y * w + w - 1) >> 5] |= 1u << ((y * w + w - 1) & 31);
+    }
+    /* the plane's bit 0 sits at bit 32 z + o of the kx = 1 copy: o keeps every tap row's shift
+     * within 1..31 (one funnel form) and the other copies' offsets o + 1, o - 1 within 1..31 */
+    for (o = 2; o < 30; o++) {
+        if (((o - w) & 31) != 0 && ((o + w) & 31) != 0) {
+            break;
+        }
+    }
+    for (ky = 0; ky < 3; ky++) {
+        const int32_t d = 32 * z + o + (ky - 1) * w;
+        g.q[ky] = d >> 5;
+        g.r[ky] = d & 31;
+        sh[ky] = o + 1 - ky; /* copy kx: the plane from bit 32 z + o + 1 - kx */
+    }
+    g.bufs = bufs;
+    g.vm = vm;
+    g.nwo = nw;
+    if (binary) { /* per output word: the validity of the border rows and columns, U */
+        int32_t ox = 0, oy = 0;
+        for (i = 0; i < nw; i++) {
+            uint32_t *v = vm + 8 * i;
+            v[0] = v[1] = 0xffffffffu;
+            v[2] = ~first[i];
+            v[3] = ~last[i];
+            v[4] = v[5] = v[6] = v[7] = 0;
+            for (j = 0; j < 32 && 32 * i + j < hw; j++) {
+                const int32_t nr = (oy == 0) + (oy == h - 1), nc = (ox == 0) + (ox == w - 1);
+                const int32_t u = 3 * (nr + nc) - nr * nc;
+                v[0] &= ~((uint32_t)(oy == 0) << j);
+                v[1] &= ~((uint32_t)(oy == h - 1) << j);
+                v[4] |= (uint32_t)(u & 1) << j;
+                v[5] |= (uint32_t)((u >> 1) & 1) << j;
+                v[6] |= (uint32_t)((u >> 2) & 1) << j;
+                v[7] |= (uint32_t)((u >> 3) & 1) << j;
+                if (++ox == w) {
+                    ox = 0;
+                    oy++;
+                }
+            }
+        }
+    }
+    wr.p = (uint8_t *)out;
+    wr.acc = 0;
+    wr.fill = 0;
+    for (c = 0; c < p->out_c; c++) {
+        const size_t at = (size_t)c * (size_t)hw;
+        const uint32_t wv = wt[c] & 0x1ffu;
+        const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
+        uint32_t prev0 = 0, prev1 = 0, prev2 = 0;
+        uint32_t *b = bufs + z;
+        for (i = 0; i < nw; i++, b++) { /* the three copies of the plane */
+            const uint32_t v = i + 1 < nw ? mico_bdw_get32((const uint8_t *)in, at + 32u * i)
+                                          : mico_bin_get((const uint8_t *)in, at + 32u * i,
+                                                         hw - 32 * i);
+            const uint32_t v0 = v & ~last[i], v2 = v & ~first[i];
+            b[0] = (prev0 >> (32 - sh[0])) | (v0 << sh[0]);
+            b[MICO_BDW_NB] = (prev1 >> (32 - sh[1])) | (v << sh[1]);
+            b[2 * MICO_BDW_NB] = (prev2 >> (32 - sh[2])) | (v2 << sh[2]);
+            prev0 = v0;
+            prev1 = v;
+            prev2 = v2;
+        }
+        b[0] = prev0 >> (32 - sh[0]);
+        b[MICO_BDW_NB] = prev1 >> (32 - sh[1]);
+        b[2 * MICO_BDW_NB] = prev2 >> (32 - sh[2]);
+        if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
+            int32_t lim;
+            if (!binary) { /* A - N0 >= thr */
+                lim = thr[c] + n0;
+                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+                mico_bdw_bits(&g, wv, lim, res);
+            } else { /* 2 A' + U - 9 >= thr */
+                lim = thr[c] + 9;
+                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+                mico_bdw_bits_valid(&g, wv, lim, res);
+            }
+            for (i = 0; i < nw; i++) {
+                mico_bdw_emit(&wr, res[i], hw - 32 * i < 32 ? hw - 32 * i : 32);
+            }
+            continue;
+        }
+        if (binary) { /* wider outputs: each pixel's count, bias + s requantized */
+            mico_bdw_counts_valid(&g, wv, res);
+        } else {
+            mico_bdw_counts(&g, wv, res);
+        }
+        {
+            const MicoRq rq = mico_rq(&p->out, c);
+            const uint32_t bias = (uint32_t)p->bias[c];
+            for (i = 0; i < nw; i++) {
+                const uint32_t *a = res + 4 * i, *u = vm + 8 * i + 4;
+                const int32_t n = hw - 32 * i < 32 ? hw - 32 * i : 32;
+                for (j = 0; j < n; j++) {
+                    const int32_t k = (int32_t)(((a[0] >> j) & 1u) | ((a[1] >> j) & 1u) << 1 |
+                                                ((a[2] >> j) & 1u) << 2 | ((a[3] >> j) & 1u) << 3);
+                    int32_t s = k - n0;
+                    if (binary) { /* 2 A' - (9 - U) */
+                        s = 2 * k - 9 +
+                            (int32_t)(((u[0] >> j) & 1u) | ((u[1] >> j) & 1u) << 1 |
+                                      ((u[2] >> j) & 1u) << 2 | ((u[3] >> j) & 1u) << 3);
+                    }
+                    vals[j] = (int32_t)(bias + (uint32_t)s);
+                }
+                mico_rq_run_fast(&rq, vals, n);
+                mico_pack(out, at + 32u * (size_t)i, vals, n, p->out.fmt);
+            }
+        }
+    }
+    if (thr != NULL) {
+        mico_bdw_flush(&wr);
+    }
+}
+
 /* The convolution (groups 1, unit column dilation, 1-bit inputs, k_w <= 32; anything else
  * goes to mico_qconv2d_tiled, which the code generator never asks for). */
 MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, const void *in,
@@ -627,6 +1026,10 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
     uint32_t patch[MICO_BIN_PATCH];
     int32_t base[MICO_BIN_PIX];
     int32_t pix_block, pix0, j, sliced;
+    if (mico_bdw_takes(p)) { /* depthwise 3x3: bit-sliced counts of the nine taps */
+        mico_bin_dw(p, thr, in, out);
+        return;
+    }
     g.in_c = p->in_c;
     g.in_h = pointwise ? 1 : p->in_h;
     g.in_w = pointwise ? p->in_h * p->in_w : p->in_w;

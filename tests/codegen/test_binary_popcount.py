@@ -244,12 +244,13 @@ def _w1a1_graph(signed_mid: bool):
     net = nn.Sequential(
         nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(),
         nn.Conv2d(16, 24, 3, padding=1), mid,
+        nn.Conv2d(24, 24, 3, padding=1, groups=24), mid,  # the bit-sliced depthwise path
         nn.Conv2d(24, 20, 3, padding=1, stride=2), nn.ReLU(),
         nn.Conv2d(20, 32, 1), nn.ReLU(),
         nn.Flatten(), nn.Linear(32 * 8 * 8, 16),
     )  # fmt: skip
     model = from_torch(net, input_shape=(3, 16, 16))
-    n = 5
+    n = 6
     model.set_qscheme([[1] * n, [8] + [1] * (n - 1)], act_mode="static")
     example = model.example_input()
     gen = torch.Generator().manual_seed(4)
@@ -272,7 +273,7 @@ def test_compiled_w1a1_model_is_bit_exact(signed_mid, tmp_path):
     graph, samples = _w1a1_graph(signed_mid)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
-    assert source.count("_bin_swar(") == 4 and "_bin_cpop(" not in source, source
+    assert source.count("_bin_swar(") == 5 and "_bin_cpop(" not in source, source
     if signed_mid:
         assert any(
             node.inputs[0].qformat == B1 for node in graph.nodes if node.op == "mico.qconv2d"
@@ -298,7 +299,7 @@ def test_zbb_extensions_pick_cpop_and_stay_bit_exact(tmp_path):
     graph, samples = _w1a1_graph(False)
     project = emit_c_project(graph, tmp_path / "c", "m", isa_extensions=(*extensions, "zbb"))
     source = (project.directory / "m.c").read_text()
-    assert source.count("_bin_cpop(") == 4 and "_bin_swar(" not in source, source
+    assert source.count("_bin_cpop(") == 5 and "_bin_swar(" not in source, source
     reference = run_graph(graph, samples)[0].numpy()
     host.build(project)
     assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
