@@ -973,7 +973,18 @@ typedef struct {
     int32_t half;  /* L: output lines in the low lanes (the rest, up to 2L, in the high) */
     int32_t rows;  /* buffer rows */
     int32_t sf;    /* stride along a buffer row */
+    uint32_t th[3]; /* outputs by thresholds (plane functions _2): 2^(s-1) - t_L in each lane */
 } MicoDwp;
+
+/* Outputs of at most 4 codes by thresholds, all the lanes of a word at once (the plane
+ * functions _2): the requantization is monotonic in the sum, so with lane values v in
+ * [0, span] the output code is the number of levels L = 1..hi whose threshold t_L (the
+ * smallest v of code >= L) v reaches. When span < 2^(s-1) (a spare top bit in each s-bit
+ * lane), v + (2^(s-1) - t_L) sets the lane's top bit exactly when v >= t_L, without a carry
+ * into the next lane: three adds, shifts and masks count the levels of every lane. */
+#define MICO_DWP_COUNT(A, LS, ONES)                                                              \
+    (((((A) + th0) >> ((LS) - 1u)) & (ONES)) + ((((A) + th1) >> ((LS) - 1u)) & (ONES)) +          \
+     ((((A) + th2) >> ((LS) - 1u)) & (ONES)))
 
 /* One buffer row of taps (weights W0..W2) into the 2 pair sums of a tile at stride SF. */
 #define MICO_DWP_TAPS(X, W0, W1, W2, SF)                                                         \
@@ -1033,6 +1044,56 @@ typedef struct {
                      wp[8] * b[2 * pitch + 2].w;                                                  \
                 mico_dw8_put(o + o2, (int32_t)((a >> 16) + bb), m, sh, rnd, hi, g, RELU);         \
                 mico_dw8_put(o, (int32_t)((a & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);          \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
+/* MICO_DWP_PLANE with the outputs by thresholds (d->th: mico_dwp_levels, 16-bit lanes); the
+ * plane functions' bb, m and sh are unused. */
+#define MICO_DWP_PLANET(NAME, SF)                                                                \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
+        const int32_t n_both = g->n_slow - d->half;                                               \
+        int32_t s;                                                                                \
+        uint32_t a0, a1, n0, n1;                                                                  \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < d->half; s++) {                                                           \
+            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
+            const int32_t o2 = s < n_both ? lanes : 0; /* (their stores repeat o's) */            \
+            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
+                n0 = MICO_DWP_COUNT(a0, 16u, 0x10001u);                                           \
+                n1 = MICO_DWP_COUNT(a1, 16u, 0x10001u);                                           \
+                o[o2] = (uint8_t)(n0 >> 16);                                                      \
+                o[o2 + of] = (uint8_t)(n1 >> 16);                                                 \
+                o[0] = (uint8_t)n0;                                                               \
+                o[of] = (uint8_t)n1;                                                              \
+            }                                                                                     \
+            if (rest) { /* the row's last output pair */                                          \
+                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
+                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
+                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
+                     wp[8] * b[2 * pitch + 2].w;                                                  \
+                n0 = MICO_DWP_COUNT(a, 16u, 0x10001u);                                            \
+                o[o2] = (uint8_t)(n0 >> 16);                                                      \
+                o[0] = (uint8_t)n0;                                                               \
             }                                                                                     \
         }                                                                                         \
     }
@@ -1101,6 +1162,66 @@ MICO_DWP_PLANEK(mico_dwp_k4_0, 4, 0)
 MICO_DWP_PLANEK(mico_dwp_k4_1, 4, 1)
 MICO_DWP_PLANEK(mico_dwp_k5_0, 5, 0)
 MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
+
+/* The levels of every lane of word A counted (MICO_DWP_COUNT) and stored: lane j at o + oj[j]
+ * + OF (the high lanes first, as MICO_DWP_PUTK). */
+#define MICO_DWP_PUTT(A, OF, K)                                                                  \
+    do {                                                                                          \
+        const uint32_t n_ = MICO_DWP_COUNT(A, MICO_DWP_LS(K), ones);                              \
+        int32_t j_;                                                                               \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            o[oj[j_] + (OF)] = (uint8_t)((n_ >> (j_ * MICO_DWP_LS(K))) & 7u);                     \
+        }                                                                                         \
+    } while (0)
+
+/* MICO_DWP_PLANEK with the outputs by thresholds (d->th: mico_dwp_levels); the plane
+ * functions' m and sh are unused. */
+#define MICO_DWP_PLANEKT(NAME, K)                                                                \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
+        const uint32_t ones = (K) == 3 ? 0x100401u : (K) == 4 ? 0x01010101u : 0x01041041u;        \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *b = buf + s * pitch;                                               \
+            const MicoDwpWord *const end = b + full * 2;                                          \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            int32_t oj[K];                                                                        \
+            MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
+                oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
+            }                                                                                     \
+            for (; b < end; b += 2, o += 2 * of) {                                                \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], 1);                                         \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
+                MICO_DWP_PUTT(a0, 0, K);                                                          \
+                MICO_DWP_PUTT(a1, of, K);                                                         \
+            }                                                                                     \
+            if (rest) { /* the row's last output of each lane */                                  \
+                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
+                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
+                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
+                     wp[8] * b[2 * pitch + 2].w;                                                  \
+                MICO_DWP_PUTT(a, 0, K);                                                           \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANEKT(mico_dwp_k3_2, 3)
+MICO_DWP_PLANEKT(mico_dwp_k4_2, 4)
+MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
 
 /* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
@@ -1542,6 +1663,37 @@ static inline int32_t mico_dwp_stage_at(size_t start, uint32_t b)
     return (int32_t)((4u - (per - start % per) % per % 4u) % 4u);
 }
 
+/* The thresholds of the plane functions _2 (MICO_DWP_COUNT) for a channel whose lane values
+ * lie in [0, span] (span < 2^(ls-1)), requantized as mico_dw8_put's ReLU form does with bb,
+ * m, sh and at most hi (<= 3): t_L by bisection over the lanes' range (t_L = span + 1: never
+ * reached), each level's search starting at the one below. */
+static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb, uint32_t m,
+                                          uint32_t sh, uint32_t hi, uint32_t ls, uint32_t ones)
+{
+    const uint32_t rnd = 1u << (sh - 1u), half = 1u << (ls - 1u);
+    uint32_t level, a = 0;
+    for (level = 1; level <= 3u; level++) {
+        uint32_t b = span + 1u;
+        if (level > hi) {
+            a = half; /* no such level: the top bit is never set (v <= span < 2^(ls-1)) */
+        }
+        while (a < b) {
+            const uint32_t mid = a + ((b - a) >> 1);
+            const int32_t r = (int32_t)(mid + bb);
+            uint32_t q = 0;
+            if (r > 0) {
+                q = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> sh;
+            }
+            if ((q > hi ? hi : q) >= level) {
+                b = mid;
+            } else {
+                a = mid + 1u;
+            }
+        }
+        d->th[level - 1u] = (half - a) * ones;
+    }
+}
+
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
 typedef struct {
     MicoDwp dk[2], d5;  /* 3 and 4 lanes; 5 (the plane transposed) */
@@ -1549,6 +1701,7 @@ typedef struct {
     int32_t srow, scol, n_line, n_x, first, pf, in_h, in_w, pad_h, pad_w, rows, trans, multi5;
     int32_t layout; /* 0 pairs, 1 words of 3 or 4 lanes, 2 of 5 */
     uint32_t umax;
+    int32_t levels, hi; /* outputs of at most 4 codes (by thresholds when the lanes allow) */
 } MicoDwpK;
 
 /* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
@@ -1559,9 +1712,9 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                     int32_t neg, int32_t pos, uint32_t k, int fits, uint32_t acc0,
                                     uint32_t m, uint32_t sh, int relu, uint8_t *o)
 {
-    static MicoDwpPlane const fns3[2] = {mico_dwp_k3_0, mico_dwp_k3_1};
-    static MicoDwpPlane const fns4[2] = {mico_dwp_k4_0, mico_dwp_k4_1};
-    static MicoDwpPlane const fns5[2] = {mico_dwp_k5_0, mico_dwp_k5_1};
+    static MicoDwpPlane const fns3[3] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2};
+    static MicoDwpPlane const fns4[3] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2};
+    static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
     const uint32_t lane0 = (uint32_t)(-neg) * kc->umax; /* each lane started at -lo */
@@ -1587,6 +1740,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     }
     if (kl == 2) {
         return 0;
+    }
+    if (relu && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
+        static const uint32_t ls[3] = {10u, 8u, 6u}, ones[3] = {0x100401u, 0x01010101u,
+                                                                0x01041041u};
+        mico_dwp_levels(kl == 5 ? &kc->d5 : &kc->dk[kl - 3], span, bb, m, sh, (uint32_t)kc->hi,
+                        ls[kl - 3], ones[kl - 3]);
+        relu = 2;
     }
     if (kl == 5) {
         mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
@@ -1650,7 +1810,7 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
 static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
-                                  MicoDwpPlane const fns[2], int32_t sf)
+                                  MicoDwpPlane const fns[3], int32_t sf)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -1665,7 +1825,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi;
+    int short_rows, multi, levels;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
@@ -1708,6 +1868,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form */
+    levels = g->hi >= 0 && g->hi <= 3;
     /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
      * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
      * ones' sums seldom fit 10 bits) */
@@ -1745,6 +1907,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         kc.trans = trans;
         kc.layout = 0;
         kc.umax = umax;
+        kc.levels = levels;
+        kc.hi = g->hi;
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
@@ -1801,12 +1965,18 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                 MICO_DWP_PAIRS();
             }
             if (fits) {
+                const uint32_t bb = (acc0 + (uint32_t)neg * umax) << k;
+                const uint32_t span = (uint32_t)(pos - neg) * umax << k;
                 binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
                 for (t = 0; k && t < 9; t++) {
                     ws[t] = w[t] << k;
                 }
-                fns[relu](buf, k ? ws : w, binit, (acc0 + (uint32_t)neg * umax) << k, m, sh, &d,
-                          o);
+                if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
+                    mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
+                    fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                } else {
+                    fns[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                }
             } else {
                 mico_dwp_plain(&d, buf, w, acc0, &rq, o);
             }
@@ -1821,10 +1991,12 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
 #define MICO_DWP_ENTRY(SF)                                                                       \
     MICO_DWP_PLANE(mico_dwp_p##SF##_0, SF, 0)                                                     \
     MICO_DWP_PLANE(mico_dwp_p##SF##_1, SF, 1)                                                     \
+    MICO_DWP_PLANET(mico_dwp_p##SF##_2, SF)                                                       \
     void mico_qconv2d_dwp_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
                                 void *out)                                                        \
     {                                                                                             \
-        static MicoDwpPlane const fns[2] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1};              \
+        static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
+                                            mico_dwp_p##SF##_2};                                  \
         static const MicoDwLanes one = {32, 0};                                                   \
         (void)l;                                                                                  \
         if (mico_dwp(p, in, out, fns, SF)) {                                                      \
