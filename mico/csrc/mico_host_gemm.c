@@ -95,6 +95,8 @@ static int16_t mico_host_patch[MICO_HOST_PATCH];
 static int32_t mico_host_acc[2 * MICO_HOST_ACC];
 #define MICO_HOST_PWX (1 << 18) /* int32: a pointwise layer's input planes */
 #define MICO_HOST_ROWS_K 64     /* the most taps a conv layer takes mico_host_pw with */
+#define MICO_HOST_DW_WIDE 24    /* depthwise layers this wide (outputs) go over CHW planes */
+#define MICO_HOST_DW_ROWS 24    /* and this wide, a row at a time */
 static int32_t mico_host_x32[MICO_HOST_PWX];
 #define MICO_HOST_PACKRUN 256 /* codes mico_host_pack narrows to bytes at a time */
 #define MICO_HOST_STAGE (1 << 17) /* int32: a layer's sub-byte outputs before packing */
@@ -561,6 +563,135 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
     mico_host_pack(out, start, v, n, o->fmt);
 }
 
+/* Requantization across channels: a layer whose channels all take mico_host_rq16's 32-bit
+ * arithmetic and whose outputs are bytes can requantize the sums of one pixel (all its
+ * channels, HWC) in one vectorised loop, with each channel's bias and multiplier read from a
+ * table: the rows b, mh, ml, rnd, s16 of n int32 each. Tables are built once per layer (found
+ * by the addresses of the multipliers, shifts and bias, and checked against copies of them on
+ * every call, like the weight store) in a static pool; a full pool means building the table
+ * on every call in the scratch row. */
+#define MICO_HOST_RQ_POOL (1 << 16) /* int32: tables and the copies they were built from */
+#define MICO_HOST_RQ_KEYS 512
+#define MICO_HOST_RQ_ROWS 5
+typedef struct {
+    const int32_t *m, *shift, *bias;
+    int32_t n, n_mult;
+    size_t at;
+} MicoHostRqKey;
+static int32_t mico_host_rq_pool[MICO_HOST_RQ_POOL];
+static int32_t mico_host_rq_row[MICO_HOST_RQ_ROWS * MICO_HOST_ROW];
+static MicoHostRqKey mico_host_rq_keys[MICO_HOST_RQ_KEYS];
+static int32_t mico_host_rq_n_keys;
+static size_t mico_host_rq_used;
+
+/* Fills table t (MICO_HOST_RQ_ROWS rows of n) for channels 0 .. n - 1; 0 when a channel does
+ * not take mico_host_rq16. */
+static int mico_host_rq_fill(const MicoOut *o, const int32_t *bias, int32_t n, int32_t *t)
+{
+    int32_t c;
+    for (c = 0; c < n; c++) {
+        const MicoRq q = mico_rq(o, c);
+        const uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift;
+        if (!mico_host_rq16(&q)) {
+            return 0;
+        }
+        t[c] = bias[c];
+        t[n + c] = (int32_t)(m >> 16);
+        t[2 * n + c] = (int32_t)(m & 65535u);
+        t[3 * n + c] = (int32_t)(1u << (s - 17u));
+        t[4 * n + c] = (int32_t)(s - 16u);
+    }
+    return 1;
+}
+
+/* The table of a layer's n output channels, or NULL when its outputs are not bytes or a
+ * channel does not take mico_host_rq16. */
+static const int32_t *mico_host_rq_table(const MicoOut *o, const int32_t *bias, int32_t n)
+{
+    const size_t k = o->n_mult > 1 ? (size_t)n : 1u, rows = MICO_HOST_RQ_ROWS * (size_t)n;
+    MicoHostRqKey *e;
+    int32_t i;
+    if (o->fmt.bits != 8 || o->n_mult == 0 || mico_host_staged || n > MICO_HOST_ROW) {
+        return 0;
+    }
+    for (i = 0; i < mico_host_rq_n_keys; i++) {
+        int32_t *t;
+        e = &mico_host_rq_keys[i];
+        if (e->m != o->m || e->shift != o->shift || e->bias != bias || e->n != n ||
+            e->n_mult != o->n_mult) {
+            continue;
+        }
+        if (e->at == (size_t)-1) {
+            return 0; /* a channel does not take mico_host_rq16 (constant data: no check) */
+        }
+        t = mico_host_rq_pool + e->at; /* the table, then copies of m, shift, bias */
+        if (memcmp(t + rows, o->m, k * 4u) != 0 || memcmp(t + rows + k, o->shift, k * 4u) != 0 ||
+            memcmp(t + rows + 2 * k, bias, (size_t)n * 4u) != 0) {
+            if (!mico_host_rq_fill(o, bias, n, t)) {
+                e->n = -1; /* no longer a table: never found again */
+                return 0;
+            }
+            memcpy(t + rows, o->m, k * 4u);
+            memcpy(t + rows + k, o->shift, k * 4u);
+            memcpy(t + rows + 2 * k, bias, (size_t)n * 4u);
+        }
+        return t;
+    }
+    if (mico_host_rq_n_keys < MICO_HOST_RQ_KEYS &&
+        rows + 2 * k + (size_t)n <= MICO_HOST_RQ_POOL - mico_host_rq_used) {
+        int32_t *t = mico_host_rq_pool + mico_host_rq_used;
+        if (!mico_host_rq_fill(o, bias, n, t)) { /* remembered as no table: at = SIZE_MAX */
+            e = &mico_host_rq_keys[mico_host_rq_n_keys++];
+            e->m = o->m;
+            e->shift = o->shift;
+            e->bias = bias;
+            e->n = n;
+            e->n_mult = o->n_mult;
+            e->at = (size_t)-1;
+            return 0;
+        }
+        memcpy(t + rows, o->m, k * 4u);
+        memcpy(t + rows + k, o->shift, k * 4u);
+        memcpy(t + rows + 2 * k, bias, (size_t)n * 4u);
+        e = &mico_host_rq_keys[mico_host_rq_n_keys++];
+        e->m = o->m;
+        e->shift = o->shift;
+        e->bias = bias;
+        e->n = n;
+        e->n_mult = o->n_mult;
+        e->at = mico_host_rq_used;
+        mico_host_rq_used += (rows + 2 * k + (size_t)n + 15u) & ~(size_t)15u;
+        return t;
+    }
+    return mico_host_rq_fill(o, bias, n, mico_host_rq_row) ? mico_host_rq_row : 0;
+}
+
+/* dst[c ds] = the byte of channel c's sum acc[c] (bias not added) for c < n: mico_host_store's
+ * rq16 arithmetic with the channel's constants from table t (of nt channels), vectorised
+ * over the channels (lo, hi, floor0 and the zero point are the layer's). */
+static MICO_HOST_INLINE void mico_host_rq_bytes(const int32_t *MICO_RESTRICT t, int32_t nt,
+                                                 const int32_t *MICO_RESTRICT acc, int32_t n,
+                                                 const MicoOut *o, uint8_t *MICO_RESTRICT dst,
+                                                 size_t ds)
+{
+    const int32_t *MICO_RESTRICT b = t, *MICO_RESTRICT mh = t + nt, *MICO_RESTRICT ml = t + 2 * nt;
+    const int32_t *MICO_RESTRICT rnd = t + 3 * nt, *MICO_RESTRICT s16 = t + 4 * nt;
+    const int32_t lo = o->lo, hi = o->hi, floor0 = o->relu ? 0 : INT32_MIN;
+    const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
+    int32_t c;
+    for (c = 0; c < n; c++) {
+        const int32_t v = acc[c] + b[c];
+        const int32_t r = v < floor0 ? floor0 : v;
+        const uint32_t sign = (uint32_t)(r >> 31);
+        const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
+        const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
+        const uint32_t x = mag * (uint32_t)mh[c] + ((mag * (uint32_t)ml[c]) >> 16);
+        const int32_t y = (int32_t)((((x + (uint32_t)rnd[c]) >> (uint32_t)s16[c]) ^ sign) - sign);
+        const int32_t z = y < lo ? lo : y > hi ? hi : y;
+        dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
+    }
+}
+
 /* Sub-byte outputs of a layer whose codes fit the stage wait there and are packed in one run
  * (per-channel runs of a plane whose size is not a multiple of the codes per byte start
  * inside a byte, which only the bit-buffer path of mico_pack takes). */
@@ -830,13 +961,63 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
     return 1;
 }
 
-/* Depthwise convolution channel by channel (see the top of the file). The padded plane is
- * stored split by phase, rows by r % stride_h and columns by x % stride_w: phase (fr, fc) is a
- * block of hq x wq codes, code (j, q) the padded input (j * stride_h + fr, q * stride_w + fc).
- * Output (oy, ox) of a tap then reads (oy + a, ox + b) of one phase block, so with the sums
- * laid out as rows of wq (columns past out_w are computed and dropped) every tap is one
- * contiguous multiply-add over the whole plane. Returns 0 when the plane or the sums do not
- * fit the scratch arrays. */
+/* Depthwise sums of one channel over the phase-split plane x (see mico_host_dw): acc[i] =
+ * sum over the taps of w[t] x[off[t] + i] for i < span, all the taps of an output in
+ * registers (3x3: the nine rows read side by side, a loop the compiler vectorises over i),
+ * plus the bias b.
+ * The products fit int16 exactly (|code| <= 255, |weight| <= 128, or narrower); mico_host_dw9w
+ * sums them in int32, mico_host_dw9n in int16 (exact when taps |x| |w| bound the sums: the
+ * caller checks the channel's actual weights). */
+static MICO_HOST_INLINE void mico_host_dw9w(const int16_t *x, const int32_t *off,
+                                             const int16_t *w, int32_t span, int32_t b,
+                                             int32_t *MICO_RESTRICT acc)
+{
+    const int16_t *MICO_RESTRICT s0 = x + off[0], *MICO_RESTRICT s1 = x + off[1];
+    const int16_t *MICO_RESTRICT s2 = x + off[2], *MICO_RESTRICT s3 = x + off[3];
+    const int16_t *MICO_RESTRICT s4 = x + off[4], *MICO_RESTRICT s5 = x + off[5];
+    const int16_t *MICO_RESTRICT s6 = x + off[6], *MICO_RESTRICT s7 = x + off[7];
+    const int16_t *MICO_RESTRICT s8 = x + off[8];
+    const int16_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],
+                  w7 = w[7], w8 = w[8];
+    int32_t i;
+    for (i = 0; i < span; i++) {
+        acc[i] = b + (int16_t)(w0 * s0[i]) + (int16_t)(w1 * s1[i]) + (int16_t)(w2 * s2[i]) +
+                 (int16_t)(w3 * s3[i]) + (int16_t)(w4 * s4[i]) + (int16_t)(w5 * s5[i]) +
+                 (int16_t)(w6 * s6[i]) + (int16_t)(w7 * s7[i]) + (int16_t)(w8 * s8[i]);
+    }
+}
+
+static MICO_HOST_INLINE void mico_host_dw9n(const int16_t *x, const int32_t *off,
+                                             const int16_t *w, int32_t span, int32_t b,
+                                             int32_t *MICO_RESTRICT acc)
+{
+    const int16_t *MICO_RESTRICT s0 = x + off[0], *MICO_RESTRICT s1 = x + off[1];
+    const int16_t *MICO_RESTRICT s2 = x + off[2], *MICO_RESTRICT s3 = x + off[3];
+    const int16_t *MICO_RESTRICT s4 = x + off[4], *MICO_RESTRICT s5 = x + off[5];
+    const int16_t *MICO_RESTRICT s6 = x + off[6], *MICO_RESTRICT s7 = x + off[7];
+    const int16_t *MICO_RESTRICT s8 = x + off[8];
+    const int16_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], w4 = w[4], w5 = w[5], w6 = w[6],
+                  w7 = w[7], w8 = w[8];
+    int32_t i;
+    for (i = 0; i < span; i++) { /* arithmetic mod 2^16: exact, the sums fit int16 */
+        acc[i] = b + (int16_t)((uint16_t)((uint16_t)(w0 * s0[i]) + (uint16_t)(w1 * s1[i]) +
+                                      (uint16_t)(w2 * s2[i]) + (uint16_t)(w3 * s3[i]) +
+                                      (uint16_t)(w4 * s4[i]) + (uint16_t)(w5 * s5[i]) +
+                                      (uint16_t)(w6 * s6[i]) + (uint16_t)(w7 * s7[i]) +
+                                      (uint16_t)(w8 * s8[i])));
+    }
+}
+
+/* Depthwise convolution channel by channel over CHW planes (wide planes, where a row holds
+ * whole vectors). The padded plane is stored split by phase, rows by r % stride_h and columns
+ * by x % stride_w: phase (fr, fc) is a block of hq x wq codes, code (j, q) the padded input
+ * (j * stride_h + fr, q * stride_w + fc). Output (oy, ox) of a tap then reads (oy + a, ox + b)
+ * of one phase block, so with the sums laid out as rows of wq (columns past out_w are
+ * computed and dropped) every tap is one contiguous run over the whole plane: 3x3 layers sum
+ * the nine runs in one pass (mico_host_dw9w / mico_host_dw9n), other kernels one pass per
+ * tap. The sums are requantized a whole plane at a time. A channel's whole input is read
+ * before any of its outputs is stored (the in-place order of mico_conv2d.c). Returns 0 when
+ * the plane or the sums do not fit the scratch arrays. */
 MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t sw = p->stride_w, sh = p->stride_h;
@@ -844,17 +1025,16 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
     const int32_t wp = mico_host_extent(p->in_w, p->pad_w, p->out_w, p->stride_w, p->dil_w, p->k_w);
     const int32_t hq = (hp + sh - 1) / sh, wq = (wp + sw - 1) / sw;
     const int32_t npix = p->out_h * p->out_w, taps = p->k_h * p->k_w;
-    /* sums computed per tap: up to output (out_h - 1, out_w - 1), rounded up to whole
-     * vectors (the extra sums read codes past the plane and are dropped) */
-    const int32_t span = ((p->out_h - 1) * wq + p->out_w + 15) & ~15;
+    const int32_t span = (p->out_h - 1) * wq + p->out_w; /* up to output (out_h-1, out_w-1) */
     const size_t plane = (size_t)p->in_h * (size_t)p->in_w, block = (size_t)hq * (size_t)wq;
+    const int32_t xmax = mico_host_max_code(p->in_fmt);
     int16_t *x = mico_host_x, *raw = mico_host_patch;
     int32_t *acc = mico_host_acc, *res = mico_host_acc + MICO_HOST_ACC;
     int32_t c, y, i, t, oy, ox;
     int32_t off[64];
     int16_t wt[64];
     if (p->in_fmt.bits > 8 || taps > 64 || (size_t)sh * (size_t)sw * block + 16 > MICO_HOST_X ||
-        plane > MICO_HOST_PATCH || span > MICO_HOST_ACC) {
+        plane > MICO_HOST_PATCH || span > MICO_HOST_ACC || npix > MICO_HOST_ACC) {
         return 0;
     }
     for (t = 0; t < taps; t++) { /* where tap t of output (0, 0) is in the phase blocks */
@@ -862,43 +1042,93 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
         off[t] = (int32_t)((size_t)((r % sh) * sw + q % sw) * block) + (r / sh) * wq + q / sw;
     }
     for (i = 0; i < sh * sw * (int32_t)block + 16; i++) {
-        x[i] = 0; /* the padding (never written below), and codes past the plane */
+        x[i] = 0; /* the padding (never written below) */
     }
     for (c = 0; c < p->in_c; c++) {
         const int32_t b = p->bias[c];
+        int32_t wsum = 0;
         mico_host_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, raw);
         for (y = 0; y < p->in_h; y++) {
             const int32_t r = y + p->pad_h;
             const int16_t *MICO_RESTRICT src = raw + (size_t)y * (size_t)p->in_w;
             int16_t *MICO_RESTRICT row = x + (size_t)((r % sh) * sw) * block +
                                          (size_t)(r / sh) * (size_t)wq;
+            int32_t f;
             if (sw == 1) {
                 for (i = 0; i < p->in_w; i++) {
                     row[p->pad_w + i] = src[i];
                 }
-            } else {
-                for (i = 0; i < p->in_w; i++) {
-                    const int32_t q = i + p->pad_w;
-                    row[(size_t)(q % sw) * block + (size_t)(q / sw)] = src[i];
+                continue;
+            }
+            if (sw == 2) { /* both phases in one loop (vectorised: a de-interleave) */
+                int16_t *MICO_RESTRICT da = row + (size_t)(p->pad_w % 2) * block + p->pad_w / 2;
+                int16_t *MICO_RESTRICT db =
+                    row + (size_t)((p->pad_w + 1) % 2) * block + (p->pad_w + 1) / 2;
+                for (i = 0; i < p->in_w / 2; i++) {
+                    da[i] = src[2 * i];
+                    db[i] = src[2 * i + 1];
+                }
+                if (p->in_w & 1) {
+                    da[i] = src[2 * i];
+                }
+                continue;
+            }
+            for (f = 0; f < sw; f++) { /* input columns i with (i + pad_w) % sw == f */
+                const int32_t i0 = ((f - p->pad_w) % sw + sw) % sw, q0 = (i0 + p->pad_w) / sw;
+                const int32_t n_f = p->in_w > i0 ? (p->in_w - i0 + sw - 1) / sw : 0;
+                int16_t *MICO_RESTRICT dst = row + (size_t)f * block + (size_t)q0;
+                const int16_t *MICO_RESTRICT s0 = src + i0;
+                for (i = 0; i < n_f; i++) {
+                    dst[i] = s0[(size_t)i * (size_t)sw];
                 }
             }
         }
         mico_host_unpack_w(p->weight, (size_t)c * (size_t)taps, taps, p->w_bits, wt);
-        for (i = 0; i < span; i++) {
-            acc[i] = b;
-        }
         for (t = 0; t < taps; t++) {
-            const int16_t *MICO_RESTRICT src = x + off[t];
-            const int16_t wv = wt[t];
-            int32_t *MICO_RESTRICT a = acc;
-            /* |code| <= 255 and |weight| <= 127: the product fits int16 exactly */
-            for (i = 0; i < span; i++) {
-                a[i] += (int16_t)(wv * src[i]);
-            }
+            wsum += wt[t] < 0 ? -wt[t] : wt[t];
         }
-        for (oy = 0; oy < p->out_h; oy++) {
-            for (ox = 0; ox < p->out_w; ox++) {
-                res[oy * p->out_w + ox] = acc[oy * wq + ox];
+        if (taps == 9 && p->out_w >= MICO_HOST_DW_ROWS) { /* a row at a time, into res */
+            const int narrow = wsum * xmax <= 32767; /* every sum fits int16 */
+            for (oy = 0; oy < p->out_h; oy++) {
+                const int16_t *xr = x + (size_t)oy * (size_t)wq;
+                int32_t *d = res + (size_t)oy * (size_t)p->out_w;
+                if (narrow) {
+                    mico_host_dw9n(xr, off, wt, p->out_w, b, d);
+                } else {
+                    mico_host_dw9w(xr, off, wt, p->out_w, b, d);
+                }
+            }
+        } else if (taps == 9) { /* short rows: the whole plane in one run, then compacted */
+            if (wsum * xmax <= 32767) {
+                mico_host_dw9n(x, off, wt, span, b, acc);
+            } else {
+                mico_host_dw9w(x, off, wt, span, b, acc);
+            }
+            for (oy = 0; oy < p->out_h; oy++) {
+                const int32_t *MICO_RESTRICT a = acc + (size_t)oy * (size_t)wq;
+                int32_t *MICO_RESTRICT d = res + (size_t)oy * (size_t)p->out_w;
+                for (ox = 0; ox < p->out_w; ox++) {
+                    d[ox] = a[ox];
+                }
+            }
+        } else {
+            for (i = 0; i < span; i++) {
+                acc[i] = b;
+            }
+            for (t = 0; t < taps; t++) {
+                const int16_t *MICO_RESTRICT src = x + off[t];
+                const int16_t wv = wt[t];
+                int32_t *MICO_RESTRICT a = acc;
+                for (i = 0; i < span; i++) { /* the product fits int16 exactly */
+                    a[i] += (int16_t)(wv * src[i]);
+                }
+            }
+            for (oy = 0; oy < p->out_h; oy++) {
+                const int32_t *MICO_RESTRICT a = acc + (size_t)oy * (size_t)wq;
+                int32_t *MICO_RESTRICT d = res + (size_t)oy * (size_t)p->out_w;
+                for (ox = 0; ox < p->out_w; ox++) {
+                    d[ox] = a[ox];
+                }
             }
         }
         mico_host_store(&p->out, c, res, npix, out, (size_t)c * (size_t)npix);
@@ -949,6 +1179,56 @@ static MICO_HOST_INLINE void mico_host_dw16s(const int16_t *MICO_RESTRICT s,
     memcpy(out16, a, sizeof a); /* (a copy loop here makes gcc 12 extract every lane) */
 }
 
+/* The sums of output pixel `pix` of a depthwise layer over its HWC planes x (wp pixels a
+ * row), all channels (padded to 16) into acc. */
+static MICO_HOST_INLINE void mico_host_dw_pixel(const MicoConv2d *p, const int16_t *x,
+                                                 int32_t wp, const int32_t *off,
+                                                 const int16_t *wt, int narrow, int32_t pix,
+                                                 int32_t *MICO_RESTRICT acc)
+{
+    const int32_t n_c = p->in_c, cp = (n_c + 15) & ~15, taps = p->k_h * p->k_w;
+    const int32_t oy = pix / p->out_w, ox = pix % p->out_w;
+    const int16_t *base =
+        x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) * (size_t)n_c;
+    int32_t c0, k;
+    for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
+        if (narrow) {
+            int16_t s16[16];
+            if (taps == 9) { /* 3x3: the tap loop unrolled */
+                mico_host_dw16s(base + c0, off, wt + c0, cp, 9, s16);
+            } else {
+                mico_host_dw16s(base + c0, off, wt + c0, cp, taps, s16);
+            }
+            for (k = 0; k < 16; k++) {
+                acc[c0 + k] = s16[k];
+            }
+        } else if (taps == 9) { /* 3x3: the tap loop unrolled */
+            mico_host_dw16(base + c0, off, wt + c0, cp, 9, acc + c0);
+        } else {
+            mico_host_dw16(base + c0, off, wt + c0, cp, taps, acc + c0);
+        }
+    }
+}
+
+/* mico_host_dw_hwc's pixels for a layer of few pixels and byte outputs whose channels all
+ * take mico_host_rq16 (table rqt): each pixel's sums are requantized over its channels at
+ * once and stored straight into the CHW output (the per-channel runs of mico_host_store are
+ * then too short to pay for their set-up). */
+MICO_HOST_CLONES static void mico_host_dw_hwc_rq(const MicoConv2d *p, const int16_t *x,
+                                                 int32_t wp, const int32_t *off,
+                                                 const int16_t *wt, int narrow,
+                                                 const int32_t *rqt, void *out)
+{
+    const int32_t npix = p->out_h * p->out_w;
+    int32_t *acc = mico_host_acc + MICO_HOST_ACC;
+    int32_t j;
+    for (j = 0; j < npix; j++) {
+        mico_host_dw_pixel(p, x, wp, off, wt, narrow, j, acc);
+        mico_host_rq_bytes(rqt, p->in_c, acc, p->in_c, &p->out, (uint8_t *)out + j,
+                           (size_t)npix);
+    }
+}
+
 /* Depthwise convolution over the HWC input (for narrow planes, where the rows above are too
  * short for vectors): per output pixel, one vectorised loop over its channels (padded to 16)
  * per tap; blocks of MICO_HOST_PIX pixels wait in a tile [channel][pixel] and are requantized
@@ -967,6 +1247,7 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
                        (int64_t)taps * mico_host_max_code(p->in_fmt) * mw <= 32767;
     int16_t *x = mico_host_x, *wt, *cached;
     int32_t *tile = mico_host_acc, *acc = mico_host_acc + MICO_HOST_ACC;
+    const int32_t *rqt;
     int fill;
     int32_t off[64];
     int16_t tmp[64];
@@ -982,6 +1263,9 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     for (t = 0; t < taps; t++) {
         off[t] = ((t / p->k_w) * p->dil_h * wp + (t % p->k_w) * p->dil_w) * n_c;
     }
+    /* few pixels: requantized a pixel at a time over the channels (with many pixels, the
+     * per-channel runs of mico_host_store cost less than the byte transpose) */
+    rqt = npix <= MICO_HOST_PIX ? mico_host_rq_table(&p->out, p->bias, n_c) : 0;
     cached = mico_host_weights(p->weight, mico_host_wbytes((size_t)n_c * (size_t)taps, p->w_bits),
                                2, taps * cp, &fill);
     wt = cached ? cached : mico_host_w;
@@ -993,31 +1277,14 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
             wt[t * cp + c] = c < n_c ? tmp[t] : 0; /* zero past n_c */
         }
     }
+    if (rqt) {
+        mico_host_dw_hwc_rq(p, x, wp, off, wt, narrow, rqt, out);
+        return 1;
+    }
     for (pix0 = 0; pix0 < npix; pix0 += MICO_HOST_PIX) {
         const int32_t np = npix - pix0 < MICO_HOST_PIX ? npix - pix0 : MICO_HOST_PIX;
         for (j = 0; j < np; j++) {
-            const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
-            const int16_t *base =
-                x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) *
-                        (size_t)n_c;
-            int32_t c0, k;
-            for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
-                if (narrow) {
-                    int16_t s16[16];
-                    if (taps == 9) { /* 3x3: the tap loop unrolled */
-                        mico_host_dw16s(base + c0, off, wt + c0, cp, 9, s16);
-                    } else {
-                        mico_host_dw16s(base + c0, off, wt + c0, cp, taps, s16);
-                    }
-                    for (k = 0; k < 16; k++) {
-                        acc[c0 + k] = s16[k];
-                    }
-                } else if (taps == 9) { /* 3x3: the tap loop unrolled */
-                    mico_host_dw16(base + c0, off, wt + c0, cp, 9, acc + c0);
-                } else {
-                    mico_host_dw16(base + c0, off, wt + c0, cp, taps, acc + c0);
-                }
-            }
+            mico_host_dw_pixel(p, x, wp, off, wt, narrow, pix0 + j, acc);
             for (c = 0; c < n_c; c++) {
                 tile[c * MICO_HOST_PIX + j] = acc[c];
             }
@@ -1155,13 +1422,45 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
     }
     /* the codes, then rows of npixp (zeros past npix): int16 in place, or widened to int32 */
     if (!direct) { /* row (c, ky, kx): input (c, oy sh - ph + ky dh, ox sw - pw + kx dw) */
+        /* with a column stride, each plane is first split by column phase (column q of row y
+         * at ph[(q % sw) * pblock + y * wq + q / sw]), so that every row of taps is a
+         * contiguous copy (a strided gather cost several instructions per code) */
+        const int32_t sw = p->stride_w, wq = (p->in_w + sw - 1) / sw;
+        const size_t pblock = (size_t)p->in_h * (size_t)wq;
+        const int split = sw > 1 && (size_t)sw * pblock <= MICO_HOST_W;
+        int16_t *ph = mico_host_w;
         for (c = 0; c < p->in_c; c++) {
             const int16_t *codes = mico_host_patch;
-            int32_t t;
+            int32_t t, y, q;
             mico_host_unpack(in, (size_t)c * plane, (int32_t)plane, p->in_fmt, mico_host_patch);
+            for (y = 0; split && y < p->in_h; y++) {
+                const int16_t *MICO_RESTRICT src = codes + (size_t)y * (size_t)p->in_w;
+                int16_t *MICO_RESTRICT d0 = ph + (size_t)y * (size_t)wq;
+                int16_t *MICO_RESTRICT d1 = d0 + pblock;
+                int32_t f;
+                if (sw == 2) { /* both phases in one loop (vectorised: a de-interleave) */
+                    for (q = 0; q < p->in_w / 2; q++) {
+                        d0[q] = src[2 * q];
+                        d1[q] = src[2 * q + 1];
+                    }
+                    if (p->in_w & 1) {
+                        d0[q] = src[2 * q];
+                    }
+                    continue;
+                }
+                for (f = 0; f < sw; f++) {
+                    int16_t *MICO_RESTRICT dst = d0 + (size_t)f * pblock;
+                    const int32_t n_f = (p->in_w - f + sw - 1) / sw;
+                    for (q = 0; q < n_f; q++) {
+                        dst[q] = src[q * sw + f];
+                    }
+                }
+            }
             for (t = 0; t < taps; t++) {
                 const int32_t ky = t / p->k_w, kx = t % p->k_w, r = c * taps + t;
-                const int32_t dx = kx * p->dil_w - p->pad_w, sw = p->stride_w;
+                const int32_t dx = kx * p->dil_w - p->pad_w;
+                /* the phase of the column and its offset in the phase's rows */
+                const int32_t f = ((dx % sw) + sw) % sw, e = (dx - f) / sw;
                 /* the columns inside the input: ox in [lo, hi) */
                 int32_t lo = dx >= 0 ? 0 : (-dx + sw - 1) / sw;
                 int32_t hi = p->in_w - dx <= 0 ? 0 : (p->in_w - dx + sw - 1) / sw;
@@ -1171,25 +1470,47 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
                 for (oy = 0; oy < p->out_h; oy++) {
                     const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
                     const size_t at = (size_t)r * (size_t)npixp + (size_t)oy * (size_t)p->out_w;
-                    const int16_t *MICO_RESTRICT src = codes + (size_t)(iy > 0 ? iy : 0) *
-                                                                   (size_t)p->in_w;
                     const int inside = iy >= 0 && iy < p->in_h;
+                    const int32_t a = inside ? lo : p->out_w, z = inside ? hi : p->out_w;
+                    /* code of column ox: src[ox * sw + dx], or srcp[ox + e] when split */
+                    const int16_t *MICO_RESTRICT src =
+                        codes + (size_t)(inside ? iy : 0) * (size_t)p->in_w;
+                    const int16_t *MICO_RESTRICT srcp =
+                        ph + (size_t)f * pblock + (size_t)(inside ? iy : 0) * (size_t)wq;
                     int32_t ox;
                     if (chunk) {
                         int16_t *MICO_RESTRICT dst = x16 + at;
-                        for (ox = 0; ox < p->out_w; ox++) {
+                        for (ox = 0; ox < a; ox++) {
                             dst[ox] = 0;
                         }
-                        for (ox = lo; inside && ox < hi; ox++) {
-                            dst[ox] = src[ox * sw + dx];
+                        if (split) {
+                            for (ox = a; ox < z; ox++) {
+                                dst[ox] = srcp[ox + e];
+                            }
+                        } else {
+                            for (ox = a; ox < z; ox++) {
+                                dst[ox] = src[ox * sw + dx];
+                            }
+                        }
+                        for (ox = z; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
                         }
                     } else {
                         int32_t *MICO_RESTRICT dst = mico_host_x32 + at;
-                        for (ox = 0; ox < p->out_w; ox++) {
+                        for (ox = 0; ox < a; ox++) {
                             dst[ox] = 0;
                         }
-                        for (ox = lo; inside && ox < hi; ox++) {
-                            dst[ox] = src[ox * sw + dx];
+                        if (split) {
+                            for (ox = a; ox < z; ox++) {
+                                dst[ox] = srcp[ox + e];
+                            }
+                        } else {
+                            for (ox = a; ox < z; ox++) {
+                                dst[ox] = src[ox * sw + dx];
+                            }
+                        }
+                        for (ox = z; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
                         }
                     }
                 }
@@ -1274,7 +1595,8 @@ void mico_qconv2d_host(const MicoConv2d *p, const void *in, void *out)
     int done;
     mico_host_stage_begin(&p->out, total);
     if (p->groups == p->in_c && p->groups == p->out_c) {
-        done = mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out);
+        done = (p->out_w >= MICO_HOST_DW_WIDE && mico_host_dw(p, in, out)) ||
+               mico_host_dw_hwc(p, in, out) || mico_host_dw(p, in, out);
     } else {
         int32_t chunk = 0;
         done = 0;
