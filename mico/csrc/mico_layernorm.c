@@ -10,6 +10,7 @@ void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt,
                      int32_t n, int64_t eps_q, int64_t k, const int32_t *g, const int64_t *b,
                      int32_t shift, int32_t lo, int32_t hi)
 {
+    const int binary = out_fmt.bits == 1 && out_fmt.is_signed;
     int32_t r, i;
     for (r = 0; r < rows; r++) {
         const size_t base = (size_t)r * (size_t)n;
@@ -27,6 +28,9 @@ void mico_qlayernorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt,
             const int64_t c = (int64_t)n * mico_load(in, base + (size_t)i, in_fmt) - sum;
             const int64_t y = dev == 0 ? 0 : mico_div_round(c * k, (int64_t)dev);
             int64_t v = mico_round_shift(y * g[i] + b[i], shift);
+            if (binary) { /* binary {-1, +1} codes: the sign, zero counting as +1 */
+                v = v >= 0 ? 1 : -1;
+            }
             v = v < lo ? lo : (v > hi ? hi : v);
             mico_store(out, base + (size_t)i, (int32_t)v, out_fmt);
         }

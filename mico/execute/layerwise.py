@@ -103,7 +103,9 @@ def reference_intermediates(graph: Graph, sample: np.ndarray) -> dict[str, np.nd
 
     x = torch.as_tensor(np.asarray(sample, dtype=np.float32)[None])
     x = x.to(graph.inputs[0].type.dtype.to_torch())  # token models take int64 ids
-    run_ir(graph, [x], on_node=hook)
+    # no type check: the static mode's executors hold codes in int64 where the graph declares
+    # their 8-bit containers; the values, not the containers, are compared below
+    run_ir(graph, [x], on_node=hook, check_types=False)
     return values
 
 

@@ -822,6 +822,8 @@ class _StaticLowering:
             "shift": frac + gfrac,
             "clamp": list(code_range(fmt)),
         }
+        if fmt.binary:  # the sign, not a clamp to [-1, 1]: 0 is no binary code
+            attrs["binary"] = True
         out = self.codes_value(node.output.name, shape, (fmt, s_out))
         self.env[id(node.output)] = self.emit(node.name, mico_ops.QLAYERNORM, [x], out, attrs)
 

@@ -142,8 +142,9 @@ class NormBlock(nn.Module):
 
 
 @pytest.mark.parametrize("affine", [True, False])
-@pytest.mark.parametrize("plan", ["8/8", "4/4", "8/4"])
+@pytest.mark.parametrize("plan", ["8/8", "4/4", "8/4", "8/1"])
 def test_integer_layernorm_is_bit_exact(tmp_path, plan, affine):
+    """8/1: binary {-1, +1} outputs, the sign of the normalised value (zero counts as +1)."""
     from mico.ir.ops.mico_ops import QLAYERNORM
 
     torch.manual_seed(0)
@@ -184,6 +185,9 @@ def test_layernorm_codes_match_float_layernorm():
     x = codes * s
     ref = (x - x.mean(1, keepdims=True)) / np.sqrt(x.var(1, keepdims=True) + 1e-5) * gamma + beta
     assert np.abs(got - ref).max() < 1.5 * s_out
+    binary = layernorm_codes(codes, {**attrs, "binary": True, "clamp": [-1, 1]})
+    full = layernorm_codes(codes, {**attrs, "clamp": [-(2**31), 2**31 - 1]})
+    assert np.array_equal(binary, np.where(full >= 0, 1, -1)) and (full == 0).any()
     constant = layernorm_codes(np.full((1, 32), 5), {**attrs, "eps_q": 0})  # zero deviation
     assert np.array_equal(
         constant, np.clip(np.round(np.array(attrs["b"]) / 2**28), -127, 127)[None]

@@ -266,6 +266,8 @@ def layernorm_codes(codes: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     shift = int(attrs["shift"])
     mag = (np.abs(acc) + (1 << (shift - 1))) >> shift
     v = np.where(acc < 0, -mag, mag)
+    if attrs.get("binary"):  # binary {-1, +1} outputs: the sign, zero counting as +1
+        return np.where(v >= 0, 1, -1).astype(np.int64)
     lo, hi = attrs["clamp"]
     return np.clip(v, lo, hi)
 
