@@ -5,24 +5,30 @@
  *
  * Such a layer is a matrix product, out[c][pix] = bias[c] + sum_t W[c][t] P[t][pix], with P
  * the im2col patch (for a pointwise layer, stride 1 and no padding: the input planes
- * themselves, read in place). So:
- *  - the weights are transposed once per call into a stack table wt[t][c] (channels padded
- *    to a multiple of 4 with zero weights): the 4 weights of a tap for 4 channels are 4 byte
- *    loads at constant offsets;
- *  - other layers build the patch for MICO_NW_PIX output pixels at a time (raster order,
- *    across rows; zeros for padding and for pixels past the end), tap-major;
- *  - a 4-channel x 4-pixel register tile reads 8 bytes per tap for 16 MACs (8 loads, 16
- *    multiplies, 16 adds, 3 for the loop: 2.69 instructions per MAC on rv32imac), then
- *    requantizes its 16 sums in registers and stores them as bytes (ReLU layers: a high-word
- *    multiply, the rounding add, a shift and the clamp), and goes on to the next 4 pixels;
- *    partial tiles and other requantizations go through a sums array (the signed form of
- *    mico_rescale), a pointwise plane's last 1-3 pixels one by one.
+ * themselves). So:
+ *  - the weights are rearranged once per call into a stack table wq[quad][t][4] (channels
+ *    padded to a multiple of 4, taps to a multiple of 8, with zero weights): a tile reads its
+ *    quad's weights in order, 4 bytes a tap at constant offsets;
+ *  - every layer of at most MICO_NW_TAPS taps (pointwise: MICO_NW_PTAPS) is run over patches
+ *    of MICO_NW_PIX output pixels (raster order, across rows; zeros for padding, for pixels
+ *    past the end and for the padding taps), tap-major; a pointwise layer's patch is a copy
+ *    of 16 bytes of each input plane (about 2 instructions a byte, read by every channel);
+ *  - a 4-channel x 4-pixel register tile reads 8 bytes per tap for 16 MACs, 8 taps per
+ *    iteration at constant offsets (64 loads, 128 multiplies, 128 adds, 3 of loop and a few
+ *    spills: about 2.56 instructions per MAC on rv32imac), then requantizes its 16 sums in
+ *    registers and stores them as bytes (ReLU layers: a high-word multiply, the rounding add,
+ *    a shift and the clamp), and goes on to the next 4 pixels; partial tiles and other
+ *    requantizations go through a sums array (the signed form of mico_rescale), a plane's last
+ *    1-3 pixels one by one;
+ *  - a pointwise layer of more taps reads its input planes in place (taps npix bytes apart:
+ *    one tap per iteration, 2.75 instructions per MAC).
  * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
- * 5.2 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
+ * 6.2 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
  * 32 or less, unscaled outputs) go to mico_qconv2d_tiled_s8. Not in place (not depthwise). */
 #include "mico_nn.h"
 
 #define MICO_NW_TAPS 64    /* taps (in_c * k_h * k_w) at most */
+#define MICO_NW_PTAPS 128  /* taps of a pointwise layer run over patches */
 #define MICO_NW_PIX 16     /* output pixels of one patch */
 #define MICO_NW_WEIGHTS 4096 /* bytes of the transposed weights (taps x channels padded to 4) */
 #if defined(__GNUC__)
@@ -220,6 +226,84 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
 MICO_NW_TILE(mico_nw_tile_s8, int8_t)
 MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
 
+/* One tap of the patch tile: the 4 codes at X (4 pixels), the 4 weights at W (4 channels). */
+#define MICO_NW_TAP4(X, W)                                                                       \
+    do {                                                                                          \
+        const int32_t x0 = (X)[0], x1 = (X)[1], x2 = (X)[2], x3 = (X)[3];                         \
+        int32_t w = (W)[0];                                                                       \
+        s00 += w * x0;                                                                            \
+        s01 += w * x1;                                                                            \
+        s02 += w * x2;                                                                            \
+        s03 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (W)[1];                                                                               \
+        s10 += w * x0;                                                                            \
+        s11 += w * x1;                                                                            \
+        s12 += w * x2;                                                                            \
+        s13 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (W)[2];                                                                               \
+        s20 += w * x0;                                                                            \
+        s21 += w * x1;                                                                            \
+        s22 += w * x2;                                                                            \
+        s23 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (W)[3];                                                                               \
+        s30 += w * x0;                                                                            \
+        s31 += w * x1;                                                                            \
+        s32 += w * x2;                                                                            \
+        s33 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+    } while (0)
+
+/* The 4 x 4 tile over a patch (taps MICO_NW_PIX bytes apart: constant offsets) and a channel
+ * quad's weights in the order it reads them (wq[t][4], tp taps, a multiple of 8), eight taps
+ * per iteration: 64 loads, 128 multiplies, 128 adds, 3 of loop and about 5 of spills for 128
+ * MACs (2.56 a MAC against the plain tile's 2.75: the patch's strides are immediates, so no
+ * register holds them). Otherwise as MICO_NW_TILE. */
+#define MICO_NW_PTILE(NAME, T)                                                                   \
+    static MICO_NOINLINE void NAME(const int8_t *wq, const void *patch_, int32_t tp,              \
+                                   const MicoNwRq *rq, uint8_t *o, size_t plane, uint32_t hi,     \
+                                   int32_t nq, int32_t *acc)                                      \
+    {                                                                                             \
+      const int8_t *const end = wq + 4 * tp;                                                      \
+      for (;; nq--, o += 4, patch_ = (const T *)patch_ + 4) {                                     \
+        const T *x = (const T *)patch_;                                                           \
+        const int8_t *w4 = wq;                                                                    \
+        int32_t s00 = rq[0].bias, s01 = s00, s02 = s00, s03 = s00;                                \
+        int32_t s10 = rq[1].bias, s11 = s10, s12 = s10, s13 = s10;                                \
+        int32_t s20 = rq[2].bias, s21 = s20, s22 = s20, s23 = s20;                                \
+        int32_t s30 = rq[3].bias, s31 = s30, s32 = s30, s33 = s30;                                \
+        for (; w4 < end; w4 += 32, x += 8 * MICO_NW_PIX) {                                        \
+            MICO_NW_TAP4(x, w4);                                                                  \
+            MICO_NW_TAP4(x + MICO_NW_PIX, w4 + 4);                                                \
+            MICO_NW_TAP4(x + 2 * MICO_NW_PIX, w4 + 8);                                            \
+            MICO_NW_TAP4(x + 3 * MICO_NW_PIX, w4 + 12);                                           \
+            MICO_NW_TAP4(x + 4 * MICO_NW_PIX, w4 + 16);                                           \
+            MICO_NW_TAP4(x + 5 * MICO_NW_PIX, w4 + 20);                                           \
+            MICO_NW_TAP4(x + 6 * MICO_NW_PIX, w4 + 24);                                           \
+            MICO_NW_TAP4(x + 7 * MICO_NW_PIX, w4 + 28);                                           \
+        }                                                                                         \
+        if (o) {                                                                                  \
+            MICO_NW_PUT4(o, rq, s00, s01, s02, s03);                                              \
+            MICO_NW_PUT4(o + plane, rq + 1, s10, s11, s12, s13);                                  \
+            MICO_NW_PUT4(o + 2 * plane, rq + 2, s20, s21, s22, s23);                              \
+            MICO_NW_PUT4(o + 3 * plane, rq + 3, s30, s31, s32, s33);                              \
+            if (nq > 1) {                                                                         \
+                continue;                                                                         \
+            }                                                                                     \
+            return;                                                                               \
+        }                                                                                         \
+        acc[0] = s00, acc[1] = s01, acc[2] = s02, acc[3] = s03;                                   \
+        acc[4] = s10, acc[5] = s11, acc[6] = s12, acc[7] = s13;                                   \
+        acc[8] = s20, acc[9] = s21, acc[10] = s22, acc[11] = s23;                                 \
+        acc[12] = s30, acc[13] = s31, acc[14] = s32, acc[15] = s33;                               \
+        return;                                                                                   \
+      }                                                                                           \
+    }
+MICO_NW_PTILE(mico_nw_ptile_s8, int8_t)
+MICO_NW_PTILE(mico_nw_ptile_u8, uint8_t)
+
 /* The requantization of channels c0 .. c0 + 3 (the last channel repeated past out_c). */
 static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq)
 {
@@ -235,34 +319,44 @@ static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq)
 }
 
 /* nq tiles of channels c0.. over 4 pixels each from `pix` (codes x, taps xs apart, quads 4
- * apart), stored: whole tiles of ReLU layers requantized in the tile, the others (channels
- * past out_c, pixels past the plane, other requantizations) one at a time through acc. */
-static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wt, int32_t c4,
-                                      const void *x, int32_t xs, int32_t taps,
-                                      const MicoNwRq *rq, int32_t c0, int32_t pix, void *out,
-                                      int relu, int32_t nq)
+ * apart; xs == MICO_NW_PIX: a patch of tp taps, read by the 4-tap tile), stored: whole tiles
+ * of ReLU layers requantized in the tile, the others (channels past out_c, pixels past the
+ * plane, other requantizations) one at a time through acc. wq: the quad's weights, wq[t][4]. */
+static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wq, const void *x,
+                                      int32_t xs, int32_t taps, const MicoNwRq *rq, int32_t c0,
+                                      int32_t pix, void *out, int relu, int32_t nq)
 {
-    const int32_t npix = p->out_h * p->out_w;
+    const int32_t npix = p->out_h * p->out_w, sgn = p->in_fmt.is_signed;
     const int32_t nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4, full = (npix - pix) >> 2;
     const int32_t nf = relu && nc == 4 ? (nq < full ? nq : full) : 0;
     const size_t plane = (size_t)npix;
+    const int patch = xs == MICO_NW_PIX;
     int32_t acc[16];
     if (nf > 0) {
         uint8_t *o = (uint8_t *)out + (size_t)c0 * plane + (size_t)pix;
-        if (p->in_fmt.is_signed) {
-            mico_nw_tile_s8(wt + c0, c4, x, xs, taps, rq, o, plane, (uint32_t)p->out.hi, nf, acc);
+        const uint32_t hi = (uint32_t)p->out.hi;
+        if (patch && sgn) {
+            mico_nw_ptile_s8(wq, x, taps, rq, o, plane, hi, nf, acc);
+        } else if (patch) {
+            mico_nw_ptile_u8(wq, x, taps, rq, o, plane, hi, nf, acc);
+        } else if (sgn) {
+            mico_nw_tile_s8(wq, 4, x, xs, taps, rq, o, plane, hi, nf, acc);
         } else {
-            mico_nw_tile_u8(wt + c0, c4, x, xs, taps, rq, o, plane, (uint32_t)p->out.hi, nf, acc);
+            mico_nw_tile_u8(wq, 4, x, xs, taps, rq, o, plane, hi, nf, acc);
         }
         x = (const int8_t *)x + 4 * nf;
         pix += 4 * nf;
         nq -= nf;
     }
     for (; nq > 0 && pix < npix; nq--, pix += 4, x = (const int8_t *)x + 4) {
-        if (p->in_fmt.is_signed) {
-            mico_nw_tile_s8(wt + c0, c4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
+        if (patch && sgn) {
+            mico_nw_ptile_s8(wq, x, taps, rq, NULL, plane, 0, 1, acc);
+        } else if (patch) {
+            mico_nw_ptile_u8(wq, x, taps, rq, NULL, plane, 0, 1, acc);
+        } else if (sgn) {
+            mico_nw_tile_s8(wq, 4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
         } else {
-            mico_nw_tile_u8(wt + c0, c4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
+            mico_nw_tile_u8(wq, 4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
         }
         mico_nw_store(p, acc, rq, c0, nc, pix, npix - pix < 4 ? npix - pix : 4, (uint8_t *)out,
                       relu);
@@ -288,23 +382,56 @@ static MICO_NOINLINE void mico_nw_col(const MicoConv2d *p, const int8_t *wt, int
     acc[12] = a3;
 }
 
-/* The layer; 0 (nothing done) when this path does not take it. A pointwise layer (1x1, stride
- * 1, no padding) reads its input planes in place (they are the patch, taps npix bytes apart);
- * others build patches of MICO_NW_PIX pixels. */
+/* The patch of a pointwise layer (input planes npix bytes apart, one per tap): 16 bytes of
+ * each plane from pix0 (zeros past the plane), zero rows from tap `taps` to tp. */
+static MICO_NOINLINE void mico_nw_ppatch(const int8_t *in, int32_t npix, int32_t taps,
+                                         int32_t tp, int32_t pix0, int8_t *patch)
+{
+    const int32_t n = npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX;
+    const int8_t *src = in + pix0;
+    int32_t t, j;
+    for (t = 0; t < taps; t++, src += npix, patch += MICO_NW_PIX) {
+        if (n == MICO_NW_PIX) { /* written out: two instructions a byte */
+            patch[0] = src[0], patch[1] = src[1], patch[2] = src[2], patch[3] = src[3];
+            patch[4] = src[4], patch[5] = src[5], patch[6] = src[6], patch[7] = src[7];
+            patch[8] = src[8], patch[9] = src[9], patch[10] = src[10], patch[11] = src[11];
+            patch[12] = src[12], patch[13] = src[13], patch[14] = src[14], patch[15] = src[15];
+            continue;
+        }
+        for (j = 0; j < n; j++) {
+            patch[j] = src[j];
+        }
+        for (; j < MICO_NW_PIX; j++) {
+            patch[j] = 0;
+        }
+    }
+    for (j = 0; j < (tp - taps) * MICO_NW_PIX; j++) {
+        patch[j] = 0;
+    }
+}
+
+/* The layer; 0 (nothing done) when this path does not take it. Layers of at most
+ * MICO_NW_PTAPS taps run over patches of MICO_NW_PIX pixels (a pointwise layer's: runs of its
+ * input planes copied, about 2 instructions a byte against the 64 channels that read it) with
+ * taps padded to a multiple of 8 (zero weights); a pointwise layer with more taps reads its
+ * planes in place (taps npix bytes apart, one tap per iteration). The weights are rearranged
+ * once per call into wq[quad][t][4], channels padded to a multiple of 4 with zero weights. */
 static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
 {
-    int8_t wt[MICO_NW_WEIGHTS];
-    int8_t patch[MICO_NW_TAPS * MICO_NW_PIX];
+    uint32_t wq[MICO_NW_WEIGHTS / 4]; /* words: the quads' weights, read as bytes */
+    int8_t patch[MICO_NW_PTAPS * MICO_NW_PIX];
     MicoNwRq rq[4];
     const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
     const int32_t c4 = (p->out_c + 3) & ~3;
     const int relu = p->out.relu && p->out.lo <= 0 && p->out.hi >= 0;
-    const int direct = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
-                       p->pad_h == 0 && p->pad_w == 0;
+    const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                          p->pad_h == 0 && p->pad_w == 0;
+    const int patched = taps <= (pointwise ? MICO_NW_PTAPS : MICO_NW_TAPS);
+    const int32_t tp = patched ? (taps + 7) & ~7 : taps; /* taps of the weight table */
     int32_t c, t, pix0, c0, j;
     if (p->groups != 1 || p->w_bits != 8 || p->in_fmt.bits != 8 || p->in_fmt.zero != 0 ||
         p->out.fmt.bits != 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
-        (!direct && taps > MICO_NW_TAPS) || taps * c4 > MICO_NW_WEIGHTS || npix < 1) {
+        (!pointwise && !patched) || tp * c4 > MICO_NW_WEIGHTS || npix < 1) {
         return 0;
     }
     for (c = 0; c < (p->out.n_mult > 1 ? p->out_c : 1); c++) {
@@ -312,22 +439,30 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
             return 0;
         }
     }
-    for (c = 0; c < c4; c++) { /* wt[t][c] = W[c][t]; padding channels weigh 0 */
+    for (c = 0; c < c4; c += 4) { /* wq[c / 4][t][c % 4] = W[c][t], a word per tap */
+        const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps, *r1 = r0 + taps;
+        const uint8_t *r2 = r1 + taps, *r3 = r2 + taps;
+        uint32_t *dst = wq + c * tp / 4;
+        const int32_t n = p->out_c - c; /* rows of the quad (the others weigh 0) */
         for (t = 0; t < taps; t++) {
-            wt[t * c4 + c] = c < p->out_c ? (int8_t)p->weight[(size_t)c * (size_t)taps + (size_t)t]
-                                          : 0;
+            dst[t] = (uint32_t)r0[t] | (n > 1 ? (uint32_t)r1[t] << 8 : 0u) |
+                     (n > 2 ? (uint32_t)r2[t] << 16 : 0u) | (n > 3 ? (uint32_t)r3[t] << 24 : 0u);
+        }
+        for (; t < tp; t++) {
+            dst[t] = 0;
         }
     }
-    if (direct) {
+    if (!patched) { /* a pointwise layer of many taps: its planes in place */
         const int32_t whole = npix & ~3;
         for (c0 = 0; c0 < c4; c0 += 4) {
+            const int8_t *w = (const int8_t *)wq + c0 * tp;
             mico_nw_rq(p, c0, rq);
             if (whole) {
-                mico_nw_run(p, wt, c4, in, npix, taps, rq, c0, 0, out, relu, whole >> 2);
+                mico_nw_run(p, w, in, npix, taps, rq, c0, 0, out, relu, whole >> 2);
             }
             for (j = whole; j < npix; j++) { /* the last 1-3 pixels, one at a time */
                 int32_t acc[16];
-                mico_nw_col(p, wt + c0, c4, (const int8_t *)in + j, npix, taps, rq, acc);
+                mico_nw_col(p, w, 4, (const int8_t *)in + j, npix, taps, rq, acc);
                 mico_nw_store(p, acc, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, j, 1,
                               (uint8_t *)out, relu);
             }
@@ -335,11 +470,27 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
         return 1;
     }
     for (pix0 = 0; pix0 < npix; pix0 += MICO_NW_PIX) {
-        mico_nw_patch(p, (const int8_t *)in, pix0, patch);
+        if (pointwise) {
+            mico_nw_ppatch((const int8_t *)in, npix, taps, tp, pix0, patch);
+        } else {
+            mico_nw_patch(p, (const int8_t *)in, pix0, patch);
+            for (j = taps * MICO_NW_PIX; j < tp * MICO_NW_PIX; j++) {
+                patch[j] = 0; /* the taps padding to a multiple of 8 */
+            }
+        }
         for (c0 = 0; c0 < c4; c0 += 4) {
+            const int32_t n = npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX;
+            const int8_t *w = (const int8_t *)wq + c0 * tp;
             mico_nw_rq(p, c0, rq);
-            mico_nw_run(p, wt, c4, patch, MICO_NW_PIX, taps, rq, c0, pix0, out, relu,
-                        ((npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX) + 3) >> 2);
+            if (n >= 4) {
+                mico_nw_run(p, w, patch, MICO_NW_PIX, tp, rq, c0, pix0, out, relu, n >> 2);
+            }
+            for (j = n & ~3; j < n; j++) { /* the plane's last 1-3 pixels, one at a time */
+                int32_t acc[16];
+                mico_nw_col(p, w, 4, patch + j, MICO_NW_PIX, tp, rq, acc);
+                mico_nw_store(p, acc, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, pix0 + j,
+                              1, (uint8_t *)out, relu);
+            }
         }
     }
     return 1;

@@ -2,8 +2,10 @@
 a network's first layer, pointwise layers) against the Python integer reference, through the C
 program of benchmarks/kernels_rv32.py (one program for all layers): 1-3 input channels, kernels
 1-7, pointwise layers of 8-64 channels, strides 1 and 2, padding, odd output channel counts and
-pixel counts (partial tiles and patches), signed and unsigned codes, extremes with saturating
-multipliers, signed outputs without ReLU, and a layer it hands on (shifts of 32 or less)."""
+pixel counts (partial tiles and patches), pointwise layers over patches and with their planes
+read in place (more than 128 taps), signed and unsigned codes, extremes with saturating
+multipliers, signed outputs without ReLU, and layers it hands on (shifts of 32 or less, a
+weight table too large once the taps are padded to a multiple of 8)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,9 @@ def test_narrow_conv_bit_exact(monkeypatch):
         _layer(64, 64, 6, 1, signed=False, seed=15),
         _layer(16, 5, 9, 1, stride=2, seed=16),
         _layer(9, 7, 3, 1, relu=False, o_fmt=QFormat(8, True), extreme=True, seed=17),
+        _layer(24, 8, 8, 1, seed=18),  # 64 pixels: whole patches of 16
+        _layer(130, 8, 5, 1, signed=False, seed=19),  # more taps than a patch: planes in place
+        _layer(57, 67, 4, 1, signed=False, seed=20),  # taps padded to 64: the table too large
     ]
     small_shift = _layer(1, 4, 6, 3, seed=10)
     small_shift.shift = np.minimum(small_shift.shift, 30)
