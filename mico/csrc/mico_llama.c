@@ -23,6 +23,7 @@ void mico_qrmsnorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, i
                    int32_t shift, int32_t lo, int32_t hi)
 {
     const int64_t unit = (int64_t)1 << pre;
+    const int binary = out_fmt.bits == 1 && out_fmt.is_signed;
     int32_t r, i;
     for (r = 0; r < rows; r++) {
         const size_t base = (size_t)r * (size_t)n;
@@ -37,6 +38,9 @@ void mico_qrmsnorm(const void *in, MicoFmt in_fmt, void *out, MicoFmt out_fmt, i
             const int64_t x = mico_load(in, base + (size_t)i, in_fmt);
             const int64_t y = dev == 0 ? 0 : mico_div_round(x * unit * k, (int64_t)dev);
             int64_t v = mico_round_shift(y * g[i], shift);
+            if (binary) { /* binary {-1, +1} codes: the sign, zero counting as +1 */
+                v = v >= 0 ? 1 : -1;
+            }
             v = v < lo ? lo : (v > hi ? hi : v);
             mico_store(out, base + (size_t)i, (int32_t)v, out_fmt);
         }

@@ -410,6 +410,7 @@ def rmsnorm_attrs(
         "g": g,
         "shift": frac + gfrac,
         "clamp": list(code_range(fmt_out)),
+        **({"binary": True} if fmt_out.binary else {}),  # the sign: 0 is no binary code
     }
 
 

@@ -86,6 +86,8 @@ def rmsnorm_codes(codes: np.ndarray, attrs: dict[str, Any]) -> np.ndarray:
     dev = _isqrt(q)
     y = np.where(dev == 0, 0, _div_round((x << pre) * int(attrs["k"]), np.maximum(dev, 1)))
     v = _round_shift(y * np.asarray(attrs["g"], dtype=np.int64), int(attrs["shift"]))
+    if attrs.get("binary"):  # binary {-1, +1} outputs: the sign, zero counting as +1
+        return np.where(v >= 0, 1, -1).astype(np.int64)
     lo, hi = attrs["clamp"]
     return np.clip(v, lo, hi)
 
