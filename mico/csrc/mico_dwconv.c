@@ -1260,12 +1260,14 @@ static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int3
  * the code: unsigned codes without a zero point, u_pad = 0): lane j of buffer row r, column
  * x (row points at column 0 of the plane), holds line first + r + j D (0 outside the plane);
  * a word at a time from its K codes. The padding columns hold 0 from the layer's start. */
-static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
-                                         int32_t n_line, int32_t n_x, int32_t first,
-                                         const MicoDwp *d, uint32_t k, MicoDwpWord *row)
+static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, int32_t scol,
+                                             int32_t n_line, int32_t n_x, int32_t first,
+                                             const MicoDwp *d, uint32_t hk, MicoDwpWord *row,
+                                             const uint32_t k)
 {
     static const uint8_t zeros[MICO_DWP_PITCH * 8]; /* a line outside the plane */
     const int32_t half = d->half;
+    const uint32_t ls = k == 3u ? 10u : 8u;
     int32_t r, x;
     for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
         const int32_t l0 = first + r;
@@ -1275,20 +1277,38 @@ static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32
         const uint8_t *p2 = (uint32_t)(l0 + 2 * half) < (uint32_t)n_line
                                 ? src + (l0 + 2 * half) * srow
                                 : zeros;
+        const uint8_t *p3 = k == 4u && (uint32_t)(l0 + 3 * half) < (uint32_t)n_line
+                                ? src + (l0 + 3 * half) * srow
+                                : zeros;
         MicoDwpWord *o = row;
-        if (k == 3u) {
-            for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, o++) {
-                o->w = (uint32_t)*p0 + ((uint32_t)*p1 << 10) + ((uint32_t)*p2 << 20);
+        for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, o++) {
+            uint32_t v = (uint32_t)*p0 + ((uint32_t)*p1 << ls) + ((uint32_t)*p2 << (2u * ls));
+            if (k == 4u) {
+                v += (uint32_t)*p3 << 24;
+                p3 += scol;
             }
-        } else {
-            const uint8_t *p3 = (uint32_t)(l0 + 3 * half) < (uint32_t)n_line
-                                    ? src + (l0 + 3 * half) * srow
-                                    : zeros;
-            for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, p3 += scol, o++) {
-                o->w = (uint32_t)*p0 + ((uint32_t)*p1 << 8) + ((uint32_t)*p2 << 16) +
-                       ((uint32_t)*p3 << 24);
-            }
+            /* signed codes' fields f: v = (f ^ h) - h in every lane at once (the fields do not
+             * overlap: sum ((f ^ h) - h) 2^(s j) = (W ^ H) - H); a field 0 (no line) gives 0 */
+            o->w = hk ? (v ^ hk) - hk : v;
         }
+    }
+}
+
+/* mico_dwp_buildk for 3 and 4 lanes, unsigned codes (hk = 0) or signed (hk: 2^(b-1) in
+ * every lane). */
+static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
+                                         int32_t n_line, int32_t n_x, int32_t first,
+                                         const MicoDwp *d, uint32_t k, uint32_t hk,
+                                         MicoDwpWord *row)
+{
+    if (k == 3u && hk) {
+        mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, hk, row, 3u);
+    } else if (k == 3u) {
+        mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, 0u, row, 3u);
+    } else if (hk) {
+        mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, hk, row, 4u);
+    } else {
+        mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, 0u, row, 4u);
     }
 }
 
@@ -1702,6 +1722,7 @@ typedef struct {
     int32_t layout; /* 0 pairs, 1 words of 3 or 4 lanes, 2 of 5 */
     uint32_t umax;
     int32_t levels, hi; /* outputs of at most 4 codes (by thresholds when the lanes allow) */
+    uint32_t hx;        /* signed codes: 2^(b-1) (the lanes hold v, the pairs u); else 0 */
 } MicoDwpK;
 
 /* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
@@ -1717,7 +1738,11 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
-    const uint32_t lane0 = (uint32_t)(-neg) * kc->umax; /* each lane started at -lo */
+    /* each lane started at -lo: lanes of u (unsigned codes, u_pad = 0), lo = umax * neg; of
+     * signed codes v in [-h, h - 1] (made v from their fields by the build), lo = (h - 1) neg
+     * - h pos (the lanes end at the same values, so bb is the same) */
+    const uint32_t lane0 = kc->hx ? kc->hx * (uint32_t)pos - (kc->hx - 1u) * (uint32_t)neg
+                                  : (uint32_t)(-neg) * kc->umax;
     int32_t kl = !fits                          ? 2
                  : span <= 0x3fu && kc->multi5 ? 5
                  : span <= 0xffu               ? 4
@@ -1730,11 +1755,14 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
                               * whole over the pairs' rows) */
-        const int32_t n_fill = cls == 0                       ? MICO_DWP_PITCH * kc->rows
+        /* (signed codes: the pairs' padding is u_pad = h in both halves, the lanes' 0; the
+         * whole rows either way) */
+        const int32_t n_fill = cls == 0 || kc->hx             ? MICO_DWP_PITCH * kc->rows
                                : cls == 2 || kc->layout == 2 ? 3 * MICO_DWP_PITCH
                                                              : 0;
+        const uint32_t fill = cls == 0 ? kc->hx * 0x10001u : 0u;
         for (i = 0; i < n_fill; i++) {
-            buf[i].w = 0u; /* u_pad = 0 */
+            buf[i].w = fill; /* u_pad, or 0 */
         }
         kc->layout = cls;
     }
@@ -1757,7 +1785,8 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         return 1;
     }
     mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
-                   &kc->dk[kl - 3], (uint32_t)kl, buf + kc->pf);
+                   &kc->dk[kl - 3], (uint32_t)kl, kc->hx * (kl == 3 ? 0x100401u : 0x01010101u),
+                   buf + kc->pf);
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
     }
@@ -1873,7 +1902,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
      * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
      * ones' sums seldom fit 10 bits) */
-    multi = short_rows && sf == 1 && g->ss == 1 && upad == 0u && p->w_bits <= 4 && b <= 4u;
+    multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
+            p->w_bits <= 4 && b <= 4u;
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
@@ -1883,7 +1913,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word
          * (the plane transposed: one line group; its codes unpacked) */
         kc.multi5 = p->stride_h == 1 && p->stride_w == 1 && in_w <= 5 && p->out_w <= 5 &&
-                    p->out_h + 2 <= MICO_DWP_PITCH && b < 8u;
+                    p->out_h + 2 <= MICO_DWP_PITCH && b < 8u && !af.is_signed;
         kc.d5 = d;
         kc.d5.g.n_fast = p->out_h;
         kc.d5.g.n_slow = p->out_w;
@@ -1909,6 +1939,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         kc.umax = umax;
         kc.levels = levels;
         kc.hi = g->hi;
+        kc.hx = hx;
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);

@@ -133,6 +133,48 @@ def _lanes() -> list:
     return [*layers, mixed, *five, *small_shift]
 
 
+def _levels() -> list:
+    """Outputs of at most 4 codes by thresholds (the plane functions _2, every lane of a word
+    at once): 1- and 2-bit outputs, an asymmetric one with a level fewer (hi = 2), biases that
+    put every sum above the first level or below every level, multipliers whose rounding ties
+    fall on exact sums (r / 8 + 1/2, r / 4 + 1/2), shifts of 32 or less (sums scaled by 2^k),
+    in words of 5, 4 and 3 lanes, pairs at stride 1 (long rows) and 2; signed codes in words
+    of 3 and 4 lanes and pairs, one layer switching between them."""
+    a2, a4 = QFormat(2, False), QFormat(4, False)
+    layers = [
+        _layer(25, 5, a=a2, o=a2, wb=2, c=6, seed=100),  # 5 lanes
+        _layer(25, 5, a=a2, o=QFormat(1, False), wb=4, c=4, seed=101),  # 4 lanes
+        _layer(19, 6, a=a4, o=a2, wb=3, c=4, seed=102),  # 3 lanes
+        _layer(12, 12, a=a2, o=a2, wb=2, c=4, seed=103),  # pairs, rows read straight
+        _layer(17, 14, a=a2, o=a2, wb=4, c=4, stride=2, seed=104),  # pairs, stride 2
+        _layer(25, 5, a=a2, o=QFormat(2, False, 1), wb=2, c=4, seed=105),  # hi = 2
+    ]
+    for i, layer in enumerate(layers):
+        c = len(layer.bias)
+        layer.bias[0] = 10**6  # every sum at the top level
+        layer.bias[1] = -(10**6)  # below every level
+        layer.shift[2:] = 33
+        layer.m[2:] = [2**30, 2**31 - 2**30 // 2 * (i % 2)][: c - 2] + [2**31] * (c - 4)
+        layer.m[2], layer.shift[2] = 2**30, 33  # r / 8, ties at r = 4 (mod 8)
+        if c > 3:
+            layer.m[3], layer.shift[3] = 2**31 - 1, 32  # shift 32: the sums scaled by 2^k
+    signed = [QFormat(4, True), QFormat(2, True), QFormat(3, True)]
+    for j, a in enumerate(signed):
+        o = QFormat(4, True) if j != 1 else QFormat(2, False)
+        layers.append(_layer(25, 5, a=a, o=o, wb=4 if j != 1 else 2, c=5, seed=110 + j,
+                             relu=not o.signed))  # fmt: skip
+    # signed 4-bit codes: 4 lanes (span 15 sum |w| <= 255), 3 (<= 1023), pairs (sums scaled
+    # by 2^2 for shift 30: 15 * 18 * 4 > 1023): 4, 3, pairs, 4, 3, pairs, 4
+    mixed = _layer(25, 5, a=QFormat(4, True), o=QFormat(4, True), wb=4, c=7, seed=113,
+                   relu=False)  # fmt: skip
+    for ch, fill in enumerate([1, 3, 2, 1, -7, 2, 1]):
+        mixed.weight[ch] = fill
+        if fill == 2:
+            mixed.shift[ch], mixed.m[ch] = 30, 2**31 - 1 - ch
+    layers.append(mixed)
+    return layers
+
+
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
     """The pair path's entry point of the layer's stride, whatever the plan would choose."""
     return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
@@ -143,6 +185,7 @@ def test_pair_path_bit_exact(monkeypatch):
     and through the plain kernel."""
     layers = _widths() + _edges() + _lanes()
     assert pair_span(layers[-20].weight, layers[-20].a_fmt) > 0xFFFF  # the guard's case
+    layers += _levels()
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
         ref = layer.reference().ravel()
