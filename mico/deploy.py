@@ -73,6 +73,8 @@ class TargetResult:
     agreement: Agreement
     instructions_per_inference: int | None = None
     cycles_per_inference: int | None = None  # cycle-accurate targets (vexriscv)
+    #: bytes of stack an inference used below main (rv32, measured; "> N": deeper than the probe)
+    stack_bytes: str | None = None
     difference: LayerDifference | None = None
     per_layer: dict[str, Any] | None = None  # options.per_layer: rows and check (or why none)
     outputs: np.ndarray | None = field(default=None, repr=False)  # what the program computed
@@ -300,6 +302,7 @@ class TargetRun:
     outputs: np.ndarray
     instructions: int | None = None
     cycles: int | None = None
+    stack: str | None = None  # bare-metal rv32: the deepest stack of an inference ("> N": more)
 
 
 def run_on_target(
@@ -317,7 +320,9 @@ def run_on_target(
     if target == "rv32":
         rv32.build(project)
         run = rv32.run(project, samples)
-        return TargetRun(run.outputs, run.instructions_per_inference)
+        depth = run.stack_bytes
+        stack = None if depth is None else f"{'> ' if run.stack_beyond_probe else ''}{depth}"
+        return TargetRun(run.outputs, run.instructions_per_inference, stack=stack)
     if target == "rv64":
         rv64.build(project)
         return TargetRun(rv64.run(project, samples))
@@ -361,6 +366,7 @@ def verify_compiled(
         outputs, instructions = run.outputs, run.instructions
         agreement = compare_outputs(outputs, reference, rtol=options.rtol)
         entry = TargetResult(target, agreement, instructions, run.cycles, outputs=outputs)
+        entry.stack_bytes = run.stack
         _log_segments(compiled, outputs, reference, options.rtol, target, log)
         if not entry.ok:
             c = np.asarray(outputs).reshape(len(outputs), -1)
@@ -375,6 +381,8 @@ def verify_compiled(
         extra = f", {instructions} instructions/inference" if instructions else ""
         if entry.cycles_per_inference:
             extra += f", {entry.cycles_per_inference} cycles/inference"
+        if entry.stack_bytes:
+            extra += f", stack {entry.stack_bytes} B"
         log(f"{target}: {agreement.summary()}{extra}")
         if entry.difference is not None:
             log(f"{target}: {entry.difference}")
@@ -553,6 +561,7 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
             "rtol": a.rtol,
             "instructions_per_inference": r.instructions_per_inference,
             "cycles_per_inference": r.cycles_per_inference,
+            "stack_bytes": r.stack_bytes,
             "first_difference": None if r.difference is None else str(r.difference),
         })  # fmt: skip
         if r.per_layer is not None:
@@ -578,15 +587,20 @@ def write_verify_report(result: DeployResult, options: DeployOptions) -> tuple[P
         f"Samples: {options.samples_origin or 'as given'}.",
         "",
         "| target | bit-exact | top-1 | max abs diff | instructions / inference | cycles / "
-        "inference |",
-        "|---|---:|---:|---:|---:|---:|",
+        "inference | stack (B) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         lines.append(
             f"| {row['target']} | {row['exact']}/{row['samples']} | {row['top1']}/"
             f"{row['samples']} | {row['max_abs_diff']:.3g} | "
-            f"{row['instructions_per_inference'] or '-'} | {row['cycles_per_inference'] or '-'} |"
+            f"{row['instructions_per_inference'] or '-'} | {row['cycles_per_inference'] or '-'} | "
+            f"{row['stack_bytes'] or '-'} |"
         )
+    if any(row["stack_bytes"] for row in rows):
+        note = ("Stack: the deepest any inference went below `main` (rv32: measured under qemu "
+                "by painting the stack), RAM beside the arena and the model's data.")  # fmt: skip
+        lines += ["", note]
     for row in rows:
         if row["first_difference"]:
             lines += ["", f"{row['target']}: {row['first_difference']}"]

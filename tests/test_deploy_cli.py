@@ -43,6 +43,11 @@ def test_verify_reports_agreement_on_host_and_riscv(tmp_path):
     assert "host: " in result.output and "within rtol 1e-05" in result.output
     if rv32.available():
         assert "rv32: " in result.output and "instructions/inference" in result.output
+        rows = {r["target"]: r for r in json.loads((tmp_path / "v" / "verify.json").read_text())
+                ["targets"]}  # fmt: skip
+        assert int(rows["rv32"]["stack_bytes"]) > 0 and rows["host"]["stack_bytes"] is None
+        assert f"stack {rows['rv32']['stack_bytes']} B" in result.output
+        assert "| stack (B) |" in (tmp_path / "v" / "verify.md").read_text()
 
 
 def test_verify_static_mode_is_bit_exact(tmp_path):

@@ -40,6 +40,8 @@ RV32_LIBC = "--specs=picolibc.specs --oslib=semihost --crt0=semihost"
 #: (kernel paths for shapes or widths the model does not have): flash is what a device pays for
 RV32_SECTIONS = "-ffunction-sections -fdata-sections"
 RV32_GC = "-Wl,--gc-sections"
+#: bytes below main's stack pointer that main.c paints to measure each inference's stack depth
+RV32_STACK_PROBE = 65536
 RV32_MEMORY = (
     "-Wl,--defsym=__flash=0x80000000 -Wl,--defsym=__flash_size=0x400000 "
     "-Wl,--defsym=__ram=0x80400000 -Wl,--defsym=__ram_size=0x400000"
@@ -75,7 +77,9 @@ def makefile(name: str, sources: list[str]) -> str:
 #   make NATIVE=1                  host only: -march=native (every vector extension of this CPU;
 #                                  the program may not run on another machine)
 #   make TARGET=rv32               build {name}.elf for rv32imac bare metal (picolibc, semihosting);
-#                                  make TARGET=rv32 run   runs it under qemu-system-riscv32
+#                                  make TARGET=rv32 run   runs it under qemu-system-riscv32;
+#                                  each inference prints "instret N" and "stack N" (the bytes of
+#                                  stack it used, MICO_STACK_PROBE: how deep main.c looks, or 0)
 #   make TARGET=rv64               build {name}.rv64 for riscv64 Linux (static glibc);
 #                                  make TARGET=rv64 run   runs it under qemu-riscv64 (qemu-user)
 #   make TARGET=vexriscv MICO_VEXRISCV=<dir>   build {name}.vexriscv.elf for mico's VexRiscv test
@@ -117,7 +121,8 @@ override LDFLAGS += -fsanitize=address,undefined
 endif
 else ifeq ($(TARGET),rv32)
 override CC := $(RV32_CC)
-override CFLAGS += {RV32_ARCH} {RV32_LIBC} {RV32_SECTIONS}
+MICO_STACK_PROBE ?= {RV32_STACK_PROBE}
+override CFLAGS += {RV32_ARCH} {RV32_LIBC} {RV32_SECTIONS} -DMICO_STACK_PROBE=$(MICO_STACK_PROBE)
 override LDFLAGS += {RV32_MEMORY} {RV32_GC}
 EXE := {executable(name, "rv32")}
 RUN := {QEMU_RV32} -kernel $(EXE)

@@ -403,6 +403,20 @@ static unsigned long mico_instret(void)
 }}
 #endif
 
+#if defined(__riscv) && !defined(__linux__) && defined(MICO_STACK_PROBE) && MICO_STACK_PROBE > 0
+/* Stack high-water mark (bare metal, make TARGET=rv32): before each inference the
+ * MICO_STACK_PROBE bytes below main's stack pointer (never the heap's first 64 KiB) are
+ * painted; after it, the lowest word no longer holding the paint is as deep as the inference's
+ * stack went. Painting and scanning run outside the instret window and call nothing, so they
+ * neither use the stack they measure nor change the instruction counts. */
+#define MICO_STACK_PAINT 0xC5A3E1B7u
+extern char __heap_start[];
+#define MICO_STACK_SP(sp) __asm__ volatile("mv %0, sp" : "=r"(sp))
+#define MICO_STACK_FLOOR(sp) \
+    ((sp) - MICO_STACK_PROBE > (unsigned long)__heap_start + 65536u \
+         ? (sp) - MICO_STACK_PROBE : (unsigned long)__heap_start + 65536u)
+#endif
+
 {reader}int main(int argc, char **argv)
 {{
     static float input[{up}_INPUT_SIZE];
@@ -449,9 +463,27 @@ static unsigned long mico_instret(void)
     while ((got = fread(input, 1, sizeof input, in)) == sizeof input) {{
         int status;
 #if defined(__riscv)
+#if !defined(__linux__) && defined(MICO_STACK_PROBE) && MICO_STACK_PROBE > 0
+        unsigned long sp, floor;
+        volatile unsigned int *word;
+        MICO_STACK_SP(sp);
+        sp &= ~15ul;
+        floor = MICO_STACK_FLOOR(sp);
+        for (word = (volatile unsigned int *)floor; (unsigned long)word < sp; word++) {{
+            *word = MICO_STACK_PAINT;
+        }}
+#endif
         unsigned long start = mico_instret();
         status = {name}_run(input, output);
         printf("instret %lu\\n", mico_instret() - start);
+#if !defined(__linux__) && defined(MICO_STACK_PROBE) && MICO_STACK_PROBE > 0
+        for (word = (volatile unsigned int *)floor;
+             (unsigned long)word < sp && *word == MICO_STACK_PAINT; word++) {{
+        }}
+        /* "stack > N": the inference reached the bottom of the painted region */
+        printf("stack %s%lu\\n", (unsigned long)word == floor ? "> " : "",
+               sp - (unsigned long)word);
+#endif
 #else
         status = {name}_run(input, output);
 #endif

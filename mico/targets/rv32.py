@@ -4,7 +4,9 @@
 the ELF in a scratch directory, runs qemu with ``-icount shift=0`` (one instruction per
 virtual clock tick, so counts repeat exactly), reads ``outputs.bin`` back through
 semihosting and returns the outputs with each inference's retired-instruction count (the
-``instret`` CSR, read by ``main.c`` around every call). ``model_sizes`` compiles the model
+``instret`` CSR, read by ``main.c`` around every call) and how deep each inference's stack went
+(``main.c`` paints the stack below it before the call and finds the lowest word overwritten
+after it). ``model_sizes`` compiles the model
 and its kernels alone (no libc, no ``main``) and reports their sections: the flash and RAM
 the model itself needs on the device.
 """
@@ -16,7 +18,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +45,7 @@ from mico.targets.io import (
 )
 
 _INSTRET = re.compile(r"^instret (\d+)\s*$", re.M)
+_STACK = re.compile(r"^stack (> )?(\d+)\s*$", re.M)
 SIZE_TOOL = "riscv64-unknown-elf-size"
 TOOLS = {
     "make": "make",
@@ -68,11 +71,20 @@ class Rv32Run:
 
     outputs: np.ndarray
     instructions: np.ndarray  # int64, one count per sample
+    #: bytes of stack each inference used below main's frame (empty: not measured)
+    stack: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    #: an inference reached the bottom of the painted probe: ``stack`` is a lower bound
+    stack_beyond_probe: bool = False
 
     @property
     def instructions_per_inference(self) -> int:
         """The largest count (counts differ only where kernels branch on data)."""
         return int(self.instructions.max()) if self.instructions.size else 0
+
+    @property
+    def stack_bytes(self) -> int | None:
+        """The deepest stack of any inference (None when the program did not measure it)."""
+        return int(self.stack.max()) if self.stack.size else None
 
 
 def build(project: CProject, timeout: float = 300) -> Path:
@@ -123,7 +135,11 @@ def run(
         raise BuildError(
             f"{elf.name} reported {counts.size} instruction counts for {count} samples"
         )
-    return Rv32Run(outputs, counts)
+    depths = _STACK.findall(console)
+    stack = np.array([int(n) for _, n in depths], dtype=np.int64)
+    if stack.size not in (0, count):
+        raise BuildError(f"{elf.name} reported {stack.size} stack depths for {count} samples")
+    return Rv32Run(outputs, counts, stack, any(beyond for beyond, _ in depths))
 
 
 def model_sizes(project: CProject) -> dict[str, int]:

@@ -51,6 +51,30 @@ def test_rv32_output_equals_python_reference(
     assert result.instructions.min() > 1000
     again = rv32.run(project, samples[:5])
     np.testing.assert_array_equal(again.instructions, result.instructions[:5])  # -icount: exact
+    # each inference's stack depth, measured below main: the kernels' frames, never the probe's
+    assert result.stack.shape == (60,) and not result.stack_beyond_probe
+    assert 64 < result.stack_bytes < 65536 and result.stack.min() == result.stack_bytes
+    np.testing.assert_array_equal(again.stack, result.stack[:5])
+
+
+def test_stack_deeper_than_the_probe_is_a_lower_bound(trained_cnn, calibration_batches, tmp_path):
+    """MICO_STACK_PROBE sets how far below main the program looks; an inference that goes
+    deeper is reported as "> probe" (a lower bound), and 0 turns the measurement off."""
+    _, project = _project(trained_cnn, calibration_batches, PLANS[0], tmp_path / "c")
+    rv32.build(project)
+    samples = np.zeros((2, 1, 8, 8), np.float32)
+    full = rv32.run(project, samples)
+    assert full.stack_bytes is not None and full.stack_bytes > 64
+    make = ["make", "-s", "-C", str(project.directory), "TARGET=rv32"]
+    subprocess.run([*make, "MICO_STACK_PROBE=64"], check=True, capture_output=True)
+    shallow = rv32.run(project, samples)
+    assert shallow.stack_beyond_probe and shallow.stack_bytes <= 64
+    np.testing.assert_array_equal(shallow.outputs, full.outputs)
+    np.testing.assert_array_equal(shallow.instructions, full.instructions)  # outside the count
+    subprocess.run([*make, "MICO_STACK_PROBE=0"], check=True, capture_output=True)
+    off = rv32.run(project, samples)
+    assert off.stack_bytes is None and not off.stack_beyond_probe
+    np.testing.assert_array_equal(off.instructions, full.instructions)
 
 
 def test_model_sizes_count_the_model_not_libc(trained_cnn, calibration_batches, tmp_path):
