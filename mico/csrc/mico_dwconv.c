@@ -1281,6 +1281,17 @@ static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, in
                                 ? src + (l0 + 3 * half) * srow
                                 : zeros;
         MicoDwpWord *o = row;
+        if (n_x == 5 && scol == 1) { /* DS-CNN's rows of 5: constant offsets, no pointer steps */
+            MICO_UNROLL for (x = 0; x < 5; x++) {
+                uint32_t v = (uint32_t)p0[x] + ((uint32_t)p1[x] << ls) +
+                             ((uint32_t)p2[x] << (2u * ls));
+                if (k == 4u) {
+                    v += (uint32_t)p3[x] << 24;
+                }
+                o[x].w = hk ? (v ^ hk) - hk : v;
+            }
+            continue;
+        }
         for (x = 0; x < n_x; x++, p0 += scol, p1 += scol, p2 += scol, o++) {
             uint32_t v = (uint32_t)*p0 + ((uint32_t)*p1 << ls) + ((uint32_t)*p2 << (2u * ls));
             if (k == 4u) {
