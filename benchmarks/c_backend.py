@@ -371,6 +371,7 @@ def run_case(
                 "instructions": run.instructions.tolist(),
                 "instructions_per_mac": instructions / macs if macs else None,
                 "sizes": rv32.model_sizes(compiled.project),
+                "stack_bytes": run.stack_bytes,
                 "agreement": agreement_record(run.outputs, compiled.reference(few), mode),
             }
 
@@ -458,7 +459,8 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
         f"with n sized for about {C_TIMING_SECONDS:g} s of work (a small model's inputs are "
         "repeated, a large model runs fewer of them), best of the runs.",
         "* **rv32**: rv32imac under qemu -icount, retired instructions per inference (largest "
-        "over 4 samples) and per MAC; flash/RAM of the model code, weights and arena alone.",
+        "over 4 samples) and per MAC; flash/RAM of the model code, weights and arena alone; "
+        "stack: the deepest an inference went below `main` (measured: main.c paints the stack).",
         "* **agreement**: C against the Python reference (static: bit-exact integer outputs; "
         "dynamic: float outputs within rtol 1e-5); ✓ when the mode's criterion holds.",
         "",
@@ -472,8 +474,8 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
             "",
             "| model | plan | MACs | flash B | bound B | flash/bound | arena B | bound B "
             "| arena/bound | vs W8A8 | C/PyTorch | rv32 instr/inf | instr/MAC | rv32 flash/RAM B "
-            "| agreement |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| stack B | agreement |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in chosen:
             flash, arena = r.get("flash") or {}, r.get("arena") or {}
@@ -483,9 +485,10 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
                 f"{v['instructions_per_inference']:,}" if v else "-",
                 _fmt_ratio(v.get("instructions_per_mac")) if v else "-",
                 f"{sizes['flash']:,}/{sizes['ram']:,}" if sizes else "-",
+                f"{v['stack_bytes']:,}" if v.get("stack_bytes") else "-",
             ]
             if "rv32" in (r.get("errors") or {}):
-                rv32_cells = ["error", "-", "-"]
+                rv32_cells = ["error", "-", "-", "-"]
             rows.append(
                 "| "
                 + " | ".join(
