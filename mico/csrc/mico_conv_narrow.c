@@ -21,7 +21,11 @@
  *    requantizations go through a sums array (the signed form of mico_rescale), a plane's last
  *    1-3 pixels one by one;
  *  - a pointwise layer of more taps reads its input planes in place (taps npix bytes apart:
- *    one tap per iteration, 2.75 instructions per MAC).
+ *    one tap per iteration, 2.75 instructions per MAC);
+ *  - weights of at most 16 in magnitude (ternary, 2- or 4-bit codes widened to bytes) over a
+ *    patch of at most 64 taps take two pixels a word in 16-bit lanes (see "small weights"
+ *    below: about 1.35 instructions per MAC in the loop); there shifts of 32 or less are taken
+ *    too (pre-shifted sums, or the plain requantization).
  * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
  * 6.2 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
  * 32 or less, unscaled outputs) go to mico_qconv2d_tiled_s8. Not in place (not depthwise). */
@@ -41,6 +45,8 @@
 typedef struct {
     uint32_t m, sh, rnd;
     int32_t bias;
+    uint32_t pre; /* shift of 32 or less: |sum| < 2^(shift - 1), so sum << (33 - shift) fits
+                   * 32 bits and rescales as a shift of 33 (sh 1); else 0 */
 } MicoNwRq;
 
 /* Store the n (<= 4) requantized sums v of one channel at o (see mico_dw8_put in
@@ -48,7 +54,7 @@ typedef struct {
 static MICO_INLINE_ALWAYS void mico_nw_put(uint8_t *o, const int32_t *v, int32_t n,
                                            const MicoNwRq *q, const MicoOut *out, const int relu)
 {
-    const uint32_t m = q->m, sh = q->sh, rnd = q->rnd, hi = (uint32_t)out->hi;
+    const uint32_t m = q->m, sh = q->sh, rnd = q->rnd, hi = (uint32_t)out->hi, pre = q->pre;
     int32_t k;
     for (k = 0; k < n; k++) {
         int32_t r = v[k], y;
@@ -58,14 +64,14 @@ static MICO_INLINE_ALWAYS void mico_nw_put(uint8_t *o, const int32_t *v, int32_t
                 o[k] = 0;
                 continue;
             }
-            u = ((uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) + rnd) >> sh;
+            u = ((uint32_t)(((uint64_t)((uint32_t)r << pre) * m) >> 32) + rnd) >> sh;
             o[k] = (uint8_t)(u > hi ? hi : u);
             continue;
         }
         if (out->relu && r < 0) {
             r = 0;
         }
-        u = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        u = (r < 0 ? 0u - (uint32_t)r : (uint32_t)r) << pre;
         u = ((uint32_t)(((uint64_t)u * m) >> 32) + rnd) >> sh;
         y = r < 0 ? -(int32_t)u : (int32_t)u;
         y = y < out->lo ? out->lo : y;
@@ -304,17 +310,31 @@ MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
 MICO_NW_PTILE(mico_nw_ptile_s8, int8_t)
 MICO_NW_PTILE(mico_nw_ptile_u8, uint8_t)
 
-/* The requantization of channels c0 .. c0 + 3 (the last channel repeated past out_c). */
-static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq)
+/* |bias| + most, saturated at 2^31. */
+static uint32_t mico_nw_bound(int32_t bias, uint32_t most)
+{
+    const uint32_t b = bias < 0 ? 0u - (uint32_t)bias : (uint32_t)bias;
+    return b >= 0x80000000u - most ? 0x80000000u : b + most;
+}
+
+/* The requantization of channels c0 .. c0 + 3 (the last channel repeated past out_c); shifts
+ * of 32 or less take the pre-shifted form (sh 1) when the channel's sums lie below
+ * 2^(shift - 1) in magnitude, bias included (`most`: the largest |sum| without the bias). */
+static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq, uint32_t most)
 {
     int32_t i;
     for (i = 0; i < 4; i++) {
         const int32_t ch = c0 + i < p->out_c ? c0 + i : p->out_c - 1;
         const MicoRq q = mico_rq(&p->out, ch);
         rq[i].m = (uint32_t)q.m;
-        rq[i].sh = (uint32_t)(q.shift - 32);
-        rq[i].rnd = 1u << (rq[i].sh - 1u);
         rq[i].bias = p->bias[ch];
+        rq[i].pre = 0;
+        rq[i].sh = q.shift > 32 ? (uint32_t)(q.shift - 32) : 0u; /* 0: not the fast form */
+        rq[i].rnd = q.shift > 32 ? 1u << (rq[i].sh - 1u) : 0u;
+        if (q.shift <= 32 && mico_nw_bound(rq[i].bias, most) < (1u << (q.shift - 1))) {
+            rq[i].pre = (uint32_t)(33 - q.shift);
+            rq[i].sh = rq[i].rnd = 1u;
+        }
     }
 }
 
@@ -382,6 +402,153 @@ static MICO_NOINLINE void mico_nw_col(const MicoConv2d *p, const int8_t *wt, int
     acc[12] = a3;
 }
 
+/* ---------------------------------------------------------------- small weights: 16-bit lanes
+ * Weights of at most a few units (ternary, 2- or 4-bit codes widened to bytes) times 8-bit
+ * codes: a product w * x needs few bits, so two pixels share a word, x_lo + 65536 x_hi, and
+ * one multiply by w gives both products, w x_lo + 65536 w x_hi (mod 2^32). While a chunk of K
+ * taps keeps every lane's sum within int16 (K max|w| max|x| <= 32767), the word's sum splits
+ * exactly back into its two lanes: lo = the low half sign-extended, hi = (sum - lo) >> 16.
+ * A tile of 4 channels x 8 pixels (4 words a tap) does 4 word loads, 4 byte loads, 16
+ * multiplies and 16 adds for 32 MACs (about 1.3 instructions a MAC); each chunk's sums are
+ * split into 32-bit sums, requantized once the taps are done. */
+
+/* The packed patch: in place, row t (16 codes of type T) -> 8 words, word k = code k + 65536
+ * code k + 8 (rows taken from the last: a packed row covers byte rows 2t and 2t + 1). */
+#define MICO_NW_PACK(NAME, T)                                                                    \
+    static MICO_NOINLINE void NAME(void *patch, int32_t tp)                                       \
+    {                                                                                             \
+        int32_t t, k;                                                                             \
+        for (t = tp - 1; t >= 0; t--) {                                                           \
+            const T *row = (const T *)patch + t * MICO_NW_PIX;                                    \
+            uint32_t v[8];                                                                        \
+            for (k = 0; k < 8; k++) {                                                             \
+                v[k] = (uint32_t)(int32_t)row[k] + ((uint32_t)(int32_t)row[k + 8] << 16);         \
+            }                                                                                     \
+            for (k = 0; k < 8; k++) {                                                             \
+                ((uint32_t *)patch)[t * 8 + k] = v[k];                                            \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_NW_PACK(mico_nw_pack_s8, int8_t)
+MICO_NW_PACK(mico_nw_pack_u8, uint8_t)
+
+#define MICO_NW_LTAP(X, W)                                                                       \
+    do {                                                                                          \
+        const uint32_t x0 = (X)[0], x1 = (X)[1], x2 = (X)[2], x3 = (X)[3];                        \
+        uint32_t w = (uint32_t)(int32_t)(W)[0];                                                   \
+        s00 += w * x0;                                                                            \
+        s01 += w * x1;                                                                            \
+        s02 += w * x2;                                                                            \
+        s03 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (uint32_t)(int32_t)(W)[1];                                                            \
+        s10 += w * x0;                                                                            \
+        s11 += w * x1;                                                                            \
+        s12 += w * x2;                                                                            \
+        s13 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (uint32_t)(int32_t)(W)[2];                                                            \
+        s20 += w * x0;                                                                            \
+        s21 += w * x1;                                                                            \
+        s22 += w * x2;                                                                            \
+        s23 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+        w = (uint32_t)(int32_t)(W)[3];                                                            \
+        s30 += w * x0;                                                                            \
+        s31 += w * x1;                                                                            \
+        s32 += w * x2;                                                                            \
+        s33 += w * x3;                                                                            \
+        MICO_NW_FENCE();                                                                          \
+    } while (0)
+
+/* Split a chunk's word sum S into its lanes, added to the 32-bit sums LO and HI. */
+#define MICO_NW_SPLIT(S, LO, HI)                                                                 \
+    do {                                                                                          \
+        const int32_t lo_ = (int32_t)((S) << 16) >> 16;                                           \
+        LO += lo_;                                                                                \
+        HI += (int32_t)((S) - (uint32_t)lo_) >> 16;                                               \
+    } while (0)
+
+/* Taps t0 .. t1 - 1 (a multiple of 8 apart) of the tile of 4 channels (weights wq[t][4]) and
+ * the 4 words at x (packed rows of 8 words), split into acc[c][8]: pixels x_lo of words 0..3
+ * at acc[c][0..3], x_hi at acc[c][4..7]. */
+static MICO_NOINLINE void mico_nw_ltile(const int8_t *wq, const uint32_t *x, int32_t t0,
+                                        int32_t t1, int32_t *acc)
+{
+    const int8_t *w4 = wq + 4 * t0, *const end = wq + 4 * t1;
+    uint32_t s00 = 0, s01 = 0, s02 = 0, s03 = 0, s10 = 0, s11 = 0, s12 = 0, s13 = 0;
+    uint32_t s20 = 0, s21 = 0, s22 = 0, s23 = 0, s30 = 0, s31 = 0, s32 = 0, s33 = 0;
+    for (x += 8 * t0; w4 < end; w4 += 4, x += 8) { /* (unrolled, gcc spills half the sums) */
+        MICO_NW_LTAP(x, w4);
+    }
+    MICO_NW_SPLIT(s00, acc[0], acc[4]);
+    MICO_NW_SPLIT(s01, acc[1], acc[5]);
+    MICO_NW_SPLIT(s02, acc[2], acc[6]);
+    MICO_NW_SPLIT(s03, acc[3], acc[7]);
+    MICO_NW_SPLIT(s10, acc[8], acc[12]);
+    MICO_NW_SPLIT(s11, acc[9], acc[13]);
+    MICO_NW_SPLIT(s12, acc[10], acc[14]);
+    MICO_NW_SPLIT(s13, acc[11], acc[15]);
+    MICO_NW_SPLIT(s20, acc[16], acc[20]);
+    MICO_NW_SPLIT(s21, acc[17], acc[21]);
+    MICO_NW_SPLIT(s22, acc[18], acc[22]);
+    MICO_NW_SPLIT(s23, acc[19], acc[23]);
+    MICO_NW_SPLIT(s30, acc[24], acc[28]);
+    MICO_NW_SPLIT(s31, acc[25], acc[29]);
+    MICO_NW_SPLIT(s32, acc[26], acc[30]);
+    MICO_NW_SPLIT(s33, acc[27], acc[31]);
+}
+
+/* One block of MICO_NW_PIX pixels from pix0 (packed patch of tp taps, chunks of k taps) for
+ * the channel quad c0: two tiles of 8 pixels (words 0..3: pixels 0..3 and 8..11; words 4..7:
+ * 4..7 and 12..15), each channel's sums stored as two runs of 4 pixels: through mico_nw_store
+ * when every channel has a fast form (mico_nw_rq), else through mico_rq_apply. */
+static MICO_NOINLINE void mico_nw_lblock(const MicoConv2d *p, const int8_t *wq,
+                                         const uint32_t *patch, int32_t tp, int32_t k,
+                                         const MicoNwRq *rq, int32_t c0, int32_t pix0, void *out,
+                                         int relu)
+{
+    const int fast = rq[0].sh && rq[1].sh && rq[2].sh && rq[3].sh;
+    const int32_t npix = p->out_h * p->out_w, nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4;
+    int32_t acc[32], run[16], half, t, c, j, r;
+    MicoRq q[4];
+    for (c = 0; c < nc && !fast; c++) {
+        q[c] = mico_rq(&p->out, c0 + c);
+    }
+    for (half = 0; half < 2; half++) {
+        for (c = 0; c < 4; c++) {
+            for (j = 0; j < 8; j++) {
+                acc[8 * c + j] = rq[c].bias;
+            }
+        }
+        for (t = 0; t < tp; t += k) {
+            mico_nw_ltile(wq, patch + 4 * half, t, t + k < tp ? t + k : tp, acc);
+        }
+        for (r = 0; r < 2; r++) { /* runs of pixels 4 half + 8 r .. + 3 */
+            const int32_t pix = pix0 + 4 * half + 8 * r;
+            const int32_t n = npix - pix < 4 ? npix - pix : 4;
+            if (n <= 0) {
+                continue;
+            }
+            for (c = 0; c < 4; c++) {
+                for (j = 0; j < 4; j++) {
+                    run[4 * c + j] = acc[8 * c + 4 * r + j];
+                }
+            }
+            if (fast) {
+                mico_nw_store(p, run, rq, c0, nc, pix, n, (uint8_t *)out, relu);
+                continue;
+            }
+            for (c = 0; c < nc; c++) { /* any shift: the reference's requantization */
+                uint8_t *o = (uint8_t *)out + (size_t)(c0 + c) * (size_t)npix + (size_t)pix;
+                for (j = 0; j < n; j++) {
+                    o[j] = (uint8_t)mico_rq_apply(&q[c], run[4 * c + j]);
+                }
+            }
+        }
+    }
+}
+
 /* The patch of a pointwise layer (input planes npix bytes apart, one per tap): 16 bytes of
  * each plane from pix0 (zeros past the plane), zero rows from tap `taps` to tp. */
 static MICO_NOINLINE void mico_nw_ppatch(const int8_t *in, int32_t npix, int32_t taps,
@@ -419,7 +586,8 @@ static MICO_NOINLINE void mico_nw_ppatch(const int8_t *in, int32_t npix, int32_t
 static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
 {
     uint32_t wq[MICO_NW_WEIGHTS / 4]; /* words: the quads' weights, read as bytes */
-    int8_t patch[MICO_NW_PTAPS * MICO_NW_PIX];
+    uint32_t pwords[MICO_NW_PTAPS * MICO_NW_PIX / 4]; /* the patch (words: the packed one) */
+    int8_t *const patch = (int8_t *)pwords;
     MicoNwRq rq[4];
     const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
     const int32_t c4 = (p->out_c + 3) & ~3;
@@ -428,16 +596,28 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
                           p->pad_h == 0 && p->pad_w == 0;
     const int patched = taps <= (pointwise ? MICO_NW_PTAPS : MICO_NW_TAPS);
     const int32_t tp = patched ? (taps + 7) & ~7 : taps; /* taps of the weight table */
-    int32_t c, t, pix0, c0, j;
+    int32_t c, t, pix0, c0, j, wmax = 0, chunk = 0;
+    int fast = 1;
     if (p->groups != 1 || p->w_bits != 8 || p->in_fmt.bits != 8 || p->in_fmt.zero != 0 ||
         p->out.fmt.bits != 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
         (!pointwise && !patched) || tp * c4 > MICO_NW_WEIGHTS || npix < 1) {
         return 0;
     }
     for (c = 0; c < (p->out.n_mult > 1 ? p->out_c : 1); c++) {
-        if (p->out.shift[c] <= 32) {
-            return 0;
+        fast = fast && p->out.shift[c] > 32;
+    }
+    if (patched && tp <= MICO_NW_PTAPS / 2) { /* small weights: 16-bit lanes, chunks of taps */
+        const int32_t amax = p->in_fmt.is_signed ? 128 : 255;
+        for (j = 0; j < taps * p->out_c && wmax <= 16; j++) { /* (W8A8: stops at once) */
+            const int32_t v = (int8_t)p->weight[j];
+            wmax = v > wmax ? v : -v > wmax ? -v : wmax;
         }
+        /* (the scan stops above 16: wmax is then a partial maximum) */
+        chunk = wmax > 16 ? 0 : wmax == 0 ? tp : (32767 / (wmax * amax)) & ~7;
+        chunk = chunk > tp ? tp : chunk;
+    }
+    if (!fast && chunk < 8) {
+        return 0; /* shifts of 32 or less: only the lanes' requantization takes them */
     }
     for (c = 0; c < c4; c += 4) { /* wq[c / 4][t][c % 4] = W[c][t], a word per tap */
         const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps, *r1 = r0 + taps;
@@ -456,7 +636,7 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
         const int32_t whole = npix & ~3;
         for (c0 = 0; c0 < c4; c0 += 4) {
             const int8_t *w = (const int8_t *)wq + c0 * tp;
-            mico_nw_rq(p, c0, rq);
+            mico_nw_rq(p, c0, rq, 0);
             if (whole) {
                 mico_nw_run(p, w, in, npix, taps, rq, c0, 0, out, relu, whole >> 2);
             }
@@ -478,10 +658,23 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
                 patch[j] = 0; /* the taps padding to a multiple of 8 */
             }
         }
+        if (chunk >= 8) { /* small weights: the packed patch, 16-bit lanes */
+            if (p->in_fmt.is_signed) {
+                mico_nw_pack_s8(patch, tp);
+            } else {
+                mico_nw_pack_u8(patch, tp);
+            }
+            for (c0 = 0; c0 < c4; c0 += 4) {
+                mico_nw_rq(p, c0, rq, (uint32_t)(taps * wmax * (p->in_fmt.is_signed ? 128 : 255)));
+                mico_nw_lblock(p, (const int8_t *)wq + c0 * tp, pwords, tp, chunk, rq, c0, pix0,
+                               out, relu);
+            }
+            continue;
+        }
         for (c0 = 0; c0 < c4; c0 += 4) {
             const int32_t n = npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX;
             const int8_t *w = (const int8_t *)wq + c0 * tp;
-            mico_nw_rq(p, c0, rq);
+            mico_nw_rq(p, c0, rq, 0);
             if (n >= 4) {
                 mico_nw_run(p, w, patch, MICO_NW_PIX, tp, rq, c0, pix0, out, relu, n >> 2);
             }

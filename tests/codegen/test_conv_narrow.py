@@ -4,8 +4,10 @@ program of benchmarks/kernels_rv32.py (one program for all layers): 1-3 input ch
 1-7, pointwise layers of 8-64 channels, strides 1 and 2, padding, odd output channel counts and
 pixel counts (partial tiles and patches), pointwise layers over patches and with their planes
 read in place (more than 128 taps), signed and unsigned codes, extremes with saturating
-multipliers, signed outputs without ReLU, and layers it hands on (shifts of 32 or less, a
-weight table too large once the taps are padded to a multiple of 8)."""
+multipliers, signed outputs without ReLU, small weights in 16-bit lanes (ternary, 2- and 4-bit
+codes, lanes at their bound, shifts of 32 or less), and layers it hands on (shifts of 32 or
+less with 8-bit weights, a weight table too large once the taps are padded to a multiple of
+8)."""
 
 from __future__ import annotations
 
@@ -15,18 +17,42 @@ import numpy as np
 import pytest
 
 from mico.codegen.emitters import NARROW_CONV, conv2d_kernel
-from mico.quant.arithmetic import QFormat
+from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+TERNARY_FMT = QFormat.for_bits(TERNARY, True)
 
 
 def _layer(in_c, out_c, hw, k, *, stride=1, pad=0, signed=True, seed=0, extreme=False,
-           o_fmt=None, relu=True):  # fmt: skip
+           o_fmt=None, relu=True, w_fmt=None):  # fmt: skip
     return kernels_rv32.random_layer(
-        "conv", QFormat(8, True), QFormat(8, signed), in_c=in_c, out_c=out_c, hw=hw, k=k,
-        pad=pad, stride=stride, seed=seed, extreme=extreme, o_fmt=o_fmt, relu=relu,
+        "conv", w_fmt or QFormat(8, True), QFormat(8, signed), in_c=in_c, out_c=out_c, hw=hw,
+        k=k, pad=pad, stride=stride, seed=seed, extreme=extreme, o_fmt=o_fmt, relu=relu,
     )  # fmt: skip
+
+
+def _small_weights() -> list:
+    """Layers whose weights take the 16-bit lanes (ternary, 2- and 4-bit codes widened to
+    bytes, or 8-bit codes that stay small): chunks of 8 to 64 taps, every lane at its bound
+    (extremes), shifts of 32 or less (the pre-shifted form, or the plain requantization when
+    a bias is too large for it), signed codes, partial patches and channel quads."""
+    w4, w2 = QFormat(4, True), QFormat(2, True)
+    layers = [
+        _layer(64, 64, (25, 5), 1, signed=False, w_fmt=w4, seed=30),
+        _layer(64, 12, 5, 1, signed=False, w_fmt=TERNARY_FMT, seed=31),
+        _layer(32, 7, 7, 1, w_fmt=w2, seed=32),  # signed codes
+        _layer(16, 9, (3, 7), 1, signed=False, w_fmt=w4, extreme=True, seed=33),
+        _layer(48, 5, 6, 1, signed=False, w_fmt=w4, extreme=True, relu=False,
+               o_fmt=QFormat(8, True), seed=34),
+        _layer(24, 6, 9, 1, w_fmt=TERNARY_FMT, relu=False, o_fmt=QFormat(8, True), seed=35),
+    ]  # fmt: skip
+    for layer in layers[3:5]:  # activations at their limits too: lanes at their bound
+        layer.x[:] = np.where(layer.x > 0, layer.a_fmt.qmax, layer.a_fmt.qmin)
+    small = _layer(3, 10, 9, 3, pad=1, seed=36)  # a 3x3 W8A8 layer of small weights
+    small.weight = np.clip(small.weight, -9, 9)
+    layers.append(small)
+    return layers
 
 
 def test_narrow_conv_bit_exact(monkeypatch):
@@ -61,6 +87,7 @@ def test_narrow_conv_bit_exact(monkeypatch):
         _layer(130, 8, 5, 1, signed=False, seed=19),  # more taps than a patch: planes in place
         _layer(57, 67, 4, 1, signed=False, seed=20),  # taps padded to 64: the table too large
     ]
+    layers += _small_weights()
     small_shift = _layer(1, 4, 6, 3, seed=10)
     small_shift.shift = np.minimum(small_shift.shift, 30)
     small_shift.m = np.minimum(small_shift.m, 2**29)
