@@ -1496,6 +1496,80 @@ static MICO_NOINLINE void mico_dwp_read(const uint8_t *in, size_t bit, size_t ro
     }
 }
 
+/* Both lanes of the pairs' buffer rows 0..rows-1 at once from rows of n codes of b (1, 2, 4,
+ * 8) bits that start on a byte (the first at bit `bit`, rows row_bits apart): buffer row r
+ * takes input line first + r in its low lane and first + r + step in its high one, a line
+ * outside 0..n_line-1 the padding (u_pad in every field of pad_byte); words dst[r pitch + j].
+ * A byte of each line makes 8 / b words: T = byte_lo | byte_hi << 16, word x the fields
+ * (T >> b x) & (mask | mask << 16) -- three instructions a word, no halfword stores. */
+static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_t row_bits,
+                                            int32_t first, int32_t step, int32_t n_line,
+                                            int32_t rows, int32_t n, uint32_t hxx,
+                                            uint32_t pad_byte, MicoDwpWord *dst, const uint32_t b)
+{
+    const uint32_t per = 8u / b, fm = (b >= 8u ? 0xffu : (1u << b) - 1u) * 0x10001u;
+    const int32_t whole = n / (int32_t)per, left = n % (int32_t)per;
+    int32_t r, j;
+    uint32_t x;
+    for (r = 0; r < rows; r++, dst += MICO_DWP_PITCH) {
+        const int32_t la = first + r, lb = la + step;
+        const int va = (uint32_t)la < (uint32_t)n_line, vb = (uint32_t)lb < (uint32_t)n_line;
+        const uint8_t *pa = in + ((bit + (size_t)(va ? la : 0) * row_bits) >> 3);
+        const uint8_t *pb = in + ((bit + (size_t)(vb ? lb : 0) * row_bits) >> 3);
+        const uint32_t xa = va ? hxx : 0u, xb = vb ? hxx : 0u;
+        MicoDwpWord *o = dst;
+        if (!va && !vb) {
+            continue; /* padding in both lanes, as the layer left it */
+        }
+        if (!va || !vb) { /* one lane's line: the other reads a padding byte */
+            static uint8_t pads[1];
+            pads[0] = (uint8_t)pad_byte;
+            if (!va) {
+                pa = pads;
+            } else {
+                pb = pads;
+            }
+            for (j = 0; j < whole + (left > 0); j++, o += per) {
+                const uint32_t t = ((uint32_t)pa[va ? j : 0] ^ xa) |
+                                   ((uint32_t)pb[vb ? j : 0] ^ xb) << 16;
+                const uint32_t m = j < whole ? per : (uint32_t)left;
+                for (x = 0; x < m; x++) {
+                    o[x].w = (t >> (b * x)) & fm;
+                }
+            }
+            continue;
+        }
+        for (j = 0; j < whole; j++, o += per) {
+            const uint32_t t = ((uint32_t)pa[j] ^ hxx) | ((uint32_t)pb[j] ^ hxx) << 16;
+            MICO_UNROLL for (x = 0; x < per; x++) {
+                o[x].w = (t >> (b * x)) & fm;
+            }
+        }
+        if (left > 0) { /* the row's last codes, in one byte of each line */
+            const uint32_t t = ((uint32_t)pa[whole] ^ hxx) | ((uint32_t)pb[whole] ^ hxx) << 16;
+            for (x = 0; x < (uint32_t)left; x++) {
+                o[x].w = (t >> (b * x)) & fm;
+            }
+        }
+    }
+}
+
+static MICO_NOINLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t row_bits,
+                                         int32_t first, int32_t step, int32_t n_line,
+                                         int32_t rows, int32_t n, uint32_t b, uint32_t hxx,
+                                         uint32_t pad_byte, MicoDwpWord *dst)
+{
+    if (b == 2u) {
+        mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 2u);
+    } else if (b == 4u) {
+        mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 4u);
+    } else if (b == 1u) {
+        mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 1u);
+    } else {
+        mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 8u);
+    }
+}
+
 /* n fields of b (1..7) bits from bit `bit` of a packed stream, as bytes (whole bytes of 1-,
  * 2- and 4-bit codes at a time; never a byte past the last field). */
 static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t n, uint32_t b,
@@ -1810,6 +1884,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
 /* The pairs' buffer of a channel (inside mico_dwp): each lane's rows of the plane. */
 #define MICO_DWP_PAIRS()                                                                         \
     do {                                                                                          \
+        if (rows2) { /* both lanes a word at a time, from rows that start on a byte */             \
+            mico_dwp_read2((const uint8_t *)in, plane * b, (size_t)in_w * b, -ps, span_rows,      \
+                           slow_in, d.rows,                                                       \
+                           fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf, b,      \
+                           hxx, pad_byte, buf + pf);                                              \
+            break;                                                                                \
+        }                                                                                         \
         for (lane = 0; lane < 2; lane++) {                                                        \
             const int32_t first = lane * span_rows - ps;                                          \
             const int32_t r0 = first < 0 ? -first : 0;                                            \
@@ -1865,7 +1946,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, levels;
+    int short_rows, multi, levels, rows2;
+    uint32_t hxx, pad_byte;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
@@ -1904,6 +1986,12 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     hx = af.is_signed ? 1u << (b - 1u) : 0u;
     upad = af.is_signed ? hx : (uint32_t)af.zero;
     fill = upad * 0x10001u;
+    /* rows along the buffer rows, each starting on a byte (widths 1, 2, 4, 8): both lanes of a
+     * buffer row read at once (mico_dwp_read2) */
+    rows2 = !short_rows && !trans && (b == 1u || b == 2u || b == 4u || b == 8u) &&
+            ((size_t)in_w * b) % 8u == 0u && ((size_t)in_plane * b) % 8u == 0u;
+    hxx = b == 8u ? hx : hx * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
+    pad_byte = b == 8u ? upad : upad * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
     for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }

@@ -175,6 +175,22 @@ def _levels() -> list:
     return layers
 
 
+def _read2() -> list:
+    """Rows of whole bytes read for both lanes at once (mico_dwp_read2): 1-, 2-, 4- and 8-bit
+    codes, unsigned, signed and asymmetric (the padding lane's byte), stride 1 and 2, padding
+    0..2 (buffer rows with one lane's line or none); every layer takes that read (its plane
+    not transposed)."""
+    u2, u4z = QFormat(2, False), QFormat(4, False, 3)
+    return [
+        _layer(16, 16, a=QFormat(1, False), o=QFormat(1, False), wb=2, c=2, pad=2, seed=120),
+        _layer(16, 16, a=QFormat(2, True), o=QFormat(2, True), wb=3, c=2, relu=False, seed=121),
+        _layer(31, 32, a=u4z, o=QFormat(4, False, 5), stride=2, c=2, relu=False, seed=122),
+        _layer(24, 17, a=QFormat(8, False, 100), o=u2, wb=2, c=2, pad=0, seed=123),
+        _layer(33, 32, a=u2, o=u2, wb=2, stride=2, pad=0, c=3, seed=124),
+        _layer(16, 16, a=QFormat(4, True), o=QFormat(4, True), c=2, relu=False, seed=125),
+    ]
+
+
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
     """The pair path's entry point of the layer's stride, whatever the plan would choose."""
     return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
@@ -185,7 +201,7 @@ def test_pair_path_bit_exact(monkeypatch):
     and through the plain kernel."""
     layers = _widths() + _edges() + _lanes()
     assert pair_span(layers[-20].weight, layers[-20].a_fmt) > 0xFFFF  # the guard's case
-    layers += _levels()
+    layers += _levels() + _read2()
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
         ref = layer.reference().ravel()
