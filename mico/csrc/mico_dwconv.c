@@ -1674,6 +1674,44 @@ static MICO_NOINLINE void mico_dwp_spread(const uint8_t *src, int32_t si, int32_
     }
 }
 
+/* Both lanes of the pairs' buffer rows 0..rows-1 at once from codes as bytes (planes of short
+ * rows: src[line * srow + x * scol], made u by ^ hx): buffer row r takes line first + r in its
+ * low lane and first + r + step in its high one, u_pad for a line outside 0..n_line-1; words
+ * dst[r pitch + x], x < n_x. Two byte loads, a shift, an or and a store a word (rows of 5 at
+ * constant offsets), where the halfword spreads take two passes. */
+static MICO_NOINLINE void mico_dwp_spread2(const uint8_t *src, int32_t srow, int32_t scol,
+                                           int32_t first, int32_t step, int32_t n_line,
+                                           int32_t rows, int32_t n_x, uint32_t hx, uint32_t upad,
+                                           MicoDwpWord *dst)
+{
+    int32_t r, x;
+    for (r = 0; r < rows; r++, dst += MICO_DWP_PITCH) {
+        const int32_t la = first + r, lb = la + step;
+        const int va = (uint32_t)la < (uint32_t)n_line, vb = (uint32_t)lb < (uint32_t)n_line;
+        const uint8_t *pa = src + (va ? la : 0) * srow, *pb = src + (vb ? lb : 0) * srow;
+        MicoDwpWord *o = dst;
+        if (va && vb) {
+            if (n_x == 5 && scol == 1) {
+                MICO_UNROLL for (x = 0; x < 5; x++) {
+                    o[x].w = ((uint32_t)pa[x] ^ hx) | ((uint32_t)pb[x] ^ hx) << 16;
+                }
+                continue;
+            }
+            for (x = 0; x < n_x; x++, pa += scol, pb += scol) {
+                o[x].w = ((uint32_t)*pa ^ hx) | ((uint32_t)*pb ^ hx) << 16;
+            }
+        } else if (va) {
+            for (x = 0; x < n_x; x++, pa += scol) {
+                o[x].w = ((uint32_t)*pa ^ hx) | upad << 16;
+            }
+        } else if (vb) {
+            for (x = 0; x < n_x; x++, pb += scol) {
+                o[x].w = upad | ((uint32_t)*pb ^ hx) << 16;
+            }
+        }
+    }
+}
+
 /* n fields (v + zero, b bits) at bit `bit` of a packed stream, keeping the stream's other
  * bits in the first and last bytes. */
 static void mico_dwp_fields(uint8_t *out, size_t bit, const uint8_t *v, int32_t n, uint32_t b,
@@ -1889,6 +1927,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                            slow_in, d.rows,                                                       \
                            fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf, b,      \
                            hxx, pad_byte, buf + pf);                                              \
+            break;                                                                                \
+        }                                                                                         \
+        if (short_rows) { /* both lanes a word at a time, from the codes as bytes */              \
+            mico_dwp_spread2(b < 8u ? stage : (const uint8_t *)in + plane, trans ? 1 : in_w,      \
+                             trans ? in_w : 1, -ps, span_rows, slow_in, d.rows,                   \
+                             fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf, hx,   \
+                             upad, buf + pf);                                                     \
             break;                                                                                \
         }                                                                                         \
         for (lane = 0; lane < 2; lane++) {                                                        \
