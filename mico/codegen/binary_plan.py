@@ -7,7 +7,7 @@ Zbb (``extensions: [.., zbb]`` in its target file) counts a word with one ``cpop
 with a SWAR count in plain C. The choice is made here, at generation time, from the
 extensions.
 
-Depthwise 3x3 layers (stride 1, padding 1) take the
+Depthwise 3x3 layers (stride 1, or 2 on even widths; padding 1) take the
 same entry points: there ``mico_binary.c`` counts the nine taps of 32 pixels at once by
 carry-save adders over shifted copies of the channel's plane (no popcount), see
 :func:`depthwise_sliced`.
@@ -56,13 +56,14 @@ def depthwise_sliced(
     in_hw: Sequence[int],
 ) -> bool:
     """Whether a depthwise layer's shape is one mico_binary.c's bit-sliced path takes (its
-    ``mico_bdw_takes``): 3x3, stride 1, no dilation, padding 1, rows of at most
-    :data:`DW_MAX_WIDTH` and planes of at most :data:`DW_MAX_PIXELS` pixels."""
+    ``mico_bdw_takes``): 3x3, stride 1 (or 2 on rows of an even width), no dilation, padding
+    1, rows of at most :data:`DW_MAX_WIDTH` and planes of at most :data:`DW_MAX_PIXELS`
+    pixels."""
     h, w = int(in_hw[0]), int(in_hw[1])
     return (
         groups == in_c == out_c
         and tuple(kernel) == (3, 3)
-        and tuple(stride) == (1, 1)
+        and (tuple(stride) == (1, 1) or (tuple(stride) == (2, 2) and w % 2 == 0))
         and tuple(dilation) == (1, 1)
         and tuple(padding) == (1, 1)
         and w <= DW_MAX_WIDTH

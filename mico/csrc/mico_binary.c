@@ -644,12 +644,12 @@ static MICO_NOINLINE void mico_bin_sliced_channels(const MicoConv2d *p, const Mi
 /* Whether a layer takes the bit-sliced depthwise path (mico.codegen.binary_plan mirrors it). */
 static int32_t mico_bdw_takes(const MicoConv2d *p)
 {
-    const int32_t w = p->in_w;
+    const int32_t w = p->in_w, h = p->in_h, s = p->stride_w;
     return p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
-           p->stride_h == 1 && p->stride_w == 1 && p->dil_h == 1 && p->dil_w == 1 &&
-           p->pad_w == 1 && p->pad_h == 1 && p->out_w == w && p->out_h == p->in_h &&
-           w <= 64 && p->in_h * w <= 32 * MICO_BDW_WORDS && p->in_fmt.bits == 1 &&
-           p->w_bits == 1 && p->in_fmt.zero == 0;
+           p->stride_h == s && (s == 1 || (s == 2 && (w & 1) == 0)) && p->dil_h == 1 &&
+           p->dil_w == 1 && p->pad_w == 1 && p->pad_h == 1 && p->out_w == (w - 1) / s + 1 &&
+           p->out_h == (h - 1) / s + 1 && w <= 64 && h * w <= 32 * MICO_BDW_WORDS &&
+           p->in_fmt.bits == 1 && p->w_bits == 1 && p->in_fmt.zero == 0;
 }
 
 /* Bit j: A_j >= lim, A (0..9) bit-sliced as a0..a3. */
@@ -879,15 +879,41 @@ static void mico_bdw_flush(MicoBdwOut *o)
     }
 }
 
-/* The layer (mico_bdw_takes holds). thr: 1-bit outputs' thresholds on s, or NULL. */
+/* Word i of the nwi words of a plane of hw bits from bit `at` (the last one zero-filled). */
+MICO_BIN_INLINE uint32_t mico_bdw_word(const uint8_t *in, size_t at, int32_t i, int32_t nwi,
+                                       int32_t hw)
+{
+    return i + 1 < nwi ? mico_bdw_get32(in, at + 32u * (size_t)i)
+                       : mico_bin_get(in, at + 32u * (size_t)i, hw - 32 * i);
+}
+
+/* Bits 0, 2, 4, .. 30 of x in bits 0 .. 15 (the others cleared). */
+MICO_BIN_INLINE uint32_t mico_bdw_even(uint32_t x)
+{
+    x &= 0x55555555u;
+    x = (x | (x >> 1)) & 0x33333333u;
+    x = (x | (x >> 2)) & 0x0f0f0f0fu;
+    x = (x | (x >> 4)) & 0x00ff00ffu;
+    return (x | (x >> 8)) & 0x0000ffffu;
+}
+
+/* The layer (mico_bdw_takes holds). thr: 1-bit outputs' thresholds on s, or NULL.
+ * Stride 2 (even W) runs on the grid of the even columns: the plane's stream split into its
+ * even and odd bits (E, O: rows of W / 2 bits, H of them), output (oy, ox) sits at grid pixel
+ * (2 oy, ox), and its taps are E (kx = 1) and O (kx = 2) at rows 2 oy - 1 .. 2 oy + 1, O one
+ * column to the left (kx = 0, its last column cleared): the stride-1 counting over the grid,
+ * whose odd rows are counted and dropped (the rows kept are copied out of the result). */
 static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, const void *in,
                                       void *out)
 {
-    const int32_t w = p->in_w, h = p->in_h, hw = h * w;
-    const int32_t nw = (hw + 31) / 32, binary = p->in_fmt.is_signed, z = (w + 31) / 32 + 1;
+    const int32_t s2 = p->stride_w == 2, h = p->in_h, hw = h * p->in_w;
+    const int32_t w = s2 ? p->in_w / 2 : p->in_w, gw = h * w; /* the grid: h rows of w */
+    const int32_t nw = (gw + 31) / 32, nwi = (hw + 31) / 32, ohw = p->out_h * p->out_w;
+    const int32_t binary = p->in_fmt.is_signed, z = (w + 31) / 32 + 1;
     const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
     uint32_t bufs[3 * MICO_BDW_NB], first[MICO_BDW_WORDS], last[MICO_BDW_WORDS];
-    uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS];
+    uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS], ev[MICO_BDW_WORDS];
+    uint32_t od[MICO_BDW_WORDS];
     int32_t vals[32], o, ky, i, j, c, y, sh[3];
     MicoBdwGeom g;
     MicoBdwOut wr;
@@ -897,11 +923,11 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
     for (i = 0; i < nw; i++) {
         first[i] = last[i] = 0;
     }
-    for (y = 0; y < h; y++) { /* columns 0 and W - 1 */
+    for (y = 0; y < h; y++) { /* the grid's columns 0 and w - 1 */
         first[(y * w) >> 5] |= 1u << ((y * w) & 31);
         last[(y * w + w - 1) >> 5] |= 1u << ((y * w + w - 1) & 31);
     }
-    /* the plane's bit 0 sits at bit 32 z + o of the kx = 1 copy: o keeps every tap row's shift
+    /* the grid's bit 0 sits at bit 32 z + o of the kx = 1 copy: o keeps every tap row's shift
      * within 1..31 (one funnel form) and the other copies' offsets o + 1, o - 1 within 1..31 */
     for (o = 2; o < 30; o++) {
         if (((o - w) & 31) != 0 && ((o + w) & 31) != 0) {
@@ -912,21 +938,23 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         const int32_t d = 32 * z + o + (ky - 1) * w;
         g.q[ky] = d >> 5;
         g.r[ky] = d & 31;
-        sh[ky] = o + 1 - ky; /* copy kx: the plane from bit 32 z + o + 1 - kx */
+        /* copy kx: the grid from bit 32 z + o + 1 - kx (stride 2: kx = 2 reads O unshifted) */
+        sh[ky] = s2 && ky == 2 ? o : o + 1 - ky;
     }
     g.bufs = bufs;
     g.vm = vm;
     g.nwo = nw;
-    if (binary) { /* per output word: the validity of the border rows and columns, U */
+    if (binary) { /* per grid word: the validity of the border rows and columns, U */
         int32_t ox = 0, oy = 0;
         for (i = 0; i < nw; i++) {
             uint32_t *v = vm + 8 * i;
             v[0] = v[1] = 0xffffffffu;
             v[2] = ~first[i];
-            v[3] = ~last[i];
+            v[3] = s2 ? 0xffffffffu : ~last[i]; /* stride 2, even W: kx = 2 stays inside */
             v[4] = v[5] = v[6] = v[7] = 0;
-            for (j = 0; j < 32 && 32 * i + j < hw; j++) {
-                const int32_t nr = (oy == 0) + (oy == h - 1), nc = (ox == 0) + (ox == w - 1);
+            for (j = 0; j < 32 && 32 * i + j < gw; j++) {
+                const int32_t nr = (oy == 0) + (oy == h - 1);
+                const int32_t nc = (ox == 0) + (!s2 && ox == w - 1);
                 const int32_t u = 3 * (nr + nc) - nr * nc;
                 v[0] &= ~((uint32_t)(oy == 0) << j);
                 v[1] &= ~((uint32_t)(oy == h - 1) << j);
@@ -950,11 +978,20 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
         uint32_t prev0 = 0, prev1 = 0, prev2 = 0;
         uint32_t *b = bufs + z;
-        for (i = 0; i < nw; i++, b++) { /* the three copies of the plane */
-            const uint32_t v = i + 1 < nw ? mico_bdw_get32((const uint8_t *)in, at + 32u * i)
-                                          : mico_bin_get((const uint8_t *)in, at + 32u * i,
-                                                         hw - 32 * i);
-            const uint32_t v0 = v & ~last[i], v2 = v & ~first[i];
+        for (i = 0; s2 && i < nwi; i++) { /* stride 2: the plane's words into E and O */
+            const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw);
+            if (i & 1) {
+                ev[i >> 1] |= mico_bdw_even(v) << 16;
+                od[i >> 1] |= mico_bdw_even(v >> 1) << 16;
+            } else {
+                ev[i >> 1] = mico_bdw_even(v);
+                od[i >> 1] = mico_bdw_even(v >> 1);
+            }
+        }
+        for (i = 0; i < nw; i++, b++) { /* the three copies of the grid */
+            const uint32_t v = s2 ? ev[i] : mico_bdw_word((const uint8_t *)in, at, i, nwi, hw);
+            const uint32_t v0 = (s2 ? od[i] : v) & ~last[i];
+            const uint32_t v2 = s2 ? od[i] : v & ~first[i];
             b[0] = (prev0 >> (32 - sh[0])) | (v0 << sh[0]);
             b[MICO_BDW_NB] = (prev1 >> (32 - sh[1])) | (v << sh[1]);
             b[2 * MICO_BDW_NB] = (prev2 >> (32 - sh[2])) | (v2 << sh[2]);
@@ -976,8 +1013,16 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
                 lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
                 mico_bdw_bits_valid(&g, wv, lim, res);
             }
-            for (i = 0; i < nw; i++) {
-                mico_bdw_emit(&wr, res[i], hw - 32 * i < 32 ? hw - 32 * i : 32);
+            if (!s2) {
+                for (i = 0; i < nw; i++) {
+                    mico_bdw_emit(&wr, res[i], gw - 32 * i < 32 ? gw - 32 * i : 32);
+                }
+                continue;
+            }
+            for (y = 0; y < h; y += 2) { /* the grid's even rows: w <= 32 bits each */
+                const int32_t at_bit = y * w, q = at_bit >> 5, r = at_bit & 31;
+                const uint32_t hi = r && q + 1 < nw ? res[q + 1] << (32 - r) : 0u;
+                mico_bdw_emit(&wr, (res[q] >> r) | hi, w);
             }
             continue;
         }
@@ -989,22 +1034,27 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         {
             const MicoRq rq = mico_rq(&p->out, c);
             const uint32_t bias = (uint32_t)p->bias[c];
-            for (i = 0; i < nw; i++) {
-                const uint32_t *a = res + 4 * i, *u = vm + 8 * i + 4;
-                const int32_t n = hw - 32 * i < 32 ? hw - 32 * i : 32;
-                for (j = 0; j < n; j++) {
-                    const int32_t k = (int32_t)(((a[0] >> j) & 1u) | ((a[1] >> j) & 1u) << 1 |
-                                                ((a[2] >> j) & 1u) << 2 | ((a[3] >> j) & 1u) << 3);
-                    int32_t s = k - n0;
+            int32_t pix;
+            for (pix = 0; pix < ohw; pix += 32) {
+                const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
+                for (j = 0; j < n; j++) { /* output pixel pix + j at grid pixel gp */
+                    const int32_t op = pix + j;
+                    const int32_t gp = s2 ? (op / w) * 2 * w + op % w : op;
+                    const uint32_t *a = res + 4 * (gp >> 5), *u = vm + 8 * (gp >> 5) + 4;
+                    const int32_t bit = gp & 31;
+                    const int32_t k = (int32_t)(((a[0] >> bit) & 1u) | ((a[1] >> bit) & 1u) << 1 |
+                                                ((a[2] >> bit) & 1u) << 2 |
+                                                ((a[3] >> bit) & 1u) << 3);
+                    int32_t sum = k - n0;
                     if (binary) { /* 2 A' - (9 - U) */
-                        s = 2 * k - 9 +
-                            (int32_t)(((u[0] >> j) & 1u) | ((u[1] >> j) & 1u) << 1 |
-                                      ((u[2] >> j) & 1u) << 2 | ((u[3] >> j) & 1u) << 3);
+                        sum = 2 * k - 9 +
+                              (int32_t)(((u[0] >> bit) & 1u) | ((u[1] >> bit) & 1u) << 1 |
+                                        ((u[2] >> bit) & 1u) << 2 | ((u[3] >> bit) & 1u) << 3);
                     }
-                    vals[j] = (int32_t)(bias + (uint32_t)s);
+                    vals[j] = (int32_t)(bias + (uint32_t)sum);
                 }
                 mico_rq_run_fast(&rq, vals, n);
-                mico_pack(out, at + 32u * (size_t)i, vals, n, p->out.fmt);
+                mico_pack(out, (size_t)c * (size_t)ohw + (size_t)pix, vals, n, p->out.fmt);
             }
         }
     }

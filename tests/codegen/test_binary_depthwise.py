@@ -1,7 +1,8 @@
-"""The bit-sliced depthwise path of mico_binary.c (3x3, stride 1, padding 1: binary weights
+"""The bit-sliced depthwise path of mico_binary.c (3x3, stride 1 or 2, padding 1: binary weights
 times unsigned {0, 1} or binary {-1, +1} activations) against the Python integer reference,
 every layer in one host program: planes of one pixel, one row or one column, rows of 1 to 64
-pixels (one word, several words, a word's multiple), planes that fill whole words, 1-bit
+pixels (one word, several words, a word's multiple), planes that fill whole words, stride 2 on
+even widths (odd and even heights), 1-bit
 outputs by thresholds (ties, limits outside the counts' range) and 2-, 4-, 8-bit outputs
 requantized (saturating multipliers), activations all 0 / all 1; and which layers the
 generator gives it (the popcount entry points, cpop only with Zbb)."""
@@ -71,6 +72,14 @@ def _layers(a_fmt: QFormat) -> list:
         _dw(a_fmt, seed + 25, (5, 6), extreme=True, o_fmt=QFormat(4, False)),
         _dw(a_fmt, seed + 26, (6, 5), o_fmt=B1 if not a_fmt.binary else U1, relu=a_fmt.binary),
     ]
+    layers += [  # stride 2 (even widths): odd and even heights, 1-bit and wider outputs
+        _dw(a_fmt, seed + 40 + i, hw, c=7, stride=2, **kw)
+        for i, (hw, kw) in enumerate([
+            ((32, 32), {}), ((9, 6), {}), ((1, 2), {}), ((2, 64), {}), ((15, 4), {}),
+            ((7, 10), {"o_fmt": QFormat(4, False)}), ((8, 8), {"extreme": True}),
+            ((5, 2), {"o_fmt": QFormat(8, True), "relu": False}),
+        ])
+    ]  # fmt: skip
     zeros, ones = _dw(a_fmt, seed + 27, (5, 7)), _dw(a_fmt, seed + 28, (5, 7))
     zeros.x[:] = a_fmt.qmin  # all 0 (unsigned) / all -1 (binary)
     ones.x[:] = a_fmt.qmax
@@ -99,8 +108,10 @@ def test_which_depthwise_layers_take_the_sliced_path():
               dilation=(1, 1), in_hw=(25, 5))  # fmt: skip
     assert depthwise_sliced(**ok)
     assert depthwise_sliced(**{**ok, "in_hw": (DW_MAX_PIXELS // DW_MAX_WIDTH, DW_MAX_WIDTH)})
+    assert depthwise_sliced(**{**ok, "stride": (2, 2), "in_hw": (25, 6)})
     for bad in (
-        {"stride": (2, 2)},
+        {"stride": (2, 2)},  # an odd width
+        {"stride": (1, 2)},
         {"padding": (0, 0)},
         {"padding": (0, 1)},
         {"dilation": (2, 2)},
@@ -123,7 +134,7 @@ def test_which_depthwise_layers_take_the_sliced_path():
 
 def test_generator_emits_the_sliced_path_for_depthwise_layers(tmp_path):
     """A W1A1 net's depthwise layer calls the binary entry point (cpop only with Zbb); a
-    stride-2 depthwise layer keeps the depthwise paths."""
+    depthwise layer of fewer MACs than MIN_MACS keeps the depthwise paths."""
     import torch
     from torch import nn
 
@@ -150,6 +161,6 @@ def test_generator_emits_the_sliced_path_for_depthwise_layers(tmp_path):
     for extensions, path in (((), "swar"), (("zicsr", "zbb"), "cpop")):
         project = emit_c_project(graph, tmp_path / path, "m", isa_extensions=extensions)
         source = (project.directory / "m.c").read_text()
-        # the stride-1 depthwise layer and the linear one; not the stride-2 depthwise layer
+        # the stride-1 depthwise layer; not the small stride-2 one (9216 MACs)
         assert source.count(f"mico_qconv2d_bin_{path}(") == 1, source
         assert "_bin_swar(" not in source if path == "cpop" else "_bin_cpop(" not in source
