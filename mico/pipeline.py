@@ -163,6 +163,7 @@ def run_demo(options: DemoOptions, log: Log = print) -> DemoResult:
                 "rv32_instructions_mean": float(on_device.instructions.mean()),
                 "rv32_model_flash_bytes": sizes["flash"],
                 "rv32_model_ram_bytes": sizes["ram"],
+                "rv32_stack_bytes": on_device.stack_bytes,
             }
             if not device_agreement.all_exact:
                 agreement = device_agreement  # the demo fails on any disagreement
@@ -241,6 +242,11 @@ def _demo_report(
                 (
                     "rv32: model flash / RAM (code + weights / arena)",
                     f"{m['rv32_model_flash_bytes']} B / {m['rv32_model_ram_bytes']} B",
+                ),
+                *(
+                    [("rv32: stack per inference (measured)", f"{m['rv32_stack_bytes']} B")]
+                    if m.get("rv32_stack_bytes")
+                    else []
                 ),
             ]
             if "rv32_exact_agreement" in m

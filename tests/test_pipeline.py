@@ -106,7 +106,10 @@ def test_demo_on_rv32_reports_device_figures(tmp_path):
     assert m["rv32_exact_agreement"] == 360
     assert m["rv32_instructions_per_inference"] > 0
     assert m["rv32_model_ram_bytes"] >= m["arena_bytes"]
-    assert "rv32: instructions per inference" in (tmp_path / "rv" / "report.md").read_text()
+    assert 0 < m["rv32_stack_bytes"] < 65536  # measured below main, inside the probe
+    report = (tmp_path / "rv" / "report.md").read_text()
+    assert "rv32: instructions per inference" in report
+    assert f"rv32: stack per inference (measured) | {m['rv32_stack_bytes']} B" in report
     assert (tmp_path / "rv" / "tiny.elf").is_file()
 
 
