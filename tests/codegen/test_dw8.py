@@ -138,3 +138,6 @@ def test_plan_mirrors_the_kernel():
     w = np.ones((4, 1, 3, 3), dtype=np.int64)
     plan = dw_lane_plan(w, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
     assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
+    ternary = np.random.default_rng(0).integers(-1, 2, size=(4, 1, 3, 3))  # 8-bit codes: bytes
+    plan = dw_lane_plan(ternary, a8, (25, 5), (25, 5), (1, 1), (1, 1), (1, 1), o8)
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
