@@ -470,8 +470,8 @@ MICO_NW_PACK(mico_nw_pack_u8, uint8_t)
     } while (0)
 
 /* Taps t0 .. t1 - 1 (a multiple of 8 apart) of the tile of 4 channels (weights wq[t][4]) and
- * the 4 words at x (packed rows of 8 words), split into acc[c][8]: pixels x_lo of words 0..3
- * at acc[c][0..3], x_hi at acc[c][4..7]. */
+ * the 4 words at x (packed rows of 8 words), split into two sums arrays of mico_nw_store's
+ * layout: the pixels x_lo of words 0..3 at acc[4 c + j], x_hi at acc[16 + 4 c + j]. */
 static MICO_NOINLINE void mico_nw_ltile(const int8_t *wq, const uint32_t *x, int32_t t0,
                                         int32_t t1, int32_t *acc)
 {
@@ -481,22 +481,22 @@ static MICO_NOINLINE void mico_nw_ltile(const int8_t *wq, const uint32_t *x, int
     for (x += 8 * t0; w4 < end; w4 += 4, x += 8) { /* (unrolled, gcc spills half the sums) */
         MICO_NW_LTAP(x, w4);
     }
-    MICO_NW_SPLIT(s00, acc[0], acc[4]);
-    MICO_NW_SPLIT(s01, acc[1], acc[5]);
-    MICO_NW_SPLIT(s02, acc[2], acc[6]);
-    MICO_NW_SPLIT(s03, acc[3], acc[7]);
-    MICO_NW_SPLIT(s10, acc[8], acc[12]);
-    MICO_NW_SPLIT(s11, acc[9], acc[13]);
-    MICO_NW_SPLIT(s12, acc[10], acc[14]);
-    MICO_NW_SPLIT(s13, acc[11], acc[15]);
-    MICO_NW_SPLIT(s20, acc[16], acc[20]);
-    MICO_NW_SPLIT(s21, acc[17], acc[21]);
-    MICO_NW_SPLIT(s22, acc[18], acc[22]);
-    MICO_NW_SPLIT(s23, acc[19], acc[23]);
-    MICO_NW_SPLIT(s30, acc[24], acc[28]);
-    MICO_NW_SPLIT(s31, acc[25], acc[29]);
-    MICO_NW_SPLIT(s32, acc[26], acc[30]);
-    MICO_NW_SPLIT(s33, acc[27], acc[31]);
+    MICO_NW_SPLIT(s00, acc[0], acc[16]);
+    MICO_NW_SPLIT(s01, acc[1], acc[17]);
+    MICO_NW_SPLIT(s02, acc[2], acc[18]);
+    MICO_NW_SPLIT(s03, acc[3], acc[19]);
+    MICO_NW_SPLIT(s10, acc[4], acc[20]);
+    MICO_NW_SPLIT(s11, acc[5], acc[21]);
+    MICO_NW_SPLIT(s12, acc[6], acc[22]);
+    MICO_NW_SPLIT(s13, acc[7], acc[23]);
+    MICO_NW_SPLIT(s20, acc[8], acc[24]);
+    MICO_NW_SPLIT(s21, acc[9], acc[25]);
+    MICO_NW_SPLIT(s22, acc[10], acc[26]);
+    MICO_NW_SPLIT(s23, acc[11], acc[27]);
+    MICO_NW_SPLIT(s30, acc[12], acc[28]);
+    MICO_NW_SPLIT(s31, acc[13], acc[29]);
+    MICO_NW_SPLIT(s32, acc[14], acc[30]);
+    MICO_NW_SPLIT(s33, acc[15], acc[31]);
 }
 
 /* One block of MICO_NW_PIX pixels from pix0 (packed patch of tp taps, chunks of k taps) for
@@ -510,16 +510,15 @@ static MICO_NOINLINE void mico_nw_lblock(const MicoConv2d *p, const int8_t *wq,
 {
     const int fast = rq[0].sh && rq[1].sh && rq[2].sh && rq[3].sh;
     const int32_t npix = p->out_h * p->out_w, nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4;
-    int32_t acc[32], run[16], half, t, c, j, r;
+    int32_t acc[32], half, t, c, j, r;
     MicoRq q[4];
     for (c = 0; c < nc && !fast; c++) {
         q[c] = mico_rq(&p->out, c0 + c);
     }
     for (half = 0; half < 2; half++) {
         for (c = 0; c < 4; c++) {
-            for (j = 0; j < 8; j++) {
-                acc[8 * c + j] = rq[c].bias;
-            }
+            acc[4 * c] = acc[4 * c + 1] = acc[4 * c + 2] = acc[4 * c + 3] = rq[c].bias;
+            acc[16 + 4 * c] = acc[17 + 4 * c] = acc[18 + 4 * c] = acc[19 + 4 * c] = rq[c].bias;
         }
         for (t = 0; t < tp; t += k) {
             mico_nw_ltile(wq, patch + 4 * half, t, t + k < tp ? t + k : tp, acc);
@@ -527,13 +526,9 @@ static MICO_NOINLINE void mico_nw_lblock(const MicoConv2d *p, const int8_t *wq,
         for (r = 0; r < 2; r++) { /* runs of pixels 4 half + 8 r .. + 3 */
             const int32_t pix = pix0 + 4 * half + 8 * r;
             const int32_t n = npix - pix < 4 ? npix - pix : 4;
+            const int32_t *run = acc + 16 * r;
             if (n <= 0) {
                 continue;
-            }
-            for (c = 0; c < 4; c++) {
-                for (j = 0; j < 4; j++) {
-                    run[4 * c + j] = acc[8 * c + 4 * r + j];
-                }
             }
             if (fast) {
                 mico_nw_store(p, run, rq, c0, nc, pix, n, (uint8_t *)out, relu);
