@@ -392,6 +392,11 @@ def run_model(
         if options.grid
         else benchmark_plans(n, options.seed, model_name)
     )
+    if options.plans:
+        unknown = sorted(set(options.plans) - set(plans))
+        if unknown:
+            raise SystemExit(f"unknown plan {unknown[0]}; choose from {', '.join(plans)}")
+        plans = {name: plan for name, plan in plans.items() if name in options.plans}
     records = []
     for mode in options.modes:
         int8_arena = None
@@ -585,12 +590,26 @@ def _runs_text(records: list[dict[str, Any]]) -> list[str]:
 
 
 def merged_records(
-    old: list[dict[str, Any]], new: list[dict[str, Any]], models: list[str], modes: list[str]
+    old: list[dict[str, Any]],
+    new: list[dict[str, Any]],
+    models: list[str],
+    modes: list[str],
+    plans: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """``new`` plus the ``old`` cases outside this run's models x modes, in model order."""
-    kept = [r for r in old if not (r["model"] in models and r["mode"] in (*modes, "-"))]
+    """``new`` plus the ``old`` cases outside this run's models x modes (x plans, when the run
+    took only some), in model order."""
+
+    def rerun(r: dict[str, Any]) -> bool:
+        if r["model"] not in models or r["mode"] not in (*modes, "-"):
+            return False
+        return not plans or r["plan"] in (*plans, "-")
+
+    kept = [r for r in old if not rerun(r)]
     order = list(dict.fromkeys([*(r["model"] for r in old), *models]))
-    return sorted([*kept, *new], key=lambda r: order.index(r["model"]))
+    plan_order = list(dict.fromkeys(r["plan"] for r in [*old, *new]))
+    return sorted(
+        [*kept, *new], key=lambda r: (order.index(r["model"]), plan_order.index(r["plan"]))
+    )
 
 
 def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
@@ -737,6 +756,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="all", help="comma-separated zoo names, or all")
     parser.add_argument("--modes", default=",".join(MODES), help="dynamic,static")
+    parser.add_argument(
+        "--plans", default="", help="only these plans, e.g. W1A1,mixed0 (default: every one)"
+    )
     parser.add_argument("--samples", type=int, default=None, help="samples for agreement")
     parser.add_argument("--timing-samples", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3, help="timing runs (best is kept)")
@@ -763,6 +785,7 @@ def main(argv: list[str] | None = None) -> None:
     options.models = _names(options.models, DEPLOYABLE, "models")
     options.modes = _names(options.modes, list(MODES), "modes")
     options.isa = [e.strip().lower() for e in options.isa.split(",") if e.strip()]
+    options.plans = [p.strip() for p in options.plans.split(",") if p.strip()]
     if options.samples is None:
         options.samples = GRID_SAMPLES if options.grid else 16
     use_rv32 = (not options.grid) if options.rv32 is None else options.rv32
@@ -811,7 +834,7 @@ def main(argv: list[str] | None = None) -> None:
                 new = [{"model": name, "plan": "-", "mode": "-", "errors": errors}]
             records += [{**r, "run": run} for r in new]
             meta["seconds"] = round(time.perf_counter() - started, 1)
-            merged = merged_records(old, records, options.models, options.modes)
+            merged = merged_records(old, records, options.models, options.modes, options.plans)
             write_results(options.out, stem, merged, meta, options.grid)
     print(f"wrote {options.out / (stem + '.md')} in {meta.get('seconds', 0)} s")
 

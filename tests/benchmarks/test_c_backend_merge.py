@@ -110,3 +110,13 @@ def test_grid_table_adds_the_rv32_runs_and_the_isa_extensions() -> None:
     assert bench.isa_extensions(options) == ("zbb",)
     options.host_kernels = True
     assert bench.isa_extensions(options) == ("xautovec", "zbb")
+
+
+def test_merge_of_some_plans_keeps_the_others_and_the_column_order() -> None:
+    new = [case("lenet", "W8A8", "static", "new (2026-11-26)", agrees=False)]
+    merged = bench.merged_records(OLD, new, ["lenet"], ["static"], ["W8A8"])
+    lenet = [
+        (r["plan"], r["run"][:3]) for r in merged if r["model"] == "lenet" and r["mode"] == "static"
+    ]
+    assert lenet == [("W8A8", "new"), ("W4A4", "old")]
+    assert len(merged) == len(OLD)
