@@ -49,15 +49,20 @@ NOTES = """## Where the rest goes (W8A8)
 On rv32imac (no packed multiply), an 8-bit x 8-bit product costs one `mul` and its sum one
 `add`: two lanes of 16 bits cannot hold the 19-21-bit sums of these layers, so about 2
 instructions per MAC is the floor before any load or requantization. The 4-channel x
-4-pixel byte tile of `mico_conv_narrow.c` (first conv, pointwise layers) spends 8 byte loads,
-16 multiplies, 16 adds and 3 loop instructions per tap: 2.69 per MAC in its loop; the
-requantization fused with the byte stores adds about 8 instructions per output (0.13 per MAC
-for 64 taps). The depthwise byte path (`mico_qconv2d_dw8_f1`) has 9 taps per output, so its
-per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36 multiplies and 36 adds per
-4-output tile, about 9 instructions of requantization per output, and the copy of each plane
-into its padded buffer (the 25 x 5 planes run transposed, as 5 rows of 25). The pointwise
-layers are 77% of the MACs: at their 3.00 the whole model cannot go below about 3.0 unless
-they do too; 3.0 for the model needs pointwise at about 2.9 and depthwise at about 3.5.
+4-pixel byte tile of `mico_conv_narrow.c` (first conv, pointwise layers) now runs over
+16-pixel patches (a pointwise layer's: 16 bytes of each input plane copied, about 2
+instructions a byte, read by its 64 channels) with its quad's weights rearranged in the order
+it reads them, eight taps an iteration at constant offsets: 64 byte loads, 128 multiplies,
+128 adds, 3 of loop and a few spills for 128 MACs, 2.56 per MAC in its loop (2.75 before,
+the planes' stride in a register pushing the loop's end onto the stack); the requantization
+fused with the byte stores adds about 8 instructions per output (0.13 per MAC for 64 taps),
+the copies, the weights' rearrangement and a plane's last pixel (125 = 31 quads + 1) about
+0.1 more: pointwise 3.00 -> 2.89. The depthwise byte path (`mico_qconv2d_dw8_f1`) has 9 taps
+per output, so its per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36
+multiplies and 36 adds per 4-output tile, about 9 instructions of requantization per output,
+and the copy of each plane into its padded buffer (the 25 x 5 planes run transposed, as 5
+rows of 25). The pointwise layers are 77% of the MACs: 3.0 for the model needs them at about
+2.75 with the depthwise layers as they are (4.5), or the depthwise layers at about 3.5.
 
 ## Where the rest goes (sub-byte depthwise)
 
