@@ -494,19 +494,21 @@ static MICO_NOINLINE int mico_host_rq16(const MicoRq *q)
            ((uint64_t)top << q->shift) < (uint64_t)65535 * (uint64_t)q->m;
 }
 
-/* v[i] (bias already added) requantized as channel c says and packed at element start. */
-static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
+/* v[i] + b requantized as channel c says and packed at element start (v is overwritten; the
+ * bias is added in the requantization loop: no pass of its own). */
+static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_t b,
                                               int32_t *MICO_RESTRICT v, int32_t n, void *out,
                                               size_t start)
 {
     const MicoRq q = mico_rq(o, c);
     uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift, cap = UINT32_MAX, up = 0;
+    const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
     int32_t i;
     if (mico_host_rq16(&q)) { /* the usual case: 32-bit multiplies only */
         const uint32_t mh = m >> 16, ml = m & 65535u, rnd = 1u << (s - 17u), s16 = s - 16u;
         const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
         for (i = 0; i < n; i++) {
-            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint32_t sign = (uint32_t)(r >> 31); /* all ones when r < 0 */
             const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
             const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
@@ -525,7 +527,7 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
         const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
         s -= 32u;
         for (i = 0; i < n; i++) {
-            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
             const uint32_t mag = (mag0 < cap ? mag0 : cap) << up;
             const uint32_t h = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
@@ -537,13 +539,16 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
         const int32_t s = q.shift, floor0 = q.relu ? 0 : INT32_MIN;
         const int64_t lo = q.lo, hi = q.hi;
         for (i = 0; i < n; i++) {
-            const int32_t r = v[i] < floor0 ? floor0 : v[i];
+            const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint64_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
             const int64_t h = (int64_t)((mag * m + rnd) >> s); /* < 2^62: no overflow */
             const int64_t y = r < 0 ? -h : h;                   /* clamped into int32 below */
             v[i] = (int32_t)(y < lo ? lo : y > hi ? hi : y);
         }
     } else {
+        for (i = 0; i < n; i++) {
+            v[i] += b;
+        }
         mico_rq_run(&q, v, n);
     }
     if (mico_host_staged) { /* whole-tensor packing: the layer packs the stage at its end */
@@ -553,26 +558,28 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c,
         return;
     }
     if (o->fmt.bits == 8) { /* inlined here, where the store loop is vectorised */
-        const int32_t zero = o->fmt.is_signed ? 0 : o->fmt.zero;
         uint8_t *MICO_RESTRICT dst = (uint8_t *)out + start;
         for (i = 0; i < n; i++) {
-            dst[i] = (uint8_t)((uint32_t)(v[i] + zero) & 255u);
+            dst[i] = (uint8_t)(((uint32_t)v[i] + zero) & 255u);
         }
         return;
     }
     mico_host_pack(out, start, v, n, o->fmt);
 }
 
-/* Requantization across channels: a layer whose channels all take mico_host_rq16's 32-bit
- * arithmetic and whose outputs are bytes can requantize the sums of one pixel (all its
- * channels, HWC) in one vectorised loop, with each channel's bias and multiplier read from a
- * table: the rows b, mh, ml, rnd, s16 of n int32 each. Tables are built once per layer (found
- * by the addresses of the multipliers, shifts and bias, and checked against copies of them on
+/* Requantization across channels: a layer whose outputs are bytes can requantize the sums of
+ * one pixel (all its channels) in one vectorised loop, with each channel's bias and constants
+ * read from a table: the rows b, m, cap, up, s, rnd of n int32 each, for mico_host_store's
+ * 64-bit-product arithmetic (the high half of the product of the magnitude, capped and
+ * scaled up by 2^up, by m: h = ((mag m >> 32) + rnd) >> s; shifts of 32 or less take it as a
+ * shift of 33, as mico_host_small_shift allows). Tables are built once per layer (found by
+ * the addresses of the multipliers, shifts and bias, and checked against copies of them on
  * every call, like the weight store) in a static pool; a full pool means building the table
  * on every call in the scratch row. */
-#define MICO_HOST_RQ_POOL (1 << 16) /* int32: tables and the copies they were built from */
+#define MICO_HOST_RQ_POOL (1 << 18) /* int32: tables and the copies they were built from */
 #define MICO_HOST_RQ_KEYS 512
-#define MICO_HOST_RQ_ROWS 5
+#define MICO_HOST_RQ_PIX 16 /* the most pixels of a GEMM layer requantized over channels */
+#define MICO_HOST_RQ_ROWS 11 /* 6 rows, mico_host_rq16's 4 (mh, ml, rnd, s16), a flag row */
 typedef struct {
     const int32_t *m, *shift, *bias;
     int32_t n, n_mult;
@@ -584,28 +591,46 @@ static MicoHostRqKey mico_host_rq_keys[MICO_HOST_RQ_KEYS];
 static int32_t mico_host_rq_n_keys;
 static size_t mico_host_rq_used;
 
-/* Fills table t (MICO_HOST_RQ_ROWS rows of n) for channels 0 .. n - 1; 0 when a channel does
- * not take mico_host_rq16. */
+/* Fills table t (MICO_HOST_RQ_ROWS rows of n) for channels 0 .. n - 1; 0 when a channel takes
+ * neither of mico_host_store's 32-bit-lane paths (binary outputs, no multiplier, a shift of
+ * 32 or less whose magnitudes do not fit). */
 static int mico_host_rq_fill(const MicoOut *o, const int32_t *bias, int32_t n, int32_t *t)
 {
-    int32_t c;
+    int32_t c, rq16 = 1;
     for (c = 0; c < n; c++) {
         const MicoRq q = mico_rq(o, c);
-        const uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift;
-        if (!mico_host_rq16(&q)) {
+        uint32_t cap = UINT32_MAX, up = 0, s = (uint32_t)q.shift;
+        if (!q.scaled || q.binary) {
             return 0;
         }
+        if (q.shift <= 32) {
+            if (!mico_host_small_shift(&q, &cap)) {
+                return 0;
+            }
+            up = 33u - (uint32_t)q.shift;
+            s = 33;
+        }
         t[c] = bias[c];
-        t[n + c] = (int32_t)(m >> 16);
-        t[2 * n + c] = (int32_t)(m & 65535u);
-        t[3 * n + c] = (int32_t)(1u << (s - 17u));
-        t[4 * n + c] = (int32_t)(s - 16u);
+        t[n + c] = q.m;
+        t[2 * n + c] = (int32_t)cap;
+        t[3 * n + c] = (int32_t)up;
+        t[4 * n + c] = (int32_t)(s - 32u);
+        t[5 * n + c] = (int32_t)(1u << (s - 33u));
+        if (rq16 && mico_host_rq16(&q)) { /* its cheaper arithmetic, while every channel can */
+            t[6 * n + c] = (int32_t)((uint32_t)q.m >> 16);
+            t[7 * n + c] = (int32_t)((uint32_t)q.m & 65535u);
+            t[8 * n + c] = (int32_t)(1u << ((uint32_t)q.shift - 17u));
+            t[9 * n + c] = q.shift - 16;
+        } else {
+            rq16 = 0;
+        }
     }
+    t[10 * n] = rq16;
     return 1;
 }
 
 /* The table of a layer's n output channels, or NULL when its outputs are not bytes or a
- * channel does not take mico_host_rq16. */
+ * channel does not take the table's arithmetic. */
 static const int32_t *mico_host_rq_table(const MicoOut *o, const int32_t *bias, int32_t n)
 {
     const size_t k = o->n_mult > 1 ? (size_t)n : 1u, rows = MICO_HOST_RQ_ROWS * (size_t)n;
@@ -667,26 +692,44 @@ static const int32_t *mico_host_rq_table(const MicoOut *o, const int32_t *bias, 
 }
 
 /* dst[c ds] = the byte of channel c's sum acc[c] (bias not added) for c < n: mico_host_store's
- * rq16 arithmetic with the channel's constants from table t (of nt channels), vectorised
- * over the channels (lo, hi, floor0 and the zero point are the layer's). */
+ * arithmetic with the channel's constants from table t (of nt channels), vectorised over the
+ * channels (lo, hi, floor0 and the zero point are the layer's). */
 static MICO_HOST_INLINE void mico_host_rq_bytes(const int32_t *MICO_RESTRICT t, int32_t nt,
                                                  const int32_t *MICO_RESTRICT acc, int32_t n,
                                                  const MicoOut *o, uint8_t *MICO_RESTRICT dst,
                                                  size_t ds)
 {
-    const int32_t *MICO_RESTRICT b = t, *MICO_RESTRICT mh = t + nt, *MICO_RESTRICT ml = t + 2 * nt;
-    const int32_t *MICO_RESTRICT rnd = t + 3 * nt, *MICO_RESTRICT s16 = t + 4 * nt;
+    const int32_t *MICO_RESTRICT b = t, *MICO_RESTRICT m = t + nt, *MICO_RESTRICT cap = t + 2 * nt;
+    const int32_t *MICO_RESTRICT up = t + 3 * nt, *MICO_RESTRICT sh = t + 4 * nt;
+    const int32_t *MICO_RESTRICT rnd = t + 5 * nt;
     const int32_t lo = o->lo, hi = o->hi, floor0 = o->relu ? 0 : INT32_MIN;
     const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
     int32_t c;
+    if (t[10 * nt]) { /* every channel takes mico_host_rq16's arithmetic */
+        const int32_t *MICO_RESTRICT mh = t + 6 * nt, *MICO_RESTRICT ml = t + 7 * nt;
+        const int32_t *MICO_RESTRICT rnd16 = t + 8 * nt, *MICO_RESTRICT s16 = t + 9 * nt;
+        for (c = 0; c < n; c++) {
+            const int32_t v = acc[c] + b[c];
+            const int32_t r = v < floor0 ? floor0 : v;
+            const uint32_t sign = (uint32_t)(r >> 31);
+            const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
+            const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
+            const uint32_t x = mag * (uint32_t)mh[c] + ((mag * (uint32_t)ml[c]) >> 16);
+            const int32_t y =
+                (int32_t)((((x + (uint32_t)rnd16[c]) >> (uint32_t)s16[c]) ^ sign) - sign);
+            const int32_t z = y < lo ? lo : y > hi ? hi : y;
+            dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
+        }
+        return;
+    }
     for (c = 0; c < n; c++) {
         const int32_t v = acc[c] + b[c];
         const int32_t r = v < floor0 ? floor0 : v;
-        const uint32_t sign = (uint32_t)(r >> 31);
-        const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
-        const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
-        const uint32_t x = mag * (uint32_t)mh[c] + ((mag * (uint32_t)ml[c]) >> 16);
-        const int32_t y = (int32_t)((((x + (uint32_t)rnd[c]) >> (uint32_t)s16[c]) ^ sign) - sign);
+        const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        const uint32_t mag = (mag0 < (uint32_t)cap[c] ? mag0 : (uint32_t)cap[c]) << up[c];
+        const uint32_t h = ((uint32_t)(((uint64_t)mag * (uint32_t)m[c]) >> 32) +
+                            (uint32_t)rnd[c]) >> sh[c];
+        const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
         const int32_t z = y < lo ? lo : y > hi ? hi : y;
         dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
     }
@@ -894,9 +937,17 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
     const size_t wsize = (size_t)p->groups * (size_t)opg4 * (size_t)kp;
     int32_t bp = MICO_HOST_PATCH / kp, g, c, pix0, oc, j;
     int32_t tile[4 * MICO_HOST_PIX];
+    const int32_t *rqt;
     int16_t *wall;
     int fill;
     bp = (bp > MICO_HOST_PIX ? MICO_HOST_PIX : bp) & ~1;
+    /* one block of pixels (few pixels, many channels): the sums wait as [pixel][channel] and
+     * each pixel is requantized over its channels at once (mico_host_rq_bytes), when every
+     * channel takes mico_host_rq16 */
+    rqt = p->groups == 1 && npix <= MICO_HOST_RQ_PIX && npix <= bp &&
+                  (size_t)npix * (size_t)opg <= 2u * MICO_HOST_ACC
+              ? mico_host_rq_table(&p->out, p->bias, p->out_c)
+              : 0;
     if (p->in_fmt.bits > 8 || bp < 2 || k_all > MICO_HOST_ROW || p->in_w > MICO_HOST_ROW ||
         (size_t)ns * (size_t)hp * (size_t)wp + (size_t)kp > MICO_HOST_X ||
         (size_t)opg4 * (size_t)kp > MICO_HOST_W || wsize > (size_t)INT32_MAX) {
@@ -934,7 +985,26 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
                     }
                 }
             }
-            for (oc = 0; oc < opg; oc += 4) {
+            for (oc = 0; rqt && oc < opg; oc += 4) { /* the sums as [pixel][channel] */
+                const int16_t *w = wg + (size_t)oc * (size_t)kp;
+                const int32_t n_oc = opg - oc < 4 ? opg - oc : 4;
+                int32_t s[8];
+                for (j = 0; j < np2; j += 2) {
+                    int32_t *a0 = mico_host_acc + (size_t)j * (size_t)opg + (size_t)oc;
+                    mico_host_mk42(w, patch + (size_t)j * (size_t)kp, kp, s);
+                    for (c = 0; c < n_oc; c++) {
+                        a0[c] = s[2 * c];
+                        if (j + 1 < np) {
+                            a0[(size_t)opg + (size_t)c] = s[2 * c + 1];
+                        }
+                    }
+                }
+            }
+            for (j = 0; rqt && j < np; j++) { /* a pixel's channels at once, into CHW */
+                mico_host_rq_bytes(rqt, opg, mico_host_acc + (size_t)j * (size_t)opg, opg,
+                                   &p->out, (uint8_t *)out + pix0 + j, (size_t)npix);
+            }
+            for (oc = 0; !rqt && oc < opg; oc += 4) {
                 const int16_t *w = wg + (size_t)oc * (size_t)kp;
                 const int32_t n_oc = opg - oc < 4 ? opg - oc : 4;
                 int32_t s[8];
@@ -947,12 +1017,7 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
                 }
                 for (c = 0; c < n_oc; c++) {
                     const int32_t ch = g * opg + oc + c;
-                    int32_t *t4 = tile + c * MICO_HOST_PIX;
-                    const int32_t b = p->bias[ch];
-                    for (j = 0; j < np; j++) {
-                        t4[j] += b;
-                    }
-                    mico_host_store(&p->out, ch, t4, np, out,
+                    mico_host_store(&p->out, ch, p->bias[ch], tile + c * MICO_HOST_PIX, np, out,
                                     (size_t)ch * (size_t)npix + (size_t)pix0);
                 }
             }
@@ -1131,7 +1196,7 @@ MICO_HOST_CLONES static int mico_host_dw(const MicoConv2d *p, const void *in, vo
                 }
             }
         }
-        mico_host_store(&p->out, c, res, npix, out, (size_t)c * (size_t)npix);
+        mico_host_store(&p->out, c, 0, res, npix, out, (size_t)c * (size_t)npix);
     }
     return 1;
 }
@@ -1284,18 +1349,35 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     for (pix0 = 0; pix0 < npix; pix0 += MICO_HOST_PIX) {
         const int32_t np = npix - pix0 < MICO_HOST_PIX ? npix - pix0 : MICO_HOST_PIX;
         for (j = 0; j < np; j++) {
-            mico_host_dw_pixel(p, x, wp, off, wt, narrow, pix0 + j, acc);
+            const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+            const int16_t *base =
+                x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) *
+                        (size_t)n_c;
+            int32_t c0, k;
+            for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
+                if (narrow) {
+                    int16_t s16[16];
+                    if (taps == 9) { /* 3x3: the tap loop unrolled */
+                        mico_host_dw16s(base + c0, off, wt + c0, cp, 9, s16);
+                    } else {
+                        mico_host_dw16s(base + c0, off, wt + c0, cp, taps, s16);
+                    }
+                    for (k = 0; k < 16; k++) {
+                        acc[c0 + k] = s16[k];
+                    }
+                } else if (taps == 9) { /* 3x3: the tap loop unrolled */
+                    mico_host_dw16(base + c0, off, wt + c0, cp, 9, acc + c0);
+                } else {
+                    mico_host_dw16(base + c0, off, wt + c0, cp, taps, acc + c0);
+                }
+            }
             for (c = 0; c < n_c; c++) {
                 tile[c * MICO_HOST_PIX + j] = acc[c];
             }
         }
         for (c = 0; c < n_c; c++) {
-            int32_t *v = tile + c * MICO_HOST_PIX;
-            const int32_t b = p->bias[c];
-            for (j = 0; j < np; j++) {
-                v[j] += b;
-            }
-            mico_host_store(&p->out, c, v, np, out, (size_t)c * (size_t)npix + (size_t)pix0);
+            mico_host_store(&p->out, c, p->bias[c], tile + c * MICO_HOST_PIX, np, out,
+                            (size_t)c * (size_t)npix + (size_t)pix0);
         }
     }
     return 1;
@@ -1467,14 +1549,12 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
                 int32_t oy;
                 hi = hi < p->out_w ? hi : p->out_w;
                 lo = lo < hi ? lo : hi;
-                for (oy = 0; oy < p->out_h; oy++) {
+                for (oy = 0; split && oy < p->out_h; oy++) {
                     const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
                     const size_t at = (size_t)r * (size_t)npixp + (size_t)oy * (size_t)p->out_w;
                     const int inside = iy >= 0 && iy < p->in_h;
                     const int32_t a = inside ? lo : p->out_w, z = inside ? hi : p->out_w;
-                    /* code of column ox: src[ox * sw + dx], or srcp[ox + e] when split */
-                    const int16_t *MICO_RESTRICT src =
-                        codes + (size_t)(inside ? iy : 0) * (size_t)p->in_w;
+                    /* the code of column ox is srcp[ox + e] */
                     const int16_t *MICO_RESTRICT srcp =
                         ph + (size_t)f * pblock + (size_t)(inside ? iy : 0) * (size_t)wq;
                     int32_t ox;
@@ -1483,14 +1563,8 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
                         for (ox = 0; ox < a; ox++) {
                             dst[ox] = 0;
                         }
-                        if (split) {
-                            for (ox = a; ox < z; ox++) {
-                                dst[ox] = srcp[ox + e];
-                            }
-                        } else {
-                            for (ox = a; ox < z; ox++) {
-                                dst[ox] = src[ox * sw + dx];
-                            }
+                        for (ox = a; ox < z; ox++) {
+                            dst[ox] = srcp[ox + e];
                         }
                         for (ox = z; ox < p->out_w; ox++) {
                             dst[ox] = 0;
@@ -1500,17 +1574,36 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
                         for (ox = 0; ox < a; ox++) {
                             dst[ox] = 0;
                         }
-                        if (split) {
-                            for (ox = a; ox < z; ox++) {
-                                dst[ox] = srcp[ox + e];
-                            }
-                        } else {
-                            for (ox = a; ox < z; ox++) {
-                                dst[ox] = src[ox * sw + dx];
-                            }
+                        for (ox = a; ox < z; ox++) {
+                            dst[ox] = srcp[ox + e];
                         }
                         for (ox = z; ox < p->out_w; ox++) {
                             dst[ox] = 0;
+                        }
+                    }
+                }
+                for (oy = 0; !split && oy < p->out_h; oy++) {
+                    const int32_t iy = oy * p->stride_h - p->pad_h + ky * p->dil_h;
+                    const size_t at = (size_t)r * (size_t)npixp + (size_t)oy * (size_t)p->out_w;
+                    const int16_t *MICO_RESTRICT src = codes + (size_t)(iy > 0 ? iy : 0) *
+                                                                   (size_t)p->in_w;
+                    const int inside = iy >= 0 && iy < p->in_h;
+                    int32_t ox;
+                    if (chunk) {
+                        int16_t *MICO_RESTRICT dst = x16 + at;
+                        for (ox = 0; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
+                        }
+                        for (ox = lo; inside && ox < hi; ox++) {
+                            dst[ox] = src[ox * sw + dx];
+                        }
+                    } else {
+                        int32_t *MICO_RESTRICT dst = mico_host_x32 + at;
+                        for (ox = 0; ox < p->out_w; ox++) {
+                            dst[ox] = 0;
+                        }
+                        for (ox = lo; inside && ox < hi; ox++) {
+                            dst[ox] = src[ox * sw + dx];
                         }
                     }
                 }
@@ -1578,12 +1671,8 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
             }
         }
         for (c = 0; c < nb; c++) {
-            int32_t *v = acc + (size_t)c * (size_t)npixp;
-            const int32_t b = p->bias[o + c];
-            for (j = 0; j < npix; j++) {
-                v[j] += b;
-            }
-            mico_host_store(&p->out, o + c, v, npix, out, (size_t)(o + c) * (size_t)npix);
+            mico_host_store(&p->out, o + c, p->bias[o + c], acc + (size_t)c * (size_t)npixp,
+                            npix, out, (size_t)(o + c) * (size_t)npix);
         }
     }
     return 1;

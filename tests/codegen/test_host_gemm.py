@@ -29,6 +29,7 @@ pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 SOURCES = (
     "mico_host_gemm.c",
+    "mico_check.c",
     "mico_conv2d.c",
     "mico_linear.c",
     "mico_eltwise.c",
@@ -432,6 +433,93 @@ def test_weights_changed_in_place(build):
         renewed = c_array("uint8_t", f"L{i}_w2", pack(second.weight, second.w_fmt))
         source = source.replace("static uint8_t y[", f"{renewed}\nstatic uint8_t y[")
     check(printed(source, build()), [c for pair in zip(firsts, seconds, strict=True) for c in pair])
+
+
+def test_wide_depthwise_and_channel_requantization(build):
+    """Depthwise layers over CHW planes (rows of 24 outputs or more: stride 1 and 2, odd
+    widths, padding 0 to 2, int16 sums at the bound the channel's weights allow and int32 sums
+    past it), rows of taps of strided convs from phase-split planes (odd widths), and the
+    per-pixel requantization over channels (depthwise layers of <= 64 pixels, pointwise layers
+    of <= 16 pixels; 1-pixel planes, channel counts off the vector width, multipliers of
+    shifts above and below 32, asymmetric and signed bytes out, extreme codes; one
+    program)."""
+    w8, a8, s8 = QFormat(8, True), QFormat(8, False), QFormat(8, True)
+    u8z, w4, a4 = QFormat(8, False, 128), QFormat(4, True), QFormat(4, False)
+    dw = dict(k=(3, 3), pad=(1, 1))
+    geo = [
+        dict(in_c=5, out_c=5, hw=(8, 48), groups=5, **dw),
+        dict(in_c=3, out_c=3, hw=(9, 49), groups=3, stride=(2, 2), **dw),
+        dict(in_c=3, out_c=3, hw=(10, 50), groups=3, stride=(2, 2), k=(3, 3)),
+        dict(in_c=2, out_c=2, hw=(7, 51), groups=2, stride=(2, 2), k=(3, 3), pad=(2, 2)),
+        dict(in_c=3, out_c=16, hw=(33, 35), stride=(2, 2), **dw),  # rows of taps, odd width
+        dict(in_c=2, out_c=4, hw=(20, 41), stride=(2, 2), k=(3, 3)),
+        dict(in_c=37, out_c=37, hw=(6, 6), groups=37, **dw),  # requantized over channels
+        dict(in_c=21, out_c=21, hw=(3, 3), groups=21, **dw),
+        dict(in_c=19, out_c=19, hw=(6, 6), groups=19, stride=(2, 2), **dw),
+        dict(in_c=17, out_c=17, hw=(1, 1), groups=17, **dw),
+        dict(in_c=24, out_c=37, hw=(3, 3)),
+        dict(in_c=56, out_c=131, hw=(3, 3)),
+        dict(in_c=40, out_c=9, hw=(1, 1)),
+        dict(in_c=12, out_c=21, hw=(4, 4)),
+    ]
+    cases = []
+    for i, g in enumerate(geo):
+        for j, (w, a, o) in enumerate(((w8, a8, a8), (w8, s8, u8z), (w4, a4, s8))):
+            for extreme in (False, True):
+                cases.append(case("conv", w, a, seed=10 * i + j, o_fmt=o, relu=bool(j % 2),
+                                  extreme=extreme and j < 2, **g))  # fmt: skip
+    # 8-bit weights whose taps sum to 128 in magnitude: int16 sums at their bound (255 x 128
+    # over a channel), and 129: one past it (int32 sums)
+    rng = np.random.default_rng(4)
+    for k, extra in enumerate((0, 1)):
+        c = case("conv", w8, a8, seed=90 + k, extreme=True, **geo[0])
+        weight = np.zeros_like(c.weight)
+        for ch in range(weight.shape[0]):
+            taps = rng.permutation(9)[:3]
+            weight[ch, 0].flat[taps] = [-100 - extra, 20, -8] if ch % 2 else [-127, 1 + extra, 0]
+        cases.append(dataclasses.replace(c, weight=weight))
+    run(cases, build())
+
+
+def test_first_nonfinite(build):
+    """mico_first_nonfinite (mico_check.c, host build: blocks tested without an exit) returns
+    the scalar loop's index for NaN, +inf and -inf at every position of lengths around the
+    block size, with a second one after it, and the length when there is none."""
+    lengths = (0, 1, 5, 63, 64, 65, 127, 128, 130, 200)
+    source = """#include <stdio.h>
+#include <string.h>
+#include "mico_nn.h"
+static float x[256];
+int main(void)
+{
+    static const uint32_t bad[] = { 0x7fc00000u, 0xffc00001u, 0x7f800000u, 0xff800000u,
+                                    0x7f800001u };
+    static const size_t lengths[] = { LENGTHS };
+    size_t a, pos, i;
+    int k;
+    for (a = 0; a < sizeof lengths / sizeof lengths[0]; a++) {
+        for (pos = 0; pos <= lengths[a]; pos++) {
+            for (k = 0; k < 5; k++) {
+                for (i = 0; i < 256; i++) {
+                    x[i] = (float)(i % 60) * 5e36f - 1e38f; /* large finite values */
+                }
+                x[3] = -0.0f;
+                if (pos < lengths[a]) {
+                    memcpy(&x[pos], &bad[k], 4);
+                }
+                if (pos + 2 < lengths[a]) {
+                    memcpy(&x[pos + 2], &bad[(k + 1) % 5], 4);
+                }
+                printf("%zu\\n", mico_first_nonfinite(x, lengths[a]));
+            }
+        }
+    }
+    return 0;
+}
+""".replace("LENGTHS", ", ".join(map(str, lengths)))
+    got = [int(v) for v in printed(source, build())]
+    want = [pos for n in lengths for pos in range(n + 1) for _ in range(5)]
+    assert got == want
 
 
 EXTREME_FORMATS = [
