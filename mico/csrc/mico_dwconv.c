@@ -734,7 +734,7 @@ typedef void (*MicoDw8Plane)(const void *, const int32_t *, int32_t, uint32_t, u
                              const MicoDw8 *, uint8_t *);
 
 static void mico_dwp_weights(const uint8_t *weight, uint32_t ch, uint32_t wb, int trans,
-                             uint32_t *w);
+                             uint32_t *w, uint32_t *sums);
 
 /* A channel whose multiplier the plane functions cannot take (mico_dw8): every output from
  * the buffer through mico_rq_apply. */
@@ -821,8 +821,9 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
                 w[t] = (int32_t)((const int8_t *)p->weight)[k];
             }
         } else { /* the 9 codes in one pass (ternary weights: 2-bit codes) */
+            uint32_t sums[2];
             mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans,
-                             (uint32_t *)(void *)w);
+                             (uint32_t *)(void *)w, sums);
         }
         if (rq.shift <= 32) {
             /* a shift of 32 or less (the larger real multipliers of ternary or 1-bit weights):
@@ -1255,6 +1256,47 @@ static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int3
     }
 }
 
+/* mico_dwp_build5 from the packed codes (b = 1, 2, 4 bits, the plane's first code at bit
+ * `bit`), without unpacking the plane: a row's in_w codes read from a bit stream (only the
+ * bytes that hold them), their fields moved 6 bits apart. */
+static MICO_NOINLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int32_t in_h,
+                                           int32_t in_w, uint32_t b, int32_t pad_h,
+                                           int32_t pad_w, MicoDwpWord *buf)
+{
+    const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
+    const uint32_t l1 = pad_w > 1 ? 6u * (uint32_t)(pad_w - 1) : 0u, r1 = pad_w < 1 ? 6u : 0u;
+    const uint32_t l2 = pad_w > 2 ? 6u * (uint32_t)(pad_w - 2) : 0u;
+    const uint32_t r2 = pad_w < 2 ? 6u * (uint32_t)(2 - pad_w) : 0u;
+    const uint32_t mask = 0x3fffffffu, fm = (1u << b) - 1u, n = (uint32_t)in_w * b;
+    const uint32_t rm = (1u << n) - 1u;
+    const uint8_t *q = in + (bit >> 3);
+    uint32_t acc = (uint32_t)*q++ >> (bit & 7u), have = 8u - (uint32_t)(bit & 7u);
+    MicoDwpWord *o = buf + pad_h;
+    int32_t y, x;
+    for (y = 0; y < in_h; y++, o++) {
+        uint32_t c, v;
+        while (have < n) { /* (have < n <= 20: the byte fits above it) */
+            acc |= (uint32_t)*q++ << have;
+            have += 8u;
+        }
+        c = acc & rm;
+        acc >>= n;
+        have -= n;
+        if (b == 2u && in_w == 5) { /* DS-CNN's planes: 2-bit fields 6 bits apart */
+            v = (c & 3u) | (c & 0xcu) << 4 | (c & 0x30u) << 8 | (c & 0xc0u) << 12 |
+                (c & 0x300u) << 16;
+        } else {
+            v = 0;
+            for (x = 0; x < in_w; x++) {
+                v |= ((c >> (b * (uint32_t)x)) & fm) << (6 * x);
+            }
+        }
+        o[0].w = (v << l0 >> r0) & mask;
+        o[MICO_DWP_PITCH].w = (v << l1 >> r1) & mask;
+        o[2 * MICO_DWP_PITCH].w = (v << l2 >> r2) & mask;
+    }
+}
+
 /* The buffer of K lanes (MICO_DWP_PLANEK) from a channel's codes as bytes, src[line * srow +
  * x * scol] for input line `line` (0..n_line - 1) and position x (0..n_x - 1) along it (u =
  * the code: unsigned codes without a zero point, u_pad = 0): lane j of buffer row r, column
@@ -1334,34 +1376,56 @@ static inline uint32_t mico_dwp_u(const MicoDwp *d, const MicoDwpWord *buf, int3
 /* The 9 weight codes of channel ch (signed codes of wb bits, packed; binary: {-1, +1}), as
  * mico_load reads them, in buffer order (transposed: w[3 c + r] is tap (r, c)), read in one
  * pass that reads no byte past the channel's last code. */
+/* Codes 0..7 of v (wb = 2 or 4 bits each) and code 8 (c8) as signed weights, in buffer order
+ * (at), with their sum and the sum of their magnitudes (constant shifts and indices). */
+static MICO_DWL_INLINE void mico_dwp_w9(uint32_t v, uint32_t c8, uint32_t *w, uint32_t *sums,
+                                        const uint32_t wb, const int trans)
+{
+    static const uint8_t order[2][9] = {{0, 1, 2, 3, 4, 5, 6, 7, 8},
+                                        {0, 3, 6, 1, 4, 7, 2, 5, 8}};
+    const uint32_t mask = (1u << wb) - 1u, h = 1u << (wb - 1u);
+    uint32_t sum = 0, sabs = 0, j;
+    MICO_UNROLL for (j = 0; j < 9u; j++) {
+        const uint32_t f = j < 8u ? (v >> (j * wb)) & mask : c8 & mask;
+        const uint32_t x = (f ^ h) - h, sign = 0u - (x >> 31);
+        w[order[trans][j]] = x;
+        sum += x;
+        sabs += (x ^ sign) - sign;
+    }
+    sums[0] = sum;
+    sums[1] = sabs;
+}
+
 static MICO_NOINLINE void mico_dwp_weights(const uint8_t *weight, uint32_t ch, uint32_t wb,
-                                           int trans, uint32_t *w)
+                                           int trans, uint32_t *w, uint32_t *sums)
 {
     const size_t bit = (size_t)ch * 9u * wb;
     const uint32_t mask = wb >= 8u ? 0xffu : (1u << wb) - 1u, h = 1u << (wb - 1u);
     const uint8_t *q = weight + (bit >> 3);
     uint32_t acc = (uint32_t)*q++ >> (bit & 7u), have = 8u - (uint32_t)(bit & 7u), j;
+    uint32_t sum = 0, sabs = 0;
     if (wb == 4u || wb == 2u) { /* the 9 codes' bytes (5 or 3, all of them the channel's) */
         const uint32_t lo = (uint32_t)q[-1] | (uint32_t)q[0] << 8 | (uint32_t)q[1] << 16 |
                             (wb == 4u ? (uint32_t)q[2] << 24 : 0u);
         const uint32_t sh = (uint32_t)(bit & 7u);
         /* codes 0..7 of 4 bits (0..8 of 2) from lo >> sh, code 8 of 4 bits from the last byte */
         const uint32_t v = wb == 4u && sh ? lo >> sh | (uint32_t)q[3] << (32u - sh) : lo >> sh;
-        static const uint8_t order[2][9] = {{0, 1, 2, 3, 4, 5, 6, 7, 8},
-                                            {0, 3, 6, 1, 4, 7, 2, 5, 8}};
-        const uint8_t *const at = order[trans ? 1 : 0];
-        for (j = 0; j < 8u; j++) { /* codes 0..7: in v for both widths */
-            const uint32_t f = (v >> (j * wb)) & mask;
-            w[at[j]] = (f ^ h) - h;
-        }
-        {
-            const uint32_t f = (wb == 2u ? v >> 16 : (uint32_t)q[3] >> sh) & mask;
-            w[8] = (f ^ h) - h; /* tap 8 is 8 in both orders */
+        if (wb == 4u) {
+            const uint32_t c8 = (uint32_t)q[3] >> sh;
+            if (trans) {
+                mico_dwp_w9(v, c8, w, sums, 4u, 1);
+            } else {
+                mico_dwp_w9(v, c8, w, sums, 4u, 0);
+            }
+        } else if (trans) {
+            mico_dwp_w9(v, v >> 16, w, sums, 2u, 1);
+        } else {
+            mico_dwp_w9(v, v >> 16, w, sums, 2u, 0);
         }
         return;
     }
     for (j = 0; j < 9u; j++) {
-        uint32_t f;
+        uint32_t f, x, sign;
         while (have < wb) {
             acc |= (uint32_t)*q++ << have;
             have += 8u;
@@ -1369,8 +1433,14 @@ static MICO_NOINLINE void mico_dwp_weights(const uint8_t *weight, uint32_t ch, u
         f = acc & mask;
         acc >>= wb;
         have -= wb;
-        w[trans ? j % 3u * 3u + j / 3u : j] = wb == 1u ? (f ? 1u : 0xffffffffu) : (f ^ h) - h;
+        x = wb == 1u ? (f ? 1u : 0xffffffffu) : (f ^ h) - h;
+        sign = 0u - (x >> 31);
+        w[trans ? j % 3u * 3u + j / 3u : j] = x;
+        sum += x;
+        sabs += (x ^ sign) - sign;
     }
+    sums[0] = sum;
+    sums[1] = sabs;
 }
 
 /* A channel whose sums do not fit 16-bit lanes: one output at a time from the buffer (acc:
@@ -1846,7 +1916,19 @@ typedef struct {
     uint32_t umax;
     int32_t levels, hi; /* outputs of at most 4 codes (by thresholds when the lanes allow) */
     uint32_t hx;        /* signed codes: 2^(b-1) (the lanes hold v, the pairs u); else 0 */
+    const uint8_t *in;  /* the packed input, the channel's first code at bit `bit` */
+    size_t bit;
+    uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
+    int unpacked;
+    uint32_t b;         /* code bits */
 } MicoDwpK;
+
+/* The channel's plane unpacked into the staging bytes, for words of 3 or 4 lanes. */
+static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
+{
+    mico_dwp_unpack(kc->in, kc->bit, kc->in_h * kc->in_w, kc->b, kc->stage);
+    kc->unpacked = 1;
+}
 
 /* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
  * (scaled by 2^k) fits 3 lanes or more: the buffer built, the plane function of K lanes run;
@@ -1900,12 +1982,20 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         relu = 2;
     }
     if (kl == 5) {
-        mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
+        if (kc->unpacked) {
+            mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
+        } else { /* straight from the packed codes */
+            mico_dwp_build5p(kc->in, kc->bit, kc->in_h, kc->in_w, kc->b, kc->pad_h, kc->pad_w,
+                             buf);
+        }
         for (t = 0; t < 9; t++) { /* the plane transposed: w[3 c + r] is tap (r, c) */
             ws[t] = (kc->trans ? w[t] : w[t % 3 * 3 + t / 3]) << k;
         }
         fns5[relu](buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
         return 1;
+    }
+    if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
+        mico_dwp_k_unpack(kc);
     }
     mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
                    &kc->dk[kl - 3], (uint32_t)kl, kc->hx * (kl == 3 ? 0x100401u : 0x01010101u),
@@ -2084,23 +2174,26 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         kc.levels = levels;
         kc.hi = g->hi;
         kc.hx = hx;
+        kc.in = (const uint8_t *)in;
+        kc.stage = stage;
+        kc.b = b;
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
-        uint32_t w[9], ws[9], sum = 0, sabs = 0, binit, acc0, m, sh;
+        uint32_t w[9], ws[9], sums[2], sum, sabs, binit, acc0, m, sh;
         int32_t neg, pos, at = 0, k, fits = 1;
         uint8_t *o;
-        mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w);
-        for (t = 0; t < 9; t++) {
-            const uint32_t v = w[t], sign = 0u - (v >> 31);
-            sum += v;
-            sabs += (v ^ sign) - sign;
-        }
+        mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w, sums);
+        sum = sums[0];
+        sabs = sums[1];
         neg = ((int32_t)sum - (int32_t)sabs) / 2; /* the sums of the negative and positive */
         pos = ((int32_t)sum + (int32_t)sabs) / 2; /* weights */
-        if (short_rows && b < 8u) { /* rows of few codes: the plane unpacked at once */
+        /* (5 lanes read the packed codes; codes of 3 or 4 bits seldom fit them: unpacked) */
+        kc.unpacked = !(multi && kc.multi5) || b > 2u;
+        kc.bit = plane * b;
+        if (short_rows && b < 8u && kc.unpacked) { /* rows of few codes: unpacked at once */
             mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
         }
         if (!multi) { /* (layers of K lanes: once the channel's lanes are known) */
@@ -2136,6 +2229,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                                 acc0, m, sh, relu, o)) {
             /* words of K lanes */
         } else { /* pairs */
+            if (multi && !kc.unpacked) { /* (words of 5 lanes read the packed codes) */
+                mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+            }
             if (multi) {
                 MICO_DWP_PAIRS();
             }

@@ -172,6 +172,14 @@ def _levels() -> list:
         if fill == 2:
             mixed.shift[ch], mixed.m[ch] = 30, 2**31 - 1 - ch
     layers.append(mixed)
+    # 2-bit codes, 5 lanes built from the packed codes, the plane unpacked only for the
+    # channels of 4, 3 lanes (sums scaled by 2^1) or pairs (by 2^3): 5, 4, 3, pairs, 5, 4
+    packed = _layer(25, 5, a=a2, o=a2, wb=4, c=6, seed=114)
+    for ch, (fill, shift) in enumerate([(1, 0), (7, 0), (7, 31), (7, 29), (1, 0), (7, 0)]):
+        packed.weight[ch] = fill
+        if shift:
+            packed.shift[ch], packed.m[ch] = shift, 2**31 - 1
+    layers.append(packed)
     return layers
 
 
