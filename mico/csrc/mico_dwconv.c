@@ -610,10 +610,13 @@ MICO_DWL_EACH(MICO_DWL_ENTRY)
  *    stride 2: 18 / 27 loads for 36 MACs), the weights of a row are loaded with it; the
  *    last 1-3 outputs of a row are computed one by one;
  *  - each output is requantized in registers and stored as a byte straight away (ReLU
- *    layers: a high-word multiply, the rounding add, a shift and the clamp).
+ *    layers: a high-word multiply, the rounding add, a shift and the clamp); a multiplier
+ *    whose shift is 32 or less (ternary and 1-bit weights' larger scales) is rewritten as
+ *    shift 33 on sums scaled by 2^k (k <= 3: weights and bias), the same rounding exactly,
+ *    and a channel beyond that goes one output at a time (mico_dw8_plain).
  * Reading the whole plane before storing any of its outputs keeps the in-place contract of
  * mico_conv2d.c in any output order. Layers this path does not take (a plane too large for
- * the buffer, shifts of 32 or less, unscaled or binary outputs) go to the pixel lanes. */
+ * the buffer, unscaled or binary outputs) go to the pixel lanes. */
 
 #define MICO_DW8_PITCH 64 /* bytes per buffer row (a padded row of the plane) */
 #define MICO_DW8_ROWS 52  /* buffer rows (the padded plane's other side): 3.3 KB of stack */
@@ -948,9 +951,18 @@ MICO_DW8_ENTRY(2)
  * 10 (MICO_DWP_PLANEK, buffer built a word at a time by mico_dwp_build), K output lines per
  * multiply: DS-CNN's 25 x 5 planes as 7 or 9 line groups instead of 13 pairs; planes of at
  * most 5 columns, 5 lanes of 6 bits, every output column in one word (the plane transposed,
- * mico_dwp_build5: a row's codes gathered once). Channels whose sums need 16 bits keep the
- * pairs; a layer stays in 3 or 4 lanes once there while its channels fit; the buffer's
- * padding is restored where another layout wrote. */
+ * mico_dwp_build5: a row's codes gathered once; 1- and 2-bit codes straight from the packed
+ * rows, mico_dwp_build5p). Channels whose sums need 16 bits keep the pairs; a layer stays in
+ * 3 or 4 lanes once there while its channels fit; the buffer's padding is restored where
+ * another layout wrote. Signed codes take 3 and 4 lanes too: those lanes hold v = (f ^ h) - h
+ * (made for a whole word by the build, padding 0), the pairs u as above.
+ *
+ * Outputs of at most 4 codes (1- and 2-bit) of a channel in the ReLU form whose lane sums
+ * leave a spare top bit go by thresholds (mico_dwp_levels, plane functions _2): the code is
+ * the number of levels whose threshold the lane value reaches, counted for every lane of a
+ * word at once. Rows of whole bytes (planes not transposed) are read for both lanes of a word
+ * at once (mico_dwp_read2), and rows of short planes are spread from their bytes into both
+ * lanes at once (mico_dwp_spread2). */
 
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
