@@ -954,8 +954,8 @@ MICO_DW8_ENTRY(2)
  * mico_dwp_build5: a row's codes gathered once; 1- and 2-bit codes straight from the packed
  * rows, mico_dwp_build5p). Channels whose sums need 16 bits keep the pairs; a layer stays in
  * 3 or 4 lanes once there while its channels fit; the buffer's padding is restored where
- * another layout wrote. Signed codes take 3 and 4 lanes too: those lanes hold v = (f ^ h) - h
- * (made for a whole word by the build, padding 0), the pairs u as above.
+ * another layout wrote. Signed codes take 3 lanes too (not 4: one padding pattern), of u =
+ * f ^ h as the pairs (made for a whole word by the build), the padding u_pad = h.
  *
  * Outputs of at most 4 codes (1- and 2-bit) of a channel in the ReLU form whose lane sums
  * leave a spare top bit go by thresholds (mico_dwp_levels, plane functions _2): the code is
@@ -1342,7 +1342,7 @@ static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, in
                 if (k == 4u) {
                     v += (uint32_t)p3[x] << 24;
                 }
-                o[x].w = hk ? (v ^ hk) - hk : v;
+                o[x].w = v ^ hk;
             }
             continue;
         }
@@ -1352,9 +1352,9 @@ static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, in
                 v += (uint32_t)*p3 << 24;
                 p3 += scol;
             }
-            /* signed codes' fields f: v = (f ^ h) - h in every lane at once (the fields do not
-             * overlap: sum ((f ^ h) - h) 2^(s j) = (W ^ H) - H); a field 0 (no line) gives 0 */
-            o->w = hk ? (v ^ hk) - hk : v;
+            /* signed codes' fields f: u = f ^ h in every lane at once (the fields do not
+             * overlap); a line outside the plane (fields 0) gives u_pad = h */
+            o->w = v ^ hk;
         }
     }
 }
@@ -1927,7 +1927,8 @@ typedef struct {
     int32_t layout; /* 0 pairs, 1 words of 3 or 4 lanes, 2 of 5 */
     uint32_t umax;
     int32_t levels, hi; /* outputs of at most 4 codes (by thresholds when the lanes allow) */
-    uint32_t hx;        /* signed codes: 2^(b-1) (the lanes hold v, the pairs u); else 0 */
+    uint32_t hx;        /* signed codes: 2^(b-1) (u = f ^ h in the lanes); else 0 */
+    uint32_t max4;      /* the widest span of 4 lanes (0 for signed codes: 3 lanes only) */
     const uint8_t *in;  /* the packed input, the channel's first code at bit `bit` */
     size_t bit;
     uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
@@ -1955,16 +1956,15 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
-    /* each lane started at -lo: lanes of u (unsigned codes, u_pad = 0), lo = umax * neg; of
-     * signed codes v in [-h, h - 1] (made v from their fields by the build), lo = (h - 1) neg
-     * - h pos (the lanes end at the same values, so bb is the same) */
-    const uint32_t lane0 = kc->hx ? kc->hx * (uint32_t)pos - (kc->hx - 1u) * (uint32_t)neg
-                                  : (uint32_t)(-neg) * kc->umax;
-    int32_t kl = !fits                          ? 2
-                 : span <= 0x3fu && kc->multi5 ? 5
-                 : span <= 0xffu               ? 4
-                 : span <= 0x3ffu              ? 3
-                                               : 2;
+    /* each lane started at -lo, lo = umax * neg: lanes of u (unsigned codes, u_pad = 0; signed
+     * codes u = f ^ h, made for a whole word by the build, u_pad = h in every lane of the
+     * padding, as the pairs) */
+    const uint32_t lane0 = (uint32_t)(-neg) * kc->umax;
+    int32_t kl = !fits                                   ? 2
+                 : span <= 0x3fu && kc->multi5          ? 5
+                 : span <= kc->max4                     ? 4
+                 : span <= 0x3ffu                       ? 3
+                                                        : 2; /* signed: 3 lanes (one padding) */
     int32_t cls, i, t;
     uint32_t ws[9];
     kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
@@ -1972,14 +1972,14 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
                               * whole over the pairs' rows) */
-        /* (signed codes: the pairs' padding is u_pad = h in both halves, the lanes' 0; the
+        /* (signed codes: u_pad = h in both halves of the pairs, in the 3 lanes of 10 bits; the
          * whole rows either way) */
         const int32_t n_fill = cls == 0 || kc->hx             ? MICO_DWP_PITCH * kc->rows
                                : cls == 2 || kc->layout == 2 ? 3 * MICO_DWP_PITCH
                                                              : 0;
-        const uint32_t fill = cls == 0 ? kc->hx * 0x10001u : 0u;
+        const uint32_t fill = kc->hx * (cls == 0 ? 0x10001u : 0x100401u);
         for (i = 0; i < n_fill; i++) {
-            buf[i].w = fill; /* u_pad, or 0 */
+            buf[i].w = fill; /* u_pad */
         }
         kc->layout = cls;
     }
@@ -2186,6 +2186,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         kc.levels = levels;
         kc.hi = g->hi;
         kc.hx = hx;
+        kc.max4 = hx ? 0u : 0xffu;
         kc.in = (const uint8_t *)in;
         kc.stage = stage;
         kc.b = b;

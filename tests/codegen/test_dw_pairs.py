@@ -139,7 +139,7 @@ def _levels() -> list:
     put every sum above the first level or below every level, multipliers whose rounding ties
     fall on exact sums (r / 8 + 1/2, r / 4 + 1/2), shifts of 32 or less (sums scaled by 2^k),
     in words of 5, 4 and 3 lanes, pairs at stride 1 (long rows) and 2; signed codes in words
-    of 3 and 4 lanes and pairs, one layer switching between them."""
+    of 3 lanes (their padding u_pad = h) and pairs, one layer switching between them."""
     a2, a4 = QFormat(2, False), QFormat(4, False)
     layers = [
         _layer(25, 5, a=a2, o=a2, wb=2, c=6, seed=100),  # 5 lanes
@@ -163,8 +163,8 @@ def _levels() -> list:
         o = QFormat(4, True) if j != 1 else QFormat(2, False)
         layers.append(_layer(25, 5, a=a, o=o, wb=4 if j != 1 else 2, c=5, seed=110 + j,
                              relu=not o.signed))  # fmt: skip
-    # signed 4-bit codes: 4 lanes (span 15 sum |w| <= 255), 3 (<= 1023), pairs (sums scaled
-    # by 2^2 for shift 30: 15 * 18 * 4 > 1023): 4, 3, pairs, 4, 3, pairs, 4
+    # signed 4-bit codes: 3 lanes (span 15 sum |w| <= 1023; 4 lanes are for unsigned codes),
+    # pairs (sums scaled by 2^2 for shift 30: 15 * 18 * 4 > 1023): 3, 3, pairs, 3, 3, pairs, 3
     mixed = _layer(25, 5, a=QFormat(4, True), o=QFormat(4, True), wb=4, c=7, seed=113,
                    relu=False)  # fmt: skip
     for ch, fill in enumerate([1, 3, 2, 1, -7, 2, 1]):
