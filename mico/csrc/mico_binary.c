@@ -879,12 +879,20 @@ static void mico_bdw_flush(MicoBdwOut *o)
     }
 }
 
-/* Word i of the nwi words of a plane of hw bits from bit `at` (the last one zero-filled). */
+/* Word i of the nwi words of a plane of hw bits from bit `at` (the last one zero-filled);
+ * more: whether 4 more bytes of the tensor follow the plane (then the last word is read whole
+ * and masked). */
 MICO_BIN_INLINE uint32_t mico_bdw_word(const uint8_t *in, size_t at, int32_t i, int32_t nwi,
-                                       int32_t hw)
+                                       int32_t hw, int32_t more)
 {
-    return i + 1 < nwi ? mico_bdw_get32(in, at + 32u * (size_t)i)
-                       : mico_bin_get(in, at + 32u * (size_t)i, hw - 32 * i);
+    const int32_t n = hw - 32 * i;
+    if (i + 1 < nwi || (more && n == 32)) {
+        return mico_bdw_get32(in, at + 32u * (size_t)i);
+    }
+    if (more) {
+        return mico_bdw_get32(in, at + 32u * (size_t)i) & ((1u << n) - 1u);
+    }
+    return mico_bin_get(in, at + 32u * (size_t)i, n);
 }
 
 /* Bits 0, 2, 4, .. 30 of x in bits 0 .. 15 (the others cleared). */
@@ -915,6 +923,7 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
     uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS], ev[MICO_BDW_WORDS];
     uint32_t od[MICO_BDW_WORDS];
     int32_t vals[32], o, ky, i, j, c, y, sh[3];
+    uint32_t sh0, sh1, sh2;
     MicoBdwGeom g;
     MicoBdwOut wr;
     for (i = 0; i < 3 * MICO_BDW_NB; i++) {
@@ -941,6 +950,9 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         /* copy kx: the grid from bit 32 z + o + 1 - kx (stride 2: kx = 2 reads O unshifted) */
         sh[ky] = s2 && ky == 2 ? o : o + 1 - ky;
     }
+    sh0 = (uint32_t)sh[0];
+    sh1 = (uint32_t)sh[1];
+    sh2 = (uint32_t)sh[2];
     g.bufs = bufs;
     g.vm = vm;
     g.nwo = nw;
@@ -975,37 +987,47 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
     for (c = 0; c < p->out_c; c++) {
         const size_t at = (size_t)c * (size_t)hw;
         const uint32_t wv = wt[c] & 0x1ffu;
-        const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
+        /* another plane of at least 40 bits follows: the last word's 5 bytes lie inside */
+        const int32_t more = c + 1 < p->out_c && hw >= 40;
         uint32_t prev0 = 0, prev1 = 0, prev2 = 0;
         uint32_t *b = bufs + z;
-        for (i = 0; s2 && i < nwi; i++) { /* stride 2: the plane's words into E and O */
-            const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw);
-            if (i & 1) {
-                ev[i >> 1] |= mico_bdw_even(v) << 16;
-                od[i >> 1] |= mico_bdw_even(v >> 1) << 16;
-            } else {
-                ev[i >> 1] = mico_bdw_even(v);
-                od[i >> 1] = mico_bdw_even(v >> 1);
+#define MICO_BDW_COPIES(V0, V1, V2)                                                         \
+    do { /* word i of the three copies, each at its offset */                               \
+        b[0] = (prev0 >> (32 - sh0)) | ((V0) << sh0);                                       \
+        b[MICO_BDW_NB] = (prev1 >> (32 - sh1)) | ((V1) << sh1);                             \
+        b[2 * MICO_BDW_NB] = (prev2 >> (32 - sh2)) | ((V2) << sh2);                         \
+        prev0 = (V0);                                                                       \
+        prev1 = (V1);                                                                       \
+        prev2 = (V2);                                                                       \
+    } while (0)
+        if (!s2) { /* the plane itself, twice with a column cleared */
+            for (i = 0; i < nw; i++, b++) {
+                const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw, more);
+                MICO_BDW_COPIES(v & ~last[i], v, v & ~first[i]);
+            }
+        } else { /* stride 2: the plane's words into E and O, then O, E, O */
+            for (i = 0; i < nwi; i++) {
+                const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw, more);
+                if (i & 1) {
+                    ev[i >> 1] |= mico_bdw_even(v) << 16;
+                    od[i >> 1] |= mico_bdw_even(v >> 1) << 16;
+                } else {
+                    ev[i >> 1] = mico_bdw_even(v);
+                    od[i >> 1] = mico_bdw_even(v >> 1);
+                }
+            }
+            for (i = 0; i < nw; i++, b++) {
+                MICO_BDW_COPIES(od[i] & ~last[i], ev[i], od[i]);
             }
         }
-        for (i = 0; i < nw; i++, b++) { /* the three copies of the grid */
-            const uint32_t v = s2 ? ev[i] : mico_bdw_word((const uint8_t *)in, at, i, nwi, hw);
-            const uint32_t v0 = (s2 ? od[i] : v) & ~last[i];
-            const uint32_t v2 = s2 ? od[i] : v & ~first[i];
-            b[0] = (prev0 >> (32 - sh[0])) | (v0 << sh[0]);
-            b[MICO_BDW_NB] = (prev1 >> (32 - sh[1])) | (v << sh[1]);
-            b[2 * MICO_BDW_NB] = (prev2 >> (32 - sh[2])) | (v2 << sh[2]);
-            prev0 = v0;
-            prev1 = v;
-            prev2 = v2;
-        }
-        b[0] = prev0 >> (32 - sh[0]);
-        b[MICO_BDW_NB] = prev1 >> (32 - sh[1]);
-        b[2 * MICO_BDW_NB] = prev2 >> (32 - sh[2]);
+#undef MICO_BDW_COPIES
+        b[0] = prev0 >> (32 - sh0);
+        b[MICO_BDW_NB] = prev1 >> (32 - sh1);
+        b[2 * MICO_BDW_NB] = prev2 >> (32 - sh2);
         if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
             int32_t lim;
-            if (!binary) { /* A - N0 >= thr */
-                lim = thr[c] + n0;
+            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
+                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
                 lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
                 mico_bdw_bits(&g, wv, lim, res);
             } else { /* 2 A' + U - 9 >= thr */
@@ -1034,6 +1056,7 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         {
             const MicoRq rq = mico_rq(&p->out, c);
             const uint32_t bias = (uint32_t)p->bias[c];
+            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
             int32_t pix;
             for (pix = 0; pix < ohw; pix += 32) {
                 const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
