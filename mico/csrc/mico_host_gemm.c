@@ -460,6 +460,19 @@ static MICO_HOST_INLINE void mico_host_mk41_s8(const int8_t *MICO_RESTRICT w, si
     s[3] = a3;
 }
 
+/* The high 32 bits of a b (a < 2^32, b < 2^31) from 16-bit halves in 32-bit arithmetic, so that
+ * loops of it vectorise on targets without a vector 64-bit multiply (AVX2: none for this
+ * pattern; the uint64_t product made gcc 12 leave the loop scalar): with a = ah 2^16 + al and
+ * b = bh 2^16 + bl, u = ah bl + (al bl >> 16) < 2^32 and v = al bh + (u & 65535) < 2^31, and
+ * the result is ah bh + (u >> 16) + (v >> 16), exactly. */
+static MICO_HOST_INLINE uint32_t mico_host_mulhi(uint32_t a, uint32_t b)
+{
+    const uint32_t ah = a >> 16, al = a & 65535u, bh = b >> 16, bl = b & 65535u;
+    const uint32_t u = ah * bl + ((al * bl) >> 16);
+    const uint32_t v = al * bh + (u & 65535u);
+    return ah * bh + (u >> 16) + (v >> 16);
+}
+
 /* Whether a rescale by m 2^-shift with shift <= 32 can take the 32-bit loop of a shift of 33:
  * the magnitudes capped at *cap (any larger one is clamped to lo or hi anyway: its result
  * reaches max(hi, -lo) + 1) and scaled by 2^(33 - shift) still fit 32 bits. */
@@ -530,7 +543,7 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
             const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
             const uint32_t mag = (mag0 < cap ? mag0 : cap) << up;
-            const uint32_t h = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+            const uint32_t h = (mico_host_mulhi(mag, m) + rnd) >> s;
             const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
             v[i] = y < lo ? lo : y > hi ? hi : y;
         }
@@ -579,6 +592,7 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
 #define MICO_HOST_RQ_POOL (1 << 18) /* int32: tables and the copies they were built from */
 #define MICO_HOST_RQ_KEYS 512
 #define MICO_HOST_RQ_PIX 16 /* the most pixels of a GEMM layer requantized over channels */
+#define MICO_HOST_DW_RQ_PIX 256 /* and of a channels-last depthwise layer */
 #define MICO_HOST_RQ_ROWS 11 /* 6 rows, mico_host_rq16's 4 (mh, ml, rnd, s16), a flag row */
 typedef struct {
     const int32_t *m, *shift, *bias;
@@ -727,8 +741,7 @@ static MICO_HOST_INLINE void mico_host_rq_bytes(const int32_t *MICO_RESTRICT t, 
         const int32_t r = v < floor0 ? floor0 : v;
         const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
         const uint32_t mag = (mag0 < (uint32_t)cap[c] ? mag0 : (uint32_t)cap[c]) << up[c];
-        const uint32_t h = ((uint32_t)(((uint64_t)mag * (uint32_t)m[c]) >> 32) +
-                            (uint32_t)rnd[c]) >> sh[c];
+        const uint32_t h = (mico_host_mulhi(mag, (uint32_t)m[c]) + (uint32_t)rnd[c]) >> sh[c];
         const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
         const int32_t z = y < lo ? lo : y > hi ? hi : y;
         dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
@@ -1329,8 +1342,8 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
         off[t] = ((t / p->k_w) * p->dil_h * wp + (t % p->k_w) * p->dil_w) * n_c;
     }
     /* few pixels: requantized a pixel at a time over the channels (with many pixels, the
-     * per-channel runs of mico_host_store cost less than the byte transpose) */
-    rqt = npix <= MICO_HOST_PIX ? mico_host_rq_table(&p->out, p->bias, n_c) : 0;
+     * per-channel runs of mico_host_store cost less than the strided byte stores) */
+    rqt = npix <= MICO_HOST_DW_RQ_PIX ? mico_host_rq_table(&p->out, p->bias, n_c) : 0;
     cached = mico_host_weights(p->weight, mico_host_wbytes((size_t)n_c * (size_t)taps, p->w_bits),
                                2, taps * cp, &fill);
     wt = cached ? cached : mico_host_w;
