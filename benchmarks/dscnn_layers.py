@@ -81,10 +81,25 @@ against W8A8's 4.48).
 Since the issue-16 sub-byte kernels, a channel of a 25 x 5 plane whose sums fit takes more lanes
 a word: 4-bit codes 3 lanes of 10 bits (9 line groups instead of 13 pairs), 2-bit codes 5 lanes
 of 6 bits (the plane transposed: all 5 output columns in one word, one line group of 25
-positions), the buffer built a word at a time from the unpacked plane. The requantization
-(about 10 instructions an output, 1.1 per MAC) is then the largest part of the layer; at W4A4
-the build, the unpacking and the packing of the 4-bit outputs (about 1.6 per MAC together)
-keep it a little above W8A8's byte path.
+positions), the buffer built a word at a time from the unpacked plane. That left W4A4 at 4.78
+per MAC in the model (W8A8 4.54): the requantization (about 10 instructions an output) and
+the build, unpacking and packing of the plane (about 1.6 per MAC together) around the taps.
+
+The depthwise round of issue 16 (label "issue-16 depthwise round") took the part around the
+taps down: the 3- and 4-lane words of DS-CNN's rows of 5 are built at constant offsets (the
+build's pointer steps were a third of it: W4A4 -0.30 per MAC on the kernel benchmark), 5-lane
+words are built from the packed 2-bit codes without unpacking the plane, a channel's 9 weight
+codes are decoded in one unrolled pass with their sums, 1- and 2-bit outputs in the ReLU form
+go by per-channel thresholds counted for every lane of a word at once (three adds, shifts and
+masks a word instead of a multiply per output; the thresholds found by bisection with the
+kernel's own requantization), signed codes take 3 lanes too, and the pairs fill both lanes
+of a word at once. Depthwise in the model: W8A8 4.54 -> 4.53, W4A4 4.78 -> 4.42 (now below
+W8A8), W2A2 3.96 -> 3.67. What is left at W4A4 is the requantization of 4-bit outputs (15
+levels: too many thresholds, so a high-word multiply per output, about 10 instructions with
+its lane extraction and store, a third of the layer), the unpacking of the input and the
+packing of the outputs (about 0.7 per MAC), and the taps (3 lanes: 9.5 instructions an
+output). 8-bit weights with 4-bit codes keep 16-bit pairs (their sums do not fit 10 bits):
+5.15 per MAC on the kernel benchmark, above W8A8's 4.58.
 """
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
 
