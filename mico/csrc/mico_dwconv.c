@@ -1604,7 +1604,7 @@ static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_
             continue; /* padding in both lanes, as the layer left it */
         }
         if (!va || !vb) { /* one lane's line: the other reads a padding byte */
-            static uint8_t pads[1];
+            uint8_t pads[1];
             pads[0] = (uint8_t)pad_byte;
             if (!va) {
                 pa = pads;
