@@ -36,24 +36,31 @@
  *    counts says so (mico_host_pw_takes: narrow layers of many pixels, where the GEMM below
  *    pays a horizontal sum per output), and layers of one group, at most MICO_HOST_ROWS_K
  *    taps and 256 pixels or more (a first 3x3 conv): pixels in vector lanes over CHW rows
- *    (the input planes, or rows of taps built from them), 4 output channels x 16 pixels a
- *    micro-kernel, the input channel (tap) the reduction loop; int16 sums over chunks of
- *    input channels when the codes' and weights' bounds keep them exact (sub-byte widths),
- *    int32 ones otherwise (mico_host_pw).
+ *    (the input planes, or rows of taps built from them; strided layers split the planes by
+ *    column phase first, so every row of taps is a contiguous copy), the input channel (tap)
+ *    the reduction; int16 sums over chunks of input channels when the codes' and weights'
+ *    bounds keep them exact (sub-byte widths: 4 output channels x 16 pixels a micro-kernel),
+ *    int32 ones otherwise (a channel's whole row at a time, 8 input rows summed in registers
+ *    per pass) (mico_host_pw).
  *  - mico_qconv2d_host: any kernel, stride, padding, dilation and groups (codes of 1..8 bits).
  *    Per group, the input is unpacked once into zero-padded HWC planes; for each block of
  *    output pixels an im2col patch [pixel][tap] is copied from the planes (a 1x1 stride-1
  *    layer uses the planes themselves, channels padded to the row length), and every
  *    4 output channels x 2 pixels run the dot-product micro-kernel over it; the block's sums
  *    are requantized and packed 4 channels at a time (sub-byte outputs: the whole layer in one
- *    run at its end).
+ *    run at its end). Layers of MICO_HOST_RQ_PIX pixels or fewer with byte outputs keep the
+ *    sums as [pixel][channel] and requantize each pixel over all its channels at once
+ *    (mico_host_rq_bytes, a per-layer table of the channels' constants).
  *  - Depthwise layers (groups == in_c == out_c), any kernel, stride, padding and dilation:
- *    over the HWC planes, 16 channels of a pixel at a time in registers over the taps, in
- *    int16 when no sum of the taps' products can leave it (mico_host_dw_hwc); a layer too
- *    large for that scratch goes channel by channel over a plane split by stride phase, so
- *    every tap is one contiguous multiply-add over the plane (mico_host_dw, which reads a
- *    channel's whole input before storing any of its outputs: the in-place order of
- *    mico_conv2d.c).
+ *    layers of MICO_HOST_DW_WIDE output columns or more go channel by channel over CHW planes
+ *    split by stride phase, so every tap is one contiguous run (3x3: the nine taps summed in
+ *    registers in one pass; int16 sums when the channel's actual weights bound them;
+ *    mico_host_dw, which reads a channel's whole input before storing any of its outputs: the
+ *    in-place order of mico_conv2d.c); narrower ones over HWC planes, 16 channels of a pixel
+ *    at a time in registers over the taps, in int16 when no sum of the taps' products can
+ *    leave it (mico_host_dw_hwc; layers of MICO_HOST_DW_RQ_PIX pixels or fewer with byte
+ *    outputs requantize each pixel over its channels, straight into the CHW output).
+ *  Every path adds the bias inside the requantization loop (mico_host_store).
  *  - mico_qlinear_host: rows x in_features times out_features x in_features; 8-bit weights are
  *    read as int8 in place, narrower ones from the store.
  *  - mico_add_host: mico_add's 64-bit arithmetic over unpacked runs, vectorised.
@@ -1396,35 +1403,10 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     return 1;
 }
 
-/* Pointwise micro-kernels: acc[c * ld + j] = sum over k < kn of w[4 k + c] x[k xs + j], for 4
- * output channels (c) and 16 pixels (j) in vector lanes; the input channel k is the reduction
- * loop, so no horizontal sums. mico_host_pw_k32: int32 products and sums (any width);
- * mico_host_pw_k16: int16 products and sums, exact while kn |x| |w| <= 32767 (the caller
- * chunks the input channels so), stored to s[c * 16 + j]. */
-static MICO_HOST_INLINE void mico_host_pw_k32(const int32_t *MICO_RESTRICT x, size_t xs,
-                                               const int32_t *MICO_RESTRICT w, int32_t kn,
-                                               int32_t *MICO_RESTRICT acc, size_t ld)
-{
-    int32_t a[4][16];
-    int32_t k, j, c;
-    memset(a, 0, sizeof a);
-    MICO_HOST_NOUNROLL
-    for (k = 0; k < kn; k++) {
-        const int32_t *MICO_RESTRICT xr = x + (size_t)k * xs;
-        const int32_t w0 = w[4 * k], w1 = w[4 * k + 1], w2 = w[4 * k + 2], w3 = w[4 * k + 3];
-        for (j = 0; j < 16; j++) {
-            const int32_t v = xr[j];
-            a[0][j] += w0 * v;
-            a[1][j] += w1 * v;
-            a[2][j] += w2 * v;
-            a[3][j] += w3 * v;
-        }
-    }
-    for (c = 0; c < 4; c++) {
-        memcpy(acc + (size_t)c * ld, a[c], sizeof a[c]);
-    }
-}
-
+/* Pointwise micro-kernel of int16 sums: s[c * 16 + j] = sum over k < kn of w[4 k + c]
+ * x[k xs + j], for 4 output channels (c) and 16 pixels (j) in vector lanes; the input channel
+ * k is the reduction loop, so no horizontal sums; int16 products and sums, exact while
+ * kn |x| |w| <= 32767 (the caller chunks the input channels so). */
 static MICO_HOST_INLINE void mico_host_pw_k16(const int16_t *MICO_RESTRICT x, size_t xs,
                                                const int16_t *MICO_RESTRICT w, int32_t kn,
                                                int16_t *MICO_RESTRICT s)
@@ -1446,6 +1428,38 @@ static MICO_HOST_INLINE void mico_host_pw_k16(const int16_t *MICO_RESTRICT x, si
     memcpy(s, a, sizeof a); /* (a copy loop here makes gcc 12 extract every lane) */
 }
 
+/* a[j] (+)= sum over k < kn (<= 8) of w[4 k] x[k xs + j] for j < n: one output channel's
+ * row over 8 input rows at a time, the sums in registers (a loop the compiler vectorises
+ * over j; a 4-channel x 16-pixel tile of int32 accumulators went through memory on every
+ * input row). Missing rows (kn < 8) read row 0 times a zero weight. */
+static MICO_HOST_INLINE void mico_host_pw_row8(const int32_t *x, size_t xs, const int32_t *w,
+                                                int32_t kn, int add, int32_t n,
+                                                int32_t *MICO_RESTRICT a)
+{
+    const int32_t *MICO_RESTRICT x0 = x, *MICO_RESTRICT x1 = x + (kn > 1 ? xs : 0);
+    const int32_t *MICO_RESTRICT x2 = x + (kn > 2 ? 2 * xs : 0);
+    const int32_t *MICO_RESTRICT x3 = x + (kn > 3 ? 3 * xs : 0);
+    const int32_t *MICO_RESTRICT x4 = x + (kn > 4 ? 4 * xs : 0);
+    const int32_t *MICO_RESTRICT x5 = x + (kn > 5 ? 5 * xs : 0);
+    const int32_t *MICO_RESTRICT x6 = x + (kn > 6 ? 6 * xs : 0);
+    const int32_t *MICO_RESTRICT x7 = x + (kn > 7 ? 7 * xs : 0);
+    const int32_t w0 = w[0], w1 = kn > 1 ? w[4] : 0, w2 = kn > 2 ? w[8] : 0;
+    const int32_t w3 = kn > 3 ? w[12] : 0, w4 = kn > 4 ? w[16] : 0, w5 = kn > 5 ? w[20] : 0;
+    const int32_t w6 = kn > 6 ? w[24] : 0, w7 = kn > 7 ? w[28] : 0;
+    int32_t j;
+    if (add) {
+        for (j = 0; j < n; j++) {
+            a[j] += w0 * x0[j] + w1 * x1[j] + w2 * x2[j] + w3 * x3[j] + w4 * x4[j] +
+                    w5 * x5[j] + w6 * x6[j] + w7 * x7[j];
+        }
+        return;
+    }
+    for (j = 0; j < n; j++) {
+        a[j] = w0 * x0[j] + w1 * x1[j] + w2 * x2[j] + w3 * x3[j] + w4 * x4[j] + w5 * x5[j] +
+               w6 * x6[j] + w7 * x7[j];
+    }
+}
+
 /* Whether a pointwise layer takes mico_host_pw rather than the GEMM (cost per output in
  * hundredths of an instruction, measured with callgrind: the GEMM pays a horizontal sum per
  * output, mico_host_pw the pixels padded to 16), and in *chunk the input channels its int16
@@ -1465,10 +1479,11 @@ static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
 
 /* Pointwise convolution (1x1, stride 1, no padding, one group) over the CHW input, pixels in
  * vector lanes: the input planes are unpacked once (rows of npix codes padded with zeros to
- * a multiple of 16), and every 4 output channels x 16 pixels run a micro-kernel over the input
- * channels; each output channel's sums are requantized and packed in one run. Weights are
- * laid out once as [channel / 4][input channel][channel % 4] (int32, or int16 for the int16
- * sums). Returns 0 when the planes, sums or weights do not fit. */
+ * a multiple of 16); int16 sums: every 4 output channels x 16 pixels run a micro-kernel over
+ * the input channels; int32 sums: each output channel's row sums 8 input rows a pass
+ * (mico_host_pw_row8); each output channel's sums are requantized and packed in one run.
+ * Weights are laid out once as [channel / 4][input channel][channel % 4] (int32, or int16
+ * for the int16 sums). Returns 0 when the planes, sums or weights do not fit. */
 MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, void *out,
                                          int32_t chunk)
 {
@@ -1665,12 +1680,15 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
     }
     for (o = 0; o < n_out; o += 4) {
         const int32_t nb = n_out - o < 4 ? n_out - o : 4;
-        for (p0 = 0; p0 < npixp; p0 += 16) {
-            if (!chunk) {
-                mico_host_pw_k32(mico_host_x32 + p0, (size_t)npixp, w32 + (size_t)o * (size_t)kn,
-                                 kn, acc + p0, (size_t)npixp);
-                continue;
+        for (c = 0; !chunk && c < nb; c++) { /* int32 sums: a channel's row, 8 inputs a pass */
+            for (k0 = 0; k0 < kn; k0 += 8) {
+                mico_host_pw_row8(mico_host_x32 + (size_t)k0 * (size_t)npixp, (size_t)npixp,
+                                  w32 + (size_t)o * (size_t)kn + (size_t)k0 * 4u + (size_t)c,
+                                  kn - k0 < 8 ? kn - k0 : 8, k0 > 0, npixp,
+                                  acc + (size_t)c * (size_t)npixp);
             }
+        }
+        for (p0 = 0; chunk && p0 < npixp; p0 += 16) {
             for (k0 = 0; k0 < kn; k0 += chunk) {
                 const int32_t n = kn - k0 < chunk ? kn - k0 : chunk;
                 mico_host_pw_k16(x16 + (size_t)k0 * (size_t)npixp + (size_t)p0, (size_t)npixp,
