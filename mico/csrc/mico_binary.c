@@ -1099,10 +1099,6 @@ MICO_BIN_INLINE void mico_conv_bin(const MicoConv2d *p, const int32_t *thr, cons
     uint32_t patch[MICO_BIN_PATCH];
     int32_t base[MICO_BIN_PIX];
     int32_t pix_block, pix0, j, sliced;
-    if (mico_bdw_takes(p)) { /* depthwise 3x3: bit-sliced counts of the nine taps */
-        mico_bin_dw(p, thr, in, out);
-        return;
-    }
     g.in_c = p->in_c;
     g.in_h = pointwise ? 1 : p->in_h;
     g.in_w = pointwise ? p->in_h * p->in_w : p->in_w;
@@ -1211,14 +1207,37 @@ MICO_BIN_INLINE void mico_linear_bin(const MicoLinear *p, const int32_t *thr, co
     }
 }
 
-void mico_qconv2d_bin_swar(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+static MICO_NOINLINE void mico_conv_bin_swar(const MicoConv2d *p, const int32_t *thr,
+                                             const void *in, void *out)
 {
     mico_conv_bin(p, thr, in, out, 0);
 }
 
-void mico_qconv2d_bin_cpop(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+static MICO_NOINLINE void mico_conv_bin_cpop(const MicoConv2d *p, const int32_t *thr,
+                                             const void *in, void *out)
 {
     mico_conv_bin(p, thr, in, out, 1);
+}
+
+/* Depthwise 3x3 layers take the bit-sliced path (no popcount); the dispatch sits outside
+ * mico_conv_bin so that its patch buffer and mico_bin_dw's copies are never on the stack at
+ * once. */
+void mico_qconv2d_bin_swar(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+{
+    if (mico_bdw_takes(p)) {
+        mico_bin_dw(p, thr, in, out);
+    } else {
+        mico_conv_bin_swar(p, thr, in, out);
+    }
+}
+
+void mico_qconv2d_bin_cpop(const MicoConv2d *p, const int32_t *thr, const void *in, void *out)
+{
+    if (mico_bdw_takes(p)) {
+        mico_bin_dw(p, thr, in, out);
+    } else {
+        mico_conv_bin_cpop(p, thr, in, out);
+    }
 }
 
 void mico_qlinear_bin_swar(const MicoLinear *p, const int32_t *thr, const void *in, void *out)
