@@ -1472,7 +1472,14 @@ static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
     int64_t pw, gemm;
     *chunk = bound > 0 ? 32767 / bound : p->in_c;
     *chunk = *chunk >= 8 ? *chunk : 0; /* shorter chunks cost more in widening than they save */
-    pw = ((int64_t)p->in_c * (*chunk ? 25 : 50) + 600) * npixp / npix + 300;
+    if (!*chunk) { /* int32 sums (mico_host_pw_row8), refitted on this round's kernels: a
+                    * pass over 8 input rows per output channel, a fixed cost per channel */
+        pw = 45 * (int64_t)p->in_c * npixp / npix + 300 +
+             100 * (200 + 5 * (int64_t)p->in_c) / npix;
+        gemm = 1600 + 38 * (int64_t)mico_host_kpad(p->in_c);
+        return pw < gemm;
+    }
+    pw = ((int64_t)p->in_c * 25 + 600) * npixp / npix + 300;
     gemm = 1600 + 25 * (int64_t)mico_host_kpad(p->in_c);
     return pw < gemm;
 }
