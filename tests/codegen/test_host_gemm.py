@@ -468,15 +468,15 @@ def test_wide_depthwise_and_channel_requantization(build):
             for extreme in (False, True):
                 cases.append(case("conv", w, a, seed=10 * i + j, o_fmt=o, relu=bool(j % 2),
                                   extreme=extreme and j < 2, **g))  # fmt: skip
-    # 8-bit weights whose taps sum to 128 in magnitude: int16 sums at their bound (255 x 128
-    # over a channel), and 129: one past it (int32 sums)
+    # 8-bit weights of one sign whose magnitudes sum to 128: int16 sums at their bound (codes
+    # of 255 give -32640), and 129: one past it (-32895 needs the int32 sums)
     rng = np.random.default_rng(4)
     for k, extra in enumerate((0, 1)):
         c = case("conv", w8, a8, seed=90 + k, extreme=True, **geo[0])
         weight = np.zeros_like(c.weight)
         for ch in range(weight.shape[0]):
             taps = rng.permutation(9)[:3]
-            weight[ch, 0].flat[taps] = [-100 - extra, 20, -8] if ch % 2 else [-127, 1 + extra, 0]
+            weight[ch, 0].flat[taps] = [-100 - extra, -20, -8] if ch % 2 else [-127, -1 - extra, 0]
         cases.append(dataclasses.replace(c, weight=weight))
     run(cases, build())
 
