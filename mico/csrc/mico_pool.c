@@ -348,9 +348,14 @@ void mico_mean(const MicoMean *p, const void *in, void *out)
             }
             res[o] = acc;
         }
-        for (o = 0; o < g; o++) {
-            const MicoRq rq = mico_rq(&p->out, o0 + o);
-            mico_rq_run(&rq, &res[o], 1);
+        if (p->out.n_mult <= 1) { /* one multiplier: the run's outputs in one loop */
+            const MicoRq rq = mico_rq(&p->out, o0);
+            mico_rq_run_fast(&rq, res, g);
+        } else {
+            for (o = 0; o < g; o++) {
+                const MicoRq rq = mico_rq(&p->out, o0 + o);
+                mico_rq_run(&rq, &res[o], 1);
+            }
         }
         mico_pack(out, (size_t)o0, res, g, p->out.fmt);
     }

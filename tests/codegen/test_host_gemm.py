@@ -668,7 +668,7 @@ def test_pooling_and_mean_on_the_host(build):
     (every other target's) store, on random packed inputs of every activation format, planes
     whose sub-byte codes start inside a byte, padding, strides, dilation, windows counted
     with and without the padding, and means longer than one run (one program, built both
-    ways)."""
+    ways; means with one multiplier or one per output)."""
     rng = np.random.default_rng(11)
     pools = [  # channels, (h, w), (k_h, k_w), stride, pad, dilation
         (3, (28, 28), (2, 2), (2, 2), (0, 0), (1, 1)),
@@ -718,7 +718,7 @@ def test_pooling_and_mean_on_the_host(build):
                 call("mico_avgpool2d", t, ch * h * w, fmt, ch * oh * ow, o_fmt)
         for j, (outer, count) in enumerate(means):
             t = f"E{i}_{j}_"
-            out = out_struct(t, o_fmt, outer)
+            out = out_struct(t, o_fmt, outer if j % 2 else 1)  # per channel, or one multiplier
             lines.append(f"static const MicoMean {t}p = {{ .outer = {outer}, .count = {count}, "
                          f".in_fmt = {c_fmt(fmt)}, .out = {out} }};")  # fmt: skip
             call("mico_mean", t, outer * count, fmt, outer, o_fmt)
