@@ -1428,37 +1428,36 @@ static MICO_HOST_INLINE void mico_host_pw_k16(const int16_t *MICO_RESTRICT x, si
     memcpy(s, a, sizeof a); /* (a copy loop here makes gcc 12 extract every lane) */
 }
 
-/* a[j] (+)= sum over k < kn (<= 8) of w[4 k] x[k xs + j] for j < n: one output channel's
- * row over 8 input rows at a time, the sums in registers (a loop the compiler vectorises
- * over j; a 4-channel x 16-pixel tile of int32 accumulators went through memory on every
- * input row). Missing rows (kn < 8) read row 0 times a zero weight. */
-static MICO_HOST_INLINE void mico_host_pw_row8(const int32_t *x, size_t xs, const int32_t *w,
-                                                int32_t kn, int add, int32_t n,
-                                                int32_t *MICO_RESTRICT a)
-{
-    const int32_t *MICO_RESTRICT x0 = x, *MICO_RESTRICT x1 = x + (kn > 1 ? xs : 0);
-    const int32_t *MICO_RESTRICT x2 = x + (kn > 2 ? 2 * xs : 0);
-    const int32_t *MICO_RESTRICT x3 = x + (kn > 3 ? 3 * xs : 0);
-    const int32_t *MICO_RESTRICT x4 = x + (kn > 4 ? 4 * xs : 0);
-    const int32_t *MICO_RESTRICT x5 = x + (kn > 5 ? 5 * xs : 0);
-    const int32_t *MICO_RESTRICT x6 = x + (kn > 6 ? 6 * xs : 0);
-    const int32_t *MICO_RESTRICT x7 = x + (kn > 7 ? 7 * xs : 0);
-    const int32_t w0 = w[0], w1 = kn > 1 ? w[4] : 0, w2 = kn > 2 ? w[8] : 0;
-    const int32_t w3 = kn > 3 ? w[12] : 0, w4 = kn > 4 ? w[16] : 0, w5 = kn > 5 ? w[20] : 0;
-    const int32_t w6 = kn > 6 ? w[24] : 0, w7 = kn > 7 ? w[28] : 0;
-    int32_t j;
-    if (add) {
-        for (j = 0; j < n; j++) {
-            a[j] += w0 * x0[j] + w1 * x1[j] + w2 * x2[j] + w3 * x3[j] + w4 * x4[j] +
-                    w5 * x5[j] + w6 * x6[j] + w7 * x7[j];
-        }
-        return;
+/* a[j] (+)= sum over k < K of w[4 k] x[k xs + j] for j < n, K = 8, 4, 2 or 1: one output
+ * channel's row over K input rows at a time, the sums in registers (a loop the compiler
+ * vectorises over j; a 4-channel x 16-pixel tile of int32 accumulators went through memory
+ * on every input row). */
+#define MICO_HOST_PW_ROW(NAME, TERMS)                                                        \
+    static MICO_HOST_INLINE void NAME(const int32_t *MICO_RESTRICT x, size_t xs,            \
+                                      const int32_t *w, int add, int32_t n,                  \
+                                      int32_t *MICO_RESTRICT a)                              \
+    {                                                                                        \
+        int32_t j;                                                                           \
+        if (add) {                                                                           \
+            for (j = 0; j < n; j++) {                                                        \
+                a[j] += TERMS;                                                               \
+            }                                                                                \
+            return;                                                                          \
+        }                                                                                    \
+        for (j = 0; j < n; j++) {                                                            \
+            a[j] = TERMS;                                                                    \
+        }                                                                                    \
     }
-    for (j = 0; j < n; j++) {
-        a[j] = w0 * x0[j] + w1 * x1[j] + w2 * x2[j] + w3 * x3[j] + w4 * x4[j] + w5 * x5[j] +
-               w6 * x6[j] + w7 * x7[j];
-    }
-}
+#define MICO_HOST_T(K) w[4 * (K)] * x[(K) * xs + (size_t)j]
+MICO_HOST_PW_ROW(mico_host_pw_row1, MICO_HOST_T(0))
+MICO_HOST_PW_ROW(mico_host_pw_row2, MICO_HOST_T(0) + MICO_HOST_T(1))
+MICO_HOST_PW_ROW(mico_host_pw_row4,
+                 MICO_HOST_T(0) + MICO_HOST_T(1) + MICO_HOST_T(2) + MICO_HOST_T(3))
+MICO_HOST_PW_ROW(mico_host_pw_row8, MICO_HOST_T(0) + MICO_HOST_T(1) + MICO_HOST_T(2) +
+                                        MICO_HOST_T(3) + MICO_HOST_T(4) + MICO_HOST_T(5) +
+                                        MICO_HOST_T(6) + MICO_HOST_T(7))
+#undef MICO_HOST_T
+#undef MICO_HOST_PW_ROW
 
 /* Whether a pointwise layer takes mico_host_pw rather than the GEMM (cost per output in
  * hundredths of an instruction, measured with callgrind: the GEMM pays a horizontal sum per
@@ -1488,9 +1487,10 @@ static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
  * vector lanes: the input planes are unpacked once (rows of npix codes padded with zeros to
  * a multiple of 16); int16 sums: every 4 output channels x 16 pixels run a micro-kernel over
  * the input channels; int32 sums: each output channel's row sums 8 input rows a pass
- * (mico_host_pw_row8); each output channel's sums are requantized and packed in one run.
- * Weights are laid out once as [channel / 4][input channel][channel % 4] (int32, or int16
- * for the int16 sums). Returns 0 when the planes, sums or weights do not fit. */
+ * (mico_host_pw_row8, then 4, 2, 1); each output channel's sums are requantized and packed
+ * in one run. Weights are laid out once as [channel / 4][input channel][channel % 4]
+ * (int32, or int16 for the int16 sums). Returns 0 when the planes, sums or weights do not
+ * fit. */
 MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, void *out,
                                          int32_t chunk)
 {
@@ -1688,11 +1688,24 @@ MICO_HOST_CLONES static int mico_host_pw(const MicoConv2d *p, const void *in, vo
     for (o = 0; o < n_out; o += 4) {
         const int32_t nb = n_out - o < 4 ? n_out - o : 4;
         for (c = 0; !chunk && c < nb; c++) { /* int32 sums: a channel's row, 8 inputs a pass */
-            for (k0 = 0; k0 < kn; k0 += 8) {
-                mico_host_pw_row8(mico_host_x32 + (size_t)k0 * (size_t)npixp, (size_t)npixp,
-                                  w32 + (size_t)o * (size_t)kn + (size_t)k0 * 4u + (size_t)c,
-                                  kn - k0 < 8 ? kn - k0 : 8, k0 > 0, npixp,
-                                  acc + (size_t)c * (size_t)npixp);
+            int32_t *MICO_RESTRICT a = acc + (size_t)c * (size_t)npixp;
+            for (k0 = 0; k0 < kn;) {
+                const int32_t *xr = mico_host_x32 + (size_t)k0 * (size_t)npixp;
+                const int32_t *wr = w32 + (size_t)o * (size_t)kn + (size_t)k0 * 4u + (size_t)c;
+                const int32_t left = kn - k0;
+                if (left >= 8) {
+                    mico_host_pw_row8(xr, (size_t)npixp, wr, k0 > 0, npixp, a);
+                    k0 += 8;
+                } else if (left >= 4) {
+                    mico_host_pw_row4(xr, (size_t)npixp, wr, k0 > 0, npixp, a);
+                    k0 += 4;
+                } else if (left >= 2) {
+                    mico_host_pw_row2(xr, (size_t)npixp, wr, k0 > 0, npixp, a);
+                    k0 += 2;
+                } else {
+                    mico_host_pw_row1(xr, (size_t)npixp, wr, k0 > 0, npixp, a);
+                    k0 += 1;
+                }
             }
         }
         for (p0 = 0; chunk && p0 < npixp; p0 += 16) {
