@@ -657,7 +657,7 @@ static const int32_t *mico_host_rq_table(const MicoOut *o, const int32_t *bias, 
     const size_t k = o->n_mult > 1 ? (size_t)n : 1u, rows = MICO_HOST_RQ_ROWS * (size_t)n;
     MicoHostRqKey *e;
     int32_t i;
-    if (o->fmt.bits != 8 || o->n_mult == 0 || mico_host_staged || n > MICO_HOST_ROW) {
+    if ((o->fmt.bits != 8 && !mico_host_staged) || o->n_mult == 0 || n > MICO_HOST_ROW) {
         return 0;
     }
     for (i = 0; i < mico_host_rq_n_keys; i++) {
@@ -718,41 +718,52 @@ static const int32_t *mico_host_rq_table(const MicoOut *o, const int32_t *bias, 
 static MICO_HOST_INLINE void mico_host_rq_bytes(const int32_t *MICO_RESTRICT t, int32_t nt,
                                                  const int32_t *MICO_RESTRICT acc, int32_t n,
                                                  const MicoOut *o, uint8_t *MICO_RESTRICT dst,
-                                                 size_t ds)
+                                                 size_t ds, int32_t *MICO_RESTRICT codes)
 {
     const int32_t *MICO_RESTRICT b = t, *MICO_RESTRICT m = t + nt, *MICO_RESTRICT cap = t + 2 * nt;
     const int32_t *MICO_RESTRICT up = t + 3 * nt, *MICO_RESTRICT sh = t + 4 * nt;
     const int32_t *MICO_RESTRICT rnd = t + 5 * nt;
+    const int32_t *MICO_RESTRICT mh = t + 6 * nt, *MICO_RESTRICT ml = t + 7 * nt;
+    const int32_t *MICO_RESTRICT rnd16 = t + 8 * nt, *MICO_RESTRICT s16 = t + 9 * nt;
     const int32_t lo = o->lo, hi = o->hi, floor0 = o->relu ? 0 : INT32_MIN;
     const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
     int32_t c;
-    if (t[10 * nt]) { /* every channel takes mico_host_rq16's arithmetic */
-        const int32_t *MICO_RESTRICT mh = t + 6 * nt, *MICO_RESTRICT ml = t + 7 * nt;
-        const int32_t *MICO_RESTRICT rnd16 = t + 8 * nt, *MICO_RESTRICT s16 = t + 9 * nt;
-        for (c = 0; c < n; c++) {
-            const int32_t v = acc[c] + b[c];
-            const int32_t r = v < floor0 ? floor0 : v;
-            const uint32_t sign = (uint32_t)(r >> 31);
-            const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
-            const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
-            const uint32_t x = mag * (uint32_t)mh[c] + ((mag * (uint32_t)ml[c]) >> 16);
-            const int32_t y =
-                (int32_t)((((x + (uint32_t)rnd16[c]) >> (uint32_t)s16[c]) ^ sign) - sign);
-            const int32_t z = y < lo ? lo : y > hi ? hi : y;
-            dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
+/* every channel takes mico_host_rq16's arithmetic (t[10 nt]), or the 64-bit-product one */
+#define MICO_HOST_RQ16_LOOP(STORE)                                                           \
+    for (c = 0; c < n; c++) {                                                                \
+        const int32_t v = acc[c] + b[c], r = v < floor0 ? floor0 : v;                        \
+        const uint32_t sign = (uint32_t)(r >> 31);                                           \
+        const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;                                   \
+        const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;                                  \
+        const uint32_t x = mag * (uint32_t)mh[c] + ((mag * (uint32_t)ml[c]) >> 16);          \
+        const int32_t y =                                                                    \
+            (int32_t)((((x + (uint32_t)rnd16[c]) >> (uint32_t)s16[c]) ^ sign) - sign);       \
+        const int32_t z = y < lo ? lo : y > hi ? hi : y;                                     \
+        STORE;                                                                               \
+    }
+#define MICO_HOST_RQ64_LOOP(STORE)                                                           \
+    for (c = 0; c < n; c++) {                                                                \
+        const int32_t v = acc[c] + b[c], r = v < floor0 ? floor0 : v;                        \
+        const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;                        \
+        const uint32_t mag = (mag0 < (uint32_t)cap[c] ? mag0 : (uint32_t)cap[c]) << up[c];   \
+        const uint32_t h = (mico_host_mulhi(mag, (uint32_t)m[c]) + (uint32_t)rnd[c]) >> sh[c]; \
+        const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;                                  \
+        const int32_t z = y < lo ? lo : y > hi ? hi : y;                                     \
+        STORE;                                                                               \
+    }
+    if (codes) { /* sub-byte outputs: the codes into the stage, packed at the layer's end */
+        if (t[10 * nt]) {
+            MICO_HOST_RQ16_LOOP(codes[(size_t)c * ds] = z)
+        } else {
+            MICO_HOST_RQ64_LOOP(codes[(size_t)c * ds] = z)
         }
-        return;
+    } else if (t[10 * nt]) {
+        MICO_HOST_RQ16_LOOP(dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u))
+    } else {
+        MICO_HOST_RQ64_LOOP(dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u))
     }
-    for (c = 0; c < n; c++) {
-        const int32_t v = acc[c] + b[c];
-        const int32_t r = v < floor0 ? floor0 : v;
-        const uint32_t mag0 = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
-        const uint32_t mag = (mag0 < (uint32_t)cap[c] ? mag0 : (uint32_t)cap[c]) << up[c];
-        const uint32_t h = (mico_host_mulhi(mag, (uint32_t)m[c]) + (uint32_t)rnd[c]) >> sh[c];
-        const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
-        const int32_t z = y < lo ? lo : y > hi ? hi : y;
-        dst[(size_t)c * ds] = (uint8_t)(((uint32_t)z + zero) & 255u);
-    }
+#undef MICO_HOST_RQ16_LOOP
+#undef MICO_HOST_RQ64_LOOP
 }
 
 /* Sub-byte outputs of a layer whose codes fit the stage wait there and are packed in one run
@@ -1022,7 +1033,8 @@ MICO_HOST_CLONES static int mico_host_conv(const MicoConv2d *p, const void *in, 
             }
             for (j = 0; rqt && j < np; j++) { /* a pixel's channels at once, into CHW */
                 mico_host_rq_bytes(rqt, opg, mico_host_acc + (size_t)j * (size_t)opg, opg,
-                                   &p->out, (uint8_t *)out + pix0 + j, (size_t)npix);
+                                   &p->out, (uint8_t *)out + pix0 + j, (size_t)npix,
+                                   mico_host_staged ? mico_host_stage + pix0 + j : 0);
             }
             for (oc = 0; !rqt && oc < opg; oc += 4) {
                 const int16_t *w = wg + (size_t)oc * (size_t)kp;
@@ -1310,7 +1322,7 @@ MICO_HOST_CLONES static void mico_host_dw_hwc_rq(const MicoConv2d *p, const int1
     for (j = 0; j < npix; j++) {
         mico_host_dw_pixel(p, x, wp, off, wt, narrow, j, acc);
         mico_host_rq_bytes(rqt, p->in_c, acc, p->in_c, &p->out, (uint8_t *)out + j,
-                           (size_t)npix);
+                           (size_t)npix, mico_host_staged ? mico_host_stage + j : 0);
     }
 }
 
