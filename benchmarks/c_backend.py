@@ -630,42 +630,33 @@ def grid_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         if not chosen:
             continue
         models = list(dict.fromkeys(r["model"] for r in chosen))
-        ok = sum(1 for r in chosen if (r.get("agreement") or {}).get("agrees"))
-        rows += [
-            f"## {mode} mode: {ok}/{len(chosen)} cases agree",
-            "",
-            "| model | " + " | ".join(plans) + " |",
-            "|---|" + "---|" * len(plans),
-        ]
-        for model in models:
-            cells = []
-            for plan in plans:
-                r = next((x for x in chosen if x["model"] == model and x["plan"] == plan), None)
-                if r is None:
-                    cells.append("")
-                elif not r.get("agreement"):
-                    cells.append("ERR")
-                else:
-                    a = r["agreement"]
-                    agree = a["exact"] if mode == "static" else max(a["exact"], _within(a))
-                    cells.append("✓" if a["agrees"] else f"✗ {agree}/{a['samples']}")
-            rows.append(f"| {model} | " + " | ".join(cells) + " |")
-        rows.append("")
-        rows += _rv32_grid(chosen, mode, plans, models)
+        rows += _agreement_table(
+            f"## {mode} mode", "cases agree", chosen, mode, plans, models, lambda r: r
+        )
+        ran = [r for r in chosen if "rv32" in r]  # the same cases built for rv32imac, under qemu
+        if ran:
+            title = f"### {mode} mode on rv32 (qemu, {RV32_SAMPLES} samples a case)"
+            rows += _agreement_table(
+                title, "agree", ran, mode, plans, models, lambda r: r.get("rv32") or {}
+            )
     rows += _failures(records)
     return "\n".join(rows) + "\n"
 
 
-def _rv32_grid(
-    chosen: list[dict[str, Any]], mode: str, plans: list[str], models: list[str]
+def _agreement_table(
+    title: str,
+    verb: str,
+    cases: list[dict[str, Any]],
+    mode: str,
+    plans: list[str],
+    models: list[str],
+    where: Callable[[dict[str, Any]], dict[str, Any]],
 ) -> list[str]:
-    """The same cases built for rv32imac and run under qemu: a table when any ran there."""
-    ran = [r for r in chosen if "rv32" in r]
-    if not ran:
-        return []
-    ok = sum(1 for r in ran if ((r.get("rv32") or {}).get("agreement") or {}).get("agrees"))
+    """A model x plan table of one mode's cases: each cell the agreement of ``where(case)``
+    (the host's record, or its rv32 run), ✓ when it holds, ERR when that stage failed."""
+    ok = sum(1 for r in cases if (where(r).get("agreement") or {}).get("agrees"))
     rows = [
-        f"### {mode} mode on rv32 (qemu, {RV32_SAMPLES} samples a case): {ok}/{len(ran)} agree",
+        f"{title}: {ok}/{len(cases)} {verb}",
         "",
         "| model | " + " | ".join(plans) + " |",
         "|---|" + "---|" * len(plans),
@@ -673,8 +664,8 @@ def _rv32_grid(
     for model in models:
         cells = []
         for plan in plans:
-            r = next((x for x in ran if x["model"] == model and x["plan"] == plan), None)
-            a = ((r or {}).get("rv32") or {}).get("agreement")
+            r = next((x for x in cases if x["model"] == model and x["plan"] == plan), None)
+            a = where(r).get("agreement") if r is not None else None
             if r is None:
                 cells.append("")
             elif not a:
