@@ -168,6 +168,33 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
         }                                                                                         \
     } while (0)
 
+/* The 16 sums s<channel><pixel> of a 4 x 4 tile, each starting at its channel's bias. */
+#define MICO_NW_SUMS_AT_BIAS(RQ)                                                                  \
+    int32_t s00 = (RQ)[0].bias, s01 = s00, s02 = s00, s03 = s00;                                  \
+    int32_t s10 = (RQ)[1].bias, s11 = s10, s12 = s10, s13 = s10;                                  \
+    int32_t s20 = (RQ)[2].bias, s21 = s20, s22 = s20, s23 = s20;                                  \
+    int32_t s30 = (RQ)[3].bias, s31 = s30, s32 = s30, s33 = s30
+
+/* The end of a tile in a tile function's loop over pixel quads: with O, the 16 sums
+ * requantized and stored (4 channel planes PLANE apart), then the next quad while NQ > 1;
+ * without, the sums left in ACC. */
+#define MICO_NW_TILE_END(O, RQ, PLANE, NQ, ACC)                                                   \
+    if (O) {                                                                                      \
+        MICO_NW_PUT4(O, RQ, s00, s01, s02, s03);                                                  \
+        MICO_NW_PUT4((O) + (PLANE), (RQ) + 1, s10, s11, s12, s13);                                \
+        MICO_NW_PUT4((O) + 2 * (PLANE), (RQ) + 2, s20, s21, s22, s23);                            \
+        MICO_NW_PUT4((O) + 3 * (PLANE), (RQ) + 3, s30, s31, s32, s33);                            \
+        if ((NQ) > 1) {                                                                           \
+            continue;                                                                             \
+        }                                                                                         \
+        return;                                                                                   \
+    }                                                                                             \
+    (ACC)[0] = s00, (ACC)[1] = s01, (ACC)[2] = s02, (ACC)[3] = s03;                               \
+    (ACC)[4] = s10, (ACC)[5] = s11, (ACC)[6] = s12, (ACC)[7] = s13;                               \
+    (ACC)[8] = s20, (ACC)[9] = s21, (ACC)[10] = s22, (ACC)[11] = s23;                             \
+    (ACC)[12] = s30, (ACC)[13] = s31, (ACC)[14] = s32, (ACC)[15] = s33;                           \
+    return
+
 /* The 4 x 4 tile of channels c0.. (table column wt) and 4 pixels (x, taps xs bytes apart),
  * its sums starting at the channels' biases. T: the codes' type (int8_t, or uint8_t for
  * unsigned codes). With o (a whole tile of a ReLU layer): requantized and stored at o, o +
@@ -180,10 +207,7 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
       const int8_t *const wt0 = wt;                                                               \
       for (;; nq--, o += 4, patch_ = (const T *)patch_ + 4) {                                     \
         const T *x = (const T *)patch_;                                                           \
-        int32_t s00 = rq[0].bias, s01 = s00, s02 = s00, s03 = s00;                                \
-        int32_t s10 = rq[1].bias, s11 = s10, s12 = s10, s13 = s10;                                \
-        int32_t s20 = rq[2].bias, s21 = s20, s22 = s20, s23 = s20;                                \
-        int32_t s30 = rq[3].bias, s31 = s30, s32 = s30, s33 = s30;                                \
+        MICO_NW_SUMS_AT_BIAS(rq);                                                                 \
         const T *const end = x + taps * xs;                                                       \
         wt = wt0;                                                                                 \
         for (; x < end; x += xs, wt += stride) {                                                  \
@@ -212,21 +236,7 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
             s32 += w * x2;                                                                        \
             s33 += w * x3;                                                                        \
         }                                                                                         \
-        if (o) {                                                                                  \
-            MICO_NW_PUT4(o, rq, s00, s01, s02, s03);                                              \
-            MICO_NW_PUT4(o + plane, rq + 1, s10, s11, s12, s13);                                  \
-            MICO_NW_PUT4(o + 2 * plane, rq + 2, s20, s21, s22, s23);                              \
-            MICO_NW_PUT4(o + 3 * plane, rq + 3, s30, s31, s32, s33);                              \
-            if (nq > 1) {                                                                         \
-                continue;                                                                         \
-            }                                                                                     \
-            return;                                                                               \
-        }                                                                                         \
-        acc[0] = s00, acc[1] = s01, acc[2] = s02, acc[3] = s03;                                   \
-        acc[4] = s10, acc[5] = s11, acc[6] = s12, acc[7] = s13;                                   \
-        acc[8] = s20, acc[9] = s21, acc[10] = s22, acc[11] = s23;                                 \
-        acc[12] = s30, acc[13] = s31, acc[14] = s32, acc[15] = s33;                               \
-        return;                                                                                   \
+        MICO_NW_TILE_END(o, rq, plane, nq, acc);                                                  \
       }                                                                                           \
     }
 MICO_NW_TILE(mico_nw_tile_s8, int8_t)
@@ -276,10 +286,7 @@ MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
       for (;; nq--, o += 4, patch_ = (const T *)patch_ + 4) {                                     \
         const T *x = (const T *)patch_;                                                           \
         const int8_t *w4 = wq;                                                                    \
-        int32_t s00 = rq[0].bias, s01 = s00, s02 = s00, s03 = s00;                                \
-        int32_t s10 = rq[1].bias, s11 = s10, s12 = s10, s13 = s10;                                \
-        int32_t s20 = rq[2].bias, s21 = s20, s22 = s20, s23 = s20;                                \
-        int32_t s30 = rq[3].bias, s31 = s30, s32 = s30, s33 = s30;                                \
+        MICO_NW_SUMS_AT_BIAS(rq);                                                                 \
         for (; w4 < end; w4 += 32, x += 8 * MICO_NW_PIX) {                                        \
             MICO_NW_TAP4(x, w4);                                                                  \
             MICO_NW_TAP4(x + MICO_NW_PIX, w4 + 4);                                                \
@@ -290,21 +297,7 @@ MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
             MICO_NW_TAP4(x + 6 * MICO_NW_PIX, w4 + 24);                                           \
             MICO_NW_TAP4(x + 7 * MICO_NW_PIX, w4 + 28);                                           \
         }                                                                                         \
-        if (o) {                                                                                  \
-            MICO_NW_PUT4(o, rq, s00, s01, s02, s03);                                              \
-            MICO_NW_PUT4(o + plane, rq + 1, s10, s11, s12, s13);                                  \
-            MICO_NW_PUT4(o + 2 * plane, rq + 2, s20, s21, s22, s23);                              \
-            MICO_NW_PUT4(o + 3 * plane, rq + 3, s30, s31, s32, s33);                              \
-            if (nq > 1) {                                                                         \
-                continue;                                                                         \
-            }                                                                                     \
-            return;                                                                               \
-        }                                                                                         \
-        acc[0] = s00, acc[1] = s01, acc[2] = s02, acc[3] = s03;                                   \
-        acc[4] = s10, acc[5] = s11, acc[6] = s12, acc[7] = s13;                                   \
-        acc[8] = s20, acc[9] = s21, acc[10] = s22, acc[11] = s23;                                 \
-        acc[12] = s30, acc[13] = s31, acc[14] = s32, acc[15] = s33;                               \
-        return;                                                                                   \
+        MICO_NW_TILE_END(o, rq, plane, nq, acc);                                                  \
       }                                                                                           \
     }
 MICO_NW_PTILE(mico_nw_ptile_s8, int8_t)
