@@ -1130,18 +1130,9 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
                          hi, g, RELU);                                                            \
         }                                                                                         \
     } while (0)
-#define MICO_DWP_PLANEK(NAME, K, RELU)                                                           \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
-        int32_t s, j;                                                                             \
-        uint32_t a0, a1;                                                                          \
+/* The line loop of the plane functions below: each line's pairs of outputs in every lane,
+ * then its last output when the row is odd; K lanes a word, PUT(A, OF, ...) stores word A's. */
+#define MICO_DWP_LINES(K, PUT, ...)                                                               \
         for (s = 0; s < lines; s++) {                                                             \
             const MicoDwpWord *b = buf + s * pitch;                                               \
             const MicoDwpWord *const end = b + full * 2;                                          \
@@ -1157,17 +1148,30 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
                 MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
                 MICO_DW8_FENCE();                                                                 \
                 MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
-                MICO_DWP_PUTK(a0, 0, K, RELU);                                                       \
-                MICO_DWP_PUTK(a1, of, K, RELU);                                                      \
+                PUT(a0, 0, __VA_ARGS__);                                                          \
+                PUT(a1, of, __VA_ARGS__);                                                         \
             }                                                                                     \
             if (rest) { /* the row's last output of each lane */                                  \
                 uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
                 a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
                 a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
                      wp[8] * b[2 * pitch + 2].w;                                                  \
-                MICO_DWP_PUTK(a, 0, K, RELU);                                                        \
+                PUT(a, 0, __VA_ARGS__);                                                           \
             }                                                                                     \
-        }                                                                                         \
+        }
+#define MICO_DWP_PLANEK(NAME, K, RELU)                                                           \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        MICO_DWP_LINES(K, MICO_DWP_PUTK, K, RELU);                                                \
     }
 MICO_DWP_PLANEK(mico_dwp_k3_0, 3, 0)
 MICO_DWP_PLANEK(mico_dwp_k3_1, 3, 1)
@@ -1205,32 +1209,7 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
         (void)bb;                                                                                 \
         (void)m;                                                                                  \
         (void)sh;                                                                                 \
-        for (s = 0; s < lines; s++) {                                                             \
-            const MicoDwpWord *b = buf + s * pitch;                                               \
-            const MicoDwpWord *const end = b + full * 2;                                          \
-            uint8_t *o = out + s * g->ostep_slow;                                                 \
-            int32_t oj[K];                                                                        \
-            MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
-                oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
-            }                                                                                     \
-            for (; b < end; b += 2, o += 2 * of) {                                                \
-                a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], 1);                                         \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
-                MICO_DWP_PUTT(a0, 0, K);                                                          \
-                MICO_DWP_PUTT(a1, of, K);                                                         \
-            }                                                                                     \
-            if (rest) { /* the row's last output of each lane */                                  \
-                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
-                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
-                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
-                     wp[8] * b[2 * pitch + 2].w;                                                  \
-                MICO_DWP_PUTT(a, 0, K);                                                           \
-            }                                                                                     \
-        }                                                                                         \
+        MICO_DWP_LINES(K, MICO_DWP_PUTT, K);                                                      \
     }
 MICO_DWP_PLANEKT(mico_dwp_k3_2, 3)
 MICO_DWP_PLANEKT(mico_dwp_k4_2, 4)
