@@ -1381,28 +1381,7 @@ MICO_HOST_CLONES static int mico_host_dw_hwc(const MicoConv2d *p, const void *in
     for (pix0 = 0; pix0 < npix; pix0 += MICO_HOST_PIX) {
         const int32_t np = npix - pix0 < MICO_HOST_PIX ? npix - pix0 : MICO_HOST_PIX;
         for (j = 0; j < np; j++) {
-            const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
-            const int16_t *base =
-                x + ((size_t)(oy * p->stride_h) * (size_t)wp + (size_t)(ox * p->stride_w)) *
-                        (size_t)n_c;
-            int32_t c0, k;
-            for (c0 = 0; c0 < cp; c0 += 16) { /* 16 channels in registers over the taps */
-                if (narrow) {
-                    int16_t s16[16];
-                    if (taps == 9) { /* 3x3: the tap loop unrolled */
-                        mico_host_dw16s(base + c0, off, wt + c0, cp, 9, s16);
-                    } else {
-                        mico_host_dw16s(base + c0, off, wt + c0, cp, taps, s16);
-                    }
-                    for (k = 0; k < 16; k++) {
-                        acc[c0 + k] = s16[k];
-                    }
-                } else if (taps == 9) { /* 3x3: the tap loop unrolled */
-                    mico_host_dw16(base + c0, off, wt + c0, cp, 9, acc + c0);
-                } else {
-                    mico_host_dw16(base + c0, off, wt + c0, cp, taps, acc + c0);
-                }
-            }
+            mico_host_dw_pixel(p, x, wp, off, wt, narrow, pix0 + j, acc);
             for (c = 0; c < n_c; c++) {
                 tile[c * MICO_HOST_PIX + j] = acc[c];
             }
