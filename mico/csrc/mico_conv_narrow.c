@@ -1,5 +1,5 @@
-/* W8A8 convolutions as 4 x 4 register tiles on bytes (mico_qconv2d_narrow_s8): groups == 1,
- * 8-bit weights, 8-bit activation codes in and out, and either few taps (in_c * k_h * k_w <=
+/* W8A8 convolutions as register tiles on bytes (mico_qconv2d_narrow_s8): groups == 1, 8-bit
+ * weights, 8-bit activation codes in and out, and either few taps (in_c * k_h * k_w <=
  * MICO_NW_TAPS: a network's first layer, e.g. dscnn's 10x4 conv on one MFCC plane, 40 taps
  * for 64 output channels) or a 1x1 kernel (pointwise layers).
  *
@@ -12,28 +12,31 @@
  *  - every layer of at most MICO_NW_TAPS taps (pointwise: MICO_NW_PTAPS) is run over patches
  *    of MICO_NW_PIX output pixels (raster order, across rows; zeros for padding, for pixels
  *    past the end and for the padding taps), tap-major; a pointwise layer's patch is a copy
- *    of 16 bytes of each input plane (about 2 instructions a byte, read by every channel);
- *  - a 4-channel x 4-pixel register tile reads 8 bytes per tap for 16 MACs, 8 taps per
- *    iteration at constant offsets (64 loads, 128 multiplies, 128 adds, 3 of loop and a few
- *    spills: about 2.56 instructions per MAC on rv32imac), then requantizes its 16 sums in
- *    registers and stores them as bytes (ReLU layers: a high-word multiply, the rounding add,
- *    a shift and the clamp), and goes on to the next 4 pixels; partial tiles and other
- *    requantizations go through a sums array (the signed form of mico_rescale), a plane's last
- *    1-3 pixels one by one;
+ *    of 20 bytes of each input plane (about 2 instructions a byte, read by every channel);
+ *    channels go in blocks of MICO_NW_CB, each block's requantization constants found once,
+ *    the patches built once per block;
+ *  - a 4-channel x 5-pixel register tile (below: in assembly on rv32) reads 9 bytes per tap
+ *    for 20 MACs, 8 taps per iteration at constant offsets (about 2.48 instructions per MAC
+ *    on rv32imac), then requantizes its 20 sums in registers and stores them as bytes (ReLU
+ *    layers: a high-word multiply, the rounding add, a shift and the clamp), and goes on to
+ *    the next 5 pixels; partial tiles and other requantizations go through a sums array (the
+ *    signed form of mico_rescale);
  *  - a pointwise layer of more taps reads its input planes in place (taps npix bytes apart:
- *    one tap per iteration, 2.75 instructions per MAC);
+ *    a 4 x 4 tile, one tap per iteration, 2.75 instructions per MAC);
  *  - weights of at most 16 in magnitude (ternary, 2- or 4-bit codes widened to bytes) over a
  *    patch of at most 64 taps take two pixels a word in 16-bit lanes (see "small weights"
  *    below: about 1.35 instructions per MAC in the loop); there shifts of 32 or less are taken
  *    too (pre-shifted sums, or the plain requantization).
  * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
- * 6.2 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
+ * 8 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
  * 32 or less, unscaled outputs) go to mico_qconv2d_tiled_s8. Not in place (not depthwise). */
 #include "mico_nn.h"
 
 #define MICO_NW_TAPS 64    /* taps (in_c * k_h * k_w) at most */
 #define MICO_NW_PTAPS 128  /* taps of a pointwise layer run over patches */
-#define MICO_NW_PIX 16     /* output pixels of one patch */
+#define MICO_NW_PIX 20     /* output pixels of a byte tiles' patch (4 tiles of 5) */
+#define MICO_NW_LPIX 16    /* output pixels of a small weights' patch (2 tiles of 8) */
+#define MICO_NW_CB 64      /* channels of a block (requantization constants on the stack) */
 #define MICO_NW_WEIGHTS 4096 /* bytes of the transposed weights (taps x channels padded to 4) */
 #if defined(__GNUC__)
 #define MICO_INLINE_ALWAYS __attribute__((always_inline)) inline
@@ -49,7 +52,7 @@ typedef struct {
                    * 32 bits and rescales as a shift of 33 (sh 1); else 0 */
 } MicoNwRq;
 
-/* Store the n (<= 4) requantized sums v of one channel at o (see mico_dw8_put in
+/* Store the n (<= 5) requantized sums v of one channel at o (see mico_dw8_put in
  * mico_dwconv.c). RELU: ReLU layers with lo <= 0 <= hi. */
 static MICO_INLINE_ALWAYS void mico_nw_put(uint8_t *o, const int32_t *v, int32_t n,
                                            const MicoNwRq *q, const MicoOut *out, const int relu)
@@ -79,18 +82,17 @@ static MICO_INLINE_ALWAYS void mico_nw_put(uint8_t *o, const int32_t *v, int32_t
     }
 }
 
-/* The tile's 16 sums stored: channels c0 .. c0 + nc - 1, n pixels from pixel `pix`. */
-static MICO_NOINLINE void mico_nw_store(const MicoConv2d *p, const int32_t *acc,
+/* The sums of a tile stored: channels c0 .. c0 + nc - 1 (acc, cs apart), n pixels from pixel
+ * `pix`. */
+static MICO_NOINLINE void mico_nw_store(const MicoConv2d *p, const int32_t *acc, int32_t cs,
                                         const MicoNwRq *rq, int32_t c0, int32_t nc, int32_t pix,
                                         int32_t n, uint8_t *out, int relu)
 {
     const size_t plane = (size_t)p->out_h * (size_t)p->out_w;
     uint8_t *o = out + (size_t)c0 * plane + (size_t)pix;
     int32_t i;
-    for (i = 0; i < nc; i++, o += plane, acc += 4, rq++) {
-        if (relu && n == 4) {
-            mico_nw_put(o, acc, 4, rq, &p->out, 1);
-        } else if (relu) {
+    for (i = 0; i < nc; i++, o += plane, acc += cs, rq++) {
+        if (relu) {
             mico_nw_put(o, acc, n, rq, &p->out, 1);
         } else {
             mico_nw_put(o, acc, n, rq, &p->out, 0);
@@ -98,16 +100,17 @@ static MICO_NOINLINE void mico_nw_store(const MicoConv2d *p, const int32_t *acc,
     }
 }
 
-/* The patch of output pixels pix0 .. pix0 + MICO_NW_PIX - 1: patch[t * MICO_NW_PIX + j]. The
- * layer's fields are read into locals first (byte stores may alias them). */
+/* The patch of output pixels pix0 .. pix0 + MICO_NW_PIX - 1: patch[t * MICO_NW_PIX + j]
+ * (`width` pixels a row: MICO_NW_PIX or MICO_NW_LPIX). The layer's fields are read into
+ * locals first (byte stores may alias them). */
 static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, int32_t pix0,
-                                        int8_t *patch)
+                                        int32_t width, int8_t *patch)
 {
     const int32_t npix = p->out_h * p->out_w, out_w = p->out_w, in_h = p->in_h, in_w = p->in_w;
     const int32_t in_c = p->in_c, k_h = p->k_h, k_w = p->k_w, sh = p->stride_h, sw = p->stride_w;
     const int32_t dh = p->dil_h, dw = p->dil_w, ph = p->pad_h, pw = p->pad_w;
     int32_t j, ic, ky, kx;
-    for (j = 0; j < MICO_NW_PIX; j++) {
+    for (j = 0; j < width; j++) {
         const int32_t pix = pix0 + j, oy = pix / out_w, ox = pix - oy * out_w;
         const int32_t iy0 = oy * sh - ph, ix0 = ox * sw - pw;
         const int inside_x = ix0 >= 0 && ix0 + (k_w - 1) * dw < in_w;
@@ -116,7 +119,7 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
             for (ky = 0; ky < k_h; ky++) {
                 const int32_t iy = iy0 + ky * dh;
                 if (pix >= npix || iy < 0 || iy >= in_h) {
-                    for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX) {
+                    for (kx = 0; kx < k_w; kx++, d += width) {
                         *d = 0;
                     }
                     continue;
@@ -125,11 +128,11 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
                     const int8_t *row = in + ((size_t)ic * (size_t)in_h + (size_t)iy) * (size_t)in_w;
                     if (inside_x) { /* the whole kernel row inside the image */
                         const int8_t *x = row + ix0;
-                        for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX, x += dw) {
+                        for (kx = 0; kx < k_w; kx++, d += width, x += dw) {
                             *d = *x;
                         }
                     } else {
-                        for (kx = 0; kx < k_w; kx++, d += MICO_NW_PIX) {
+                        for (kx = 0; kx < k_w; kx++, d += width) {
                             const int32_t ix = ix0 + kx * dw;
                             *d = ix >= 0 && ix < in_w ? row[ix] : 0;
                         }
@@ -242,67 +245,181 @@ static MICO_NOINLINE void mico_nw_patch(const MicoConv2d *p, const int8_t *in, i
 MICO_NW_TILE(mico_nw_tile_s8, int8_t)
 MICO_NW_TILE(mico_nw_tile_u8, uint8_t)
 
-/* One tap of the patch tile: the 4 codes at X (4 pixels), the 4 weights at W (4 channels). */
-#define MICO_NW_TAP4(X, W)                                                                       \
+/* ------------------------------------------------------------ the byte tile: 4 channels x 5 pixels
+ * A tile of 4 channels x 5 pixels over a patch (taps MICO_NW_PIX bytes apart) and its quad's
+ * weights wq[t][4]: per tap 4 weight loads, 5 code loads, 20 multiplies and 20 adds for 20
+ * MACs (2.45 instructions a MAC, the 4 x 4 tile's 2.5 plus its spills: 2.56). Its 20 sums, 4
+ * weights, a code, a product and the two pointers take all 28 registers rv32 gives a function,
+ * more than gcc allocates without spills, so on rv32 (with M, not E) the tile is written in
+ * assembly (mico_nw_q5_rv32 below; elsewhere mico_nw_q5_c, the same arithmetic in C). Codes
+ * are unsigned bytes: signed ones are stored x + 128 in the patch, their channels' biases
+ * less 128 times the channel's weight sum (exact modulo 2^32, as the sums themselves). 5-pixel
+ * tiles also cut DS-CNN's planes (125 = 25 x 5 pixels) without a remainder. */
+typedef struct {
+    const int8_t *wq;    /* 0: the quad's weights, wq[t][4] */
+    const int8_t *wend;  /* 4: wq + 4 tp (tp a multiple of 8) */
+    const uint8_t *x;    /* 8: the first tile's codes in the patch */
+    uint8_t *o;          /* 12: channel c0's output at the first tile's pixel; NULL: sums */
+    uint32_t plane;      /* 16: bytes from one channel's output plane to the next */
+    uint32_t hi;         /* 20: the clamp (ReLU layers, lo <= 0) */
+    int32_t nq;          /* 24: tiles, 5 pixels apart (with o NULL: one) */
+    const MicoNwRq *rq;  /* 28: the 4 channels' requantization (bias: the sums' start) */
+    int32_t *acc;        /* 32: with o NULL, the 20 sums (acc[5 c + j]) */
+} MicoNwQ5;
+
+/* The C tile: with o, nq tiles requantized and stored (ReLU layers); else one tile's sums in
+ * acc. Sums in uint32 (the biases of signed codes may take them past int32 on the way). */
+#define MICO_NW_X5(X, J, A, B, C, D)                                                             \
     do {                                                                                          \
-        const int32_t x0 = (X)[0], x1 = (X)[1], x2 = (X)[2], x3 = (X)[3];                         \
-        int32_t w = (W)[0];                                                                       \
-        s00 += w * x0;                                                                            \
-        s01 += w * x1;                                                                            \
-        s02 += w * x2;                                                                            \
-        s03 += w * x3;                                                                            \
-        MICO_NW_FENCE();                                                                          \
-        w = (W)[1];                                                                               \
-        s10 += w * x0;                                                                            \
-        s11 += w * x1;                                                                            \
-        s12 += w * x2;                                                                            \
-        s13 += w * x3;                                                                            \
-        MICO_NW_FENCE();                                                                          \
-        w = (W)[2];                                                                               \
-        s20 += w * x0;                                                                            \
-        s21 += w * x1;                                                                            \
-        s22 += w * x2;                                                                            \
-        s23 += w * x3;                                                                            \
-        MICO_NW_FENCE();                                                                          \
-        w = (W)[3];                                                                               \
-        s30 += w * x0;                                                                            \
-        s31 += w * x1;                                                                            \
-        s32 += w * x2;                                                                            \
-        s33 += w * x3;                                                                            \
-        MICO_NW_FENCE();                                                                          \
+        const uint32_t xv_ = (X)[J];                                                              \
+        A += w0 * xv_;                                                                            \
+        B += w1 * xv_;                                                                            \
+        C += w2 * xv_;                                                                            \
+        D += w3 * xv_;                                                                            \
     } while (0)
-
-/* The 4 x 4 tile over a patch (taps MICO_NW_PIX bytes apart: constant offsets) and a channel
- * quad's weights in the order it reads them (wq[t][4], tp taps, a multiple of 8), eight taps
- * per iteration: 64 loads, 128 multiplies, 128 adds, 3 of loop and about 5 of spills for 128
- * MACs (2.56 a MAC against the plain tile's 2.75: the patch's strides are immediates, so no
- * register holds them). Otherwise as MICO_NW_TILE. */
-#define MICO_NW_PTILE(NAME, T)                                                                   \
-    static MICO_NOINLINE void NAME(const int8_t *wq, const void *patch_, int32_t tp,              \
-                                   const MicoNwRq *rq, uint8_t *o, size_t plane, uint32_t hi,     \
-                                   int32_t nq, int32_t *acc)                                      \
-    {                                                                                             \
-      const int8_t *const end = wq + 4 * tp;                                                      \
-      for (;; nq--, o += 4, patch_ = (const T *)patch_ + 4) {                                     \
-        const T *x = (const T *)patch_;                                                           \
-        const int8_t *w4 = wq;                                                                    \
-        MICO_NW_SUMS_AT_BIAS(rq);                                                                 \
-        for (; w4 < end; w4 += 32, x += 8 * MICO_NW_PIX) {                                        \
-            MICO_NW_TAP4(x, w4);                                                                  \
-            MICO_NW_TAP4(x + MICO_NW_PIX, w4 + 4);                                                \
-            MICO_NW_TAP4(x + 2 * MICO_NW_PIX, w4 + 8);                                            \
-            MICO_NW_TAP4(x + 3 * MICO_NW_PIX, w4 + 12);                                           \
-            MICO_NW_TAP4(x + 4 * MICO_NW_PIX, w4 + 16);                                           \
-            MICO_NW_TAP4(x + 5 * MICO_NW_PIX, w4 + 20);                                           \
-            MICO_NW_TAP4(x + 6 * MICO_NW_PIX, w4 + 24);                                           \
-            MICO_NW_TAP4(x + 7 * MICO_NW_PIX, w4 + 28);                                           \
-        }                                                                                         \
-        MICO_NW_TILE_END(o, rq, plane, nq, acc);                                                  \
-      }                                                                                           \
+#define MICO_NW_PUT5(O, RQ, S0, S1, S2, S3, S4)                                                  \
+    do {                                                                                          \
+        const uint32_t m_ = (RQ)->m, sh_ = (RQ)->sh, rnd_ = (RQ)->rnd;                            \
+        MICO_NW_PUT1((O)[0], (int32_t)(S0));                                                      \
+        MICO_NW_PUT1((O)[1], (int32_t)(S1));                                                      \
+        MICO_NW_PUT1((O)[2], (int32_t)(S2));                                                      \
+        MICO_NW_PUT1((O)[3], (int32_t)(S3));                                                      \
+        MICO_NW_PUT1((O)[4], (int32_t)(S4));                                                      \
+    } while (0)
+static MICO_UNUSED MICO_NOINLINE void mico_nw_q5_c(MicoNwQ5 *q)
+{
+    const uint32_t hi = q->hi;
+    const MicoNwRq *const rq = q->rq;
+    for (;;) {
+        const uint8_t *x = q->x;
+        const int8_t *w4 = q->wq;
+        uint32_t s00 = (uint32_t)rq[0].bias, s01 = s00, s02 = s00, s03 = s00, s04 = s00;
+        uint32_t s10 = (uint32_t)rq[1].bias, s11 = s10, s12 = s10, s13 = s10, s14 = s10;
+        uint32_t s20 = (uint32_t)rq[2].bias, s21 = s20, s22 = s20, s23 = s20, s24 = s20;
+        uint32_t s30 = (uint32_t)rq[3].bias, s31 = s30, s32 = s30, s33 = s30, s34 = s30;
+        uint8_t *o = q->o;
+        for (; w4 < q->wend; w4 += 4, x += MICO_NW_PIX) {
+            const uint32_t w0 = (uint32_t)(int32_t)w4[0], w1 = (uint32_t)(int32_t)w4[1];
+            const uint32_t w2 = (uint32_t)(int32_t)w4[2], w3 = (uint32_t)(int32_t)w4[3];
+            MICO_NW_X5(x, 0, s00, s10, s20, s30);
+            MICO_NW_X5(x, 1, s01, s11, s21, s31);
+            MICO_NW_X5(x, 2, s02, s12, s22, s32);
+            MICO_NW_X5(x, 3, s03, s13, s23, s33);
+            MICO_NW_X5(x, 4, s04, s14, s24, s34);
+        }
+        if (o == NULL) {
+            int32_t *a = q->acc;
+            a[0] = (int32_t)s00, a[1] = (int32_t)s01, a[2] = (int32_t)s02;
+            a[3] = (int32_t)s03, a[4] = (int32_t)s04, a[5] = (int32_t)s10;
+            a[6] = (int32_t)s11, a[7] = (int32_t)s12, a[8] = (int32_t)s13;
+            a[9] = (int32_t)s14, a[10] = (int32_t)s20, a[11] = (int32_t)s21;
+            a[12] = (int32_t)s22, a[13] = (int32_t)s23, a[14] = (int32_t)s24;
+            a[15] = (int32_t)s30, a[16] = (int32_t)s31, a[17] = (int32_t)s32;
+            a[18] = (int32_t)s33, a[19] = (int32_t)s34;
+            return;
+        }
+        MICO_NW_PUT5(o, rq, s00, s01, s02, s03, s04);
+        MICO_NW_PUT5(o + q->plane, rq + 1, s10, s11, s12, s13, s14);
+        MICO_NW_PUT5(o + 2 * q->plane, rq + 2, s20, s21, s22, s23, s24);
+        MICO_NW_PUT5(o + 3 * q->plane, rq + 3, s30, s31, s32, s33, s34);
+        if (--q->nq <= 0) {
+            return;
+        }
+        q->x += 5;
+        q->o += 5;
     }
-MICO_NW_PTILE(mico_nw_ptile_s8, int8_t)
-MICO_NW_PTILE(mico_nw_ptile_u8, uint8_t)
+}
 
+#if defined(__GNUC__) && defined(__riscv) && __riscv_xlen == 32 && defined(__riscv_mul) &&      \
+    !defined(__riscv_32e) && !defined(MICO_NW_NO_ASM)
+#define MICO_NW_Q5 mico_nw_q5_rv32
+void mico_nw_q5_rv32(MicoNwQ5 *q);
+/* mico_nw_q5_c in rv32 assembly (the standard calling convention: s0-s11 and ra saved). Sums:
+ * channel 0 in s0-s4, 1 in s5-s9, 2 in s10, s11, a1-a3, 3 in a4-a7, ra; t0 the weights, a0
+ * the codes, t1-t4 a tap's 4 weights, t5 a code, t6 a product. Eight taps an iteration at
+ * constant offsets (72 loads, 160 multiplies, 160 adds, 4 of loop: 2.48 instructions a MAC).
+ * The requantization: a sum <= 0 gives 0 (0 * m + rnd >> sh is 0), else the high word of
+ * sum * m, plus rnd, shifted by sh, clamped at hi. Frame: 13 saved registers, q, wend. */
+__asm__(
+    ".pushsection .text.mico_nw_q5_rv32,\"ax\",@progbits\n"
+    ".p2align 2\n"
+    ".globl mico_nw_q5_rv32\n"
+    ".type mico_nw_q5_rv32, @function\n"
+    ".macro mico_nw_q5_px k, j, r0, r1, r2, r3\n"
+    "  lbu t5, \\k*20+\\j(a0)\n"
+    "  mul t6, t1, t5\n  add \\r0, \\r0, t6\n"
+    "  mul t6, t2, t5\n  add \\r1, \\r1, t6\n"
+    "  mul t6, t3, t5\n  add \\r2, \\r2, t6\n"
+    "  mul t5, t4, t5\n  add \\r3, \\r3, t5\n"
+    ".endm\n"
+    ".macro mico_nw_q5_tap k\n"
+    "  lb t1, 4*\\k(t0)\n  lb t2, 4*\\k+1(t0)\n  lb t3, 4*\\k+2(t0)\n  lb t4, 4*\\k+3(t0)\n"
+    "  mico_nw_q5_px \\k, 0, s0, s5, s10, a4\n"
+    "  mico_nw_q5_px \\k, 1, s1, s6, s11, a5\n"
+    "  mico_nw_q5_px \\k, 2, s2, s7, a1, a6\n"
+    "  mico_nw_q5_px \\k, 3, s3, s8, a2, a7\n"
+    "  mico_nw_q5_px \\k, 4, s4, s9, a3, ra\n"
+    ".endm\n"
+    ".macro mico_nw_q5_put r, j\n" /* m t4, sh t5, rnd t6, hi t2, output t1 */
+    "  bgez \\r, 1f\n  li \\r, 0\n"
+    "1:\n  mulhu \\r, \\r, t4\n  add \\r, \\r, t6\n  srl \\r, \\r, t5\n"
+    "  bleu \\r, t2, 2f\n  mv \\r, t2\n"
+    "2:\n  sb \\r, \\j(t1)\n"
+    ".endm\n"
+    ".macro mico_nw_q5_ch c, r0, r1, r2, r3, r4\n" /* channel c of the tile, rq at t0 */
+    "  lw t4, 20*\\c(t0)\n  lw t5, 20*\\c+4(t0)\n  lw t6, 20*\\c+8(t0)\n"
+    "  mico_nw_q5_put \\r0, 0\n  mico_nw_q5_put \\r1, 1\n  mico_nw_q5_put \\r2, 2\n"
+    "  mico_nw_q5_put \\r3, 3\n  mico_nw_q5_put \\r4, 4\n"
+    ".endm\n"
+    "mico_nw_q5_rv32:\n"
+    "  addi sp, sp, -64\n"
+    "  sw ra, 0(sp)\n  sw s0, 4(sp)\n  sw s1, 8(sp)\n  sw s2, 12(sp)\n  sw s3, 16(sp)\n"
+    "  sw s4, 20(sp)\n  sw s5, 24(sp)\n  sw s6, 28(sp)\n  sw s7, 32(sp)\n  sw s8, 36(sp)\n"
+    "  sw s9, 40(sp)\n  sw s10, 44(sp)\n  sw s11, 48(sp)\n"
+    "  sw a0, 52(sp)\n"
+    "  lw t0, 4(a0)\n  sw t0, 56(sp)\n"
+    ".Lmico_nw_q5_tile:\n"
+    "  lw t6, 52(sp)\n  lw t5, 28(t6)\n"
+    "  lw s0, 12(t5)\n  mv s1, s0\n  mv s2, s0\n  mv s3, s0\n  mv s4, s0\n"
+    "  lw s5, 32(t5)\n  mv s6, s5\n  mv s7, s5\n  mv s8, s5\n  mv s9, s5\n"
+    "  lw s10, 52(t5)\n  mv s11, s10\n  mv a1, s10\n  mv a2, s10\n  mv a3, s10\n"
+    "  lw a4, 72(t5)\n  mv a5, a4\n  mv a6, a4\n  mv a7, a4\n  mv ra, a4\n"
+    "  lw t0, 0(t6)\n  lw a0, 8(t6)\n"
+    ".Lmico_nw_q5_taps:\n"
+    "  mico_nw_q5_tap 0\n  mico_nw_q5_tap 1\n  mico_nw_q5_tap 2\n  mico_nw_q5_tap 3\n"
+    "  mico_nw_q5_tap 4\n  mico_nw_q5_tap 5\n  mico_nw_q5_tap 6\n  mico_nw_q5_tap 7\n"
+    "  addi t0, t0, 32\n  addi a0, a0, 160\n"
+    "  lw t6, 56(sp)\n  bltu t0, t6, .Lmico_nw_q5_taps\n"
+    "  lw t6, 52(sp)\n  lw t1, 12(t6)\n  beqz t1, .Lmico_nw_q5_sums\n"
+    "  lw t0, 28(t6)\n  lw t2, 20(t6)\n  lw t3, 16(t6)\n"
+    "  mico_nw_q5_ch 0, s0, s1, s2, s3, s4\n  add t1, t1, t3\n"
+    "  mico_nw_q5_ch 1, s5, s6, s7, s8, s9\n  add t1, t1, t3\n"
+    "  mico_nw_q5_ch 2, s10, s11, a1, a2, a3\n  add t1, t1, t3\n"
+    "  mico_nw_q5_ch 3, a4, a5, a6, a7, ra\n"
+    "  lw t6, 52(sp)\n  lw t0, 24(t6)\n  lw t1, 8(t6)\n  lw t2, 12(t6)\n"
+    "  addi t0, t0, -1\n  addi t1, t1, 5\n  addi t2, t2, 5\n"
+    "  sw t0, 24(t6)\n  sw t1, 8(t6)\n  sw t2, 12(t6)\n"
+    "  bgtz t0, .Lmico_nw_q5_tile\n"
+    "  j .Lmico_nw_q5_ret\n"
+    ".Lmico_nw_q5_sums:\n"
+    "  lw t0, 32(t6)\n"
+    "  sw s0, 0(t0)\n  sw s1, 4(t0)\n  sw s2, 8(t0)\n  sw s3, 12(t0)\n  sw s4, 16(t0)\n"
+    "  sw s5, 20(t0)\n  sw s6, 24(t0)\n  sw s7, 28(t0)\n  sw s8, 32(t0)\n  sw s9, 36(t0)\n"
+    "  sw s10, 40(t0)\n  sw s11, 44(t0)\n  sw a1, 48(t0)\n  sw a2, 52(t0)\n  sw a3, 56(t0)\n"
+    "  sw a4, 60(t0)\n  sw a5, 64(t0)\n  sw a6, 68(t0)\n  sw a7, 72(t0)\n  sw ra, 76(t0)\n"
+    ".Lmico_nw_q5_ret:\n"
+    "  lw ra, 0(sp)\n  lw s0, 4(sp)\n  lw s1, 8(sp)\n  lw s2, 12(sp)\n  lw s3, 16(sp)\n"
+    "  lw s4, 20(sp)\n  lw s5, 24(sp)\n  lw s6, 28(sp)\n  lw s7, 32(sp)\n  lw s8, 36(sp)\n"
+    "  lw s9, 40(sp)\n  lw s10, 44(sp)\n  lw s11, 48(sp)\n"
+    "  addi sp, sp, 64\n"
+    "  ret\n"
+    ".size mico_nw_q5_rv32, .-mico_nw_q5_rv32\n"
+    ".purgem mico_nw_q5_px\n.purgem mico_nw_q5_tap\n.purgem mico_nw_q5_put\n"
+    ".purgem mico_nw_q5_ch\n"
+    ".popsection\n");
+#else
+#define MICO_NW_Q5 mico_nw_q5_c
+#endif
 /* |bias| + most, saturated at 2^31. */
 static uint32_t mico_nw_bound(int32_t bias, uint32_t most)
 {
@@ -331,10 +448,10 @@ static void mico_nw_rq(const MicoConv2d *p, int32_t c0, MicoNwRq *rq, uint32_t m
     }
 }
 
-/* nq tiles of channels c0.. over 4 pixels each from `pix` (codes x, taps xs apart, quads 4
- * apart; xs == MICO_NW_PIX: a patch of tp taps, read by the 4-tap tile), stored: whole tiles
- * of ReLU layers requantized in the tile, the others (channels past out_c, pixels past the
- * plane, other requantizations) one at a time through acc. wq: the quad's weights, wq[t][4]. */
+/* nq tiles of channels c0.. over 4 pixels each from `pix` (codes x in place, taps xs apart,
+ * quads 4 apart), stored: whole tiles of ReLU layers requantized in the tile, the others
+ * (channels past out_c, pixels past the plane, other requantizations) through acc. wq: the
+ * quad's weights, wq[t][4]. */
 static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wq, const void *x,
                                       int32_t xs, int32_t taps, const MicoNwRq *rq, int32_t c0,
                                       int32_t pix, void *out, int relu, int32_t nq)
@@ -343,16 +460,11 @@ static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wq, con
     const int32_t nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4, full = (npix - pix) >> 2;
     const int32_t nf = relu && nc == 4 ? (nq < full ? nq : full) : 0;
     const size_t plane = (size_t)npix;
-    const int patch = xs == MICO_NW_PIX;
     int32_t acc[16];
     if (nf > 0) {
         uint8_t *o = (uint8_t *)out + (size_t)c0 * plane + (size_t)pix;
         const uint32_t hi = (uint32_t)p->out.hi;
-        if (patch && sgn) {
-            mico_nw_ptile_s8(wq, x, taps, rq, o, plane, hi, nf, acc);
-        } else if (patch) {
-            mico_nw_ptile_u8(wq, x, taps, rq, o, plane, hi, nf, acc);
-        } else if (sgn) {
+        if (sgn) {
             mico_nw_tile_s8(wq, 4, x, xs, taps, rq, o, plane, hi, nf, acc);
         } else {
             mico_nw_tile_u8(wq, 4, x, xs, taps, rq, o, plane, hi, nf, acc);
@@ -362,17 +474,13 @@ static MICO_NOINLINE void mico_nw_run(const MicoConv2d *p, const int8_t *wq, con
         nq -= nf;
     }
     for (; nq > 0 && pix < npix; nq--, pix += 4, x = (const int8_t *)x + 4) {
-        if (patch && sgn) {
-            mico_nw_ptile_s8(wq, x, taps, rq, NULL, plane, 0, 1, acc);
-        } else if (patch) {
-            mico_nw_ptile_u8(wq, x, taps, rq, NULL, plane, 0, 1, acc);
-        } else if (sgn) {
+        if (sgn) {
             mico_nw_tile_s8(wq, 4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
         } else {
             mico_nw_tile_u8(wq, 4, x, xs, taps, rq, NULL, plane, 0, 1, acc);
         }
-        mico_nw_store(p, acc, rq, c0, nc, pix, npix - pix < 4 ? npix - pix : 4, (uint8_t *)out,
-                      relu);
+        mico_nw_store(p, acc, 4, rq, c0, nc, pix, npix - pix < 4 ? npix - pix : 4,
+                      (uint8_t *)out, relu);
     }
 }
 
@@ -412,7 +520,7 @@ static MICO_NOINLINE void mico_nw_col(const MicoConv2d *p, const int8_t *wt, int
     {                                                                                             \
         int32_t t, k;                                                                             \
         for (t = tp - 1; t >= 0; t--) {                                                           \
-            const T *row = (const T *)patch + t * MICO_NW_PIX;                                    \
+            const T *row = (const T *)patch + t * MICO_NW_LPIX;                                   \
             uint32_t v[8];                                                                        \
             for (k = 0; k < 8; k++) {                                                             \
                 v[k] = (uint32_t)(int32_t)row[k] + ((uint32_t)(int32_t)row[k + 8] << 16);         \
@@ -492,7 +600,7 @@ static MICO_NOINLINE void mico_nw_ltile(const int8_t *wq, const uint32_t *x, int
     MICO_NW_SPLIT(s33, acc[15], acc[31]);
 }
 
-/* One block of MICO_NW_PIX pixels from pix0 (packed patch of tp taps, chunks of k taps) for
+/* One block of MICO_NW_LPIX pixels from pix0 (packed patch of tp taps, chunks of k taps) for
  * the channel quad c0: two tiles of 8 pixels (words 0..3: pixels 0..3 and 8..11; words 4..7:
  * 4..7 and 12..15), each channel's sums stored as two runs of 4 pixels: through mico_nw_store
  * when every channel has a fast form (mico_nw_rq), else through mico_rq_apply. */
@@ -524,7 +632,7 @@ static MICO_NOINLINE void mico_nw_lblock(const MicoConv2d *p, const int8_t *wq,
                 continue;
             }
             if (fast) {
-                mico_nw_store(p, run, rq, c0, nc, pix, n, (uint8_t *)out, relu);
+                mico_nw_store(p, run, 4, rq, c0, nc, pix, n, (uint8_t *)out, relu);
                 continue;
             }
             for (c = 0; c < nc; c++) { /* any shift: the reference's requantization */
@@ -537,46 +645,112 @@ static MICO_NOINLINE void mico_nw_lblock(const MicoConv2d *p, const int8_t *wq,
     }
 }
 
-/* The patch of a pointwise layer (input planes npix bytes apart, one per tap): 16 bytes of
- * each plane from pix0 (zeros past the plane), zero rows from tap `taps` to tp. */
+/* The patch of a pointwise layer (input planes npix bytes apart, one per tap): `width` bytes
+ * of each plane from pix0 (zeros past the plane), zero rows from tap `taps` to tp. */
 static MICO_NOINLINE void mico_nw_ppatch(const int8_t *in, int32_t npix, int32_t taps,
-                                         int32_t tp, int32_t pix0, int8_t *patch)
+                                         int32_t tp, int32_t pix0, int32_t width, int8_t *patch)
 {
-    const int32_t n = npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX;
+    const int32_t n = npix - pix0 < width ? npix - pix0 : width;
     const int8_t *src = in + pix0;
     int32_t t, j;
-    for (t = 0; t < taps; t++, src += npix, patch += MICO_NW_PIX) {
+    for (t = 0; t < taps; t++, src += npix, patch += width) {
         if (n == MICO_NW_PIX) { /* written out: two instructions a byte */
             patch[0] = src[0], patch[1] = src[1], patch[2] = src[2], patch[3] = src[3];
             patch[4] = src[4], patch[5] = src[5], patch[6] = src[6], patch[7] = src[7];
             patch[8] = src[8], patch[9] = src[9], patch[10] = src[10], patch[11] = src[11];
             patch[12] = src[12], patch[13] = src[13], patch[14] = src[14], patch[15] = src[15];
+            patch[16] = src[16], patch[17] = src[17], patch[18] = src[18], patch[19] = src[19];
             continue;
         }
         for (j = 0; j < n; j++) {
             patch[j] = src[j];
         }
-        for (; j < MICO_NW_PIX; j++) {
+        for (; j < width; j++) {
             patch[j] = 0;
         }
     }
-    for (j = 0; j < (tp - taps) * MICO_NW_PIX; j++) {
+    for (j = 0; j < (tp - taps) * width; j++) {
         patch[j] = 0;
     }
 }
 
+/* Signed codes to x + 128 (unsigned bytes, what the byte tile reads): bytes ^ 0x80, a word at
+ * a time (n words). */
+static MICO_NOINLINE void mico_nw_flip(uint32_t *w, int32_t n)
+{
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        w[i] ^= 0x80808080u;
+    }
+}
+
+/* The requantization of the block's channels c0 .. c1 - 1 (c1 a multiple of 4; channels past
+ * out_c repeat the last): signed codes (read as x + 128) start their sums at bias - 128
+ * times the channel's weight sum. Only shifts above 32 come here (sh > 0, pre 0). */
+static MICO_NOINLINE void mico_nw_rqs(const MicoConv2d *p, int32_t c0, int32_t c1,
+                                      int32_t taps, MicoNwRq *rq)
+{
+    int32_t c, t;
+    for (c = c0; c < c1; c += 4, rq += 4) {
+        mico_nw_rq(p, c, rq, 0);
+        if (p->in_fmt.is_signed) {
+            int32_t i;
+            for (i = 0; i < 4; i++) {
+                const int8_t *w = (const int8_t *)p->weight + (size_t)(c + i) * (size_t)taps;
+                int32_t s = 0;
+                for (t = 0; t < taps && c + i < p->out_c; t++) {
+                    s += w[t];
+                }
+                rq[i].bias = (int32_t)((uint32_t)rq[i].bias - 128u * (uint32_t)s);
+            }
+        }
+    }
+}
+
+/* The tiles of channels c0 .. c0 + 3 over the patch's n pixels from pix0 (wq: the quad's
+ * weights, tp taps): whole tiles of a ReLU layer's 4 channels requantized in the tile, the
+ * others (the last 1-4 pixels, channels past out_c, other requantizations) through sums. */
+static MICO_NOINLINE void mico_nw_tiles(const MicoConv2d *p, const int8_t *wq, int32_t tp,
+                                        const uint8_t *patch, const MicoNwRq *rq, int32_t c0,
+                                        int32_t pix0, int32_t n, uint8_t *out, int relu)
+{
+    const int32_t npix = p->out_h * p->out_w, nc = p->out_c - c0 < 4 ? p->out_c - c0 : 4;
+    int32_t acc[20], j = 0;
+    MicoNwQ5 q;
+    q.wq = wq;
+    q.wend = wq + 4 * tp;
+    q.plane = (uint32_t)npix;
+    q.hi = (uint32_t)p->out.hi;
+    q.rq = rq;
+    q.acc = acc;
+    if (relu && nc == 4 && n >= 5) {
+        q.x = patch;
+        q.o = out + (size_t)c0 * (size_t)npix + (size_t)pix0;
+        q.nq = n / 5;
+        MICO_NW_Q5(&q);
+        j = n / 5 * 5;
+    }
+    for (; j < n; j += 5) {
+        q.x = patch + j;
+        q.o = NULL;
+        q.nq = 1;
+        MICO_NW_Q5(&q);
+        mico_nw_store(p, acc, 5, rq, c0, nc, pix0 + j, n - j < 5 ? n - j : 5, out, relu);
+    }
+}
+
 /* The layer; 0 (nothing done) when this path does not take it. Layers of at most
- * MICO_NW_PTAPS taps run over patches of MICO_NW_PIX pixels (a pointwise layer's: runs of its
- * input planes copied, about 2 instructions a byte against the 64 channels that read it) with
- * taps padded to a multiple of 8 (zero weights); a pointwise layer with more taps reads its
- * planes in place (taps npix bytes apart, one tap per iteration). The weights are rearranged
- * once per call into wq[quad][t][4], channels padded to a multiple of 4 with zero weights. */
+ * MICO_NW_PTAPS taps run over patches (a pointwise layer's: runs of its input planes copied,
+ * about 2 instructions a byte against the 64 channels that read it) with taps padded to a
+ * multiple of 8 (zero weights); a pointwise layer with more taps reads its planes in place
+ * (taps npix bytes apart, one tap per iteration). The weights are rearranged once per call
+ * into wq[quad][t][4], channels padded to a multiple of 4 with zero weights. */
 static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
 {
     uint32_t wq[MICO_NW_WEIGHTS / 4]; /* words: the quads' weights, read as bytes */
     uint32_t pwords[MICO_NW_PTAPS * MICO_NW_PIX / 4]; /* the patch (words: the packed one) */
     int8_t *const patch = (int8_t *)pwords;
-    MicoNwRq rq[4];
+    MicoNwRq rq[MICO_NW_CB];
     const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
     const int32_t c4 = (p->out_c + 3) & ~3;
     const int relu = p->out.relu && p->out.lo <= 0 && p->out.hi >= 0;
@@ -584,7 +758,7 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
                           p->pad_h == 0 && p->pad_w == 0;
     const int patched = taps <= (pointwise ? MICO_NW_PTAPS : MICO_NW_TAPS);
     const int32_t tp = patched ? (taps + 7) & ~7 : taps; /* taps of the weight table */
-    int32_t c, t, pix0, c0, j, wmax = 0, chunk = 0;
+    int32_t c, t, pix0, c0, cb, j, wmax = 0, chunk = 0;
     int fast = 1;
     if (p->groups != 1 || p->w_bits != 8 || p->in_fmt.bits != 8 || p->in_fmt.zero != 0 ||
         p->out.fmt.bits != 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
@@ -608,15 +782,21 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
         return 0; /* shifts of 32 or less: only the lanes' requantization takes them */
     }
     for (c = 0; c < c4; c += 4) { /* wq[c / 4][t][c % 4] = W[c][t], a word per tap */
-        const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps, *r1 = r0 + taps;
-        const uint8_t *r2 = r1 + taps, *r3 = r2 + taps;
+        const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps;
         uint32_t *dst = wq + c * tp / 4;
         const int32_t n = p->out_c - c; /* rows of the quad (the others weigh 0) */
-        for (t = 0; t < taps; t++) {
-            dst[t] = (uint32_t)r0[t] | (n > 1 ? (uint32_t)r1[t] << 8 : 0u) |
-                     (n > 2 ? (uint32_t)r2[t] << 16 : 0u) | (n > 3 ? (uint32_t)r3[t] << 24 : 0u);
+        if (n >= 4) {
+            for (t = 0; t < taps; t++, r0++) {
+                dst[t] = (uint32_t)r0[0] | (uint32_t)r0[taps] << 8 |
+                         (uint32_t)r0[2 * taps] << 16 | (uint32_t)r0[3 * taps] << 24;
+            }
+        } else {
+            for (t = 0; t < taps; t++) {
+                dst[t] = (uint32_t)r0[t] | (n > 1 ? (uint32_t)r0[t + taps] << 8 : 0u) |
+                         (n > 2 ? (uint32_t)r0[t + 2 * taps] << 16 : 0u);
+            }
         }
-        for (; t < tp; t++) {
+        for (t = taps; t < tp; t++) {
             dst[t] = 0;
         }
     }
@@ -631,22 +811,22 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
             for (j = whole; j < npix; j++) { /* the last 1-3 pixels, one at a time */
                 int32_t acc[16];
                 mico_nw_col(p, w, 4, (const int8_t *)in + j, npix, taps, rq, acc);
-                mico_nw_store(p, acc, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, j, 1,
+                mico_nw_store(p, acc, 4, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, j, 1,
                               (uint8_t *)out, relu);
             }
         }
         return 1;
     }
-    for (pix0 = 0; pix0 < npix; pix0 += MICO_NW_PIX) {
-        if (pointwise) {
-            mico_nw_ppatch((const int8_t *)in, npix, taps, tp, pix0, patch);
-        } else {
-            mico_nw_patch(p, (const int8_t *)in, pix0, patch);
-            for (j = taps * MICO_NW_PIX; j < tp * MICO_NW_PIX; j++) {
-                patch[j] = 0; /* the taps padding to a multiple of 8 */
+    if (chunk >= 8) { /* small weights: packed patches, 16-bit lanes */
+        for (pix0 = 0; pix0 < npix; pix0 += MICO_NW_LPIX) {
+            if (pointwise) {
+                mico_nw_ppatch((const int8_t *)in, npix, taps, tp, pix0, MICO_NW_LPIX, patch);
+            } else {
+                mico_nw_patch(p, (const int8_t *)in, pix0, MICO_NW_LPIX, patch);
+                for (j = taps * MICO_NW_LPIX; j < tp * MICO_NW_LPIX; j++) {
+                    patch[j] = 0; /* the taps padding to a multiple of 8 */
+                }
             }
-        }
-        if (chunk >= 8) { /* small weights: the packed patch, 16-bit lanes */
             if (p->in_fmt.is_signed) {
                 mico_nw_pack_s8(patch, tp);
             } else {
@@ -657,20 +837,28 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
                 mico_nw_lblock(p, (const int8_t *)wq + c0 * tp, pwords, tp, chunk, rq, c0, pix0,
                                out, relu);
             }
-            continue;
         }
-        for (c0 = 0; c0 < c4; c0 += 4) {
+        return 1;
+    }
+    for (cb = 0; cb < c4; cb += MICO_NW_CB) { /* blocks of channels, each over every patch */
+        const int32_t ce = c4 - cb < MICO_NW_CB ? c4 : cb + MICO_NW_CB;
+        mico_nw_rqs(p, cb, ce, taps, rq);
+        for (pix0 = 0; pix0 < npix; pix0 += MICO_NW_PIX) {
             const int32_t n = npix - pix0 < MICO_NW_PIX ? npix - pix0 : MICO_NW_PIX;
-            const int8_t *w = (const int8_t *)wq + c0 * tp;
-            mico_nw_rq(p, c0, rq, 0);
-            if (n >= 4) {
-                mico_nw_run(p, w, patch, MICO_NW_PIX, tp, rq, c0, pix0, out, relu, n >> 2);
+            if (pointwise) {
+                mico_nw_ppatch((const int8_t *)in, npix, taps, tp, pix0, MICO_NW_PIX, patch);
+            } else {
+                mico_nw_patch(p, (const int8_t *)in, pix0, MICO_NW_PIX, patch);
+                for (j = taps * MICO_NW_PIX; j < tp * MICO_NW_PIX; j++) {
+                    patch[j] = 0; /* the taps padding to a multiple of 8 */
+                }
             }
-            for (j = n & ~3; j < n; j++) { /* the plane's last 1-3 pixels, one at a time */
-                int32_t acc[16];
-                mico_nw_col(p, w, 4, patch + j, MICO_NW_PIX, tp, rq, acc);
-                mico_nw_store(p, acc, rq, c0, p->out_c - c0 < 4 ? p->out_c - c0 : 4, pix0 + j,
-                              1, (uint8_t *)out, relu);
+            if (p->in_fmt.is_signed) {
+                mico_nw_flip(pwords, tp * MICO_NW_PIX / 4);
+            }
+            for (c0 = cb; c0 < ce; c0 += 4) {
+                mico_nw_tiles(p, (const int8_t *)wq + c0 * tp, tp, (const uint8_t *)patch,
+                              rq + (c0 - cb), c0, pix0, n, (uint8_t *)out, relu);
             }
         }
     }

@@ -7,7 +7,8 @@ read in place (more than 128 taps), signed and unsigned codes, extremes with sat
 multipliers, signed outputs without ReLU, small weights in 16-bit lanes (ternary, 2- and 4-bit
 codes, lanes at their bound, shifts of 32 or less), and layers it hands on (shifts of 32 or
 less with 8-bit weights, a weight table too large once the taps are padded to a multiple of
-8)."""
+8), the edges of the 4 x 5 byte tile (every remainder of 5 pixels, two channel blocks, signed
+codes with biases near the int32 limits), and the same on rv32 under qemu (its assembly)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 from mico.codegen.emitters import NARROW_CONV, conv2d_kernel
 from mico.quant.arithmetic import TERNARY, QFormat
+from mico.targets import rv32
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -55,16 +57,46 @@ def _small_weights() -> list:
     return layers
 
 
+def _byte_tile_edges() -> list:
+    """Layers at the edges of the 4-channel x 5-pixel byte tile (mico_nw_q5): every remainder
+    of a patch's pixels past whole tiles (planes of 1 to 24 pixels), more channels than a block
+    (70: two blocks), DS-CNN's shapes (a 10 x 4 kernel of stride 2 on one signed plane, the
+    pointwise 64 -> 64 on 25 x 5), signed codes at their limits with biases near the int32
+    limits (their sums start at bias - 128 * the weight sum: past int32 on the way), signed
+    outputs without ReLU."""
+    layers = [
+        _layer(8, 4, (1, 1), 1, signed=False, seed=40),  # one pixel
+        _layer(12, 8, (2, 2), 1, signed=False, seed=41),  # 4 pixels: a partial tile only
+        _layer(16, 12, (3, 7), 1, signed=False, seed=42),  # 21: a patch and 1
+        _layer(9, 5, (2, 11), 1, seed=43),  # 22
+        _layer(20, 16, (23, 1), 1, signed=False, seed=44),  # 23
+        _layer(7, 8, (4, 6), 1, signed=False, seed=45),  # 24
+        _layer(56, 70, 5, 1, signed=False, seed=46),  # two blocks of channels
+        _layer(64, 64, (25, 5), 1, signed=False, seed=47),  # DS-CNN's pointwise layers
+        _layer(32, 8, (5, 3), 1, extreme=True, seed=48),
+        _layer(2, 12, 7, 3, pad=1, extreme=True, seed=49),  # 18 taps, signed codes
+        _layer(40, 9, 6, 1, signed=False, extreme=True, relu=False,
+               o_fmt=QFormat(8, True), seed=50),
+    ]  # fmt: skip
+    first = _layer(1, 64, (49, 10), 4, stride=2, pad=1, seed=51)  # 10 x 4 kernel (DS-CNN)
+    first.weight = np.random.default_rng(52).integers(-127, 128, size=(64, 1, 10, 4))
+    layers.append(first)
+    for layer in layers[8:10]:  # the largest sums: biases at the limit, pushed past it
+        layer.bias[:] = np.where(layer.bias < 0, -(2**31) + 2**20, 2**31 - 1 - 2**20)
+    return layers
+
+
+def _large(*args, **kwargs):
+    return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
+
+
 def test_narrow_conv_bit_exact(monkeypatch):
     """Every layer equals the reference on the chosen and the plain path; the narrow path is
     chosen for the layers it takes (the shift <= 32 one too: the kernel hands it on). The
     harness's chosen path does not pass the layer's size, the generator's does: here the
     layers count as large enough."""
 
-    def large(*args, **kwargs):
-        return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
-
-    monkeypatch.setattr(kernels_rv32, "conv2d_kernel", large)
+    monkeypatch.setattr(kernels_rv32, "conv2d_kernel", _large)
     layers = [
         _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),
         _layer(1, 5, 7, 5, pad=2, signed=False, seed=2),
@@ -87,7 +119,7 @@ def test_narrow_conv_bit_exact(monkeypatch):
         _layer(130, 8, 5, 1, signed=False, seed=19),  # more taps than a patch: planes in place
         _layer(57, 67, 4, 1, signed=False, seed=20),  # taps padded to 64: the table too large
     ]
-    layers += _small_weights()
+    layers += _small_weights() + _byte_tile_edges()
     small_shift = _layer(1, 4, 6, 3, seed=10)
     small_shift.shift = np.minimum(small_shift.shift, 30)
     small_shift.m = np.minimum(small_shift.m, 2**29)
@@ -103,6 +135,25 @@ def test_narrow_conv_bit_exact(monkeypatch):
             )
         chosen.append(results[0][0])
     assert all(k == NARROW_CONV for k in chosen), chosen
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_narrow_conv_rv32_bit_exact(monkeypatch):
+    """On rv32imac (qemu), where the byte tile is the assembly of mico_nw_q5_rv32: the edge
+    layers and a few of the others equal the reference."""
+    monkeypatch.setattr(kernels_rv32, "conv2d_kernel", _large)
+    layers = [
+        *_byte_tile_edges(),
+        _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),
+        _layer(3, 5, 7, 3, relu=False, o_fmt=QFormat(8, True), seed=9),
+        _layer(130, 8, 5, 1, signed=False, seed=19),  # planes in place
+        _small_weights()[0],
+    ]
+    results = kernels_rv32.run_layers(layers, "rv32", ("chosen",))
+    for layer, ((kernel, _, out),) in zip(layers, results, strict=True):
+        ref = layer.reference().ravel()
+        assert kernel == NARROW_CONV
+        assert np.array_equal(out, ref), (layer.weight.shape, np.flatnonzero(out != ref)[:8])
 
 
 def test_narrow_conv_choice():
