@@ -178,6 +178,46 @@ def dwp_plan(
     return best
 
 
+#: pixels of a plane and of a row the bit-sliced path takes (MICO_DWB_WORDS * 32 in
+#: mico_dwconv.c; rows of at most 64 codes, not a multiple of 32)
+DWB_PIXELS = 1024
+DWB_ROW = 64
+
+
+def dwb_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The bit-sliced path of a depthwise 3x3 layer (``mico_qconv2d_dwbs``: 2-bit unsigned
+    codes in, weights in {-1, 0, 1}, 1- or 2-bit unsigned codes out, stride 1, padding 1), or
+    None when the kernel would not take it (mirrors ``mico_dwb_shape`` and its weight check;
+    a bias within 32 of the int32 limits sends the kernel to the pair path itself).
+    ``sliced = 1`` marks the plan; ``s = q = 0``: no pixel lanes."""
+    w = np.asarray(weight)
+    if a_fmt is None or out_fmt is None or w.ndim != 4 or w.shape[1:] != (1, 3, 3):
+        return None
+    if a_fmt.bits != 2 or a_fmt.signed or a_fmt.binary or getattr(a_fmt, "zero", 0):
+        return None
+    if out_fmt.bits not in (1, 2) or out_fmt.signed or getattr(out_fmt, "zero", 0):
+        return None
+    if w.size == 0 or np.abs(w).max() > 1:
+        return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    if tuple(int(v) for v in stride) != (1, 1) or tuple(int(v) for v in padding) != (1, 1):
+        return None
+    if tuple(dilation) != (1, 1) or (in_h, in_w) != (out_h, out_w):
+        return None
+    if not (1 <= in_w <= DWB_ROW and in_w % 32 and in_h >= 1 and in_h * in_w <= DWB_PIXELS):
+        return None
+    return {"s": 0, "q": 0, "sliced": 1}
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -198,6 +238,9 @@ def dw_lane_plan(
     (one pixel per word, the W8A8 case) is the plain form of the same kernel. None too when
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
+    sliced = dwb_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if sliced is not None:  # counted bit-sliced: cheaper than any lanes
+        return sliced
     pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     lanes = _lane_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt)
     if pair is not None and (lanes is None or pair["cost"] <= lanes[0]):
@@ -277,7 +320,9 @@ def _lane_plan(
 
 def dw_kernel(plan: dict[str, int]) -> str:
     """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set; of the pair
-    path: ``pair`` set too)."""
+    path: ``pair`` set too; of the bit-sliced path: ``sliced`` set)."""
+    if plan.get("sliced"):
+        return "mico_qconv2d_dwbs"
     if plan.get("pair"):
         return f"mico_qconv2d_dwp_f{plan['sf']}"
     if plan.get("sf"):

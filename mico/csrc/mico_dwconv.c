@@ -2273,3 +2273,435 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     }
 MICO_DWP_ENTRY(1)
 MICO_DWP_ENTRY(2)
+
+/* ------------------------------------------------------------------------------------------
+ * Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs): 2-bit unsigned activations (no zero point),
+ * weights in {-1, 0, 1} (ternary 2-bit codes, or codes of any width holding only those), 1- or
+ * 2-bit unsigned outputs, stride 1, padding 1, planes of at most 1,024 pixels in rows of at
+ * most 64 (not 32 or 64).
+ *
+ * As the binary depthwise of mico_binary.c, a channel's plane is taken as a bit stream: output
+ * pixel p = oy W + ox reads input pixel p + (ky - 1) W + kx - 1, so a tap of 32 outputs is a
+ * funnel shift of the stream. Here the plane is two streams, the activations' bit planes a0
+ * and a1 (code = a0 + 2 a1: the packed codes' even and odd bits, split by an unzip), each in
+ * three copies, one per kx, with the column it must not wrap into cleared, placed one bit
+ * apart: tap (1, kx) of an output word is a word of copy kx, taps (0, kx) and (2, kx) funnel
+ * shifts of two words by W mod 32 bits one way or the other.
+ *
+ * With w in {-1, 0, 1} a tap's product is w (a0 + 2 a1). Let a' = a (w = 1), ~a = 1 - a
+ * (w = -1), all ones (w = 0): sum_t w_t x_t = U - 3 n, U = sum_t a0'_t + 2 sum_t a1'_t (0..27)
+ * and n the channel's weights -1 and 0 (a padded tap is the code 0, whose ~0 = 1 counts as it
+ * must). Carry-save adders count U bit-sliced (5 bits) for 32 outputs at once. Requantization
+ * is monotonic in the sum, so an output code is the number of levels L = 1..3 whose threshold
+ * t_L (the smallest U of code >= L, by bisection on the products of the multiplier) U
+ * reaches, each compare a case of a switch on t_L (an instruction a bit slice). The codes' bit
+ * slices are interleaved (a zip) into packed codes and written in sequence.
+ *
+ * The plane is read before any of its outputs is written, and the output stream is written in
+ * whole words of completed outputs: the in-place contract holds. Stack: 1.8 KB. Layers this
+ * path does not take (and any weight outside {-1, 0, 1}, any bias within 32 of the int32
+ * limits) go to mico_qconv2d_dwp_f1. */
+#define MICO_DWB_WORDS 32 /* words of a plane: 1,024 pixels */
+#define MICO_DWB_NB 40    /* words of one copy (the plane and the zero words around it) */
+
+/* Carry-save adder over bit slices: h:l = a + b + c, bit by bit. */
+#define MICO_DWB_CSA(h, l, a, b, c)                                                         \
+    do {                                                                                    \
+        const uint32_t u_ = (a) ^ (b), c_ = (c);                                            \
+        (h) = ((a) & (b)) | (u_ & c_);                                                      \
+        (l) = u_ ^ c_;                                                                      \
+    } while (0)
+
+/* Whether the layer's shape and formats are this path's (mico.codegen.dwconv_plan mirrors it;
+ * the weights and biases are checked by the entry point). */
+static int32_t mico_dwb_shape(const MicoConv2d *p)
+{
+    const MicoFmt a = p->in_fmt, o = p->out.fmt;
+    return p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
+           p->stride_h == 1 && p->stride_w == 1 && p->dil_h == 1 && p->dil_w == 1 &&
+           p->pad_h == 1 && p->pad_w == 1 && p->out_h == p->in_h && p->out_w == p->in_w &&
+           p->in_w >= 1 && p->in_h >= 1 && p->in_w <= 64 && (p->in_w & 31) != 0 &&
+           p->in_h * p->in_w <= 32 * MICO_DWB_WORDS && a.bits == 2 && !a.is_signed &&
+           a.zero == 0 && p->w_bits >= 1 && p->w_bits <= 8 && (o.bits == 1 || o.bits == 2) &&
+           !o.is_signed && o.zero == 0 && p->out.lo >= 0 && p->out.hi <= (1 << o.bits) - 1;
+}
+
+/* 32 bits of a packed stream from bit `bit`, bits from `end` on read as 0 (and not read). */
+static inline uint32_t mico_dwb_get(const uint8_t *buf, size_t bit, size_t end)
+{
+    const uint8_t *q = buf + (bit >> 3);
+    const uint32_t off = (uint32_t)(bit & 7u);
+    uint32_t v;
+    if ((bit >> 3) + 5u > (end + 7u) >> 3) { /* near the end: only the bytes that hold them */
+        return bit >= end ? 0u
+                          : mico_dwl_bits(buf, bit, end - bit < 32u ? (uint32_t)(end - bit) : 32u);
+    }
+    v = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (uint32_t)q[2] << 16 | (uint32_t)q[3] << 24;
+    return off ? (v >> off) | ((uint32_t)q[4] << (32u - off)) : v;
+}
+
+/* The even bits of x in its low half, the odd bits in its high half (and back: _zip). */
+static inline uint32_t mico_dwb_unzip(uint32_t x)
+{
+    uint32_t t;
+    t = (x ^ (x >> 1)) & 0x22222222u;
+    x ^= t ^ (t << 1);
+    t = (x ^ (x >> 2)) & 0x0c0c0c0cu;
+    x ^= t ^ (t << 2);
+    t = (x ^ (x >> 4)) & 0x00f000f0u;
+    x ^= t ^ (t << 4);
+    t = (x ^ (x >> 8)) & 0x0000ff00u;
+    x ^= t ^ (t << 8);
+    return x;
+}
+
+static inline uint32_t mico_dwb_zip(uint32_t x)
+{
+    uint32_t t;
+    t = (x ^ (x >> 8)) & 0x0000ff00u;
+    x ^= t ^ (t << 8);
+    t = (x ^ (x >> 4)) & 0x00f000f0u;
+    x ^= t ^ (t << 4);
+    t = (x ^ (x >> 2)) & 0x0c0c0c0cu;
+    x ^= t ^ (t << 2);
+    t = (x ^ (x >> 1)) & 0x22222222u;
+    x ^= t ^ (t << 1);
+    return x;
+}
+
+/* Sequential writer of a packed bit stream from bit 0 of out (whole words as they fill). */
+typedef struct {
+    uint8_t *p;
+    uint32_t acc;
+    uint32_t fill;
+} MicoDwbOut;
+
+static MICO_DWL_INLINE void mico_dwb_emit(MicoDwbOut *o, uint32_t v, uint32_t n)
+{
+    uint32_t total;
+    if (n < 32u) {
+        v &= (1u << n) - 1u;
+    }
+    o->acc |= v << o->fill;
+    total = o->fill + n;
+    if (total >= 32u) {
+        o->p[0] = (uint8_t)o->acc;
+        o->p[1] = (uint8_t)(o->acc >> 8);
+        o->p[2] = (uint8_t)(o->acc >> 16);
+        o->p[3] = (uint8_t)(o->acc >> 24);
+        o->p += 4;
+        o->acc = o->fill ? v >> (32u - o->fill) : 0u;
+        total -= 32u;
+    }
+    o->fill = total;
+}
+
+/* The bits left in the writer, the rest of their last byte kept. */
+static void mico_dwb_flush(MicoDwbOut *o)
+{
+    uint32_t b;
+    for (b = 0; 8u * b < o->fill; b++) {
+        const uint32_t n = o->fill - 8u * b < 8u ? o->fill - 8u * b : 8u;
+        const uint32_t keep = 0xffu & ~((1u << n) - 1u);
+        o->p[b] = (uint8_t)((o->p[b] & keep) | ((o->acc >> (8u * b)) & ~keep & 0xffu));
+    }
+}
+
+/* Where the taps of output word 0 start in the copies, and a channel's weights. The copies
+ * kx = 0, 1, 2 hold pixel n at bit 32 z + 1 - kx + n, so that tap (1, kx) of output word i is
+ * word z + i of copy kx, and row ky = 0 (2) of taps the funnel shift by r0 (r2) of words q0 + i
+ * (q2 + i) and the next. */
+typedef struct {
+    const uint32_t *bufs;  /* a0's copies kx = 0, 1, 2, then a1's, MICO_DWB_NB words apart */
+    int32_t z, q0, q2;     /* the words of output word 0's taps of rows 1, 0, 2 */
+    uint32_t r0, r2;       /* their shifts (1..31) */
+    int32_t nwo;           /* output words */
+    uint32_t m[9][2];      /* per tap: all ones in [0] for a weight 0 (the tap then reads all
+                            * ones: 3 added to every sum), in [1] for a weight -1 */
+    int32_t t[3];          /* per level: its threshold t_L on U (28: never) */
+    int32_t levels;        /* 1 (1-bit outputs) or 3 */
+} MicoDwbGeom;
+
+/* Y >= L for a constant L, Y bit-sliced as y0..y4: Y's bits against L's from the lowest up
+ * (a bit of L set: y_i and the lower compare; clear: y_i or it). */
+#define MICO_DWB_STEP(r, y, l) ((l) ? (y) & (r) : (y) | (r))
+#define MICO_DWB_GE5(L)                                                                     \
+    MICO_DWB_STEP(MICO_DWB_STEP(MICO_DWB_STEP(MICO_DWB_STEP(MICO_DWB_STEP(0xffffffffu, y0,  \
+                                                                          (L) & 1),         \
+                                                            y1, ((L) >> 1) & 1),            \
+                                              y2, ((L) >> 2) & 1),                          \
+                                y3, ((L) >> 3) & 1),                                        \
+                  y4, ((L) >> 4) & 1)
+
+/* Bit j: Y_j >= t (t in 0..28; 28: never, Y <= 27), Y bit-sliced as y0..y4, a case of a
+ * switch per threshold (an instruction a bit). */
+static MICO_DWL_INLINE uint32_t mico_dwb_ge(uint32_t y0, uint32_t y1, uint32_t y2, uint32_t y3,
+                                            uint32_t y4, int32_t t)
+{
+#define MICO_DWB_CASE(L)                                                                    \
+    case L:                                                                                 \
+        return MICO_DWB_GE5(L)
+    switch (t) {
+        MICO_DWB_CASE(1);
+        MICO_DWB_CASE(2);
+        MICO_DWB_CASE(3);
+        MICO_DWB_CASE(4);
+        MICO_DWB_CASE(5);
+        MICO_DWB_CASE(6);
+        MICO_DWB_CASE(7);
+        MICO_DWB_CASE(8);
+        MICO_DWB_CASE(9);
+        MICO_DWB_CASE(10);
+        MICO_DWB_CASE(11);
+        MICO_DWB_CASE(12);
+        MICO_DWB_CASE(13);
+        MICO_DWB_CASE(14);
+        MICO_DWB_CASE(15);
+        MICO_DWB_CASE(16);
+        MICO_DWB_CASE(17);
+        MICO_DWB_CASE(18);
+        MICO_DWB_CASE(19);
+        MICO_DWB_CASE(20);
+        MICO_DWB_CASE(21);
+        MICO_DWB_CASE(22);
+        MICO_DWB_CASE(23);
+        MICO_DWB_CASE(24);
+        MICO_DWB_CASE(25);
+        MICO_DWB_CASE(26);
+        MICO_DWB_CASE(27);
+    case 0:
+        return 0xffffffffu;
+    default:
+        return 0u;
+    }
+#undef MICO_DWB_CASE
+}
+
+/* Bit j: the code of output pixel 32 i + j, bit-sliced (o[2 i], o[2 i + 1]), for every word. */
+static MICO_NOINLINE void mico_dwb_run(const MicoDwbGeom *g, uint32_t *res)
+{
+    const uint32_t *p1 = g->bufs + g->z, *p0 = g->bufs + g->q0, *p2 = g->bufs + g->q2;
+    const uint32_t r0 = g->r0, r2 = 32u - r0; /* (r2 = w mod 32) */
+    int32_t i;
+    for (i = 0; i < g->nwo; i++, p0++, p1++, p2++) {
+        uint32_t c1, s1, c2, s2, c3, s3, c4, u0, d1, e1, d2, e2, d3, e3, d4, e4, d5, e5, d6, u1;
+        uint32_t f1, g1, f2, g2, f3, u2, u3, u4;
+        /* one row of taps: a0's three into (C, S), a1's into (D, E) */
+#define MICO_DWB_ROW(C, S, D, E, T, P, R, L)                                                \
+    do {                                                                                    \
+        const uint32_t o0_ = g->m[T][0], n0_ = g->m[T][1], o1_ = g->m[T + 1][0];            \
+        const uint32_t n1_ = g->m[T + 1][1], o2_ = g->m[T + 2][0], n2_ = g->m[T + 2][1];    \
+        const uint32_t x0_ = (R(P, 0, L) | o0_) ^ n0_, x1_ = (R(P, 1, L) | o1_) ^ n1_;       \
+        const uint32_t x2_ = (R(P, 2, L) | o2_) ^ n2_, y0_ = (R(P, 3, L) | o0_) ^ n0_;       \
+        const uint32_t y1_ = (R(P, 4, L) | o1_) ^ n1_, y2_ = (R(P, 5, L) | o2_) ^ n2_;       \
+        MICO_DWB_CSA(C, S, x0_, x1_, x2_);                                                  \
+        MICO_DWB_CSA(D, E, y0_, y1_, y2_);                                                  \
+    } while (0)
+#define MICO_DWB_AL(P, K, L) ((P)[(K) * MICO_DWB_NB])
+#define MICO_DWB_FU0(P, K, L) (((P)[(K) * MICO_DWB_NB] >> r0) | ((P)[(K) * MICO_DWB_NB + 1] << r2))
+#define MICO_DWB_FU2(P, K, L) (((P)[(K) * MICO_DWB_NB] >> r2) | ((P)[(K) * MICO_DWB_NB + 1] << r0))
+        MICO_DWB_ROW(c1, s1, d1, e1, 0, p0, MICO_DWB_FU0, 0);
+        MICO_DWB_ROW(c2, s2, d2, e2, 3, p1, MICO_DWB_AL, 0);
+        MICO_DWB_ROW(c3, s3, d3, e3, 6, p2, MICO_DWB_FU2, 0);
+#undef MICO_DWB_ROW
+#undef MICO_DWB_AL
+#undef MICO_DWB_FU0
+#undef MICO_DWB_FU2
+        MICO_DWB_CSA(c4, u0, s1, s2, s3); /* weight 1 */
+        MICO_DWB_CSA(d4, e4, c1, c2, c3); /* weight 2 */
+        MICO_DWB_CSA(d5, e5, e1, e2, e3);
+        MICO_DWB_CSA(d6, u1, e4, c4, e5);
+        MICO_DWB_CSA(f1, g1, d1, d2, d3); /* weight 4 */
+        MICO_DWB_CSA(f2, g2, d4, d5, d6);
+        f3 = g1 & g2;
+        u2 = g1 ^ g2;
+        MICO_DWB_CSA(u4, u3, f1, f2, f3); /* weight 8, and 16 (U <= 27) */
+        if (g->levels == 1) {
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[0]);
+        } else {
+            const uint32_t ge2 = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[1]);
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[0]) ^ ge2 ^
+                         mico_dwb_ge(u0, u1, u2, u3, u4, g->t[2]);
+            res[2 * i + 1] = ge2;
+        }
+    }
+}
+
+/* The thresholds t_L of a channel (acc = base + U, U in 0..umax): t_L the
+ * smallest U of code >= L (umax + 1: none), by bisection. A multiplier (not binary): code >= L
+ * exactly when L <= hi and (L <= lo, or acc > 0 and the rescaled acc >= L, which is acc m >=
+ * (2 L - 1) 2^(shift - 1) for shifts of 32 or less, and for larger ones the high word of
+ * acc m >= (2 L - 1) 2^(shift - 33), mico_rescale's rounding); others with mico_rq_apply. */
+static MICO_NOINLINE void mico_dwb_levels(MicoDwbGeom *g, const MicoRq *rq, int32_t base,
+                                          int32_t umax)
+{
+    const int scaled = rq->scaled && !rq->binary;
+    const uint32_t m = (uint32_t)rq->m;
+    int32_t level, a = 0;
+    for (level = 1; level <= g->levels; level++) {
+        int32_t b = umax + 1;
+        const uint32_t k2 = 2u * (uint32_t)level - 1u, kb = level == 1 ? 1u : level == 2 ? 2u : 3u;
+        /* (2 L - 1) 2^(shift - 1): above every product (< 2^62) when it would not fit */
+        const uint64_t lim = (uint32_t)rq->shift - 1u + kb > 63u ? ~(uint64_t)0
+                                                                 : (uint64_t)k2 << (rq->shift - 1);
+        if (scaled && level > rq->hi) {
+            a = b; /* never */
+        } else if (scaled && level <= rq->lo) {
+            a = 0; /* always */
+        }
+        while (a < b) {
+            const int32_t mid = a + ((b - a) >> 1), r = base + mid;
+            int32_t ok;
+            if (scaled) { /* (the high word alone for shifts above 32) */
+                const uint64_t prod = r > 0 ? (uint64_t)(uint32_t)r * m : 0u;
+                ok = r > 0 && (rq->shift > 32 ? prod >> 32 << 32 : prod) >= lim;
+            } else {
+                ok = mico_rq_apply(rq, r) >= level;
+            }
+            if (ok) {
+                b = mid;
+            } else {
+                a = mid + 1;
+            }
+        }
+        g->t[level - 1] = a;
+    }
+}
+
+/* Whether every weight is in {-1, 0, 1} and every bias far from the int32 limits. */
+static MICO_NOINLINE int mico_dwb_weights_ok(const MicoConv2d *p)
+{
+    const uint32_t wb = (uint32_t)p->w_bits;
+    uint32_t wt[9], sums[2];
+    int32_t c, t;
+    for (c = 0; c < p->out_c; c++) {
+        if (p->bias[c] > 0x7fffffff - 32 || p->bias[c] < -0x7fffffff + 32) {
+            return 0;
+        }
+    }
+    if (wb == 2u) { /* no field 10 (-2) among the 9 out_c codes */
+        const size_t n = (size_t)p->out_c * 18u;
+        size_t i;
+        for (i = 0; i < n / 8u; i++) {
+            const uint32_t v = p->weight[i];
+            if (v & 0xaau & ~(v << 1)) {
+                return 0;
+            }
+        }
+        if (n % 8u) {
+            const uint32_t v = p->weight[n / 8u] & ((1u << (n % 8u)) - 1u);
+            if (v & 0xaau & ~(v << 1)) {
+                return 0;
+            }
+        }
+        return 1;
+    }
+    for (c = 0; c < p->out_c; c++) {
+        mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
+        for (t = 0; t < 9; t++) {
+            if (wt[t] + 1u > 2u) {
+                return 0;
+            }
+        }
+    }
+    return 1;
+}
+
+/* The layer (mico_dwb_shape and mico_dwb_weights_ok hold). */
+static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t h = p->in_h, w = p->in_w, hw = h * w, nw = (hw + 31) / 32;
+    const int32_t z = (w + 31) / 32 + 1, ob = p->out.fmt.bits;
+    const uint32_t wb = (uint32_t)p->w_bits, tail = (hw & 31) ? (1u << (hw & 31)) - 1u : ~0u;
+    const size_t end = (size_t)p->in_c * (size_t)hw * 2u;
+    uint32_t bufs[6 * MICO_DWB_NB], nfirst[MICO_DWB_WORDS], nlast[MICO_DWB_WORDS];
+    uint32_t res[2 * MICO_DWB_WORDS], wt[9], sums[2];
+    int32_t i, c, y, t;
+    MicoDwbGeom g;
+    MicoDwbOut wr;
+    for (i = 0; i < 6 * MICO_DWB_NB; i++) {
+        bufs[i] = 0;
+    }
+    for (i = 0; i < nw; i++) {
+        nfirst[i] = nlast[i] = 0xffffffffu;
+    }
+    for (y = 0; y < h; y++) { /* columns 0 and w - 1 */
+        nfirst[(y * w) >> 5] &= ~(1u << ((y * w) & 31));
+        nlast[(y * w + w - 1) >> 5] &= ~(1u << ((y * w + w - 1) & 31));
+    }
+    g.bufs = bufs;
+    g.z = z;
+    g.q0 = z - (w + 31) / 32; /* bit 32 z - w (w not a multiple of 32) */
+    g.r0 = 32u - ((uint32_t)w & 31u);
+    g.q2 = z + (w >> 5);
+    g.r2 = (uint32_t)w & 31u;
+    g.nwo = nw;
+    g.levels = ob == 1 ? 1 : 3;
+    wr.p = (uint8_t *)out;
+    wr.acc = 0;
+    wr.fill = 0;
+    for (c = 0; c < p->out_c; c++) {
+        const size_t at = (size_t)c * (size_t)hw * 2u;
+        const MicoRq rq = mico_rq(&p->out, c);
+        uint32_t *const b0 = bufs + z, *const b3 = bufs + 3 * MICO_DWB_NB + z;
+        uint32_t pa0 = 0, pa2 = 0, pb0 = 0, pb2 = 0;
+        int32_t base = p->bias[c];
+        mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
+        for (t = 0; t < 9; t++) {
+            g.m[t][0] = wt[t] ? 0u : 0xffffffffu;
+            g.m[t][1] = wt[t] == 0xffffffffu ? 0xffffffffu : 0u;
+            base -= wt[t] == 0xffffffffu || !wt[t] ? 3 : 0;
+        }
+        for (i = 0; i < nw; i++) { /* the plane's bit slices into their copies */
+            const uint32_t u =
+                mico_dwb_unzip(mico_dwb_get((const uint8_t *)in, at + 64u * (size_t)i, end));
+            const uint32_t v =
+                mico_dwb_unzip(mico_dwb_get((const uint8_t *)in, at + 64u * (size_t)i + 32u, end));
+            const uint32_t m = i == nw - 1 ? tail : ~0u, nf = nfirst[i], nl = nlast[i];
+            const uint32_t a = ((u & 0xffffu) | v << 16) & m, b = (u >> 16 | (v & 0xffff0000u)) & m;
+            uint32_t x;
+            x = a & nl; /* copy 0 from bit 1, copy 1 from bit 0, copy 2 from bit -1 */
+            b0[i] = pa0 >> 31 | x << 1;
+            pa0 = x;
+            b0[MICO_DWB_NB + i] = a;
+            x = a & nf;
+            b0[2 * MICO_DWB_NB + i - 1] = pa2 >> 1 | x << 31;
+            pa2 = x;
+            x = b & nl;
+            b3[i] = pb0 >> 31 | x << 1;
+            pb0 = x;
+            b3[MICO_DWB_NB + i] = b;
+            x = b & nf;
+            b3[2 * MICO_DWB_NB + i - 1] = pb2 >> 1 | x << 31;
+            pb2 = x;
+        }
+        b0[nw] = pa0 >> 31;
+        b0[2 * MICO_DWB_NB + nw - 1] = pa2 >> 1;
+        b3[nw] = pb0 >> 31;
+        b3[2 * MICO_DWB_NB + nw - 1] = pb2 >> 1;
+        mico_dwb_levels(&g, &rq, base, 27);
+        mico_dwb_run(&g, res);
+        for (i = 0; i < nw; i++) {
+            const uint32_t n = hw - 32 * i < 32 ? (uint32_t)(hw - 32 * i) : 32u;
+            if (ob == 1) {
+                mico_dwb_emit(&wr, res[2 * i], n);
+            } else {
+                const uint32_t o0 = res[2 * i], o1 = res[2 * i + 1];
+                mico_dwb_emit(&wr, mico_dwb_zip((o0 & 0xffffu) | o1 << 16), n < 16u ? 2u * n : 32u);
+                if (n > 16u) {
+                    mico_dwb_emit(&wr, mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u)), 2u * n - 32u);
+                }
+            }
+        }
+    }
+    mico_dwb_flush(&wr);
+}
+
+void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
+        mico_dwb(p, in, out);
+        return;
+    }
+    mico_qconv2d_dwp_f1(p, l, in, out);
+}

@@ -465,6 +465,10 @@ void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
  * mico_qconv2d_depthwise3x3). l is unused (the lanes' signature). */
 void mico_qconv2d_dwp_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dwp_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+/* Depthwise 3x3 bit-sliced (mico_dwconv.c): 2-bit unsigned codes in, weights in {-1, 0, 1},
+ * 1- or 2-bit unsigned codes out, stride 1, padding 1; other layers go to mico_qconv2d_dwp_f1.
+ * l is unused (the lanes' signature). */
+void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);

@@ -168,9 +168,9 @@ def test_rv32_bit_exact_and_fewer_instructions():
 
 
 def test_generated_dscnn_takes_pixel_lanes(tmp_path):
-    """End to end: dscnn at W2A2 emits the pair path (mico_qconv2d_dwp_f1: two output lines
-    per multiply, cheaper than the pixel lanes on its 25 x 5 planes) for its depthwise layers
-    and the program (ASan + UBSan) equals the Python reference."""
+    """End to end: dscnn at W2A2 emits the bit-sliced path (mico_qconv2d_dwbs: 2-bit codes
+    in and out, ternary weights, stride 1, padding 1) for its depthwise layers and the program
+    (ASan + UBSan) equals the Python reference."""
     import torch
 
     from mico.codegen import emit_c_project
@@ -191,7 +191,7 @@ def test_generated_dscnn_takes_pixel_lanes(tmp_path):
     calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
     graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
     project = emit_c_project(graph, tmp_path / "c", "m")
-    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwp_f1(") == 4
+    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwbs(") == 4
     host.build(project, sanitize=True)
     samples = torch.randn((2, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()

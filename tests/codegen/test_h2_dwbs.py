@@ -1,0 +1,175 @@
+"""Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs in mico_dwconv.c, chosen by
+mico.codegen.dwconv_plan.dwb_plan) against the Python integer reference, through the C program
+of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under ASan + UBSan).
+
+The kernel cases call the bit-sliced entry point whatever the plan would choose: 2-bit
+unsigned codes in, weights in {-1, 0, 1} (ternary 2-bit codes, 1-bit {-1, +1}, 4-bit codes
+holding only those), 1- and 2-bit unsigned outputs with and without a ReLU; odd planes, rows
+of 1..63 codes, planes whose channels start inside a byte; multipliers whose shift is 32 or
+less and above, ties of the rounding, biases that put every sum at the top or bottom level,
+saturating scales; and the layers the kernel hands to the pair path (a weight -2 or 3, a bias
+near the int32 limits, rows of 32 codes, stride 2, padding 0, 4-bit codes)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_plan
+from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.test_dwconv_lanes import kernels_rv32
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+A2, O1 = QFormat(2, False), QFormat(1, False)
+
+
+def _layer(h, w, *, a=A2, o=A2, wb=TERNARY, c=3, stride=1, pad=1, seed=0, extreme=False,
+           relu=True):  # fmt: skip
+    layer = kernels_rv32.random_layer(
+        "conv", QFormat.for_bits(wb, True), a, in_c=c, out_c=c, hw=max(h, w), k=3, pad=pad,
+        stride=stride, groups=c, seed=seed, extreme=extreme, o_fmt=o, relu=relu,
+    )  # fmt: skip
+    layer.x = layer.x[:, :h, :w]
+    return layer
+
+
+def _sliced_cases() -> list:
+    """Layers the bit-sliced path computes."""
+    geometry = [(16, 16), (25, 5), (5, 25), (1, 1), (1, 7), (7, 1), (3, 3), (9, 63), (33, 31),
+                (16, 63), (11, 13), (2, 33), (40, 25)]  # fmt: skip
+    layers = []
+    for i, (h, w) in enumerate(geometry):
+        o = O1 if i % 4 == 3 else A2
+        layers.append(_layer(h, w, o=o, c=1 + i % 4, seed=i, relu=i % 3 != 2))
+    # 1-bit weights {-1, +1}; 4-bit codes holding only -1, 0, 1
+    layers.append(_layer(12, 10, wb=1, c=3, seed=20))
+    four = _layer(10, 12, wb=4, c=4, seed=21)
+    four.weight = np.clip(four.weight, -1, 1)
+    layers.append(four)
+    # scales: shifts of 32 or less and above, ties of the rounding, every sum at one level
+    levels = _layer(25, 5, c=8, seed=22)
+    levels.bias[0] = 10**6
+    levels.bias[1] = -(10**6)
+    levels.m[2], levels.shift[2] = 2**30, 33  # acc / 8: ties at acc = 4 (mod 8)
+    levels.m[3], levels.shift[3] = 2**31 - 1, 32
+    levels.m[4], levels.shift[4] = 3 * 2**18, 20  # shift 20
+    levels.m[5], levels.shift[5] = 2**30, 62  # nothing reaches a level
+    levels.m[6], levels.shift[6] = 2**31 - 1, 1  # every positive sum saturates
+    levels.m[7], levels.shift[7] = 0, 40
+    layers.append(levels)
+    one = _layer(16, 16, o=O1, c=4, seed=23)
+    one.m[:], one.shift[:] = 2**30, 31  # 1-bit outputs: acc / 2 rounded
+    layers.append(one)
+    layers.append(_layer(16, 16, c=5, seed=24, extreme=True))  # biases near +-2^31 - 2^20
+    layers.append(_layer(25, 5, o=O1, c=7, seed=25, extreme=True, relu=False))
+    return layers
+
+
+def _declined() -> list:
+    """Layers the kernel hands to the pair path (mico_qconv2d_dwp_f1)."""
+    minus2 = _layer(8, 8, wb=3, c=3, seed=30)
+    minus2.weight = np.clip(minus2.weight, -1, 1)
+    minus2.weight[1, 0, 2, 1] = -2
+    three = _layer(8, 8, wb=4, c=2, seed=31)
+    three.weight = np.clip(three.weight, -1, 1)
+    three.weight[1, 0, 0, 0] = 3
+    near = _layer(9, 7, c=3, seed=32)
+    near.bias[2] = 2**31 - 20
+    return [
+        minus2, three, near,
+        _layer(8, 32, c=2, seed=33),  # rows of 32 codes
+        _layer(12, 12, c=2, stride=2, seed=34),
+        _layer(12, 12, c=2, pad=0, seed=35),
+        _layer(10, 10, a=QFormat(4, False), o=QFormat(4, False), c=2, seed=36),
+        _layer(40, 30, c=2, seed=37),  # more than 1,024 pixels (the pair path falls back too)
+    ]  # fmt: skip
+
+
+def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
+    """The bit-sliced entry point, whatever the plan would choose."""
+    return {"s": 0, "q": 0, "sliced": 1}
+
+
+def test_sliced_path_bit_exact(monkeypatch):
+    """Every case (one C program) equals the reference through mico_qconv2d_dwbs."""
+    layers = _sliced_cases() + _declined()
+    for layer in _sliced_cases():
+        args = ((1, 1), (layer.pad,) * 2, (1, 1))
+        hw = layer.x.shape[1:]
+        assert dwb_plan(layer.weight, layer.a_fmt, layer.o_fmt, hw, hw, *args) is not None
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            case = (kernel, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride, layer.pad)
+            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
+        assert results[0][0] == "mico_qconv2d_dwbs"
+
+
+def test_sliced_path_sanitized(monkeypatch):
+    """ASan + UBSan on outputs that end exactly at the end of their buffer (1- and 2-bit codes
+    filling whole bytes or not) and on inputs read up to the tensor's last byte."""
+    layers = [
+        _layer(5, 5, c=8, seed=40),  # 400 bits: whole bytes
+        _layer(5, 5, c=3, seed=41),  # 150 bits: the last byte partly written
+        _layer(7, 3, o=O1, c=5, seed=42),
+        _layer(16, 16, c=2, seed=43),
+        _layer(1, 1, c=1, seed=44),
+    ]
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    program = kernels_rv32.layers_program(layers, ("chosen",))
+    n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
+    assert f"y[{n_bytes + 4}]" in program
+    program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
+    with tempfile.TemporaryDirectory(prefix="mico-dwb-asan-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        kernels_rv32._sources(work)
+        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
+        sources.append(str(work / "mico_conv2d.c"))
+        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
+        cmd = ["gcc", "-std=c99", "-O0", *flags, "-I", str(work), *sources, "-o", str(work / "m")]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tokens = run.stdout.split()
+    marks = [i for i, token in enumerate(tokens) if token == "instret"]
+    for layer, i in zip(layers, marks, strict=True):
+        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
+        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
+        assert np.array_equal(out, layer.reference().ravel())
+
+
+def _plan(a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
+    rng = np.random.default_rng(0)
+    if weight is None:
+        weight = rng.integers(-1, 2, size=(8, 1, 3, 3))
+    return dw_lane_plan(weight, a_fmt, in_hw, out_hw, (stride,) * 2, (pad,) * 2, (1, 1), o_fmt)
+
+
+def test_plan_picks_the_sliced_path():
+    """W2A2 (and 2-bit in, 1-bit out) depthwise layers at stride 1, padding 1 take the
+    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes); wider codes, signed or asymmetric
+    codes, weights outside {-1, 0, 1}, stride 2, padding 0, rows of 32 codes and planes above
+    1,024 pixels keep the others."""
+    assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, O1, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
+    a4 = QFormat(4, False)
+    assert dw_kernel(_plan(a4, a4, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, a4, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(QFormat(2, True), A2, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
+    asym = QFormat(2, False, 1)
+    assert dw_kernel(_plan(asym, A2, (8, 8), (8, 8))) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (16, 32), (16, 32))) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (40, 30), (40, 30))) != "mico_qconv2d_dwbs"
+    w2 = np.full((2, 1, 3, 3), -2)
+    assert dwb_plan(w2, A2, A2, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
