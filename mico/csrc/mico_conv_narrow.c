@@ -338,8 +338,8 @@ void mico_nw_q5_rv32(MicoNwQ5 *q);
  * channel 0 in s0-s4, 1 in s5-s9, 2 in s10, s11, a1-a3, 3 in a4-a7, ra; t0 the weights, a0
  * the codes, t1-t4 a tap's 4 weights, t5 a code, t6 a product. Eight taps an iteration at
  * constant offsets (72 loads, 160 multiplies, 160 adds, 4 of loop: 2.48 instructions a MAC).
- * The requantization: a sum <= 0 gives 0 (0 * m + rnd >> sh is 0), else the high word of
- * sum * m, plus rnd, shifted by sh, clamped at hi. Frame: 13 saved registers, q, wend. */
+ * The requantization: a sum <= 0 gives 0 (3 instructions), else the high word of sum * m,
+ * plus rnd, shifted by sh, clamped at hi (6). Frame: 13 saved registers, q, wend. */
 __asm__(
     ".pushsection .text.mico_nw_q5_rv32,\"ax\",@progbits\n"
     ".p2align 2\n"
@@ -361,9 +361,10 @@ __asm__(
     "  mico_nw_q5_px \\k, 4, s4, s9, a3, ra\n"
     ".endm\n"
     ".macro mico_nw_q5_put r, j\n" /* m t4, sh t5, rnd t6, hi t2, output t1 */
-    "  bgez \\r, 1f\n  li \\r, 0\n"
-    "1:\n  mulhu \\r, \\r, t4\n  add \\r, \\r, t6\n  srl \\r, \\r, t5\n"
-    "  bleu \\r, t2, 2f\n  mv \\r, t2\n"
+    "  blez \\r, 1f\n"
+    "  mulhu \\r, \\r, t4\n  add \\r, \\r, t6\n  srl \\r, \\r, t5\n"
+    "  bleu \\r, t2, 2f\n  mv \\r, t2\n  j 2f\n"
+    "1:\n  li \\r, 0\n"
     "2:\n  sb \\r, \\j(t1)\n"
     ".endm\n"
     ".macro mico_nw_q5_ch c, r0, r1, r2, r3, r4\n" /* channel c of the tile, rq at t0 */
