@@ -361,48 +361,187 @@ void mico_mean(const MicoMean *p, const void *in, void *out)
     }
 }
 #else
-/* Sum of n bytes (T: uint8_t or int8_t codes), four per iteration. */
-#define MICO_SUM_BYTES(NAME, T)                                                                  \
-    static int32_t NAME(const T *x, int32_t n)                                                    \
-    {                                                                                             \
-        int32_t acc = 0, i;                                                                       \
-        for (i = 0; i + 4 <= n; i += 4) {                                                         \
-            acc += (int32_t)x[i] + (int32_t)x[i + 1] + (int32_t)x[i + 2] + (int32_t)x[i + 3];     \
-        }                                                                                         \
-        for (; i < n; i++) {                                                                      \
-            acc += x[i];                                                                          \
-        }                                                                                         \
-        return acc;                                                                               \
+/* Codes of 1, 2, 4 or 8 bits are summed from their packed bytes, a 32-bit word at a time
+ * (SWAR): a field f maps to its code as ((f ^ x) << sh) - o (mico_field_map), so a run's sum
+ * of codes is (S << sh) - n o with S the sum of the fields f ^ x, x repeated in every field of
+ * a word. The fields of a word are added within each byte (1-bit fields: at most 8 a byte,
+ * 2-bit: at most 12; 4-bit: low and high fields apart, 15), those bytes over up to 30, 20
+ * or 17 words, then folded; bytes (8-bit codes) go into 16-bit halves, 128 words at a time.
+ * Words are read at aligned addresses: a run's first and last words are masked to its bits
+ * (and read byte by byte where they reach past the tensor), the words between read whole.
+ * Other widths unpack runs of MICO_POOL_OUT codes. Up to MICO_POOL_OUT outputs are
+ * requantized and packed together once their inputs were read (the in-place contract above
+ * holds). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_MEAN_LE 1 /* a word's bytes in stream order: masks by bit positions hold */
+#else
+#define MICO_MEAN_LE 0
+#endif
+
+/* The sum of the b-bit fields (b 1, 2 or 4) of each byte of w, in that byte; 8: w. */
+static inline uint32_t mico_mean_lanes(uint32_t w, uint32_t b)
+{
+    if (b == 8u) {
+        return w;
     }
-MICO_SUM_BYTES(mico_sum_u8, uint8_t)
-MICO_SUM_BYTES(mico_sum_s8, int8_t)
+    if (b == 1u) {
+        w -= (w >> 1) & 0x55555555u;
+    }
+    if (b <= 2u) {
+        w = (w & 0x33333333u) + ((w >> 2) & 0x33333333u);
+    }
+    return (w & 0x0f0f0f0fu) + ((w >> 4) & 0x0f0f0f0fu);
+}
+
+/* The sum of the four bytes of a. */
+static inline uint32_t mico_mean_fold(uint32_t a)
+{
+    a = (a & 0x00ff00ffu) + ((a >> 8) & 0x00ff00ffu);
+    return (a & 0xffffu) + (a >> 16);
+}
+
+/* Word k of the stream counted from the aligned address below in (in: `off` bytes past it,
+ * the tensor nbytes long), bytes in stream order from the low one; bytes outside the tensor
+ * read as 0. */
+static inline uint32_t mico_mean_word(const uint8_t *in, size_t nbytes, size_t off, size_t k)
+{
+    const size_t at = 4u * k;
+    uint32_t w = 0;
+    size_t i;
+    if (MICO_MEAN_LE && at >= off && at - off + 4u <= nbytes) {
+        return *(const uint32_t *)(const void *)(in + (at - off));
+    }
+    for (i = 0; i < 4u; i++) {
+        if (at + i >= off && at + i - off < nbytes) {
+            w |= (uint32_t)in[at + i - off] << (8u * i);
+        }
+    }
+    return w;
+}
+
+/* S over n whole aligned words w (x in every field), two a step. */
+#define MICO_MEAN_BODY(B, K)                                                                     \
+    while (n > 0) {                                                                               \
+        const size_t c = n < (K) ? n : (K);                                                       \
+        const uint32_t *const end = w + (c & ~(size_t)1);                                         \
+        uint32_t a = 0;                                                                           \
+        for (; w < end; w += 2) {                                                                 \
+            a += mico_mean_lanes(w[0] ^ x, B) + mico_mean_lanes(w[1] ^ x, B);                     \
+        }                                                                                         \
+        if (c & 1u) {                                                                             \
+            a += mico_mean_lanes(*w++ ^ x, B);                                                    \
+        }                                                                                         \
+        total += mico_mean_fold(a);                                                               \
+        n -= c;                                                                                   \
+    }
+static inline uint32_t mico_mean_words(const uint32_t *w, size_t n, uint32_t b,
+                                              uint32_t x)
+{
+    uint32_t total = 0;
+    if (b == 4u) { /* low and high fields apart: at most 15 a byte and word */
+        while (n > 0) {
+            const size_t c = n < 17u ? n : 17u;
+            const uint32_t *const end = w + c;
+            uint32_t lo = 0, hi = 0;
+            for (; w < end; w++) {
+                const uint32_t v = *w ^ x;
+                lo += v & 0x0f0f0f0fu;
+                hi += (v >> 4) & 0x0f0f0f0fu;
+            }
+            total += mico_mean_fold(lo) + mico_mean_fold(hi);
+            n -= c;
+        }
+    } else if (b == 2u) {
+        MICO_MEAN_BODY(2u, 20u)
+    } else if (b == 1u) {
+        MICO_MEAN_BODY(1u, 30u)
+    } else {
+        while (n > 0) { /* bytes: 16-bit halves */
+            const size_t c = n < 128u ? n : 128u;
+            const uint32_t *const end = w + c;
+            uint32_t a = 0;
+            for (; w < end; w++) {
+                const uint32_t v = *w ^ x;
+                a += (v & 0x00ff00ffu) + ((v >> 8) & 0x00ff00ffu);
+            }
+            total += (a & 0xffffu) + (a >> 16);
+            n -= c;
+        }
+    }
+    return total;
+}
+
+/* S (x: x in every field of a word) of bits [s, e) of the packed tensor at in (nbytes long;
+ * s < e, both multiples of b). */
+static MICO_NOINLINE uint32_t mico_mean_run(const uint8_t *in, size_t nbytes, size_t s,
+                                            size_t e, uint32_t b, uint32_t x)
+{
+    const size_t off = (size_t)((uintptr_t)in & 3u);
+    const size_t s1 = s + 8u * off, e1 = e + 8u * off; /* from the aligned address */
+    const size_t ws = s1 >> 5, we = (e1 - 1u) >> 5;
+    const uint32_t head = ~0u << (s1 & 31u), tail = ~0u >> (31u - ((e1 - 1u) & 31u));
+    uint32_t total;
+    if (ws == we) {
+        return mico_mean_fold(mico_mean_lanes((mico_mean_word(in, nbytes, off, ws) ^ x) &
+                                              head & tail, b));
+    }
+    total = mico_mean_fold(mico_mean_lanes((mico_mean_word(in, nbytes, off, ws) ^ x) & head, b)) +
+            mico_mean_fold(mico_mean_lanes((mico_mean_word(in, nbytes, off, we) ^ x) & tail, b));
+    if (we - ws > 1u) {
+        total += mico_mean_words((const uint32_t *)(const void *)(in + (4u * (ws + 1u) - off)),
+                                 we - ws - 1u, b, x);
+    }
+    return total;
+}
 
 void mico_mean(const MicoMean *p, const void *in, void *out)
 {
-    int32_t buf[MICO_POOL_OUT];
-    int32_t o, j, i;
-    for (o = 0; o < p->outer; o++) {
-        const size_t base = (size_t)o * (size_t)p->count;
-        int32_t acc = 0;
-        MicoRq rq;
-        if (p->in_fmt.bits == 8) { /* bytes are the codes (plus the zero point) */
-            acc = p->in_fmt.is_signed
-                      ? mico_sum_s8((const int8_t *)in + base, p->count)
-                      : mico_sum_u8((const uint8_t *)in + base, p->count) - p->count * p->in_fmt.zero;
-            j = p->count; /* nothing left to unpack */
-        } else {
-            j = 0;
+    int32_t buf[MICO_POOL_OUT], res[MICO_POOL_OUT];
+    const MicoFieldMap m = mico_field_map(p->in_fmt);
+    const uint32_t b = (uint32_t)p->in_fmt.bits;
+    const int swar = b == 1u || b == 2u || b == 4u || b == 8u;
+    const uint32_t x = m.x * (b == 1u   ? 0xffffffffu
+                              : b == 2u ? 0x55555555u
+                              : b == 4u ? 0x11111111u
+                                        : 0x01010101u);
+    const size_t nbytes = ((size_t)p->outer * (size_t)p->count * b + 7u) >> 3;
+    int32_t o0, o, j, i;
+    for (o0 = 0; o0 < p->outer; o0 += MICO_POOL_OUT) {
+        const int32_t g = p->outer - o0 < MICO_POOL_OUT ? p->outer - o0 : MICO_POOL_OUT;
+        for (o = 0; o < g; o++) {
+            const size_t base = (size_t)(o0 + o) * (size_t)p->count;
+            int32_t acc = 0;
+            if (b > 8u) { /* int32 inputs */
+                const int32_t *v = (const int32_t *)in + base;
+                for (i = 0; i < p->count; i++) {
+                    acc += v[i];
+                }
+            } else if (swar) {
+                const uint32_t sum = mico_mean_run((const uint8_t *)in, nbytes, base * b,
+                                                   (base + (size_t)p->count) * b, b, x);
+                acc = (int32_t)(sum << m.sh) - p->count * m.o;
+            } else {
+                for (j = 0; j < p->count; j += MICO_POOL_OUT) {
+                    const int32_t n = p->count - j < MICO_POOL_OUT ? p->count - j : MICO_POOL_OUT;
+                    mico_unpack_i32(in, base + (size_t)j, n, p->in_fmt, buf);
+                    for (i = 0; i < n; i++) {
+                        acc += buf[i];
+                    }
+                }
+            }
+            res[o] = acc;
         }
-        for (; j < p->count; j += MICO_POOL_OUT) {
-            const int32_t n = p->count - j < MICO_POOL_OUT ? p->count - j : MICO_POOL_OUT;
-            mico_unpack_i32(in, base + (size_t)j, n, p->in_fmt, buf);
-            for (i = 0; i < n; i++) {
-                acc += buf[i];
+        if (p->out.n_mult <= 1) { /* one multiplier: the run's outputs in one loop */
+            const MicoRq rq = mico_rq(&p->out, o0);
+            mico_rq_run_fast(&rq, res, g);
+        } else {
+            for (o = 0; o < g; o++) {
+                const MicoRq rq = mico_rq(&p->out, o0 + o);
+                mico_rq_run_fast(&rq, &res[o], 1);
             }
         }
-        rq = mico_rq(&p->out, o);
-        mico_rq_run(&rq, &acc, 1);
-        mico_pack(out, (size_t)o, &acc, 1, p->out.fmt);
+        mico_pack(out, (size_t)o0, res, g, p->out.fmt);
     }
 }
 #endif /* MICO_HOST_KERNELS */
