@@ -218,6 +218,26 @@ def dwb_plan(
     return {"s": 0, "q": 0, "sliced": 1}
 
 
+def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np.ndarray:
+    """The bit-sliced path's thresholds, 3 per channel (``MicoDwLanes.thr``): with ``U`` the
+    kernel's count (0..27) of a window, ``acc = bias - 3 n + U`` (``n`` the channel's weights
+    -1 and 0), t_L is the smallest ``U`` whose stored code is at least ``L`` (28: none), found
+    with the reference arithmetic itself (:func:`mico.ir.ops.mico_ops.finish` over every
+    ``U``), so the kernel's codes are the reference's by construction (the requantization is
+    monotonic in the sum)."""
+    from mico.ir.ops.mico_ops import finish
+
+    w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
+    n = ((w == -1) | (w == 0)).sum(axis=1)
+    acc = (np.asarray(bias, dtype=np.int64).ravel() - 3 * n)[:, None] + np.arange(28)[None, :]
+    codes = np.asarray(finish(acc, spec, relu, axis=0).numpy())
+    out = np.empty((len(w), 3), dtype=np.int64)
+    for level in (1, 2, 3):
+        reached = codes >= level
+        out[:, level - 1] = np.where(reached.any(axis=1), reached.argmax(axis=1), 28)
+    return out.ravel()
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -349,7 +369,14 @@ def node_plan(node: Node) -> dict[str, int] | None:
 
 def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -> list[str]:
     """The call of a pixel-lanes layer (``params``: its ``MicoConv2d``, plainly packed weights)."""
-    sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", f".s = {plan['s']}, .q = {plan['q']}")
+    fields = f".s = {plan['s']}, .q = {plan['q']}"
+    if plan.get("sliced"):  # the thresholds of the bit-sliced path, from the generator
+        a = node.attrs
+        thr = dwb_thresholds(
+            node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False)
+        )
+        fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
+    sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold
     x, out = ctx.buffer(node.inputs[0]), ctx.buffer(node.output)

@@ -903,7 +903,7 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
                                                {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
-        static const MicoDwLanes one = {32, 0};                                                   \
+        static const MicoDwLanes one = {32, 0, 0};                                                \
         (void)l;                                                                                  \
         if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
             mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
@@ -2260,7 +2260,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
                                             mico_dwp_p##SF##_2};                                  \
-        static const MicoDwLanes one = {32, 0};                                                   \
+        static const MicoDwLanes one = {32, 0, 0};                                                \
         (void)l;                                                                                  \
         if (mico_dwp(p, in, out, fns, SF)) {                                                      \
             return;                                                                               \
@@ -2396,6 +2396,28 @@ static MICO_DWL_INLINE void mico_dwb_emit(MicoDwbOut *o, uint32_t v, uint32_t n)
     o->fill = total;
 }
 
+/* The n bits of words v appended (the last word's bits above n cleared). */
+static MICO_NOINLINE void mico_dwb_put(MicoDwbOut *o, const uint32_t *v, uint32_t n)
+{
+    const uint32_t f = o->fill;
+    uint32_t acc = o->acc;
+    uint8_t *p = o->p;
+    for (; n >= 32u; n -= 32u, v++, p += 4) {
+        const uint32_t x = *v;
+        acc |= x << f;
+        p[0] = (uint8_t)acc;
+        p[1] = (uint8_t)(acc >> 8);
+        p[2] = (uint8_t)(acc >> 16);
+        p[3] = (uint8_t)(acc >> 24);
+        acc = (x >> 1) >> (31u - f); /* (0 when f = 0) */
+    }
+    o->p = p;
+    o->acc = acc;
+    if (n) {
+        mico_dwb_emit(o, *v, n);
+    }
+}
+
 /* The bits left in the writer, the rest of their last byte kept. */
 static void mico_dwb_flush(MicoDwbOut *o)
 {
@@ -2527,41 +2549,52 @@ static MICO_NOINLINE void mico_dwb_run(const MicoDwbGeom *g, uint32_t *res)
     }
 }
 
-/* The thresholds t_L of a channel (acc = base + U, U in 0..umax): t_L the
- * smallest U of code >= L (umax + 1: none), by bisection. A multiplier (not binary): code >= L
- * exactly when L <= hi and (L <= lo, or acc > 0 and the rescaled acc >= L, which is acc m >=
- * (2 L - 1) 2^(shift - 1) for shifts of 32 or less, and for larger ones the high word of
- * acc m >= (2 L - 1) 2^(shift - 33), mico_rescale's rounding); others with mico_rq_apply. */
+/* The thresholds t_L of a channel (acc = base + U, U in 0..umax): t_L the smallest U of code
+ * >= L (umax + 1: none), by bisection. A multiplier (not binary): code >= L exactly when L <= hi
+ * and (L <= lo, or acc > 0 and the rescaled acc >= L: mico_rescale's rounding makes that acc m
+ * >= (2 L - 1) 2^(shift - 1) for shifts of 32 or less, and the high word of acc m >= (2 L - 1)
+ * 2^(shift - 33) for larger ones); other requantizations with mico_rq_apply. */
 static MICO_NOINLINE void mico_dwb_levels(MicoDwbGeom *g, const MicoRq *rq, int32_t base,
                                           int32_t umax)
 {
-    const int scaled = rq->scaled && !rq->binary;
+    const int scaled = rq->scaled && !rq->binary, high = rq->shift > 32;
     const uint32_t m = (uint32_t)rq->m;
     int32_t level, a = 0;
     for (level = 1; level <= g->levels; level++) {
+        const uint32_t k2 = 2u * (uint32_t)level - 1u;
         int32_t b = umax + 1;
-        const uint32_t k2 = 2u * (uint32_t)level - 1u, kb = level == 1 ? 1u : level == 2 ? 2u : 3u;
-        /* (2 L - 1) 2^(shift - 1): above every product (< 2^62) when it would not fit */
-        const uint64_t lim = (uint32_t)rq->shift - 1u + kb > 63u ? ~(uint64_t)0
-                                                                 : (uint64_t)k2 << (rq->shift - 1);
         if (scaled && level > rq->hi) {
             a = b; /* never */
         } else if (scaled && level <= rq->lo) {
             a = 0; /* always */
-        }
-        while (a < b) {
-            const int32_t mid = a + ((b - a) >> 1), r = base + mid;
-            int32_t ok;
-            if (scaled) { /* (the high word alone for shifts above 32) */
-                const uint64_t prod = r > 0 ? (uint64_t)(uint32_t)r * m : 0u;
-                ok = r > 0 && (rq->shift > 32 ? prod >> 32 << 32 : prod) >= lim;
-            } else {
-                ok = mico_rq_apply(rq, r) >= level;
+        } else if (scaled && high) { /* the high word of acc m against h */
+            const uint32_t h = k2 << (rq->shift - 33);
+            while (a < b) {
+                const int32_t mid = a + ((b - a) >> 1), r = base + mid;
+                if (r > 0 && (uint32_t)(((uint64_t)(uint32_t)r * m) >> 32) >= h) {
+                    b = mid;
+                } else {
+                    a = mid + 1;
+                }
             }
-            if (ok) {
-                b = mid;
-            } else {
-                a = mid + 1;
+        } else if (scaled) { /* acc m against (2 L - 1) 2^(shift - 1) (< 2^35) */
+            const uint64_t lim = (uint64_t)k2 << (rq->shift - 1);
+            while (a < b) {
+                const int32_t mid = a + ((b - a) >> 1), r = base + mid;
+                if (r > 0 && (uint64_t)(uint32_t)r * m >= lim) {
+                    b = mid;
+                } else {
+                    a = mid + 1;
+                }
+            }
+        } else {
+            while (a < b) {
+                const int32_t mid = a + ((b - a) >> 1);
+                if (mico_rq_apply(rq, base + mid) >= level) {
+                    b = mid;
+                } else {
+                    a = mid + 1;
+                }
             }
         }
         g->t[level - 1] = a;
@@ -2607,8 +2640,10 @@ static MICO_NOINLINE int mico_dwb_weights_ok(const MicoConv2d *p)
     return 1;
 }
 
-/* The layer (mico_dwb_shape and mico_dwb_weights_ok hold). */
-static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const void *in, void *out)
+/* The layer (mico_dwb_shape and mico_dwb_weights_ok hold); thr: its thresholds t_L (3 per
+ * channel, 28: never), or NULL (then found here, mico_dwb_levels). */
+static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, const void *in,
+                                   void *out)
 {
     const int32_t h = p->in_h, w = p->in_w, hw = h * w, nw = (hw + 31) / 32;
     const int32_t z = (w + 31) / 32 + 1, ob = p->out.fmt.bits;
@@ -2646,11 +2681,21 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const void *in, void *ou
         uint32_t *const b0 = bufs + z, *const b3 = bufs + 3 * MICO_DWB_NB + z;
         uint32_t pa0 = 0, pa2 = 0, pb0 = 0, pb2 = 0;
         int32_t base = p->bias[c];
-        mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
-        for (t = 0; t < 9; t++) {
-            g.m[t][0] = wt[t] ? 0u : 0xffffffffu;
-            g.m[t][1] = wt[t] == 0xffffffffu ? 0xffffffffu : 0u;
-            base -= wt[t] == 0xffffffffu || !wt[t] ? 3 : 0;
+        if (wb == 2u) { /* the 9 fields straight: 0 (weight 0), 1, 3 (-1) */
+            const uint32_t v = mico_dwl_bits(p->weight, (size_t)c * 18u, 18u);
+            MICO_UNROLL for (t = 0; t < 9; t++) {
+                const uint32_t f = (v >> (2 * t)) & 3u, zero = 0u - (f == 0u);
+                g.m[t][0] = zero;
+                g.m[t][1] = 0u - (f == 3u);
+                base -= (int32_t)(3u & (zero | (0u - (f >> 1))));
+            }
+        } else {
+            mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
+            for (t = 0; t < 9; t++) {
+                g.m[t][0] = wt[t] ? 0u : 0xffffffffu;
+                g.m[t][1] = wt[t] == 0xffffffffu ? 0xffffffffu : 0u;
+                base -= wt[t] == 0xffffffffu || !wt[t] ? 3 : 0;
+            }
         }
         for (i = 0; i < nw; i++) { /* the plane's bit slices into their copies */
             const uint32_t u =
@@ -2679,20 +2724,26 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const void *in, void *ou
         b0[2 * MICO_DWB_NB + nw - 1] = pa2 >> 1;
         b3[nw] = pb0 >> 31;
         b3[2 * MICO_DWB_NB + nw - 1] = pb2 >> 1;
-        mico_dwb_levels(&g, &rq, base, 27);
+        if (thr != NULL) { /* from the generator (mico.codegen.dwconv_plan.dwb_thresholds) */
+            g.t[0] = thr[3 * c];
+            g.t[1] = thr[3 * c + 1];
+            g.t[2] = thr[3 * c + 2];
+        } else {
+            mico_dwb_levels(&g, &rq, base, 27);
+        }
         mico_dwb_run(&g, res);
-        for (i = 0; i < nw; i++) {
-            const uint32_t n = hw - 32 * i < 32 ? (uint32_t)(hw - 32 * i) : 32u;
-            if (ob == 1) {
-                mico_dwb_emit(&wr, res[2 * i], n);
-            } else {
+        if (ob == 1) {
+            for (i = 0; i < nw; i++) {
+                res[i] = res[2 * i];
+            }
+        } else { /* the codes' two bit slices zipped into packed codes, in place */
+            for (i = 0; i < nw; i++) {
                 const uint32_t o0 = res[2 * i], o1 = res[2 * i + 1];
-                mico_dwb_emit(&wr, mico_dwb_zip((o0 & 0xffffu) | o1 << 16), n < 16u ? 2u * n : 32u);
-                if (n > 16u) {
-                    mico_dwb_emit(&wr, mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u)), 2u * n - 32u);
-                }
+                res[2 * i] = mico_dwb_zip((o0 & 0xffffu) | o1 << 16);
+                res[2 * i + 1] = mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u));
             }
         }
+        mico_dwb_put(&wr, res, (uint32_t)(hw * ob));
     }
     mico_dwb_flush(&wr);
 }
@@ -2700,7 +2751,7 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const void *in, void *ou
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
 {
     if (mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
-        mico_dwb(p, in, out);
+        mico_dwb(p, l->thr, in, out);
         return;
     }
     mico_qconv2d_dwp_f1(p, l, in, out);

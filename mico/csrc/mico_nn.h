@@ -447,6 +447,7 @@ void mico_qconv2d_narrow_s8(const MicoConv2d *p, const void *in, void *out);
  * lane words per chunk of the row (mico.codegen.dwconv_plan), one entry point per lane width. */
 typedef struct {
     int32_t s, q;
+    const uint8_t *thr; /* mico_qconv2d_dwbs: 3 thresholds per channel (generator), or NULL */
 } MicoDwLanes;
 #define MICO_DWL_DECLARE(S)                                                                 \
     void mico_qconv2d_dwl_s##S(const MicoConv2d *p, const MicoDwLanes *l, const void *in,    \

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_plan
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_plan, dwb_thresholds
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
@@ -173,3 +173,32 @@ def test_plan_picks_the_sliced_path():
     assert dw_kernel(_plan(A2, A2, (40, 30), (40, 30))) != "mico_qconv2d_dwbs"
     w2 = np.full((2, 1, 3, 3), -2)
     assert dwb_plan(w2, A2, A2, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
+
+
+def test_generator_thresholds(monkeypatch):
+    """The thresholds the generator emits (dwconv_plan.dwb_thresholds, MicoDwLanes.thr) give
+    the reference's codes: the kernel cases again with them (the kernel then finds none)."""
+    layers = _sliced_cases()
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    program = kernels_rv32.layers_program(layers, ("chosen",))
+    for i, layer in enumerate(layers):
+        spec = {"qformat": layer.o_fmt, "m": layer.m, "shift": layer.shift}
+        thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
+        assert thr.shape == (3 * len(layer.bias),) and thr.min() >= 0 and thr.max() <= 28
+        old = f"static const MicoDwLanes L{i}_l_dw = {{ .s = 0, .q = 0 }};"
+        new = (
+            f"static const uint8_t L{i}_thr[] = {{ {', '.join(str(int(t)) for t in thr)} }};\n"
+            f"static const MicoDwLanes L{i}_l_dw = {{ .s = 0, .q = 0, .thr = L{i}_thr }};"
+        )
+        assert program.count(old) == 1
+        program = program.replace(old, new)
+    with tempfile.TemporaryDirectory(prefix="mico-dwb-thr-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
+        tokens = kernels_rv32.build_and_run(work, sources, "host", "gcc", 300).split()
+    marks = [i for i, token in enumerate(tokens) if token == "instret"]
+    for layer, i in zip(layers, marks, strict=True):
+        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
+        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
+        assert np.array_equal(out, layer.reference().ravel()), (layer.x.shape, layer.o_fmt)
