@@ -749,9 +749,61 @@ typedef struct {
     int32_t nwo;          /* output words */
 } MicoBdwGeom;
 
-/* The nine taps of every output word of a channel (weight bits wv: bit 3 ky + kx, 1 = +1),
+/* The nine taps x0..x8 of output word i (agreements: bit x ^ m, m all ones for a weight -1),
  * counted. mode 0: A into res[4 i + b] (bit b); 1: the bits A >= lim into res[i]; 2: A' (taps
- * inside the input) into res[4 i + b]; 3: the bits 2 A' + U >= lim into res[i]. */
+ * inside the input) into res[4 i + b]; 3: the bits 2 A' + U >= lim into res[i]. vm: the word's
+ * validity masks and U (modes 2 and 3). */
+MICO_BIN_INLINE void mico_bdw_count(uint32_t x0, uint32_t x1, uint32_t x2, uint32_t x3,
+                                    uint32_t x4, uint32_t x5, uint32_t x6, uint32_t x7,
+                                    uint32_t x8, const uint32_t *vm, int32_t lim, uint32_t *res,
+                                    int32_t i, int32_t mode)
+{
+    uint32_t s1, c1, s2, c2, s3, c3, a0, a1, a2, a3, c4, t1, c5;
+    if (mode >= 2) { /* a padded tap neither agrees nor disagrees */
+        const uint32_t top = vm[0], bottom = vm[1], left = vm[2], right = vm[3];
+        x0 &= top & left;
+        x1 &= top;
+        x2 &= top & right;
+        x3 &= left;
+        x5 &= right;
+        x6 &= bottom & left;
+        x7 &= bottom;
+        x8 &= bottom & right;
+    }
+    MICO_CSA(c1, s1, x0, x1, x2); /* three full adders of three taps each */
+    MICO_CSA(c2, s2, x3, x4, x5);
+    MICO_CSA(c3, s3, x6, x7, x8);
+    MICO_CSA(c4, a0, s1, s2, s3); /* ones; c4 of weight 2 */
+    MICO_CSA(c5, t1, c1, c2, c3); /* twos; c5 of weight 4 */
+    a1 = t1 ^ c4;
+    c4 &= t1; /* of weight 4 */
+    a2 = c5 ^ c4;
+    a3 = c5 & c4;
+    if (mode == 0 || mode == 2) {
+        res[4 * i] = a0;
+        res[4 * i + 1] = a1;
+        res[4 * i + 2] = a2;
+        res[4 * i + 3] = a3;
+    } else if (mode == 1) {
+        res[i] = mico_bdw_ge(a0, a1, a2, a3, lim);
+    } else { /* Y = 2 A' + U: U's bit 0, then A' + U / 2 */
+        const uint32_t u1 = vm[5], u2 = vm[6], u3 = vm[7];
+        uint32_t y1, y2, y3, y4, c, h;
+        y1 = a0 ^ u1;
+        c = a0 & u1;
+        h = a1 ^ u2;
+        y2 = h ^ c;
+        c = (a1 & u2) | (h & c);
+        h = a2 ^ u3;
+        y3 = h ^ c;
+        c = (a2 & u3) | (h & c);
+        y4 = a3 ^ c;
+        res[i] = mico_bdw_ge5(vm[4], y1, y2, y3, y4, lim);
+    }
+}
+
+/* The nine taps of every output word of a channel (weight bits wv: bit 3 ky + kx, 1 = +1),
+ * counted as mico_bdw_count's mode says. */
 MICO_BIN_INLINE void mico_bdw_run(const MicoBdwGeom *g, uint32_t wv, int32_t lim,
                                   uint32_t *res, int32_t mode)
 {
@@ -768,54 +820,12 @@ MICO_BIN_INLINE void mico_bdw_run(const MicoBdwGeom *g, uint32_t wv, int32_t lim
     for (i = 0; i < g->nwo; i++, p0++, p1++, p2++) {
 #define MICO_BDW_TAP(p, k, r, l, t)                                                         \
     ((((p)[(k) * MICO_BDW_NB] >> (r)) | ((p)[(k) * MICO_BDW_NB + 1] << (l))) ^ m[t])
-        uint32_t x0 = MICO_BDW_TAP(p0, 0, r0, l0, 0), x1 = MICO_BDW_TAP(p0, 1, r0, l0, 1);
-        uint32_t x2 = MICO_BDW_TAP(p0, 2, r0, l0, 2), x3 = MICO_BDW_TAP(p1, 0, r1, l1, 3);
-        uint32_t x4 = MICO_BDW_TAP(p1, 1, r1, l1, 4), x5 = MICO_BDW_TAP(p1, 2, r1, l1, 5);
-        uint32_t x6 = MICO_BDW_TAP(p2, 0, r2, l2, 6), x7 = MICO_BDW_TAP(p2, 1, r2, l2, 7);
-        uint32_t x8 = MICO_BDW_TAP(p2, 2, r2, l2, 8);
+        mico_bdw_count(MICO_BDW_TAP(p0, 0, r0, l0, 0), MICO_BDW_TAP(p0, 1, r0, l0, 1),
+                       MICO_BDW_TAP(p0, 2, r0, l0, 2), MICO_BDW_TAP(p1, 0, r1, l1, 3),
+                       MICO_BDW_TAP(p1, 1, r1, l1, 4), MICO_BDW_TAP(p1, 2, r1, l1, 5),
+                       MICO_BDW_TAP(p2, 0, r2, l2, 6), MICO_BDW_TAP(p2, 1, r2, l2, 7),
+                       MICO_BDW_TAP(p2, 2, r2, l2, 8), vm, lim, res, i, mode);
 #undef MICO_BDW_TAP
-        uint32_t s1, c1, s2, c2, s3, c3, a0, a1, a2, a3, c4, t1, c5;
-        if (mode >= 2) { /* a padded tap neither agrees nor disagrees */
-            const uint32_t top = vm[0], bottom = vm[1], left = vm[2], right = vm[3];
-            x0 &= top & left;
-            x1 &= top;
-            x2 &= top & right;
-            x3 &= left;
-            x5 &= right;
-            x6 &= bottom & left;
-            x7 &= bottom;
-            x8 &= bottom & right;
-        }
-        MICO_CSA(c1, s1, x0, x1, x2); /* three full adders of three taps each */
-        MICO_CSA(c2, s2, x3, x4, x5);
-        MICO_CSA(c3, s3, x6, x7, x8);
-        MICO_CSA(c4, a0, s1, s2, s3); /* ones; c4 of weight 2 */
-        MICO_CSA(c5, t1, c1, c2, c3); /* twos; c5 of weight 4 */
-        a1 = t1 ^ c4;
-        c4 &= t1; /* of weight 4 */
-        a2 = c5 ^ c4;
-        a3 = c5 & c4;
-        if (mode == 0 || mode == 2) {
-            res[4 * i] = a0;
-            res[4 * i + 1] = a1;
-            res[4 * i + 2] = a2;
-            res[4 * i + 3] = a3;
-        } else if (mode == 1) {
-            res[i] = mico_bdw_ge(a0, a1, a2, a3, lim);
-        } else { /* Y = 2 A' + U: U's bit 0, then A' + U / 2 */
-            const uint32_t u1 = vm[5], u2 = vm[6], u3 = vm[7];
-            uint32_t y1, y2, y3, y4, c, h;
-            y1 = a0 ^ u1;
-            c = a0 & u1;
-            h = a1 ^ u2;
-            y2 = h ^ c;
-            c = (a1 & u2) | (h & c);
-            h = a2 ^ u3;
-            y3 = h ^ c;
-            c = (a2 & u3) | (h & c);
-            y4 = a3 ^ c;
-            res[i] = mico_bdw_ge5(vm[4], y1, y2, y3, y4, lim);
-        }
         vm += mode >= 2 ? 8 : 0;
     }
 }
@@ -907,27 +917,221 @@ MICO_BIN_INLINE uint32_t mico_bdw_even(uint32_t x)
     return (x | (x >> 8)) & 0x0000ffffu;
 }
 
-/* The layer (mico_bdw_takes holds). thr: 1-bit outputs' thresholds on s, or NULL.
- * Stride 2 (even W) runs on the grid of the even columns: the plane's stream split into its
- * even and odd bits (E, O: rows of W / 2 bits, H of them), output (oy, ox) sits at grid pixel
- * (2 oy, ox), and its taps are E (kx = 1) and O (kx = 2) at rows 2 oy - 1 .. 2 oy + 1, O one
- * column to the left (kx = 0, its last column cleared): the stride-1 counting over the grid,
- * whose odd rows are counted and dropped (the rows kept are copied out of the result). */
+/* ---- stride 2 (even W): nine tap planes in the output's own order
+ * Output (oy, ox) reads input rows 2 oy - 1 .. 2 oy + 1 at columns 2 ox - 1 .. 2 ox + 1. A row
+ * split into its even and odd bits, E and O (W / 2 bits each, O one column to the left: S =
+ * O << 1, its first column 0), gives a row of taps kx = 1, 2, 0; so every tap (ky, kx) is a
+ * plane of OH rows of W / 2 bits laid out as the output: even input row 2 k is row k of the ky =
+ * 1 taps, odd row 2 k + 1 row k of the ky = 2 taps and row k + 1 of the ky = 0 taps. The
+ * planes start at the weight's agreement mask m (rows never written are padding, code 0) and
+ * each row is XORed in, so a tap word is already x ^ m: counting a word of 32 outputs is nine
+ * aligned loads and the adders, only the rows and columns the outputs need (the rows the
+ * stride skips are neither split nor counted). */
+#define MICO_BDW_S2 16 /* words of one tap plane (OH (W / 2) <= (H W + W) / 4 = 272 bits) */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_BDW_LE 1
+#else
+#define MICO_BDW_LE 0
+#endif
+
+/* The words of the nine tap planes (t = 3 ky + kx, MICO_BDW_S2 words apart), counted. */
+MICO_BIN_INLINE void mico_bdw_run2(const uint32_t *tp, int32_t nwo, const uint32_t *vm,
+                                   int32_t lim, uint32_t *res, int32_t mode)
+{
+    int32_t i;
+    for (i = 0; i < nwo; i++, tp++) {
+        mico_bdw_count(tp[0], tp[MICO_BDW_S2], tp[2 * MICO_BDW_S2], tp[3 * MICO_BDW_S2],
+                       tp[4 * MICO_BDW_S2], tp[5 * MICO_BDW_S2], tp[6 * MICO_BDW_S2],
+                       tp[7 * MICO_BDW_S2], tp[8 * MICO_BDW_S2], vm, lim, res, i, mode);
+        vm += mode >= 2 ? 8 : 0;
+    }
+}
+
+static MICO_NOINLINE void mico_bdw2_counts(const uint32_t *tp, int32_t nwo, uint32_t *res)
+{
+    mico_bdw_run2(tp, nwo, NULL, 0, res, 0);
+}
+
+static MICO_NOINLINE void mico_bdw2_bits(const uint32_t *tp, int32_t nwo, int32_t lim,
+                                         uint32_t *res)
+{
+    mico_bdw_run2(tp, nwo, NULL, lim, res, 1);
+}
+
+static MICO_NOINLINE void mico_bdw2_counts_valid(const uint32_t *tp, int32_t nwo,
+                                                 const uint32_t *vm, uint32_t *res)
+{
+    mico_bdw_run2(tp, nwo, vm, 0, res, 2);
+}
+
+static MICO_NOINLINE void mico_bdw2_bits_valid(const uint32_t *tp, int32_t nwo,
+                                               const uint32_t *vm, int32_t lim, uint32_t *res)
+{
+    mico_bdw_run2(tp, nwo, vm, lim, res, 3);
+}
+
+/* The layer at stride 2 (mico_bdw_takes holds); as mico_bin_dw. */
+static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, const void *in,
+                                       void *out)
+{
+    const int32_t h = p->in_h, w = p->in_w, hw = h * w, ow = w / 2, oh = p->out_h;
+    const int32_t ohw = oh * ow, nwo = (ohw + 31) / 32, binary = p->in_fmt.is_signed;
+    const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
+    const uint8_t *src = (const uint8_t *)in;
+    const size_t nbytes = ((size_t)p->in_c * (size_t)hw + 7u) >> 3;
+    const uint32_t rowmask = ow < 32 ? (1u << ow) - 1u : 0xffffffffu;
+    /* rows of 32 bits read as aligned words (the stream's bytes in order: little endian) */
+    const int aligned = MICO_BDW_LE && ((uintptr_t)src & 3u) == 0;
+    uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2];
+    int32_t vals[32], i, j, c, r, t;
+    MicoBdwOut wr;
+    if (binary) { /* per output word: the validity of the taps, U (the taps outside) */
+        for (i = 0; i < nwo; i++) {
+            uint32_t *v = vm + 8 * i;
+            v[0] = v[1] = v[2] = v[3] = 0xffffffffu; /* kx = 2 is never outside (even W) */
+            v[4] = v[5] = v[6] = v[7] = 0;
+            for (j = 0; j < 32 && 32 * i + j < ohw; j++) {
+                const int32_t oy = (32 * i + j) / ow, ox = (32 * i + j) % ow;
+                const int32_t nr = (oy == 0) + (2 * oy + 1 >= h), nc = ox == 0;
+                const int32_t u = 3 * (nr + nc) - nr * nc;
+                v[0] &= ~((uint32_t)(oy == 0) << j);
+                v[1] &= ~((uint32_t)(2 * oy + 1 >= h) << j);
+                v[2] &= ~((uint32_t)nc << j);
+                v[4] |= (uint32_t)(u & 1) << j;
+                v[5] |= (uint32_t)((u >> 1) & 1) << j;
+                v[6] |= (uint32_t)((u >> 2) & 1) << j;
+                v[7] |= (uint32_t)((u >> 3) & 1) << j;
+            }
+        }
+    }
+    wr.p = (uint8_t *)out;
+    wr.acc = 0;
+    wr.fill = 0;
+    for (c = 0; c < p->out_c; c++) {
+        const uint32_t wv = wt[c] & 0x1ffu;
+        size_t bit = (size_t)c * (size_t)hw;
+        for (t = 3; t < 9; t++) { /* the ky = 1, 2 planes at their agreement masks */
+            const uint32_t m = ((wv >> t) & 1u) - 1u;
+            for (i = 0; i < nwo; i++) {
+                tp[t * MICO_BDW_S2 + i] = m;
+            }
+        }
+        for (r = 0; r < h; r++, bit += (size_t)w) { /* each input row into its tap rows */
+            uint32_t v, e, o;
+            uint32_t *pl = tp + ((r & 1) ? 6 : 3) * MICO_BDW_S2; /* ky = 2 (odd) or 1 (even) */
+            int32_t at, q, b;
+            if (aligned && w == 32) { /* a row is a word */
+                v = ((const uint32_t *)(const void *)src)[bit >> 5];
+            } else if ((bit >> 3) + 5u <= nbytes) {
+                v = mico_bdw_get32(src, bit);
+            } else {
+                v = mico_bin_get(src, bit, w < 32 ? w : 32);
+            }
+            e = mico_bdw_even(v);
+            o = mico_bdw_even(v >> 1);
+            if (w > 32) {
+                const uint32_t hi = mico_bin_get(src, bit + 32u, w - 32);
+                e |= mico_bdw_even(hi) << 16;
+                o |= mico_bdw_even(hi >> 1) << 16;
+            } else if (w < 32) {
+                e &= rowmask;
+                o &= rowmask;
+            }
+            v = (o << 1) & rowmask; /* kx = 0: the odd column to the left */
+            at = (r >> 1) * ow; /* row r >> 1 of the planes */
+            q = at >> 5;
+            b = at & 31;
+            pl[q] ^= v << b;
+            pl[MICO_BDW_S2 + q] ^= e << b;
+            pl[2 * MICO_BDW_S2 + q] ^= o << b;
+            if (b + ow > 32) {
+                pl[q + 1] ^= v >> (32 - b);
+                pl[MICO_BDW_S2 + q + 1] ^= e >> (32 - b);
+                pl[2 * MICO_BDW_S2 + q + 1] ^= o >> (32 - b);
+            }
+        }
+        for (t = 0; t < 3; t++) { /* ky = 0: the ky = 2 planes one row down, padding above */
+            const uint32_t *src2 = tp + (t + 6) * MICO_BDW_S2;
+            uint32_t *dst = tp + t * MICO_BDW_S2;
+            const uint32_t m6 = ((wv >> (t + 6)) & 1u) - 1u, d = m6 ^ (((wv >> t) & 1u) - 1u);
+            uint32_t prev = m6;
+            for (i = 0; i < nwo; i++) {
+                const uint32_t cur = src2[i];
+                dst[i] = (ow < 32 ? (cur << ow) | (prev >> (32 - ow)) : prev) ^ d;
+                prev = cur;
+            }
+        }
+        if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
+            int32_t lim;
+            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
+                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
+                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+                mico_bdw2_bits(tp, nwo, lim, res);
+            } else { /* 2 A' + U - 9 >= thr */
+                lim = thr[c] + 9;
+                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+                mico_bdw2_bits_valid(tp, nwo, vm, lim, res);
+            }
+            for (i = 0; i < nwo; i++) {
+                mico_bdw_emit(&wr, res[i], ohw - 32 * i < 32 ? ohw - 32 * i : 32);
+            }
+            continue;
+        }
+        if (binary) { /* wider outputs: each pixel's count, bias + s requantized */
+            mico_bdw2_counts_valid(tp, nwo, vm, res);
+        } else {
+            mico_bdw2_counts(tp, nwo, res);
+        }
+        {
+            const MicoRq rq = mico_rq(&p->out, c);
+            const uint32_t bias = (uint32_t)p->bias[c];
+            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
+            int32_t pix;
+            for (pix = 0; pix < ohw; pix += 32) {
+                const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
+                const uint32_t *a = res + 4 * (pix >> 5), *u = vm + 8 * (pix >> 5) + 4;
+                for (j = 0; j < n; j++) {
+                    const int32_t k = (int32_t)(((a[0] >> j) & 1u) | ((a[1] >> j) & 1u) << 1 |
+                                                ((a[2] >> j) & 1u) << 2 | ((a[3] >> j) & 1u) << 3);
+                    int32_t sum = k - n0;
+                    if (binary) { /* 2 A' - (9 - U) */
+                        sum = 2 * k - 9 +
+                              (int32_t)(((u[0] >> j) & 1u) | ((u[1] >> j) & 1u) << 1 |
+                                        ((u[2] >> j) & 1u) << 2 | ((u[3] >> j) & 1u) << 3);
+                    }
+                    vals[j] = (int32_t)(bias + (uint32_t)sum);
+                }
+                mico_rq_run_fast(&rq, vals, n);
+                mico_pack(out, (size_t)c * (size_t)ohw + (size_t)pix, vals, n, p->out.fmt);
+            }
+        }
+    }
+    if (thr != NULL) {
+        mico_bdw_flush(&wr);
+    }
+}
+
+/* The layer (mico_bdw_takes holds). thr: 1-bit outputs' thresholds on s, or NULL. Stride 2:
+ * mico_bin_dw2. */
 static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, const void *in,
                                       void *out)
 {
-    const int32_t s2 = p->stride_w == 2, h = p->in_h, hw = h * p->in_w;
-    const int32_t w = s2 ? p->in_w / 2 : p->in_w, gw = h * w; /* the grid: h rows of w */
+    const int32_t h = p->in_h, hw = h * p->in_w;
+    const int32_t w = p->in_w, gw = h * w; /* the grid: the plane, h rows of w */
     const int32_t nw = (gw + 31) / 32, nwi = (hw + 31) / 32, ohw = p->out_h * p->out_w;
     const int32_t binary = p->in_fmt.is_signed, z = (w + 31) / 32 + 1;
     const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
     uint32_t bufs[3 * MICO_BDW_NB], first[MICO_BDW_WORDS], last[MICO_BDW_WORDS];
-    uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS], ev[MICO_BDW_WORDS];
-    uint32_t od[MICO_BDW_WORDS];
+    uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS];
     int32_t vals[32], o, ky, i, j, c, y, sh[3];
     uint32_t sh0, sh1, sh2;
     MicoBdwGeom g;
     MicoBdwOut wr;
+    if (p->stride_w == 2) {
+        mico_bin_dw2(p, thr, in, out);
+        return;
+    }
     for (i = 0; i < 3 * MICO_BDW_NB; i++) {
         bufs[i] = 0;
     }
@@ -949,8 +1153,7 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         const int32_t d = 32 * z + o + (ky - 1) * w;
         g.q[ky] = d >> 5;
         g.r[ky] = d & 31;
-        /* copy kx: the grid from bit 32 z + o + 1 - kx (stride 2: kx = 2 reads O unshifted) */
-        sh[ky] = s2 && ky == 2 ? o : o + 1 - ky;
+        sh[ky] = o + 1 - ky; /* copy kx: the grid from bit 32 z + o + 1 - kx */
     }
     sh0 = (uint32_t)sh[0];
     sh1 = (uint32_t)sh[1];
@@ -964,11 +1167,11 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
             uint32_t *v = vm + 8 * i;
             v[0] = v[1] = 0xffffffffu;
             v[2] = ~first[i];
-            v[3] = s2 ? 0xffffffffu : ~last[i]; /* stride 2, even W: kx = 2 stays inside */
+            v[3] = ~last[i];
             v[4] = v[5] = v[6] = v[7] = 0;
             for (j = 0; j < 32 && 32 * i + j < gw; j++) {
                 const int32_t nr = (oy == 0) + (oy == h - 1);
-                const int32_t nc = (ox == 0) + (!s2 && ox == w - 1);
+                const int32_t nc = (ox == 0) + (ox == w - 1);
                 const int32_t u = 3 * (nr + nc) - nr * nc;
                 v[0] &= ~((uint32_t)(oy == 0) << j);
                 v[1] &= ~((uint32_t)(oy == h - 1) << j);
@@ -1002,25 +1205,9 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         prev1 = (V1);                                                                       \
         prev2 = (V2);                                                                       \
     } while (0)
-        if (!s2) { /* the plane itself, twice with a column cleared */
-            for (i = 0; i < nw; i++, b++) {
-                const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw, more);
-                MICO_BDW_COPIES(v & ~last[i], v, v & ~first[i]);
-            }
-        } else { /* stride 2: the plane's words into E and O, then O, E, O */
-            for (i = 0; i < nwi; i++) {
-                const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw, more);
-                if (i & 1) {
-                    ev[i >> 1] |= mico_bdw_even(v) << 16;
-                    od[i >> 1] |= mico_bdw_even(v >> 1) << 16;
-                } else {
-                    ev[i >> 1] = mico_bdw_even(v);
-                    od[i >> 1] = mico_bdw_even(v >> 1);
-                }
-            }
-            for (i = 0; i < nw; i++, b++) {
-                MICO_BDW_COPIES(od[i] & ~last[i], ev[i], od[i]);
-            }
+        for (i = 0; i < nw; i++, b++) { /* the plane itself, twice with a column cleared */
+            const uint32_t v = mico_bdw_word((const uint8_t *)in, at, i, nwi, hw, more);
+            MICO_BDW_COPIES(v & ~last[i], v, v & ~first[i]);
         }
 #undef MICO_BDW_COPIES
         b[0] = prev0 >> (32 - sh0);
@@ -1037,16 +1224,8 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
                 lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
                 mico_bdw_bits_valid(&g, wv, lim, res);
             }
-            if (!s2) {
-                for (i = 0; i < nw; i++) {
-                    mico_bdw_emit(&wr, res[i], gw - 32 * i < 32 ? gw - 32 * i : 32);
-                }
-                continue;
-            }
-            for (y = 0; y < h; y += 2) { /* the grid's even rows: w <= 32 bits each */
-                const int32_t at_bit = y * w, q = at_bit >> 5, r = at_bit & 31;
-                const uint32_t hi = r && q + 1 < nw ? res[q + 1] << (32 - r) : 0u;
-                mico_bdw_emit(&wr, (res[q] >> r) | hi, w);
+            for (i = 0; i < nw; i++) {
+                mico_bdw_emit(&wr, res[i], gw - 32 * i < 32 ? gw - 32 * i : 32);
             }
             continue;
         }
@@ -1062,9 +1241,8 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
             int32_t pix;
             for (pix = 0; pix < ohw; pix += 32) {
                 const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
-                for (j = 0; j < n; j++) { /* output pixel pix + j at grid pixel gp */
-                    const int32_t op = pix + j;
-                    const int32_t gp = s2 ? (op / w) * 2 * w + op % w : op;
+                for (j = 0; j < n; j++) { /* output pixel gp */
+                    const int32_t gp = pix + j;
                     const uint32_t *a = res + 4 * (gp >> 5), *u = vm + 8 * (gp >> 5) + 4;
                     const int32_t bit = gp & 31;
                     const int32_t k = (int32_t)(((a[0] >> bit) & 1u) | ((a[1] >> bit) & 1u) << 1 |
