@@ -202,3 +202,43 @@ def test_generator_thresholds(monkeypatch):
         raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
         out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
         assert np.array_equal(out, layer.reference().ravel()), (layer.x.shape, layer.o_fmt)
+
+
+def test_sliced_path_in_place(monkeypatch):
+    """The in-place contract (input and output the same buffer, as the memory plan may give a
+    depthwise layer): every channel's plane is read before its outputs are written, and the
+    output words written are completed ones (ASan + UBSan, host)."""
+    layers = [
+        _layer(25, 5, c=6, seed=50),  # channels starting inside a byte
+        _layer(16, 16, c=3, seed=51),
+        _layer(7, 9, o=O1, c=4, seed=52),  # 1-bit outputs: the output trails the input
+        _layer(3, 3, c=5, seed=53),
+    ]
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
+    n_bytes = max((lay.x.size * 2 + 7) // 8 for lay in layers)
+    program = program.replace("static uint8_t y[", f"static uint8_t y[{n_bytes} + ", 1)
+    for i in range(len(layers)):
+        call = f"mico_qconv2d_dwbs(&L{i}_p_dw, &L{i}_l_dw, L{i}_x, y);"
+        assert program.count(call) == 1
+        program = program.replace(
+            call,
+            f"memcpy(y, L{i}_x, sizeof L{i}_x); mico_qconv2d_dwbs(&L{i}_p_dw, &L{i}_l_dw, y, y);",
+        )
+    with tempfile.TemporaryDirectory(prefix="mico-dwb-inplace-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        kernels_rv32._sources(work)
+        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
+        sources.append(str(work / "mico_conv2d.c"))
+        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
+        cmd = ["gcc", "-std=c99", "-O1", *flags, "-I", str(work), *sources, "-o", str(work / "m")]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tokens = run.stdout.split()
+    marks = [i for i, token in enumerate(tokens) if token == "instret"]
+    for layer, i in zip(layers, marks, strict=True):
+        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
+        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
+        assert np.array_equal(out, layer.reference().ravel()), (layer.x.shape, layer.o_fmt)
