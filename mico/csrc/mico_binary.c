@@ -927,7 +927,9 @@ MICO_BIN_INLINE uint32_t mico_bdw_even(uint32_t x)
  * each row is XORed in, so a tap word is already x ^ m: counting a word of 32 outputs is nine
  * aligned loads and the adders, only the rows and columns the outputs need (the rows the
  * stride skips are neither split nor counted). */
-#define MICO_BDW_S2 16 /* words of one tap plane (OH (W / 2) <= (H W + W) / 4 = 272 bits) */
+/* words of one tap plane: OH (W / 2) <= (H W + W) / 4 = 272 bits; rows of their own words
+ * (mico_bin_dw2r): OH <= H / 2 + 1 <= 29 */
+#define MICO_BDW_S2 32
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
 #define MICO_BDW_LE 1
@@ -971,6 +973,130 @@ static MICO_NOINLINE void mico_bdw2_bits_valid(const uint32_t *tp, int32_t nwo,
     mico_bdw_run2(tp, nwo, vm, lim, res, 3);
 }
 
+/* Stride 2 on rows of 18 to 32 pixels: output row k in word k of the tap planes, pixel ox at
+ * bit 2 ox, so that no row is split: input row v gives the taps kx = 0, 1, 2 of all its outputs
+ * as v << 1, v and v >> 1 (bit 0 of v << 1 is the padding left of column 0); the odd bits of
+ * the counts are dropped when the outputs are stored. Otherwise as mico_bin_dw2. */
+static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
+                                        const void *in, void *out)
+{
+    const int32_t h = p->in_h, w = p->in_w, hw = h * w, ow = w / 2, oh = p->out_h;
+    const int32_t binary = p->in_fmt.is_signed;
+    const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
+    const uint8_t *src = (const uint8_t *)in;
+    const size_t nbytes = ((size_t)p->in_c * (size_t)hw + 7u) >> 3;
+    const int aligned = MICO_BDW_LE && ((uintptr_t)src & 3u) == 0 && w == 32;
+    uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2], m[9];
+    int32_t vals[32], k, j, c, r, t;
+    MicoBdwOut wr;
+    if (binary) { /* per output row: the validity of the taps, U at the even bits */
+        for (k = 0; k < oh; k++) {
+            uint32_t *v = vm + 8 * k;
+            const int32_t nr = (k == 0) + (2 * k + 1 >= h);
+            v[0] = k == 0 ? 0u : 0xffffffffu;
+            v[1] = 2 * k + 1 >= h ? 0u : 0xffffffffu;
+            v[2] = ~1u; /* kx = 0 of column 0 */
+            v[3] = 0xffffffffu;
+            v[4] = v[5] = v[6] = v[7] = 0;
+            for (j = 0; j < ow; j++) {
+                const int32_t nc = j == 0, u = 3 * (nr + nc) - nr * nc;
+                v[4] |= (uint32_t)(u & 1) << (2 * j);
+                v[5] |= (uint32_t)((u >> 1) & 1) << (2 * j);
+                v[6] |= (uint32_t)((u >> 2) & 1) << (2 * j);
+                v[7] |= (uint32_t)((u >> 3) & 1) << (2 * j);
+            }
+        }
+    }
+    wr.p = (uint8_t *)out;
+    wr.acc = 0;
+    wr.fill = 0;
+    for (c = 0; c < p->out_c; c++) {
+        const uint32_t wv = wt[c] & 0x1ffu;
+        size_t bit = (size_t)c * (size_t)hw;
+        for (t = 0; t < 9; t++) {
+            m[t] = ((wv >> t) & 1u) - 1u;
+        }
+        tp[0] = m[0]; /* the padding row above output row 0 */
+        tp[MICO_BDW_S2] = m[1];
+        tp[2 * MICO_BDW_S2] = m[2];
+        tp[6 * MICO_BDW_S2 + oh - 1] = m[6]; /* and below the last one (H odd: overwritten */
+        tp[7 * MICO_BDW_S2 + oh - 1] = m[7]; /* otherwise) */
+        tp[8 * MICO_BDW_S2 + oh - 1] = m[8];
+        for (r = 0; r < h; r++, bit += (size_t)w) {
+            uint32_t v;
+            k = r >> 1;
+            if (aligned) {
+                v = ((const uint32_t *)(const void *)src)[bit >> 5];
+            } else if ((bit >> 3) + 5u <= nbytes) {
+                v = mico_bdw_get32(src, bit) & (w < 32 ? (1u << w) - 1u : 0xffffffffu);
+            } else {
+                v = mico_bin_get(src, bit, w);
+            }
+            if ((r & 1) == 0) { /* ky = 1 of output row k */
+                tp[3 * MICO_BDW_S2 + k] = (v << 1) ^ m[3];
+                tp[4 * MICO_BDW_S2 + k] = v ^ m[4];
+                tp[5 * MICO_BDW_S2 + k] = (v >> 1) ^ m[5];
+                continue;
+            }
+            tp[6 * MICO_BDW_S2 + k] = (v << 1) ^ m[6]; /* ky = 2 of row k */
+            tp[7 * MICO_BDW_S2 + k] = v ^ m[7];
+            tp[8 * MICO_BDW_S2 + k] = (v >> 1) ^ m[8];
+            if (k + 1 < oh) { /* ky = 0 of row k + 1 */
+                tp[k + 1] = (v << 1) ^ m[0];
+                tp[MICO_BDW_S2 + k + 1] = v ^ m[1];
+                tp[2 * MICO_BDW_S2 + k + 1] = (v >> 1) ^ m[2];
+            }
+        }
+        if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
+            int32_t lim;
+            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
+                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
+                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+                mico_bdw2_bits(tp, oh, lim, res);
+            } else { /* 2 A' + U - 9 >= thr */
+                lim = thr[c] + 9;
+                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+                mico_bdw2_bits_valid(tp, oh, vm, lim, res);
+            }
+            for (k = 0; k < oh; k++) { /* each row's even bits */
+                mico_bdw_emit(&wr, mico_bdw_even(res[k]), ow);
+            }
+            continue;
+        }
+        if (binary) { /* wider outputs: each pixel's count, bias + s requantized */
+            mico_bdw2_counts_valid(tp, oh, vm, res);
+        } else {
+            mico_bdw2_counts(tp, oh, res);
+        }
+        {
+            const MicoRq rq = mico_rq(&p->out, c);
+            const uint32_t bias = (uint32_t)p->bias[c];
+            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
+            for (k = 0; k < oh; k++) {
+                const uint32_t *a = res + 4 * k, *u = vm + 8 * k + 4;
+                for (j = 0; j < ow; j++) {
+                    const int32_t b = 2 * j;
+                    const int32_t n = (int32_t)(((a[0] >> b) & 1u) | ((a[1] >> b) & 1u) << 1 |
+                                                ((a[2] >> b) & 1u) << 2 | ((a[3] >> b) & 1u) << 3);
+                    int32_t sum = n - n0;
+                    if (binary) { /* 2 A' - (9 - U) */
+                        sum = 2 * n - 9 +
+                              (int32_t)(((u[0] >> b) & 1u) | ((u[1] >> b) & 1u) << 1 |
+                                        ((u[2] >> b) & 1u) << 2 | ((u[3] >> b) & 1u) << 3);
+                    }
+                    vals[j] = (int32_t)(bias + (uint32_t)sum);
+                }
+                mico_rq_run_fast(&rq, vals, ow);
+                mico_pack(out, (size_t)c * (size_t)(oh * ow) + (size_t)(k * ow), vals, ow,
+                          p->out.fmt);
+            }
+        }
+    }
+    if (thr != NULL) {
+        mico_bdw_flush(&wr);
+    }
+}
+
 /* The layer at stride 2 (mico_bdw_takes holds); as mico_bin_dw. */
 static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, const void *in,
                                        void *out)
@@ -986,6 +1112,10 @@ static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, 
     uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2];
     int32_t vals[32], i, j, c, r, t;
     MicoBdwOut wr;
+    if (w > 16 && w <= 32) {
+        mico_bin_dw2r(p, thr, in, out);
+        return;
+    }
     if (binary) { /* per output word: the validity of the taps, U (the taps outside) */
         for (i = 0; i < nwo; i++) {
             uint32_t *v = vm + 8 * i;

@@ -2,7 +2,7 @@
 times unsigned {0, 1} or binary {-1, +1} activations) against the Python integer reference,
 every layer in one host program: planes of one pixel, one row or one column, rows of 1 to 64
 pixels (one word, several words, a word's multiple), planes that fill whole words, stride 2 on
-even widths (odd and even heights), 1-bit
+even widths (odd and even heights; rows of 18 to 32 pixels too, and on rv32), 1-bit
 outputs by thresholds (ties, limits outside the counts' range) and 2-, 4-, 8-bit outputs
 requantized (saturating multipliers), activations all 0 / all 1; and which layers the
 generator gives it (the popcount entry points, cpop only with Zbb)."""
@@ -27,6 +27,7 @@ from mico.codegen.binary_plan import (
     takes_binary,
 )
 from mico.quant.arithmetic import QFormat
+from mico.targets import rv32
 
 _PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
 if "kernels_rv32" not in sys.modules:
@@ -78,6 +79,10 @@ def _layers(a_fmt: QFormat) -> list:
             ((32, 32), {}), ((9, 6), {}), ((1, 2), {}), ((2, 64), {}), ((15, 4), {}),
             ((7, 10), {"o_fmt": QFormat(4, False)}), ((8, 8), {"extreme": True}),
             ((5, 2), {"o_fmt": QFormat(8, True), "relu": False}),
+            # rows of 18 to 32 pixels: a row per word (mico_bin_dw2r)
+            ((5, 18), {}), ((6, 30), {"o_fmt": QFormat(4, False)}), ((9, 24), {"extreme": True}),
+            ((1, 20), {}), ((2, 26), {"o_fmt": QFormat(8, True), "relu": False}),
+            ((31, 32), {}), ((4, 22), {"extreme": True, "o_fmt": QFormat(2, False)}),
         ])
     ]  # fmt: skip
     zeros, ones = _dw(a_fmt, seed + 27, (5, 7)), _dw(a_fmt, seed + 28, (5, 7))
@@ -101,6 +106,19 @@ def test_depthwise_bit_exact_on_host(monkeypatch):
         assert kernel == "mico_qconv2d_bin_swar"
         assert np.array_equal(out, ref), (layer.x.shape, layer.a_fmt, layer.o_fmt,
                                           np.flatnonzero(out != ref)[:10])  # fmt: skip
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_depthwise_stride2_bit_exact_on_rv32(monkeypatch):
+    """The stride-2 layers (both paths: rows split into tap planes, rows of their own words)
+    on rv32 under qemu."""
+    monkeypatch.setattr(binary_plan, "MIN_MACS", 0)
+    layers = [la for la in _layers(U1) + _layers(B1) if la.stride == 2]
+    results = kernels_rv32.run_layers(layers, "rv32", ("chosen",))
+    for layer, ((kernel, _, out),) in zip(layers, results, strict=True):
+        ref = layer.reference().ravel()
+        assert kernel == "mico_qconv2d_bin_swar"
+        assert np.array_equal(out, ref), (layer.x.shape, layer.a_fmt, layer.o_fmt)
 
 
 def test_which_depthwise_layers_take_the_sliced_path():
