@@ -2463,7 +2463,7 @@ static MICO_DWL_INLINE uint32_t mico_dwb_ge(uint32_t y0, uint32_t y1, uint32_t y
 #define MICO_DWB_CASE(L)                                                                    \
     case L:                                                                                 \
         return MICO_DWB_GE5(L)
-    switch (t) {
+    switch ((uint32_t)t & 31u) { /* (t <= 28: every case listed, no range check) */
         MICO_DWB_CASE(1);
         MICO_DWB_CASE(2);
         MICO_DWB_CASE(3);
@@ -2493,9 +2493,13 @@ static MICO_DWL_INLINE uint32_t mico_dwb_ge(uint32_t y0, uint32_t y1, uint32_t y
         MICO_DWB_CASE(27);
     case 0:
         return 0xffffffffu;
-    default:
+    case 28:
+    case 29:
+    case 30:
+    case 31:
         return 0u;
     }
+    return 0u;
 #undef MICO_DWB_CASE
 }
 
@@ -2504,8 +2508,9 @@ static MICO_NOINLINE void mico_dwb_run(const MicoDwbGeom *g, uint32_t *res)
 {
     const uint32_t *p1 = g->bufs + g->z, *p0 = g->bufs + g->q0, *p2 = g->bufs + g->q2;
     const uint32_t r0 = g->r0, r2 = 32u - r0; /* (r2 = w mod 32) */
+    const int32_t t0 = g->t[0], t1 = g->t[1], t2 = g->t[2], levels = g->levels, nwo = g->nwo;
     int32_t i;
-    for (i = 0; i < g->nwo; i++, p0++, p1++, p2++) {
+    for (i = 0; i < nwo; i++, p0++, p1++, p2++) {
         uint32_t c1, s1, c2, s2, c3, s3, c4, u0, d1, e1, d2, e2, d3, e3, d4, e4, d5, e5, d6, u1;
         uint32_t f1, g1, f2, g2, f3, u2, u3, u4;
         /* one row of taps: a0's three into (C, S), a1's into (D, E) */
@@ -2538,12 +2543,12 @@ static MICO_NOINLINE void mico_dwb_run(const MicoDwbGeom *g, uint32_t *res)
         f3 = g1 & g2;
         u2 = g1 ^ g2;
         MICO_DWB_CSA(u4, u3, f1, f2, f3); /* weight 8, and 16 (U <= 27) */
-        if (g->levels == 1) {
-            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[0]);
+        if (levels == 1) {
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0);
         } else {
-            const uint32_t ge2 = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[1]);
-            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, g->t[0]) ^ ge2 ^
-                         mico_dwb_ge(u0, u1, u2, u3, u4, g->t[2]);
+            const uint32_t ge2 = mico_dwb_ge(u0, u1, u2, u3, u4, t1);
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0) ^ ge2 ^
+                         mico_dwb_ge(u0, u1, u2, u3, u4, t2);
             res[2 * i + 1] = ge2;
         }
     }
