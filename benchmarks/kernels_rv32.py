@@ -228,7 +228,11 @@ def _layer_code(
     lo, hi = layer.o_fmt.qmin, layer.o_fmt.qmax
     out_c = layer.weight.shape[0]
     lines = [_array("uint8_t", f"{tag}x", pack(layer.x, layer.a_fmt)),
-             _array("int32_t", f"{tag}bias", layer.bias), _array("int32_t", f"{tag}m", layer.m),
+             # the bias filled up to whole words of channels: a lanes layer's short last block
+             # reads its channels' bias (mico_lanes_finish) and stores none of them
+             _array("int32_t", f"{tag}bias", np.concatenate(
+                 [layer.bias, np.zeros(-len(layer.bias) % 32, dtype=np.int64)])),
+             _array("int32_t", f"{tag}m", layer.m),
              _array("int32_t", f"{tag}sh", layer.shift)]  # fmt: skip
     out = (f"{{ .fmt = {_fmt(layer.o_fmt)}, .relu = {int(layer.relu)}, .n_mult = {out_c}, "
            f".m = {tag}m, .shift = {tag}sh, .lo = {lo}, .hi = {hi} }}")  # fmt: skip
@@ -258,8 +262,9 @@ def _layer_code(
             calls.append((dw_kernel(dw), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
             continue
         w, p, lp = f"{tag}w_{path}", f"{tag}p_{path}", f"{tag}l_{path}"
-        if lanes is not None:
-            words = pack_lanes(layer.weight.reshape(out_c, -1), layer.w_fmt)
+        if lanes is not None:  # at the plan's weight width (wider for a layer of few channels)
+            w_fmt = QFormat(lanes["w_bits"], True) if lanes["w_bits"] != w_fmt.bits else w_fmt
+            words = pack_lanes(layer.weight.reshape(out_c, -1), w_fmt)
             lines.append(_array("uint32_t", w, words))
             lines.append(f"static const MicoLanes {lp} = {{ .s = {lanes['s']}, "
                          f".n = {lanes['n']}, .is_signed = {lanes['is_signed']} }};")  # fmt: skip
@@ -280,7 +285,7 @@ def _layer_code(
                 linear_kernel(layer.w_fmt.bits, layer.a_fmt, macs) if path == "chosen" else None
             )
             kernel = (
-                lanes_kernel("mico_qlinear", lanes, layer.w_fmt.bits)
+                lanes_kernel("mico_qlinear", lanes, w_fmt.bits)
                 if lanes
                 else bytes_path or "mico_qlinear"
             )
@@ -303,7 +308,7 @@ def _layer_code(
             macs = layer.macs if layer.meta.get("sized") else None
             plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw),
                                   layer.dil, w_bits=w_bits, macs=macs)  # fmt: skip
-            kernel = lanes_kernel("mico_qconv2d", lanes, layer.w_fmt.bits) if lanes else plain
+            kernel = lanes_kernel("mico_qconv2d", lanes, w_fmt.bits) if lanes else plain
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
     return lines, calls

@@ -99,11 +99,12 @@ def c_out(
 
 
 def _weights(
-    ctx: EmitContext, node: Node, lanes: bool = False, binary: bool = False, s8: bool = False
+    ctx: EmitContext, node: Node, lanes: int = 0, binary: bool = False, s8: bool = False
 ) -> tuple[str, str, int]:
     """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
 
-    ``lanes``: the weights as channel-lanes words (``pack_lanes``, the same bytes reordered);
+    ``lanes``: the weights as channel-lanes words of that many bits a code (``pack_lanes``,
+    the layer's width or a wider one, see :func:`lanes_plan`; 0: not lanes);
     ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels);
     ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`).
     """
@@ -111,6 +112,7 @@ def _weights(
     fmt = weight.qformat
     assert fmt is not None and weight.data is not None and bias.data is not None
     fmt = QFormat(8, True) if s8 else fmt
+    fmt = QFormat(lanes, True) if lanes and lanes != fmt.bits else fmt
     if binary:
         words = pack_binary_rows(np.asarray(weight.data), fmt)
         w_sym = "(const uint8_t *)" + ctx.const_int32(
@@ -128,7 +130,11 @@ def _weights(
             kind="weights",
             comment=f"{weight.type.shape} {fmt}, packed",
         )
-    b_sym = ctx.const_int32(f"{bias.name}", np.asarray(bias.data))
+    bias_data = np.asarray(bias.data)
+    if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored
+        bias_data = np.concatenate([bias_data, np.zeros(-len(bias_data) % (32 // fmt.bits),
+                                                        dtype=bias_data.dtype)])  # fmt: skip
+    b_sym = ctx.const_int32(f"{bias.name}", bias_data)
     return w_sym, b_sym, fmt.bits
 
 
@@ -213,22 +219,52 @@ def lanes_plan(
     pixels: int = 4,
     macs: int | None = None,
     weight: np.ndarray | None = None,
+    groups: int = 1,
 ) -> dict[str, int] | None:
-    """The ``MicoLanes`` of a conv / linear layer whose weights take channel lanes, or None.
+    """The ``MicoLanes`` of a conv / linear layer whose weights take channel lanes (and the
+    weight width they are stored at, ``w_bits``), or None.
 
-    Lanes need weights of 1, 2, 4 or 8 bits whose output channels (per group) fill words of
-    F = 32 / bits, activations of at most 8 bits, fewer estimated instructions per MAC than
-    the plain kernels (mico.quant.packing.lane_plan) and, when ``macs`` is given, at least
+    Lanes need weights of 1, 2, 4 or 8 bits whose output channels fill words of F = 32 / bits
+    per group, or one group (its last word filled up with channels of zero weights that are
+    never stored, :func:`mico.quant.packing.pad_lane_rows`), activations of at most 8 bits,
+    fewer estimated instructions per MAC than the plain kernels
+    (mico.quant.packing.lane_plan) and, when ``macs`` is given, at least
     :data:`LANES_MIN_MACS` of them. ``weight``: the layer's weight codes, whose sums bound
-    the taps a lane holds (more than the widths alone allow).
+    the taps a lane holds (more than the widths alone allow). A layer whose channels leave
+    much of a word empty may take wider weights (2-bit codes as 4-bit ones) where that costs
+    fewer instructions and no more flash than the padding would (LeNet's first conv: 6
+    channels, of 16 a word at 2 bits, 8 at 4).
     """
     if w_fmt is None or a_fmt is None or w_fmt.bits not in (1, 2, 4, 8):
         return None
-    if out_per_group % lane_channels(w_fmt.bits):
-        return None
     if macs is not None and macs < LANES_MIN_MACS:
         return None
-    return lane_plan(w_fmt, a_fmt, pixels, weight)
+    best: dict | None = None
+    for bits in (b for b in (1, 2, 4, 8) if b >= w_fmt.bits):
+        if groups != 1 and out_per_group % lane_channels(bits):
+            continue
+        if bits != w_fmt.bits and _lane_word_bits(out_per_group, bits) > _lane_word_bits(
+            out_per_group, w_fmt.bits
+        ):
+            continue  # wider weights only where they take no more flash than the padded ones
+        fmt = w_fmt if bits == w_fmt.bits else QFormat(bits, True)
+        plan = lane_plan(fmt, a_fmt, pixels, weight, channels=out_per_group, with_cost=True)
+        if plan is not None and (best is None or plan["cost"] < best["cost"]):
+            best = {**plan, "w_bits": bits}
+    if best is None:
+        return None
+    best.pop("cost")
+    return best
+
+
+def _lane_word_bits(channels: int, bits: int) -> int:
+    """Bits of one tap's lanes words for ``channels`` output channels of ``bits``-bit weights
+    (the last word filled up)."""
+    return -(-channels // lane_channels(bits)) * 32
+
+
+#: the fields of a lanes plan that make its MicoLanes struct
+LANES_FIELDS = ("s", "n", "is_signed")
 
 
 def widened_to_s8(
@@ -279,7 +315,9 @@ def _binary_call(ctx: EmitContext, node: Node, layer: str, params: str, taps: in
 
 
 def _lanes_struct(ctx: EmitContext, node: Node, plan: dict[str, int]) -> str:
-    return ctx.const_struct("MicoLanes", f"{node.name}_lanes", _fields(plan))
+    return ctx.const_struct(
+        "MicoLanes", f"{node.name}_lanes", _fields({k: plan[k] for k in LANES_FIELDS})
+    )
 
 
 #: the capability of a target with vector units and caches (mico/targets/files/host.yaml; X:
@@ -335,9 +373,10 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
             out_c // a["groups"],
             macs=macs,
             weight=_weight_codes(node),
+            groups=a["groups"],
         )
     )
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary, s8)
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary, s8)
     params = ctx.const_struct(
         "MicoConv2d",
         f"{node.name}_params",
@@ -467,7 +506,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
             weight=_weight_codes(node),
         )
     )
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes is not None, binary)
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary)
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",

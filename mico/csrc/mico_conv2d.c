@@ -924,8 +924,9 @@ static MICO_NOINLINE void mico_lanes_store(const MicoConv2d *p, void *out, int32
     const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
     const uint32_t sw = p->w_bits == 1 ? 2u : 1u;
     const uint32_t qw = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
+    const int32_t nc = p->out_c - oc0 < f ? p->out_c - oc0 : f; /* the last block may be short */
     int32_t c;
-    for (c = 0; c < f; c++) {
+    for (c = 0; c < nc; c++) {
         const MicoRq rq = mico_rq(&p->out, oc0 + c);
         mico_lanes_requant(tile + c * pp, cs, np, (uint32_t)p->bias[oc0 + c], sw, qw, &rq);
         mico_pack(out, (size_t)(oc0 + c) * npix + (size_t)pix0, tile + c * pp, np, p->out.fmt);
@@ -942,7 +943,7 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
-    const int32_t npix = p->out_h * p->out_w, f = 32 / p->w_bits, nblk = opg / f;
+    const int32_t npix = p->out_h * p->out_w, f = 32 / p->w_bits, nblk = (opg + f - 1) / f;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     int16_t patch[MICO_LANES_PATCH];
     int32_t tile[MICO_LANES_TILE];
@@ -1410,7 +1411,7 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kh = p->k_h, kw = p->k_w, sw = p->stride_w, dw = p->dil_w;
     const int32_t rr = (kh - 1) * p->dil_h + 1; /* ring slots per channel */
-    const int32_t k_all = ipg * kh * kw, f = 32 / p->w_bits, nblk = opg / f;
+    const int32_t k_all = ipg * kh * kw, f = 32 / p->w_bits, nblk = (opg + f - 1) / f;
     const int32_t npix = p->out_h * p->out_w, opw = (p->out_w + npx - 1) / npx * npx;
     const int32_t wq = ((opw - 1) * sw + (kw - 1) * dw) / sw + 1, len = sw * wq;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
@@ -1522,7 +1523,7 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
                 for (j = 0; b0 == 0 && j < opw; j++) { /* the offset, pixel by pixel */
                     csq[j] = (int32_t)(q_w * (uint32_t)cs[j]);
                 }
-                for (c = b0 * f; c < b1 * f; c++) { /* requantize and store the pass */
+                for (c = b0 * f; c < b1 * f && c < opg; c++) { /* requantize, store the pass */
                     const int32_t oc = g * opg + c;
                     const MicoRq rq = mico_rq(&p->out, oc);
                     const size_t at = (size_t)oc * (size_t)npix + (size_t)(oy * p->out_w);
@@ -1989,7 +1990,7 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoPwFn fn, int32_t npx)
 {
-    const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = p->out_c / f;
+    const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = (p->out_c + f - 1) / f;
     const int32_t npix = p->out_h * p->out_w;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     const MicoFieldMap fm = mico_field_map(p->in_fmt);
@@ -2024,8 +2025,9 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
         for (b = 0; b < nblk; b++) {
             fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile,
                centered);
-            mico_pw_store(p, b * f, f, tile, fold ? zeros : cs, fold ? zeros : csq, np, out,
-                          pix0, centered ? 32768u : 0u);
+            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile,
+                          fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
+                          centered ? 32768u : 0u);
         }
     }
     return 1;

@@ -354,7 +354,7 @@ static MICO_NOINLINE void mico_linear_lanes(const MicoLinear *p, const MicoLanes
             const int32_t o1 =
                 o0 + MICO_LIN_O < p->out_features ? o0 + MICO_LIN_O : p->out_features;
             int32_t xsum = 0;
-            for (j = 0; j < o1 - o0; j++) {
+            for (j = 0; j < (o1 - o0 + f - 1) / f * f; j++) { /* a short last block: whole */
                 acc[j] = 0;
             }
             for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
@@ -636,7 +636,8 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
                                          MicoLanesFn fn1)
 {
     const int32_t wb = p->w_bits, nf = p->in_features, f = 32 / wb;
-    const int32_t nblk = p->out_features / f, per = MICO_LIN_O / f; /* blocks per pass */
+    const int32_t nblk = (p->out_features + f - 1) / f; /* the last block may be short */
+    const int32_t per = MICO_LIN_O / f; /* blocks per pass */
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     int16_t x[MICO_LL_K];
     int32_t acc[MICO_LIN_O];
@@ -645,8 +646,10 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
         const size_t x_base = (size_t)r * (size_t)nf;
         const size_t y_base = (size_t)r * (size_t)p->out_features;
         for (b0 = 0; b0 < nblk; b0 += per) {
-            int32_t xsum = 0;
+            int32_t xsum = 0, nv;
             b1 = b0 + per < nblk ? b0 + per : nblk;
+            nv = p->out_features - b0 * f < (b1 - b0) * f ? p->out_features - b0 * f
+                                                          : (b1 - b0) * f; /* outputs stored */
             for (j = 0; j < (b1 - b0) * f; j++) {
                 acc[j] = 0;
                 MICO_LL_SEQ();
@@ -663,20 +666,19 @@ static MICO_NOINLINE void mico_linear_ll(const MicoLinear *p, const MicoLanes *l
                                      l, acc + (b - b0) * f);
                 }
             }
-            if (mico_ll_store(p, b0 * f, acc, (b1 - b0) * f, xsum, out,
-                              y_base + (size_t)(b0 * f))) {
+            if (mico_ll_store(p, b0 * f, acc, nv, xsum, out, y_base + (size_t)(b0 * f))) {
                 continue;
             }
             for (b = b0; b < b1; b++) {
                 mico_lanes_finish(acc + (b - b0) * f, 1, 1, wb, p->bias + b * f, &xsum);
             }
-            for (j = 0; j < (b1 - b0) * f;) { /* one multiplier, or one per output */
-                const int32_t len = p->out.n_mult > 1 ? 1 : (b1 - b0) * f;
+            for (j = 0; j < nv;) { /* one multiplier, or one per output */
+                const int32_t len = p->out.n_mult > 1 ? 1 : nv;
                 const MicoRq rq = mico_rq(&p->out, b0 * f + j);
                 mico_rq_run_fast(&rq, acc + j, len);
                 j += len;
             }
-            mico_pack(out, y_base + (size_t)(b0 * f), acc, (b1 - b0) * f, p->out.fmt);
+            mico_pack(out, y_base + (size_t)(b0 * f), acc, nv, p->out.fmt);
         }
     }
 }

@@ -119,7 +119,12 @@ def longest_run(offsets: np.ndarray, budget: int) -> int:
 
 
 def lane_plan(
-    w_fmt: QFormat, a_fmt: QFormat, pixels: int = 4, weight: np.ndarray | None = None
+    w_fmt: QFormat,
+    a_fmt: QFormat,
+    pixels: int = 4,
+    weight: np.ndarray | None = None,
+    channels: int | None = None,
+    with_cost: bool = False,
 ) -> dict[str, int] | None:
     """The lanes (``MicoLanes``) for weights ``w_fmt`` times activations ``a_fmt``, or None.
 
@@ -132,6 +137,9 @@ def lane_plan(
     kernels take, the one with the fewest estimated instructions per MAC (:func:`lane_cost`)
     wins (``pixels``: 1 for a linear layer, else a convolution); None when no lane width fits,
     the widths are not ones the kernels read, or the plain kernels would be as fast.
+    ``channels`` (else the rows of ``weight``): the output channels, whose last block of F may
+    be short (:func:`pad_lane_rows`): the padding's share is added to the estimate, and its rows
+    bound n like the others. ``with_cost``: the plan carries its estimate as ``cost`` (a float).
     """
     b = w_fmt.bits
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
@@ -139,7 +147,12 @@ def lane_plan(
     w_max = 1 if b == 1 else 2**b - 1
     negative = a_fmt.negative  # signed or asymmetric codes: signed lane sums
     x_max = max(a_fmt.qmax, -a_fmt.qmin)
-    offsets = None if weight is None else lane_offsets(weight, w_fmt)
+    rows = None if weight is None else pad_lane_rows(weight, w_fmt)
+    offsets = None if rows is None else lane_offsets(rows, w_fmt)
+    if channels is None and weight is not None:
+        channels = int(np.asarray(weight).shape[0])
+    f = lane_channels(b)
+    waste = 1.0 if not channels else -(-channels // f) * f / channels  # padded / real channels
     best: tuple[float, dict[str, int]] | None = None
     for s in LANE_WIDTHS:
         groups = s // b
@@ -151,30 +164,48 @@ def lane_plan(
             n = max(n, longest_run(offsets, cap // x_max))
         if n < 1:
             continue
-        cost = lane_cost(b, groups, n, negative, pixels)
+        cost = lane_cost(b, groups, n, negative, pixels) * waste
         if best is None or cost < best[0]:
             best = (cost, {"s": s, "n": min(n, LANE_RUN_UNBOUNDED), "is_signed": int(negative)})
     bar = PLAIN_LINEAR_COST if pixels == 1 else PLAIN_INNER_COST
     if best is None or best[0] >= bar:
         return None
-    return best[1]
+    return best[1] if not with_cost else {**best[1], "cost": best[0]}  # type: ignore[return-value]
+
+
+def pad_lane_rows(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
+    """Weight rows ``(out, taps)`` filled up to a multiple of F = 32 / bits rows with rows of
+    zero codes (binary: -1, whose lane weight is 0), which the lanes compute and never store:
+    a layer whose channels do not fill words (LeNet's 6, 84 or 120 at 2 bits) keeps the lanes
+    at the cost of the padding's multiplies. The rows are what bounds the taps a lane sums
+    (:func:`lane_plan`), padding included."""
+    q = np.asarray(codes)
+    q = q.reshape(q.shape[0], -1)
+    f = lane_channels(fmt.bits)
+    short = -q.shape[0] % f
+    if not short:
+        return q
+    fill = -1 if fmt.binary else 0
+    return np.concatenate([q, np.full((short, q.shape[1]), fill, dtype=q.dtype)])
 
 
 def pack_lanes(codes: np.ndarray, fmt: QFormat) -> np.ndarray:
-    """Signed weight codes ``(out, taps)`` as lanes words (uint32, ``out / F * taps`` of them).
+    """Signed weight codes ``(out, taps)`` as lanes words (uint32, ``ceil(out / F) * taps``).
 
     Word ``(block, t)`` holds channel ``block * F + c`` at tap ``t`` in its bits
     ``[c * bits, (c + 1) * bits)`` as the offset weight ``w + 2^(bits-1)`` (in [1, 2^bits - 1];
-    binary {-1, +1} as 0 / 1): as many bytes as :func:`pack` takes, ready to multiply.
-    ``out`` must be a multiple of F = 32 / bits.
+    binary {-1, +1} as 0 / 1): as many bytes as :func:`pack` takes, ready to multiply. When
+    ``out`` is not a multiple of F = 32 / bits, the last block is filled up with channels of
+    zero codes (binary: -1) that the kernels compute and never store (:func:`pad_lane_rows`).
     """
     q = np.asarray(codes).astype(np.int64)
     q = q.reshape(q.shape[0], -1)
     f = lane_channels(fmt.bits)
-    if fmt.bits not in LANE_WEIGHT_BITS or q.shape[0] % f:
-        raise ValueError(f"{q.shape[0]} channels of {fmt} do not fill words of {f} channels")
+    if fmt.bits not in LANE_WEIGHT_BITS:
+        raise ValueError(f"{fmt} weights do not take channel lanes (widths {LANE_WEIGHT_BITS})")
     if q.size and (q.min() < fmt.qmin or q.max() > fmt.qmax):
         raise ValueError(f"codes outside {fmt} range [{fmt.qmin}, {fmt.qmax}]")
+    q = pad_lane_rows(q, fmt)
     offset = 0 if fmt.binary else 1 << (fmt.bits - 1)
     fields = ((q > 0) if fmt.binary else q + offset).astype(np.uint64)
     blocks = fields.reshape(q.shape[0] // f, f, q.shape[1])  # (block, c, t)

@@ -115,6 +115,7 @@ def chosen() -> dict:
     cases.update({("linear", str(f)): _linear_every(f) for f in W_FMTS})
     cases.update({("extremes", e): _extremes(*e) for e in EXTREMES})
     cases[("pointwise",)] = _pointwise()
+    cases[("short",)] = _short_blocks()
     kernels = iter(check([layer for layers in cases.values() for layer in layers]))
     return {key: [next(kernels) for _ in layers] for key, layers in cases.items()}
 
@@ -142,8 +143,38 @@ def test_extremes_and_long_reductions(chosen, w_bits, a_bits, a_signed):
 def test_pointwise_strided_and_grouped(chosen):
     assert all(k.startswith("mico_qconv2d_lanes_w4g") for k in chosen[("pointwise",)])
 
-    with pytest.raises(ValueError):
-        pack_lanes(np.zeros((12, 3), dtype=int), QFormat(4, True))
+
+def _short_blocks() -> list:
+    """Layers whose output channels do not fill the last word (LeNet's 6, 84, 120): each
+    path of the lanes with a short last block, codes at their limits and saturating
+    multipliers too (the padding's channels, zero weights, are summed with the others and
+    must neither spill into a real channel's lane nor be stored)."""
+    w2, w4, w8 = QFormat(2, True), QFormat(4, True), QFormat(8, True)
+    t = QFormat.for_bits(TERNARY, True)
+    a4, a2, a8s = QFormat(4, False), QFormat(2, False), QFormat(8, True)
+    conv = kernels_rv32.random_layer
+    return [
+        conv("conv", w4, a4, in_c=3, out_c=6, hw=9, k=3, pad=1, seed=21),  # by rows
+        conv("conv", w2, a2, in_c=1, out_c=6, hw=6, k=5, seed=22),  # narrow rows: the patch
+        conv("conv", w4, a4, in_c=24, out_c=12, hw=9, k=1, seed=23),  # pointwise
+        conv("conv", w8, a4, in_c=5, out_c=6, hw=9, k=3, pad=1, seed=24),  # 8-bit lanes
+        conv("conv", w2, a2, in_c=16, out_c=20, hw=9, k=3, pad=1, seed=25, extreme=True,
+             o_fmt=QFormat(8, True), relu=False),
+        conv("linear", w4, a4, in_c=37, out_c=12, rows=3, seed=26),
+        conv("linear", w2, a2, in_c=300, out_c=120, seed=27),
+        conv("linear", t, a8s, in_c=400, out_c=84, seed=28, extreme=True,
+             o_fmt=QFormat(4, False)),
+        conv("linear", w2, a2, in_c=300, out_c=6, seed=29),
+    ]  # fmt: skip
+
+
+def test_short_last_blocks(chosen):
+    """Channels that leave the last word partly empty keep the lanes (bit-exact: ``chosen``
+    checks every output), some at a wider weight width where that costs no more flash."""
+    kernels = chosen[("short",)]
+    assert all("_lanes_w" in k for k in kernels), kernels
+    assert kernels[1].startswith("mico_qconv2d_lanes_w4")  # 6 channels: 2-bit codes as 4-bit
+    assert kernels[6].startswith("mico_qlinear_lanes_w2")  # 120 of 128: the padding is cheap
 
 
 def test_lane_plan_capacity():
@@ -164,8 +195,12 @@ def test_lane_plan_capacity():
                 assert plan["n"] * w_max * x_max < cap
     assert lane_plan(QFormat(8, True), QFormat(8, False)) is None  # 8x8: the plain kernels
     assert lane_plan(QFormat(3, True), QFormat(3, False)) is None  # no word of 3-bit fields
-    assert lanes_plan(QFormat(4, True), QFormat(4, False), 12) is None  # 12 channels: no words
-    assert lanes_plan(QFormat(4, True), QFormat(4, False), 16) is not None
+    # 12 channels fill a word and a half: one group pads the last word, groups of 12 do not
+    assert lanes_plan(QFormat(4, True), QFormat(4, False), 12)["w_bits"] == 4
+    assert lanes_plan(QFormat(4, True), QFormat(4, False), 12, groups=2) is None
+    assert lanes_plan(QFormat(4, True), QFormat(4, False), 16, groups=2) is not None
+    # 6 channels of 2-bit codes: one 16-channel word either way, cheaper as 8 4-bit lanes
+    assert lanes_plan(QFormat(2, True), QFormat(2, False), 6)["w_bits"] == 4
 
 
 def test_pack_lanes_layout():
@@ -184,8 +219,13 @@ def test_pack_lanes_layout():
                 field = (int(words[(c // f) * 5 + t]) >> ((c % f) * fmt.bits)) & (2**fmt.bits - 1)
                 want = (codes[c, t] + 1) // 2 if fmt.binary else codes[c, t] + 2 ** (fmt.bits - 1)
                 assert field == want
-    with pytest.raises(ValueError):
-        pack_lanes(np.zeros((12, 3), dtype=int), QFormat(4, True))
+    # 12 channels of 4 bits: the second word's last 4 channels are zero weights (offset 8)
+    words = pack_lanes(np.zeros((12, 3), dtype=int), QFormat(4, True))
+    assert words.tolist() == [0x88888888] * 3 + [0x88888888] * 3
+    ones = pack_lanes(-np.ones((3, 2), dtype=int), QFormat(1, True))  # binary: -1 fills (0)
+    assert ones.tolist() == [0, 0]
+    with pytest.raises(ValueError, match="range"):
+        pack_lanes(np.full((8, 1), 9), QFormat(4, True))
 
 
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
