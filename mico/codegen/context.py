@@ -121,6 +121,10 @@ class EmitContext:
         self.node: Node | None = None  # the node being emitted, named in errors
         #: the target's ISA extensions, for kernels with ISA-specific paths (zbb: cpop)
         self.isa_extensions: tuple[str, ...] = ()
+        #: conv / linear nodes that take a fast path their program links anyway, whatever
+        #: their size (mico.codegen.linked_paths); ungate_all: every node (a probe)
+        self.ungated: frozenset[str] = frozenset()
+        self.ungate_all = False
 
     def _reuse(self, name: str, ctype: str, data: np.ndarray) -> str | None:
         """The symbol already holding exactly these values under this name, if any: a layer

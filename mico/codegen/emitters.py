@@ -14,6 +14,7 @@ import numpy as np
 
 from mico.codegen import binary_plan, dwconv_plan
 from mico.codegen.context import EmitContext
+from mico.codegen.linked_paths import gate_macs
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Node, Value
@@ -351,6 +352,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     # a band of a layer run in patches (mico.codegen.patch_plan) takes the whole layer's path
     # and shares its requantization constants
     macs, const_name = a.get("whole_macs", macs), a.get("whole_name", node.name)
+    macs = gate_macs(ctx, node, macs)  # a path the program links anyway: no size gate
     taps = in_c // a["groups"] * k_h * k_w
     host = host_kernels(ctx, x)
     binary = not host and binary_plan.takes_binary(
@@ -489,7 +491,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     out_features, in_features = node.inputs[1].type.shape
     a = node.attrs
     rows = x.type.numel // (in_features * x.type.shape[0])
-    macs = rows * in_features * out_features
+    macs = gate_macs(ctx, node, rows * in_features * out_features)
     host = host_kernels(ctx, x)
     binary = not host and binary_plan.takes_binary(
         node.inputs[1].qformat, x.qformat, in_features, macs=macs

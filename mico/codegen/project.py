@@ -587,6 +587,7 @@ def _emit_nodes(
     ``patch="auto"`` runs the first layers in row bands when that lowers the arena
     (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen."""
     from mico.codegen import patch_plan
+    from mico.codegen.linked_paths import ungated_layers
 
     patch_plan.check_patch_mode(patch)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
@@ -594,6 +595,8 @@ def _emit_nodes(
     ctx = EmitContext(arena, graph.inputs)
     ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
+    # small layers take the fast paths the program's other layers link anyway
+    ctx.ungated = ungated_layers(graph.nodes, ctx.isa_extensions)
     ctx.need(INPUT_CHECK)
     body: list[str] = []
     schedule: list[dict] = []

@@ -108,16 +108,21 @@ _CALL = re.compile(r"^\s*([A-Za-z_]\w*)\s*\(", re.M)
 _FIELD = re.compile(r"\.(\w+)\s*=\s*(-?\d+)")
 
 
-def emitted_kernel(node: Any, extensions: Sequence[str] = ()) -> tuple[str, int, int]:
+def emitted_kernel(
+    node: Any, extensions: Sequence[str] = (), ungated: bool = False
+) -> tuple[str, int, int]:
     """``(entry point, lane_s, lane_n)`` of a conv / linear node as the code generator emits it
     for a target of these ISA extensions: the node's own ``emit`` rule is run in a scratch
     context and its call read back, so every kernel path the generator has (or gains) is
     named exactly as the program calls it. ``lane_s`` / ``lane_n`` come from the lanes struct
-    it passes (channel lanes: ``s``, ``n``; pixel lanes: ``s``, ``q``), else 0."""
+    it passes (channel lanes: ``s``, ``n``; pixel lanes: ``s``, ``q``), else 0. ``ungated``:
+    as emitted in a program that links the node's fast path anyway, whatever the node's size
+    (:mod:`mico.codegen.linked_paths`)."""
     from mico.codegen.project import emit_rule
 
     ctx = _probe_class()(extensions)
     ctx.node = node
+    ctx.ungate_all = ungated
     statements = emit_rule(node)(node, ctx)
     calls = _CALL.findall("\n".join(statements))
     if not calls:
@@ -203,6 +208,7 @@ def op_from_layer(
     in_signed: bool = False,
     out_bits: int | None = None,
     extensions: tuple[str, ...] = (),
+    ungated: bool = False,
 ) -> OpShape:
     """The :class:`OpShape` of a conv / linear layer known only by its geometry and widths.
 
@@ -210,14 +216,15 @@ def op_from_layer(
     layer after a ReLU reads unsigned codes); ``out_bits``: the width its output is requantized
     to (None: left as int32 / float, as a model's last layer); ``extensions``: the target's
     ISA extensions, which some paths depend on (binary layers: Zbb's ``cpop``). The kernel
-    path is the one the generator emits for a node of this layer (:func:`emitted_kernel`).
+    path is the one the generator emits for a node of this layer (:func:`emitted_kernel`;
+    ``ungated``: in a program that links its fast path anyway).
     """
     w = storage_bits(layer.w_bits)
     a = storage_bits(layer.a_bits)
     kh, kw = layer.kernel
     out_pixels = layer.out_size[0] * layer.out_size[1]
     node = layer_node(layer, in_signed, out_bits)
-    kernel, lane_s, lane_n = emitted_kernel(node, extensions)
+    kernel, lane_s, lane_n = emitted_kernel(node, extensions, ungated)
     return OpShape(
         name=layer.name, kind=layer.kind, layer=layer.name,
         in_elements=layer.input_elements, out_elements=layer.output_elements, n_inputs=1,
@@ -232,14 +239,24 @@ def op_from_layer(
 def layers_as_ops(layers: list[LayerShape], extensions: Sequence[str] = ()) -> list[OpShape]:
     """Conv / linear layers of a model in execution order as :class:`OpShape` s, guessing what
     a graph would say: the first layer reads signed codes, the others unsigned (after a ReLU);
-    every layer but the last is requantized to the next one's activation width."""
-    ops = []
+    every layer but the last is requantized to the next one's activation width; small layers
+    take the paths the others link (:mod:`mico.codegen.linked_paths`), as in a program."""
+    from mico.codegen.linked_paths import ungated_layers
+
     exts = tuple(extensions)
+    args = []
     for i, layer in enumerate(layers):
         nxt = layers[i + 1] if i + 1 < len(layers) else None
-        out_bits = storage_bits(nxt.a_bits) if nxt is not None else None
-        ops.append(op_from_layer(layer, in_signed=(i == 0), out_bits=out_bits, extensions=exts))
-    return ops
+        args.append((layer, i == 0, storage_bits(nxt.a_bits) if nxt is not None else None))
+    nodes = {f"layer{i}": layer_node(*a) for i, a in enumerate(args)}
+    for name, node in nodes.items():
+        node.name = name
+    lifted = ungated_layers(nodes.values(), exts)
+    return [
+        op_from_layer(layer, in_signed=signed, out_bits=out_bits, extensions=exts,
+                      ungated=f"layer{i}" in lifted)
+        for i, (layer, signed, out_bits) in enumerate(args)
+    ]  # fmt: skip
 
 
 def _bits(value: Any) -> tuple[int, bool]:
@@ -257,11 +274,13 @@ def _numel(value: Any) -> int:
     return int(math.prod(value.type.shape)) if value.type.shape else 1
 
 
-def _node_kernel(node: Any, extensions: Sequence[str]) -> tuple[str, int, int]:
+def _node_kernel(
+    node: Any, extensions: Sequence[str], ungated: bool = False
+) -> tuple[str, int, int]:
     """:func:`emitted_kernel` of a graph node (a node the probe cannot emit, such as one whose
     weights live outside the graph, is labelled ``unknown``)."""
     try:
-        kernel, lane_s, lane_n = emitted_kernel(node, extensions)
+        kernel, lane_s, lane_n = emitted_kernel(node, extensions, ungated)
     except (MicoError, KeyError, ValueError, TypeError, AssertionError):
         return "unknown", 0, 0
     return kernel_path(kernel), lane_s, lane_n
@@ -270,7 +289,11 @@ def _node_kernel(node: Any, extensions: Sequence[str]) -> tuple[str, int, int]:
 def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]:
     """Every node of a lowered graph (``mico.codegen.compile.lower``) as an :class:`OpShape`,
     with the conv / linear nodes' kernel path as the generator emits it for a target of these
-    ISA ``extensions`` (:func:`emitted_kernel`)."""
+    ISA ``extensions`` (:func:`emitted_kernel`, small layers on the paths the graph's others
+    link: :mod:`mico.codegen.linked_paths`)."""
+    from mico.codegen.linked_paths import ungated_layers
+
+    lifted = ungated_layers(graph.nodes, extensions)
     shapes = []
     for node in graph.nodes:
         op = node.op.removeprefix("mico.")
@@ -298,7 +321,7 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
             else:
                 kind = "conv2d"
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            path, lane_s, lane_n = _node_kernel(node, extensions)
+            path, lane_s, lane_n = _node_kernel(node, extensions, node.name in lifted)
             shapes.append(OpShape(
                 kind=kind, w_bits=w_bits, macs=macs, in_channels=in_c, out_channels=out_c,
                 kh=kh, kw=kw, sh=int(stride[0]), sw=int(stride[1]), groups=groups,
@@ -311,7 +334,7 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
             rows = _numel(x) // (in_f * x.type.shape[0])
             macs = rows * in_f * out_f
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            path, lane_s, lane_n = _node_kernel(node, extensions)
+            path, lane_s, lane_n = _node_kernel(node, extensions, node.name in lifted)
             shapes.append(OpShape(
                 kind="linear", w_bits=w_bits, macs=macs, in_channels=in_f, out_channels=out_f,
                 out_pixels=rows, path=path, lane_s=lane_s, lane_n=lane_n, **common,

@@ -1,0 +1,55 @@
+"""Small layers on the fast paths a program links anyway.
+
+Every fast kernel path (channel lanes, the W8A8 byte paths, the popcount kernels) adds its
+code to a program's flash, so a layer too small to repay that (fewer MACs than the path's gate:
+``emitters.LANES_MIN_MACS``, ``CONV_S8_MIN_MACS``, ``LINEAR_S8_MIN_MACS``,
+``binary_plan.MIN_MACS``) keeps the plain kernel. When another layer of the same program takes
+that entry point anyway, its code is already paid for, and the small layer takes it too: LeNet-5
+at W1A1, whose fc1 links the popcount linear kernel, runs fc2 through it as well (74,728 ->
+9,928 rv32 instructions), where a per-layer rule left fc2 on the plain kernel, slower than at
+W8A8 and so never chosen by a latency-aware search.
+
+The choice is the generator's own: each conv / linear node's emit rule is run in a probe context
+(:func:`mico.hw.opshape.emitted_kernel`) with the gates as they are and with them lifted, and a
+node whose lifted entry point is one the gated program calls is emitted lifted. The latency
+proxies make the same choice from the same function, so what they predict is what runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+#: the MAC count the size gates see for a node on a path its program links anyway
+UNGATED_MACS = 1 << 62
+
+#: the ops whose emit rules have size-gated paths
+GATED_OPS = ("mico.qconv2d", "mico.qlinear")
+
+
+def ungated_layers(nodes: Iterable[Any], extensions: Sequence[str] = ()) -> frozenset[str]:
+    """Names of the conv / linear ``nodes`` that take a path their program links anyway: their
+    entry point without the size gates differs from the gated one and is called by some node
+    of the program as generated with the gates."""
+    from mico.hw.opshape import emitted_kernel
+
+    gated: dict[str, str] = {}
+    lifted: dict[str, str] = {}
+    for node in nodes:
+        if node.op not in GATED_OPS:
+            continue
+        try:
+            gated[node.name] = emitted_kernel(node, extensions)[0]
+            lifted[node.name] = emitted_kernel(node, extensions, ungated=True)[0]
+        except Exception:  # a node the probe cannot emit keeps its own rule
+            continue
+    linked = set(gated.values())
+    return frozenset(n for n, k in lifted.items() if k != gated[n] and k in linked)
+
+
+def gate_macs(ctx: Any, node: Any, macs: int) -> int:
+    """The MAC count a node's size gates see: ``macs``, or :data:`UNGATED_MACS` for a node on a
+    linked path (``ctx.ungated``) or in a probe that lifts every gate (``ctx.ungate_all``)."""
+    if getattr(ctx, "ungate_all", False) or node.name in getattr(ctx, "ungated", ()):
+        return UNGATED_MACS
+    return macs
