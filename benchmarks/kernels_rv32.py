@@ -600,9 +600,11 @@ def _markdown(results: dict, meta: dict) -> str:
         "**One exception: the sub-byte lanes rows of FC 256→64.** A real compile gives channel "
         "lanes only to layers of at least 32,768 MACs (`LANES_MIN_MACS` in "
         "mico/codegen/emitters.py: the lanes add about 3 KB of code), and this layer has "
-        "16,384. So a model with exactly this layer keeps the plain `mico_qlinear` (the "
-        "'plain' column, e.g. 6.23 at W4A4 against W8A8's 3.67), not the lanes figure "
-        "measured here; larger FC layers take the lanes.",
+        "16,384. A program whose other layers call the same lanes entry point gives it the "
+        "lanes too (their code is linked anyway: `mico.codegen.linked_paths`), but a model "
+        "with this layer alone keeps the plain `mico_qlinear` (the 'plain' column, e.g. 6.23 "
+        "at W4A4 against W8A8's 3.67), not the lanes figure measured here; larger FC layers "
+        "take the lanes.",
         "",
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
