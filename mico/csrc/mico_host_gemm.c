@@ -514,19 +514,16 @@ static MICO_NOINLINE int mico_host_rq16(const MicoRq *q)
            ((uint64_t)top << q->shift) < (uint64_t)65535 * (uint64_t)q->m;
 }
 
-/* v[i] + b requantized as channel c says and packed at element start (v is overwritten; the
- * bias is added in the requantization loop: no pass of its own). */
-static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_t b,
-                                              int32_t *MICO_RESTRICT v, int32_t n, void *out,
-                                              size_t start)
+/* v[i] + b requantized in place as q says (the bias is added in the requantization loop: no
+ * pass of its own). */
+static MICO_HOST_INLINE void mico_host_requant(const MicoRq *q, int32_t b,
+                                                int32_t *MICO_RESTRICT v, int32_t n)
 {
-    const MicoRq q = mico_rq(o, c);
-    uint32_t m = (uint32_t)q.m, s = (uint32_t)q.shift, cap = UINT32_MAX, up = 0;
-    const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
+    uint32_t m = (uint32_t)q->m, s = (uint32_t)q->shift, cap = UINT32_MAX, up = 0;
     int32_t i;
-    if (mico_host_rq16(&q)) { /* the usual case: 32-bit multiplies only */
+    if (mico_host_rq16(q)) { /* the usual case: 32-bit multiplies only */
         const uint32_t mh = m >> 16, ml = m & 65535u, rnd = 1u << (s - 17u), s16 = s - 16u;
-        const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
+        const int32_t lo = q->lo, hi = q->hi, floor0 = q->relu ? 0 : INT32_MIN;
         for (i = 0; i < n; i++) {
             const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint32_t sign = (uint32_t)(r >> 31); /* all ones when r < 0 */
@@ -536,15 +533,15 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
             const int32_t y = (int32_t)((((x + rnd) >> s16) ^ sign) - sign);
             v[i] = y < lo ? lo : y > hi ? hi : y;
         }
-        s = 0; /* done */
-    } else if (q.scaled && !q.binary && q.shift <= 32 && mico_host_small_shift(&q, &cap)) {
-        s = 33; /* (mag m + 2^(shift-1)) >> shift == (mag 2^up m + 2^32) >> 33 */
-        up = 33u - (uint32_t)q.shift;
+        return;
     }
-    if (s == 0) {
-    } else if (q.scaled && !q.binary && s > 32) { /* mico_rescale's usual case, vectorisable */
+    if (q->scaled && !q->binary && q->shift <= 32 && mico_host_small_shift(q, &cap)) {
+        s = 33; /* (mag m + 2^(shift-1)) >> shift == (mag 2^up m + 2^32) >> 33 */
+        up = 33u - (uint32_t)q->shift;
+    }
+    if (q->scaled && !q->binary && s > 32) { /* mico_rescale's usual case, vectorisable */
         const uint32_t rnd = 1u << (s - 33u);
-        const int32_t lo = q.lo, hi = q.hi, floor0 = q.relu ? 0 : INT32_MIN;
+        const int32_t lo = q->lo, hi = q->hi, floor0 = q->relu ? 0 : INT32_MIN;
         s -= 32u;
         for (i = 0; i < n; i++) {
             const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
@@ -554,29 +551,70 @@ static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_
             const int32_t y = r < 0 ? -(int32_t)h : (int32_t)h;
             v[i] = y < lo ? lo : y > hi ? hi : y;
         }
-    } else if (q.scaled && !q.binary) { /* shift <= 32: the whole 64-bit product */
-        const uint64_t m = (uint32_t)q.m, rnd = (uint64_t)1 << (q.shift - 1);
-        const int32_t s = q.shift, floor0 = q.relu ? 0 : INT32_MIN;
-        const int64_t lo = q.lo, hi = q.hi;
+    } else if (q->scaled && !q->binary) { /* shift <= 32: the whole 64-bit product */
+        const uint64_t m64 = (uint32_t)q->m, rnd = (uint64_t)1 << (q->shift - 1);
+        const int32_t sh = q->shift, floor0 = q->relu ? 0 : INT32_MIN;
+        const int64_t lo = q->lo, hi = q->hi;
         for (i = 0; i < n; i++) {
             const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
             const uint64_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
-            const int64_t h = (int64_t)((mag * m + rnd) >> s); /* < 2^62: no overflow */
-            const int64_t y = r < 0 ? -h : h;                   /* clamped into int32 below */
+            const int64_t h = (int64_t)((mag * m64 + rnd) >> sh); /* < 2^62: no overflow */
+            const int64_t y = r < 0 ? -h : h;                      /* clamped into int32 below */
             v[i] = (int32_t)(y < lo ? lo : y > hi ? hi : y);
         }
     } else {
         for (i = 0; i < n; i++) {
             v[i] += b;
         }
-        mico_rq_run(&q, v, n);
+        mico_rq_run(q, v, n);
     }
-    if (mico_host_staged) { /* whole-tensor packing: the layer packs the stage at its end */
-        for (i = 0; i < n; i++) {
-            mico_host_stage[start + (size_t)i] = v[i];
+}
+
+/* mico_host_requant for a layer whose outputs wait in the stage: the codes of the usual case
+ * (mico_host_rq16) go straight to the stage at element start (no copy of v); the others are
+ * requantized in place and copied there. A versioned function of its own, which the callers
+ * do not inline: their loops for byte outputs stay as they were. */
+MICO_HOST_CLONES static void mico_host_requant_stage(const MicoRq *q, int32_t b,
+                                                     int32_t *MICO_RESTRICT v, int32_t n,
+                                                     size_t start)
+{
+    int32_t *MICO_RESTRICT d = mico_host_stage + start;
+    int32_t i;
+    if (mico_host_rq16(q)) {
+        const uint32_t m = (uint32_t)q->m, s = (uint32_t)q->shift;
+        const uint32_t mh = m >> 16, ml = m & 65535u, rnd = 1u << (s - 17u), s16 = s - 16u;
+        const int32_t lo = q->lo, hi = q->hi, floor0 = q->relu ? 0 : INT32_MIN;
+        for (i = 0; i < n; i++) { /* mico_host_requant's first loop */
+            const int32_t v0 = v[i] + b, r = v0 < floor0 ? floor0 : v0;
+            const uint32_t sign = (uint32_t)(r >> 31);
+            const uint32_t mag0 = ((uint32_t)r ^ sign) - sign;
+            const uint32_t mag = mag0 < 65535u ? mag0 : 65535u;
+            const uint32_t x = mag * mh + ((mag * ml) >> 16);
+            const int32_t y = (int32_t)((((x + rnd) >> s16) ^ sign) - sign);
+            d[i] = y < lo ? lo : y > hi ? hi : y;
         }
         return;
     }
+    mico_host_requant(q, b, v, n);
+    for (i = 0; i < n; i++) {
+        d[i] = v[i];
+    }
+}
+
+/* v[i] + b requantized as channel c says and packed at element start (v is overwritten), or
+ * left in the stage when the layer packs its outputs at its end. */
+static MICO_HOST_INLINE void mico_host_store(const MicoOut *o, int32_t c, int32_t b,
+                                              int32_t *MICO_RESTRICT v, int32_t n, void *out,
+                                              size_t start)
+{
+    const MicoRq q = mico_rq(o, c);
+    const uint32_t zero = (uint32_t)(o->fmt.is_signed ? 0 : o->fmt.zero);
+    int32_t i;
+    if (mico_host_staged) { /* whole-tensor packing: the layer packs the stage at its end */
+        mico_host_requant_stage(&q, b, v, n, start);
+        return;
+    }
+    mico_host_requant(&q, b, v, n);
     if (o->fmt.bits == 8) { /* inlined here, where the store loop is vectorised */
         uint8_t *MICO_RESTRICT dst = (uint8_t *)out + start;
         for (i = 0; i < n; i++) {
@@ -1453,23 +1491,30 @@ MICO_HOST_PW_ROW(mico_host_pw_row8, MICO_HOST_T(0) + MICO_HOST_T(1) + MICO_HOST_
 /* Whether a pointwise layer takes mico_host_pw rather than the GEMM (cost per output in
  * hundredths of an instruction, measured with callgrind: the GEMM pays a horizontal sum per
  * output, mico_host_pw the pixels padded to 16), and in *chunk the input channels its int16
- * sums take at a time (0: int32 sums). */
+ * sums take at a time (0: int32 sums). A 1x1 layer whose codes and weights allow int16 sums
+ * still takes int32 ones when they cost less (few input channels: the int16 micro-kernel's
+ * fixed cost per 16 pixels, zeroing, copying out and widening its sums, outweighs its
+ * cheaper products; MobileNetV2's 8- and 16-channel expansions at W4A4). */
 static int mico_host_pw_takes(const MicoConv2d *p, int32_t *chunk)
 {
     const int32_t npix = p->out_h * p->out_w, npixp = (npix + 15) & ~15;
     const int32_t mw = p->w_bits == 1 ? 1 : 1 << (p->w_bits - 1);
     const int32_t bound = mico_host_max_code(p->in_fmt) * mw;
+    /* int32 sums (mico_host_pw_row8), refitted on this round's kernels: a pass over 8 input
+     * rows per output channel, a fixed cost per channel */
+    const int64_t pw32 = 45 * (int64_t)p->in_c * npixp / npix + 300 +
+                         100 * (200 + 5 * (int64_t)p->in_c) / npix;
+    const int64_t gemm32 = 1600 + 38 * (int64_t)mico_host_kpad(p->in_c);
     int64_t pw, gemm;
     *chunk = bound > 0 ? 32767 / bound : p->in_c;
     *chunk = *chunk >= 8 ? *chunk : 0; /* shorter chunks cost more in widening than they save */
-    if (!*chunk) { /* int32 sums (mico_host_pw_row8), refitted on this round's kernels: a
-                    * pass over 8 input rows per output channel, a fixed cost per channel */
-        pw = 45 * (int64_t)p->in_c * npixp / npix + 300 +
-             100 * (200 + 5 * (int64_t)p->in_c) / npix;
-        gemm = 1600 + 38 * (int64_t)mico_host_kpad(p->in_c);
-        return pw < gemm;
-    }
     pw = ((int64_t)p->in_c * 25 + 600) * npixp / npix + 300;
+    if (*chunk && p->k_h * p->k_w == 1 && pw32 < pw) {
+        *chunk = 0; /* then also pw32 < gemm32: the GEMM costs more than int16 sums */
+    }
+    if (!*chunk) {
+        return pw32 < gemm32;
+    }
     gemm = 1600 + 25 * (int64_t)mico_host_kpad(p->in_c);
     return pw < gemm;
 }
