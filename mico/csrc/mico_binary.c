@@ -946,7 +946,9 @@ MICO_BIN_INLINE void mico_bdw_run2(const uint32_t *tp, int32_t nwo, const uint32
         mico_bdw_count(tp[0], tp[MICO_BDW_S2], tp[2 * MICO_BDW_S2], tp[3 * MICO_BDW_S2],
                        tp[4 * MICO_BDW_S2], tp[5 * MICO_BDW_S2], tp[6 * MICO_BDW_S2],
                        tp[7 * MICO_BDW_S2], tp[8 * MICO_BDW_S2], vm, lim, res, i, mode);
-        vm += mode >= 2 ? 8 : 0;
+        if (mode >= 2) { /* (vm is NULL in the other modes) */
+            vm += 8;
+        }
     }
 }
 
@@ -973,6 +975,20 @@ static MICO_NOINLINE void mico_bdw2_bits_valid(const uint32_t *tp, int32_t nwo,
     mico_bdw_run2(tp, nwo, vm, lim, res, 3);
 }
 
+/* Input row (w <= 32 bits) from bit `bit` of the packed stream (nbytes long); aligned: rows of
+ * 32 bits at aligned addresses, read as words. */
+MICO_BIN_INLINE uint32_t mico_bdw_row(const uint8_t *src, size_t bit, int32_t w, size_t nbytes,
+                                      int aligned)
+{
+    if (aligned) {
+        return ((const uint32_t *)(const void *)src)[bit >> 5];
+    }
+    if ((bit >> 3) + 5u <= nbytes) {
+        return mico_bdw_get32(src, bit) & (w < 32 ? (1u << w) - 1u : 0xffffffffu);
+    }
+    return mico_bin_get(src, bit, w);
+}
+
 /* Stride 2 on rows of 18 to 32 pixels: output row k in word k of the tap planes, pixel ox at
  * bit 2 ox, so that no row is split: input row v gives the taps kx = 0, 1, 2 of all its outputs
  * as v << 1, v and v >> 1 (bit 0 of v << 1 is the padding left of column 0); the odd bits of
@@ -986,7 +1002,7 @@ static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
     const uint8_t *src = (const uint8_t *)in;
     const size_t nbytes = ((size_t)p->in_c * (size_t)hw + 7u) >> 3;
     const int aligned = MICO_BDW_LE && ((uintptr_t)src & 3u) == 0 && w == 32;
-    uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2], m[9];
+    uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2], m[9], *q;
     int32_t vals[32], k, j, c, r, t;
     MicoBdwOut wr;
     if (binary) { /* per output row: the validity of the taps, U at the even bits */
@@ -1022,29 +1038,24 @@ static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
         tp[6 * MICO_BDW_S2 + oh - 1] = m[6]; /* and below the last one (H odd: overwritten */
         tp[7 * MICO_BDW_S2 + oh - 1] = m[7]; /* otherwise) */
         tp[8 * MICO_BDW_S2 + oh - 1] = m[8];
-        for (r = 0; r < h; r++, bit += (size_t)w) {
-            uint32_t v;
-            k = r >> 1;
-            if (aligned) {
-                v = ((const uint32_t *)(const void *)src)[bit >> 5];
-            } else if ((bit >> 3) + 5u <= nbytes) {
-                v = mico_bdw_get32(src, bit) & (w < 32 ? (1u << w) - 1u : 0xffffffffu);
-            } else {
-                v = mico_bin_get(src, bit, w);
+        for (r = 0, q = tp; r < h; r += 2, q++) { /* rows 2 k and 2 k + 1, q at word k */
+            uint32_t v = mico_bdw_row(src, bit, w, nbytes, aligned);
+            bit += (size_t)w;
+            q[3 * MICO_BDW_S2] = (v << 1) ^ m[3]; /* ky = 1 of output row k */
+            q[4 * MICO_BDW_S2] = v ^ m[4];
+            q[5 * MICO_BDW_S2] = (v >> 1) ^ m[5];
+            if (r + 1 == h) {
+                break;
             }
-            if ((r & 1) == 0) { /* ky = 1 of output row k */
-                tp[3 * MICO_BDW_S2 + k] = (v << 1) ^ m[3];
-                tp[4 * MICO_BDW_S2 + k] = v ^ m[4];
-                tp[5 * MICO_BDW_S2 + k] = (v >> 1) ^ m[5];
-                continue;
-            }
-            tp[6 * MICO_BDW_S2 + k] = (v << 1) ^ m[6]; /* ky = 2 of row k */
-            tp[7 * MICO_BDW_S2 + k] = v ^ m[7];
-            tp[8 * MICO_BDW_S2 + k] = (v >> 1) ^ m[8];
-            if (k + 1 < oh) { /* ky = 0 of row k + 1 */
-                tp[k + 1] = (v << 1) ^ m[0];
-                tp[MICO_BDW_S2 + k + 1] = v ^ m[1];
-                tp[2 * MICO_BDW_S2 + k + 1] = (v >> 1) ^ m[2];
+            v = mico_bdw_row(src, bit, w, nbytes, aligned);
+            bit += (size_t)w;
+            q[6 * MICO_BDW_S2] = (v << 1) ^ m[6]; /* ky = 2 of row k */
+            q[7 * MICO_BDW_S2] = v ^ m[7];
+            q[8 * MICO_BDW_S2] = (v >> 1) ^ m[8];
+            if (r + 2 < h) { /* ky = 0 of row k + 1 */
+                q[1] = (v << 1) ^ m[0];
+                q[MICO_BDW_S2 + 1] = v ^ m[1];
+                q[2 * MICO_BDW_S2 + 1] = (v >> 1) ^ m[2];
             }
         }
         if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
