@@ -195,7 +195,7 @@ def dwb_plan(
     dilation: tuple[int, int],
 ) -> dict[str, int] | None:
     """The bit-sliced path of a depthwise 3x3 layer (``mico_qconv2d_dwbs``: 2-bit unsigned
-    codes in, weights in {-1, 0, 1}, 1- or 2-bit unsigned codes out, stride 1, padding 1), or
+    codes in, weights in {-1, 0, 1}, 1- or 2-bit unsigned codes out, stride 1 or 2, padding 1), or
     None when the kernel would not take it (mirrors ``mico_dwb_shape`` and its weight check;
     a bias within 32 of the int32 limits sends the kernel to the pair path itself).
     ``sliced = 1`` marks the plan; ``s = q = 0``: no pixel lanes."""
@@ -209,13 +209,20 @@ def dwb_plan(
     if w.size == 0 or np.abs(w).max() > 1:
         return None
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
-    if tuple(int(v) for v in stride) != (1, 1) or tuple(int(v) for v in padding) != (1, 1):
+    st = tuple(int(v) for v in stride)
+    if tuple(int(v) for v in padding) != (1, 1) or tuple(dilation) != (1, 1):
         return None
-    if tuple(dilation) != (1, 1) or (in_h, in_w) != (out_h, out_w):
+    if in_h < 1 or in_w < 1:
         return None
-    if not (1 <= in_w <= DWB_ROW and in_w % 32 and in_h >= 1 and in_h * in_w <= DWB_PIXELS):
-        return None
-    return {"s": 0, "q": 0, "sliced": 1}
+    if st == (1, 1):
+        ok = (in_h, in_w) == (out_h, out_w) and in_w <= DWB_ROW and in_w % 32
+        ok = ok and in_h * in_w <= DWB_PIXELS
+    elif st == (2, 2):  # rows of at most 62 codes (31 outputs)
+        ok = (out_h, out_w) == ((in_h - 1) // 2 + 1, (in_w - 1) // 2 + 1) and in_w <= 62
+        ok = ok and out_h * out_w <= DWB_PIXELS
+    else:
+        ok = False
+    return {"s": 0, "q": 0, "sliced": 1} if ok else None
 
 
 def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np.ndarray:

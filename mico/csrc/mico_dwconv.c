@@ -2277,8 +2277,9 @@ MICO_DWP_ENTRY(2)
 /* ------------------------------------------------------------------------------------------
  * Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs): 2-bit unsigned activations (no zero point),
  * weights in {-1, 0, 1} (ternary 2-bit codes, or codes of any width holding only those), 1- or
- * 2-bit unsigned outputs, stride 1, padding 1, planes of at most 1,024 pixels in rows of at
- * most 64 (not 32 or 64).
+ * 2-bit unsigned outputs, padding 1; stride 1: planes of at most 1,024 pixels in rows of at
+ * most 64 (not 32 or 64); stride 2 (mico_dwb2): outputs of at most 1,024 pixels, input rows
+ * of at most 62.
  *
  * As the binary depthwise of mico_binary.c, a channel's plane is taken as a bit stream: output
  * pixel p = oy W + ox reads input pixel p + (ky - 1) W + kx - 1, so a tap of 32 outputs is a
@@ -2298,9 +2299,9 @@ MICO_DWP_ENTRY(2)
  * slices are interleaved (a zip) into packed codes and written in sequence.
  *
  * The plane is read before any of its outputs is written, and the output stream is written in
- * whole words of completed outputs: the in-place contract holds. Stack: 1.8 KB. Layers this
- * path does not take (and any weight outside {-1, 0, 1}, any bias within 32 of the int32
- * limits) go to mico_qconv2d_dwp_f1. */
+ * whole words of completed outputs: the in-place contract holds. Stack: 1.8 KB (stride 2:
+ * 2.2 KB). Layers this path does not take (and any weight outside {-1, 0, 1}, any bias within
+ * 32 of the int32 limits) go to mico_qconv2d_dwp_f1 / _f2. */
 #define MICO_DWB_WORDS 32 /* words of a plane: 1,024 pixels */
 #define MICO_DWB_NB 40    /* words of one copy (the plane and the zero words around it) */
 
@@ -2317,11 +2318,15 @@ MICO_DWP_ENTRY(2)
 static int32_t mico_dwb_shape(const MicoConv2d *p)
 {
     const MicoFmt a = p->in_fmt, o = p->out.fmt;
+    const int32_t s1 = p->stride_h == 1 && p->stride_w == 1 && p->out_h == p->in_h &&
+                       p->out_w == p->in_w && p->in_w <= 64 && (p->in_w & 31) != 0 &&
+                       p->in_h * p->in_w <= 32 * MICO_DWB_WORDS;
+    const int32_t s2 = p->stride_h == 2 && p->stride_w == 2 && p->out_h == (p->in_h - 1) / 2 + 1 &&
+                       p->out_w == (p->in_w - 1) / 2 + 1 && p->in_w <= 62 &&
+                       p->out_h * p->out_w <= 32 * MICO_DWB_WORDS;
     return p->groups == p->in_c && p->groups == p->out_c && p->k_h == 3 && p->k_w == 3 &&
-           p->stride_h == 1 && p->stride_w == 1 && p->dil_h == 1 && p->dil_w == 1 &&
-           p->pad_h == 1 && p->pad_w == 1 && p->out_h == p->in_h && p->out_w == p->in_w &&
-           p->in_w >= 1 && p->in_h >= 1 && p->in_w <= 64 && (p->in_w & 31) != 0 &&
-           p->in_h * p->in_w <= 32 * MICO_DWB_WORDS && a.bits == 2 && !a.is_signed &&
+           (s1 || s2) && p->dil_h == 1 && p->dil_w == 1 && p->pad_h == 1 && p->pad_w == 1 &&
+           p->in_w >= 1 && p->in_h >= 1 && a.bits == 2 && !a.is_signed &&
            a.zero == 0 && p->w_bits >= 1 && p->w_bits <= 8 && (o.bits == 1 || o.bits == 2) &&
            !o.is_signed && o.zero == 0 && p->out.lo >= 0 && p->out.hi <= (1 << o.bits) - 1;
 }
@@ -2352,6 +2357,22 @@ static inline uint32_t mico_dwb_unzip(uint32_t x)
     x ^= t ^ (t << 4);
     t = (x ^ (x >> 8)) & 0x0000ff00u;
     x ^= t ^ (t << 8);
+    return x;
+}
+
+/* Bit 4 q + r of x at bit 8 r + q (four classes of bits, a byte each; the index bits rotated
+ * by two: four swaps). Of 16 packed 2-bit codes: a0 and a1 of the even, then odd codes. */
+static inline uint32_t mico_dwb_unzip4(uint32_t x)
+{
+    uint32_t t;
+    t = (x ^ (x >> 1)) & 0x22222222u;
+    x ^= t ^ (t << 1);
+    t = (x ^ (x >> 3)) & 0x0a0a0a0au;
+    x ^= t ^ (t << 3);
+    t = (x ^ (x >> 6)) & 0x00cc00ccu;
+    x ^= t ^ (t << 6);
+    t = (x ^ (x >> 12)) & 0x0000f0f0u;
+    x ^= t ^ (t << 12);
     return x;
 }
 
@@ -2503,56 +2524,62 @@ static MICO_DWL_INLINE uint32_t mico_dwb_ge(uint32_t y0, uint32_t y1, uint32_t y
 #undef MICO_DWB_CASE
 }
 
-/* Bit j: the code of output pixel 32 i + j, bit-sliced (o[2 i], o[2 i + 1]), for every word. */
-static MICO_NOINLINE void mico_dwb_run(const MicoDwbGeom *g, uint32_t *res)
-{
-    const uint32_t *p1 = g->bufs + g->z, *p0 = g->bufs + g->q0, *p2 = g->bufs + g->q2;
-    const uint32_t r0 = g->r0, r2 = 32u - r0; /* (r2 = w mod 32) */
-    const int32_t t0 = g->t[0], t1 = g->t[1], t2 = g->t[2], levels = g->levels, nwo = g->nwo;
-    int32_t i;
-    for (i = 0; i < nwo; i++, p0++, p1++, p2++) {
-        uint32_t c1, s1, c2, s2, c3, s3, c4, u0, d1, e1, d2, e2, d3, e3, d4, e4, d5, e5, d6, u1;
-        uint32_t f1, g1, f2, g2, f3, u2, u3, u4;
-        /* one row of taps: a0's three into (C, S), a1's into (D, E) */
-#define MICO_DWB_ROW(C, S, D, E, T, P, R, L)                                                \
+/* one row of taps: a0's three into (C, S), a1's into (D, E) */
+#define MICO_DWB_ROW(C, S, D, E, T, P, R)                                                   \
     do {                                                                                    \
         const uint32_t o0_ = g->m[T][0], n0_ = g->m[T][1], o1_ = g->m[T + 1][0];            \
         const uint32_t n1_ = g->m[T + 1][1], o2_ = g->m[T + 2][0], n2_ = g->m[T + 2][1];    \
-        const uint32_t x0_ = (R(P, 0, L) | o0_) ^ n0_, x1_ = (R(P, 1, L) | o1_) ^ n1_;       \
-        const uint32_t x2_ = (R(P, 2, L) | o2_) ^ n2_, y0_ = (R(P, 3, L) | o0_) ^ n0_;       \
-        const uint32_t y1_ = (R(P, 4, L) | o1_) ^ n1_, y2_ = (R(P, 5, L) | o2_) ^ n2_;       \
+        const uint32_t x0_ = (R(P, 0) | o0_) ^ n0_, x1_ = (R(P, 1) | o1_) ^ n1_;             \
+        const uint32_t x2_ = (R(P, 2) | o2_) ^ n2_, y0_ = (R(P, 3) | o0_) ^ n0_;             \
+        const uint32_t y1_ = (R(P, 4) | o1_) ^ n1_, y2_ = (R(P, 5) | o2_) ^ n2_;             \
         MICO_DWB_CSA(C, S, x0_, x1_, x2_);                                                  \
         MICO_DWB_CSA(D, E, y0_, y1_, y2_);                                                  \
     } while (0)
-#define MICO_DWB_AL(P, K, L) ((P)[(K) * MICO_DWB_NB])
-#define MICO_DWB_FU0(P, K, L) (((P)[(K) * MICO_DWB_NB] >> r0) | ((P)[(K) * MICO_DWB_NB + 1] << r2))
-#define MICO_DWB_FU2(P, K, L) (((P)[(K) * MICO_DWB_NB] >> r2) | ((P)[(K) * MICO_DWB_NB + 1] << r0))
-        MICO_DWB_ROW(c1, s1, d1, e1, 0, p0, MICO_DWB_FU0, 0);
-        MICO_DWB_ROW(c2, s2, d2, e2, 3, p1, MICO_DWB_AL, 0);
-        MICO_DWB_ROW(c3, s3, d3, e3, 6, p2, MICO_DWB_FU2, 0);
+#define MICO_DWB_AL(P, K) ((P)[(K) * MICO_DWB_NB])
+#define MICO_DWB_FU0(P, K) (((P)[(K) * MICO_DWB_NB] >> r0) | ((P)[(K) * MICO_DWB_NB + 1] << r2))
+#define MICO_DWB_FU2(P, K) (((P)[(K) * MICO_DWB_NB] >> r2) | ((P)[(K) * MICO_DWB_NB + 1] << r0))
+
+/* Bit j: the code of output pixel 32 i + j, bit-sliced (o[2 i], o[2 i + 1]), for every word;
+ * the taps of row ky = 0 through R0 (a funnel shift at stride 1, a word at stride 2). */
+#define MICO_DWB_RUN(NAME, R0)                                                              \
+static MICO_NOINLINE void NAME(const MicoDwbGeom *g, uint32_t *res)                         \
+{                                                                                            \
+    const uint32_t *p1 = g->bufs + g->z, *p0 = g->bufs + g->q0, *p2 = g->bufs + g->q2;       \
+    const uint32_t r0 = g->r0, r2 = 32u - r0; /* (r2 = w mod 32) */                          \
+    const int32_t t0 = g->t[0], t1 = g->t[1], t2 = g->t[2], levels = g->levels, nwo = g->nwo; \
+    int32_t i;                                                                               \
+    for (i = 0; i < nwo; i++, p0++, p1++, p2++) {                                            \
+        uint32_t c1, s1, c2, s2, c3, s3, c4, u0, d1, e1, d2, e2, d3, e3, d4, e4, d5, e5, d6, u1; \
+        uint32_t f1, g1, f2, g2, f3, u2, u3, u4;                                             \
+        MICO_DWB_ROW(c1, s1, d1, e1, 0, p0, R0);                                             \
+        MICO_DWB_ROW(c2, s2, d2, e2, 3, p1, MICO_DWB_AL);                                    \
+        MICO_DWB_ROW(c3, s3, d3, e3, 6, p2, MICO_DWB_FU2);                                   \
+        MICO_DWB_CSA(c4, u0, s1, s2, s3); /* weight 1 */                                     \
+        MICO_DWB_CSA(d4, e4, c1, c2, c3); /* weight 2 */                                     \
+        MICO_DWB_CSA(d5, e5, e1, e2, e3);                                                    \
+        MICO_DWB_CSA(d6, u1, e4, c4, e5);                                                    \
+        MICO_DWB_CSA(f1, g1, d1, d2, d3); /* weight 4 */                                     \
+        MICO_DWB_CSA(f2, g2, d4, d5, d6);                                                    \
+        f3 = g1 & g2;                                                                        \
+        u2 = g1 ^ g2;                                                                        \
+        MICO_DWB_CSA(u4, u3, f1, f2, f3); /* weight 8, and 16 (U <= 27) */                   \
+        if (levels == 1) {                                                                   \
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0);                                \
+        } else {                                                                             \
+            const uint32_t ge2 = mico_dwb_ge(u0, u1, u2, u3, u4, t1);                        \
+            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0) ^ ge2 ^                         \
+                         mico_dwb_ge(u0, u1, u2, u3, u4, t2);                                \
+            res[2 * i + 1] = ge2;                                                            \
+        }                                                                                    \
+    }                                                                                        \
+}
+MICO_DWB_RUN(mico_dwb_run, MICO_DWB_FU0)
+MICO_DWB_RUN(mico_dwb_run2, MICO_DWB_AL)
+#undef MICO_DWB_RUN
 #undef MICO_DWB_ROW
 #undef MICO_DWB_AL
 #undef MICO_DWB_FU0
 #undef MICO_DWB_FU2
-        MICO_DWB_CSA(c4, u0, s1, s2, s3); /* weight 1 */
-        MICO_DWB_CSA(d4, e4, c1, c2, c3); /* weight 2 */
-        MICO_DWB_CSA(d5, e5, e1, e2, e3);
-        MICO_DWB_CSA(d6, u1, e4, c4, e5);
-        MICO_DWB_CSA(f1, g1, d1, d2, d3); /* weight 4 */
-        MICO_DWB_CSA(f2, g2, d4, d5, d6);
-        f3 = g1 & g2;
-        u2 = g1 ^ g2;
-        MICO_DWB_CSA(u4, u3, f1, f2, f3); /* weight 8, and 16 (U <= 27) */
-        if (levels == 1) {
-            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0);
-        } else {
-            const uint32_t ge2 = mico_dwb_ge(u0, u1, u2, u3, u4, t1);
-            res[2 * i] = mico_dwb_ge(u0, u1, u2, u3, u4, t0) ^ ge2 ^
-                         mico_dwb_ge(u0, u1, u2, u3, u4, t2);
-            res[2 * i + 1] = ge2;
-        }
-    }
-}
 
 /* The thresholds t_L of a channel (acc = base + U, U in 0..umax): t_L the smallest U of code
  * >= L (umax + 1: none), by bisection. A multiplier (not binary): code >= L exactly when L <= hi
@@ -2645,6 +2672,51 @@ static MICO_NOINLINE int mico_dwb_weights_ok(const MicoConv2d *p)
     return 1;
 }
 
+/* Channel c's tap masks (g->m) and the constant of its sums: bias - 3 (weights -1 and 0). */
+static MICO_DWL_INLINE int32_t mico_dwb_taps(const MicoConv2d *p, int32_t c, MicoDwbGeom *g)
+{
+    const uint32_t wb = (uint32_t)p->w_bits;
+    int32_t base = p->bias[c], t;
+    if (wb == 2u) { /* the 9 fields straight: 0 (weight 0), 1, 3 (-1) */
+        const uint32_t v = mico_dwl_bits(p->weight, (size_t)c * 18u, 18u);
+        MICO_UNROLL for (t = 0; t < 9; t++) {
+            const uint32_t f = (v >> (2 * t)) & 3u, zero = 0u - (f == 0u);
+            g->m[t][0] = zero;
+            g->m[t][1] = 0u - (f == 3u);
+            base -= (int32_t)(3u & (zero | (0u - (f >> 1))));
+        }
+    } else {
+        uint32_t wt[9], sums[2];
+        mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
+        for (t = 0; t < 9; t++) {
+            g->m[t][0] = wt[t] ? 0u : 0xffffffffu;
+            g->m[t][1] = wt[t] == 0xffffffffu ? 0xffffffffu : 0u;
+            base -= wt[t] == 0xffffffffu || !wt[t] ? 3 : 0;
+        }
+    }
+    return base;
+}
+
+/* A channel's packed codes (res: 1-bit codes in res[2 i], 2-bit codes' bit slices in res[2 i],
+ * res[2 i + 1]) of n pixels appended to the output. */
+static MICO_NOINLINE void mico_dwb_out(MicoDwbOut *wr, uint32_t *res, int32_t n, int32_t ob)
+{
+    const int32_t nw = (n + 31) / 32;
+    int32_t i;
+    if (ob == 1) {
+        for (i = 0; i < nw; i++) {
+            res[i] = res[2 * i];
+        }
+    } else { /* the codes' two bit slices zipped into packed codes, in place */
+        for (i = 0; i < nw; i++) {
+            const uint32_t o0 = res[2 * i], o1 = res[2 * i + 1];
+            res[2 * i] = mico_dwb_zip((o0 & 0xffffu) | o1 << 16);
+            res[2 * i + 1] = mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u));
+        }
+    }
+    mico_dwb_put(wr, res, (uint32_t)(n * ob));
+}
+
 /* The layer (mico_dwb_shape and mico_dwb_weights_ok hold); thr: its thresholds t_L (3 per
  * channel, 28: never), or NULL (then found here, mico_dwb_levels). */
 static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, const void *in,
@@ -2652,11 +2724,11 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
 {
     const int32_t h = p->in_h, w = p->in_w, hw = h * w, nw = (hw + 31) / 32;
     const int32_t z = (w + 31) / 32 + 1, ob = p->out.fmt.bits;
-    const uint32_t wb = (uint32_t)p->w_bits, tail = (hw & 31) ? (1u << (hw & 31)) - 1u : ~0u;
+    const uint32_t tail = (hw & 31) ? (1u << (hw & 31)) - 1u : ~0u;
     const size_t end = (size_t)p->in_c * (size_t)hw * 2u;
     uint32_t bufs[6 * MICO_DWB_NB], nfirst[MICO_DWB_WORDS], nlast[MICO_DWB_WORDS];
-    uint32_t res[2 * MICO_DWB_WORDS], wt[9], sums[2];
-    int32_t i, c, y, t;
+    uint32_t res[2 * MICO_DWB_WORDS];
+    int32_t i, c, y;
     MicoDwbGeom g;
     MicoDwbOut wr;
     for (i = 0; i < 6 * MICO_DWB_NB; i++) {
@@ -2685,23 +2757,7 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
         const MicoRq rq = mico_rq(&p->out, c);
         uint32_t *const b0 = bufs + z, *const b3 = bufs + 3 * MICO_DWB_NB + z;
         uint32_t pa0 = 0, pa2 = 0, pb0 = 0, pb2 = 0;
-        int32_t base = p->bias[c];
-        if (wb == 2u) { /* the 9 fields straight: 0 (weight 0), 1, 3 (-1) */
-            const uint32_t v = mico_dwl_bits(p->weight, (size_t)c * 18u, 18u);
-            MICO_UNROLL for (t = 0; t < 9; t++) {
-                const uint32_t f = (v >> (2 * t)) & 3u, zero = 0u - (f == 0u);
-                g.m[t][0] = zero;
-                g.m[t][1] = 0u - (f == 3u);
-                base -= (int32_t)(3u & (zero | (0u - (f >> 1))));
-            }
-        } else {
-            mico_dwp_weights(p->weight, (uint32_t)c, wb, 0, wt, sums);
-            for (t = 0; t < 9; t++) {
-                g.m[t][0] = wt[t] ? 0u : 0xffffffffu;
-                g.m[t][1] = wt[t] == 0xffffffffu ? 0xffffffffu : 0u;
-                base -= wt[t] == 0xffffffffu || !wt[t] ? 3 : 0;
-            }
-        }
+        const int32_t base = mico_dwb_taps(p, c, &g);
         for (i = 0; i < nw; i++) { /* the plane's bit slices into their copies */
             const uint32_t u =
                 mico_dwb_unzip(mico_dwb_get((const uint8_t *)in, at + 64u * (size_t)i, end));
@@ -2737,18 +2793,102 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
             mico_dwb_levels(&g, &rq, base, 27);
         }
         mico_dwb_run(&g, res);
-        if (ob == 1) {
-            for (i = 0; i < nw; i++) {
-                res[i] = res[2 * i];
+        mico_dwb_out(&wr, res, hw, ob);
+    }
+    mico_dwb_flush(&wr);
+}
+
+/* Stride 2 (mico_dwb_shape holds): output (oy, ox) reads input rows 2 oy - 1 .. 2 oy + 1 and
+ * columns 2 ox - 1 .. 2 ox + 1, i.e. the even column E[ox] (kx = 1), the odd O[ox] (kx = 2)
+ * and O[ox - 1] (kx = 0, O' = O shifted a column, its first column the padding). Each input
+ * row is split into E, O, O' (the packed codes unzipped twice: a0 and a1 of the even and odd
+ * columns) and appended to the streams of its parity, a row of OW bits per output row: the
+ * odd rows 2 j - 1 (j = 0 .. OH, row -1 and row H the padding), the even rows 2 j. Tap row
+ * ky = 1 of output word i is word i of the even streams, ky = 0 word i of the odd ones, ky = 2
+ * the odd ones' funnel shift by OW bits (a row further): mico_dwb_run2. */
+static MICO_NOINLINE void mico_dwb2(const MicoConv2d *p, const uint8_t *thr, const void *in,
+                                    void *out)
+{
+    const int32_t h = p->in_h, w = p->in_w, oh = p->out_h, ow = p->out_w, ohw = oh * ow;
+    const int32_t ob = p->out.fmt.bits, pk = (2 * w + 31) / 32;
+    const uint32_t me = (1u << ow) - 1u, mo = (1u << (w / 2)) - 1u; /* ow, w / 2 <= 31 */
+    const size_t end = (size_t)p->in_c * (size_t)(h * w) * 2u;
+    uint32_t bufs[12 * MICO_DWB_NB]; /* the odd rows' 6 streams, then the even rows' */
+    uint32_t res[2 * MICO_DWB_WORDS];
+    int32_t i, c;
+    MicoDwbGeom g;
+    MicoDwbOut wr;
+    for (i = 0; i < 12 * MICO_DWB_NB; i++) {
+        bufs[i] = 0;
+    }
+    g.bufs = bufs;
+    g.q0 = 0;
+    g.z = 6 * MICO_DWB_NB;
+    g.q2 = 0;
+    g.r0 = 32u - (uint32_t)ow; /* ky = 2: the odd streams shifted by r2 = ow bits */
+    g.nwo = (ohw + 31) / 32;
+    g.levels = ob == 1 ? 1 : 3;
+    wr.p = (uint8_t *)out;
+    wr.acc = 0;
+    wr.fill = 0;
+    for (c = 0; c < p->out_c; c++) {
+        const int32_t base = mico_dwb_taps(p, c, &g);
+        int32_t par;
+        for (par = 0; par < 2; par++) { /* odd rows 2 j - 1 (j <= oh), then even rows 2 j */
+            uint32_t *const st = bufs + par * 6 * MICO_DWB_NB;
+            uint32_t a[6] = {0, 0, 0, 0, 0, 0};
+            int32_t j, k, word = 0;
+            uint32_t fill = 0;
+            for (j = 0; j < oh + 1 - par; j++) {
+                const int32_t y = 2 * j - 1 + par;
+                uint32_t e0 = 0, e1 = 0, o0 = 0, o1 = 0;
+                if (y >= 0 && y < h) { /* row y's codes: a0 and a1 of its even and odd columns */
+                    const size_t at = ((size_t)c * (size_t)h + (size_t)y) * (size_t)w * 2u;
+                    for (k = 0; k < pk; k++) {
+                        const size_t bit = at + 32u * (size_t)k;
+                        const uint32_t x =
+                            mico_dwb_unzip4(mico_dwb_get((const uint8_t *)in, bit, end));
+                        e0 |= (x & 0xffu) << (8 * k);
+                        e1 |= ((x >> 8) & 0xffu) << (8 * k);
+                        o0 |= ((x >> 16) & 0xffu) << (8 * k);
+                        o1 |= (x >> 24) << (8 * k);
+                    }
+                    e0 &= me;
+                    e1 &= me;
+                    o0 &= mo;
+                    o1 &= mo;
+                }
+                { /* appended: streams kx = 0 (O'), 1 (E), 2 (O) of a0, then of a1 */
+                    const uint32_t v[6] = {(o0 << 1) & me, e0, o0, (o1 << 1) & me, e1, o1};
+                    MICO_UNROLL for (k = 0; k < 6; k++) {
+                        a[k] |= v[k] << fill;
+                    }
+                    if (fill + (uint32_t)ow >= 32u) { /* (fill >= 1: ow < 32) */
+                        MICO_UNROLL for (k = 0; k < 6; k++) {
+                            st[k * MICO_DWB_NB + word] = a[k];
+                            a[k] = v[k] >> (32u - fill);
+                        }
+                        word++;
+                        fill = fill + (uint32_t)ow - 32u;
+                    } else {
+                        fill += (uint32_t)ow;
+                    }
+                }
             }
-        } else { /* the codes' two bit slices zipped into packed codes, in place */
-            for (i = 0; i < nw; i++) {
-                const uint32_t o0 = res[2 * i], o1 = res[2 * i + 1];
-                res[2 * i] = mico_dwb_zip((o0 & 0xffffu) | o1 << 16);
-                res[2 * i + 1] = mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u));
+            MICO_UNROLL for (k = 0; k < 6; k++) {
+                st[k * MICO_DWB_NB + word] = a[k];
             }
         }
-        mico_dwb_put(&wr, res, (uint32_t)(hw * ob));
+        if (thr != NULL) { /* from the generator (mico.codegen.dwconv_plan.dwb_thresholds) */
+            g.t[0] = thr[3 * c];
+            g.t[1] = thr[3 * c + 1];
+            g.t[2] = thr[3 * c + 2];
+        } else {
+            const MicoRq rq = mico_rq(&p->out, c);
+            mico_dwb_levels(&g, &rq, base, 27);
+        }
+        mico_dwb_run2(&g, res);
+        mico_dwb_out(&wr, res, ohw, ob);
     }
     mico_dwb_flush(&wr);
 }
@@ -2756,8 +2896,16 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
 {
     if (mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
-        mico_dwb(p, l->thr, in, out);
+        if (p->stride_w == 2) {
+            mico_dwb2(p, l->thr, in, out);
+        } else {
+            mico_dwb(p, l->thr, in, out);
+        }
         return;
     }
-    mico_qconv2d_dwp_f1(p, l, in, out);
+    if (p->stride_w == 2) {
+        mico_qconv2d_dwp_f2(p, l, in, out);
+    } else {
+        mico_qconv2d_dwp_f1(p, l, in, out);
+    }
 }

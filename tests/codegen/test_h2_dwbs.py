@@ -5,10 +5,11 @@ of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under 
 The kernel cases call the bit-sliced entry point whatever the plan would choose: 2-bit
 unsigned codes in, weights in {-1, 0, 1} (ternary 2-bit codes, 1-bit {-1, +1}, 4-bit codes
 holding only those), 1- and 2-bit unsigned outputs with and without a ReLU; odd planes, rows
-of 1..63 codes, planes whose channels start inside a byte; multipliers whose shift is 32 or
-less and above, ties of the rounding, biases that put every sum at the top or bottom level,
-saturating scales; and the layers the kernel hands to the pair path (a weight -2 or 3, a bias
-near the int32 limits, rows of 32 codes, stride 2, padding 0, 4-bit codes)."""
+of 1..63 codes, planes whose channels start inside a byte, stride 2 (rows of up to 62 codes,
+odd and even sizes); multipliers whose shift is 32 or less and above, ties of the rounding,
+biases that put every sum at the top or bottom level, saturating scales; and the layers the
+kernel hands to the pair path (a weight -2 or 3, a bias near the int32 limits, rows of 32
+codes, 64 at stride 2, padding 0, 4-bit codes)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,11 @@ def _sliced_cases() -> list:
     one = _layer(16, 16, o=O1, c=4, seed=23)
     one.m[:], one.shift[:] = 2**30, 31  # 1-bit outputs: acc / 2 rounded
     layers.append(one)
+    # stride 2: even and odd rows and columns, rows of up to 62 codes, 1- and 2-bit outputs
+    for i, (h, w) in enumerate([(32, 32), (33, 31), (9, 9), (2, 2), (1, 1), (7, 62), (63, 20),
+                                (5, 3), (30, 61)]):  # fmt: skip
+        o = O1 if i % 3 == 2 else A2
+        layers.append(_layer(h, w, o=o, c=1 + i % 3, stride=2, seed=60 + i, relu=i % 4 != 3))
     layers.append(_layer(16, 16, c=5, seed=24, extreme=True))  # biases near +-2^31 - 2^20
     layers.append(_layer(25, 5, o=O1, c=7, seed=25, extreme=True, relu=False))
     return layers
@@ -84,7 +90,7 @@ def _declined() -> list:
     return [
         minus2, three, near,
         _layer(8, 32, c=2, seed=33),  # rows of 32 codes
-        _layer(12, 12, c=2, stride=2, seed=34),
+        _layer(12, 64, c=2, stride=2, seed=34),  # stride 2, rows of 64 codes
         _layer(12, 12, c=2, pad=0, seed=35),
         _layer(10, 10, a=QFormat(4, False), o=QFormat(4, False), c=2, seed=36),
         _layer(40, 30, c=2, seed=37),  # more than 1,024 pixels (the pair path falls back too)
@@ -100,9 +106,9 @@ def test_sliced_path_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through mico_qconv2d_dwbs."""
     layers = _sliced_cases() + _declined()
     for layer in _sliced_cases():
-        args = ((1, 1), (layer.pad,) * 2, (1, 1))
-        hw = layer.x.shape[1:]
-        assert dwb_plan(layer.weight, layer.a_fmt, layer.o_fmt, hw, hw, *args) is not None
+        args = ((layer.stride,) * 2, (layer.pad,) * 2, (1, 1))
+        hw, out_hw = layer.x.shape[1:], layer.out_hw
+        assert dwb_plan(layer.weight, layer.a_fmt, layer.o_fmt, hw, out_hw, *args) is not None
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
         ref = layer.reference().ravel()
@@ -114,13 +120,16 @@ def test_sliced_path_bit_exact(monkeypatch):
 
 def test_sliced_path_sanitized(monkeypatch):
     """ASan + UBSan on outputs that end exactly at the end of their buffer (1- and 2-bit codes
-    filling whole bytes or not) and on inputs read up to the tensor's last byte."""
+    filling whole bytes or not) and on inputs read up to the tensor's last byte, stride 1 and
+    2."""
     layers = [
         _layer(5, 5, c=8, seed=40),  # 400 bits: whole bytes
         _layer(5, 5, c=3, seed=41),  # 150 bits: the last byte partly written
         _layer(7, 3, o=O1, c=5, seed=42),
         _layer(16, 16, c=2, seed=43),
         _layer(1, 1, c=1, seed=44),
+        _layer(9, 7, c=3, stride=2, seed=45),  # stride 2: 80 bits
+        _layer(5, 62, o=O1, c=2, stride=2, seed=46),
     ]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = kernels_rv32.layers_program(layers, ("chosen",))
@@ -154,10 +163,10 @@ def _plan(a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
 
 
 def test_plan_picks_the_sliced_path():
-    """W2A2 (and 2-bit in, 1-bit out) depthwise layers at stride 1, padding 1 take the
-    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes); wider codes, signed or asymmetric
-    codes, weights outside {-1, 0, 1}, stride 2, padding 0, rows of 32 codes and planes above
-    1,024 pixels keep the others."""
+    """W2A2 (and 2-bit in, 1-bit out) depthwise layers at stride 1 or 2, padding 1 take the
+    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes, 32 x 32 at stride 2); wider codes,
+    signed or asymmetric codes, weights outside {-1, 0, 1}, padding 0, rows of 32 codes (64 at
+    stride 2) and planes above 1,024 pixels keep the others."""
     assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, O1, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
@@ -167,7 +176,8 @@ def test_plan_picks_the_sliced_path():
     assert dw_kernel(_plan(QFormat(2, True), A2, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
     asym = QFormat(2, False, 1)
     assert dw_kernel(_plan(asym, A2, (8, 8), (8, 8))) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (8, 64), (4, 32), stride=2)) != "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)) != "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (16, 32), (16, 32))) != "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (40, 30), (40, 30))) != "mico_qconv2d_dwbs"
@@ -213,6 +223,7 @@ def test_sliced_path_in_place(monkeypatch):
         _layer(16, 16, c=3, seed=51),
         _layer(7, 9, o=O1, c=4, seed=52),  # 1-bit outputs: the output trails the input
         _layer(3, 3, c=5, seed=53),
+        _layer(13, 11, c=4, stride=2, seed=54),
     ]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
