@@ -740,6 +740,34 @@ static MICO_NOINLINE void mico_nw_tiles(const MicoConv2d *p, const int8_t *wq, i
     }
 }
 
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_NW_LE 1 /* byte k of a word is the byte at address + k */
+#else
+#define MICO_NW_LE 0
+#endif
+
+/* Four weight rows (taps a multiple of 4, the rows at aligned addresses) into dst[t], the
+ * quad's 4 weights of tap t: a word of each row at a time, 4 x 4 byte transposes (about 10
+ * instructions a word against 17 a byte at a time). */
+static MICO_NOINLINE void mico_nw_quad4(const uint8_t *r0, int32_t taps, uint32_t *dst)
+{
+    const uint32_t *a = (const uint32_t *)(const void *)r0;
+    const int32_t q = taps >> 2; /* words of a row */
+    int32_t i;
+    for (i = 0; i < q; i++, dst += 4) {
+        const uint32_t w0 = a[i], w1 = a[i + q], w2 = a[i + 2 * q], w3 = a[i + 3 * q];
+        const uint32_t t0 = (w0 & 0x00ff00ffu) | ((w1 & 0x00ff00ffu) << 8); /* a0 b0 a2 b2 */
+        const uint32_t t1 = ((w0 >> 8) & 0x00ff00ffu) | (w1 & 0xff00ff00u); /* a1 b1 a3 b3 */
+        const uint32_t t2 = (w2 & 0x00ff00ffu) | ((w3 & 0x00ff00ffu) << 8);
+        const uint32_t t3 = ((w2 >> 8) & 0x00ff00ffu) | (w3 & 0xff00ff00u);
+        dst[0] = (t0 & 0xffffu) | (t2 << 16);
+        dst[1] = (t1 & 0xffffu) | (t3 << 16);
+        dst[2] = (t0 >> 16) | (t2 & 0xffff0000u);
+        dst[3] = (t1 >> 16) | (t3 & 0xffff0000u);
+    }
+}
+
 /* The layer; 0 (nothing done) when this path does not take it. Layers of at most
  * MICO_NW_PTAPS taps run over patches (a pointwise layer's: runs of its input planes copied,
  * about 2 instructions a byte against the 64 channels that read it) with taps padded to a
@@ -786,7 +814,9 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
         const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps;
         uint32_t *dst = wq + c * tp / 4;
         const int32_t n = p->out_c - c; /* rows of the quad (the others weigh 0) */
-        if (n >= 4) {
+        if (n >= 4 && MICO_NW_LE && (taps & 3) == 0 && ((uintptr_t)r0 & 3u) == 0) {
+            mico_nw_quad4(r0, taps, dst);
+        } else if (n >= 4) {
             for (t = 0; t < taps; t++, r0++) {
                 dst[t] = (uint32_t)r0[0] | (uint32_t)r0[taps] << 8 |
                          (uint32_t)r0[2 * taps] << 16 | (uint32_t)r0[3 * taps] << 24;
