@@ -2844,8 +2844,11 @@ static MICO_NOINLINE void mico_dwb2(const MicoConv2d *p, const uint8_t *thr, con
                 uint32_t e0 = 0, e1 = 0, o0 = 0, o1 = 0;
                 if (y >= 0 && y < h) { /* row y's codes: a0 and a1 of its even and odd columns */
                     const size_t at = ((size_t)c * (size_t)h + (size_t)y) * (size_t)w * 2u;
-                    for (k = 0; k < pk; k++) {
+                    MICO_UNROLL for (k = 0; k < 4; k++) { /* (constant shifts; pk <= 4) */
                         const size_t bit = at + 32u * (size_t)k;
+                        if (k >= pk) {
+                            break;
+                        }
                         const uint32_t x =
                             mico_dwb_unzip4(mico_dwb_get((const uint8_t *)in, bit, end));
                         e0 |= (x & 0xffu) << (8 * k);
