@@ -663,6 +663,13 @@ static MICO_NOINLINE void mico_nw_ppatch(const int8_t *in, int32_t npix, int32_t
             patch[16] = src[16], patch[17] = src[17], patch[18] = src[18], patch[19] = src[19];
             continue;
         }
+        if (n == MICO_NW_LPIX && width == MICO_NW_LPIX) { /* the small weights' patches */
+            patch[0] = src[0], patch[1] = src[1], patch[2] = src[2], patch[3] = src[3];
+            patch[4] = src[4], patch[5] = src[5], patch[6] = src[6], patch[7] = src[7];
+            patch[8] = src[8], patch[9] = src[9], patch[10] = src[10], patch[11] = src[11];
+            patch[12] = src[12], patch[13] = src[13], patch[14] = src[14], patch[15] = src[15];
+            continue;
+        }
         for (j = 0; j < n; j++) {
             patch[j] = src[j];
         }
