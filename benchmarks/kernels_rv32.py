@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
-from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_thresholds
 from mico.codegen.emitters import (
     conv2d_kernel,
     lanes_kernel,
@@ -39,6 +39,7 @@ from mico.codegen.emitters import (
     widened_to_s8,
 )
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
+from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat, format_bits, requantize
 from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 
@@ -346,13 +347,21 @@ def _binary_code(layer: Layer, tag: str, out: str) -> list[str]:
 
 
 def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
-    """Constants of a depthwise layer through pixel lanes (plainly packed weights)."""
+    """Constants of a depthwise layer through pixel lanes (plainly packed weights); the
+    bit-sliced path gets its thresholds from the generator's function, as a compile does."""
     in_c, h, wd = layer.x.shape
     oh, ow = layer.out_hw
     s, pd = layer.stride, layer.pad
+    lines, fields = [], f".s = {dw['s']}, .q = {dw['q']}"
+    if dw.get("sliced"):
+        spec = out_spec(layer.o_fmt, 1.0, list(layer.m), list(layer.shift))
+        thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
+        lines.append(_array("uint8_t", f"{tag}thr_dw", thr))
+        fields += f", .thr = {tag}thr_dw"
     return [
+        *lines,
         _array("uint8_t", f"{tag}w_dw", pack(layer.weight, layer.w_fmt)),
-        f"static const MicoDwLanes {tag}l_dw = {{ .s = {dw['s']}, .q = {dw['q']} }};",
+        f"static const MicoDwLanes {tag}l_dw = {{ {fields} }};",
         f"static const MicoConv2d {tag}p_dw = {{ .in_c = {in_c}, .in_h = {h}, .in_w = {wd}, "
         f".out_c = {in_c}, .out_h = {oh}, .out_w = {ow}, .k_h = 3, .k_w = 3, .stride_h = {s}, "
         f".stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, .dil_h = 1, .dil_w = 1, "
