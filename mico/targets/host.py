@@ -146,7 +146,11 @@ def run_debug(
 # ---------------------------------------------------------------------- callgrind
 VALGRIND_PACKAGE = "valgrind"
 #: how long one timed run should compute, so that the start-up cost cancels out cleanly
-TIMED_RUN_SECONDS = 0.1
+TIMED_RUN_SECONDS = 0.25
+#: the fewest inferences a timed run holds: a slow model's time per inference is not the
+#: difference of two short process runs (ResNet8's portable build, about 70 M instructions,
+#: was timed on 2 inferences and read anywhere from 5 to 28 ms)
+MIN_TIMED_INFERENCES = 16
 _SUMMARY = re.compile(r"^summary:\s*(\d+)\s*$", re.M)
 _TRIGGER = re.compile(r"^desc: Trigger: (.*)$", re.M)
 
@@ -257,7 +261,8 @@ def profile(
 
     Instructions: exact, per sample, counted in ``<name>_run`` only after a warm-up
     inference (see :func:`steady_callgrind_counts`). Wall time: the native program runs
-    ``repeats`` times on the samples tiled to about ``TIMED_RUN_SECONDS`` of work, and as often
+    ``repeats`` times on the samples tiled to about ``TIMED_RUN_SECONDS`` of work (and at least
+    ``MIN_TIMED_INFERENCES`` inferences), and as often
     on one sample; a tiled run's time minus the fastest one-sample run (the start-up and the
     first inference), over the extra inferences, is one inference's wall time.
     Build the project first (:func:`build`); a missing executable raises BuildError.
@@ -278,7 +283,7 @@ def profile(
         # about 1e9 instructions a second: enough inferences for TIMED_RUN_SECONDS of work
         per = max(1, int(instructions.max()))
         tiles = max(1, min(100_000 // count, math.ceil(TIMED_RUN_SECONDS * 1e9 / per / count)))
-        tiles = max(tiles, 2 if count == 1 else 1)  # at least two inferences: start-up cancels
+        tiles = max(tiles, math.ceil(MIN_TIMED_INFERENCES / count))
         many = Path(tmp) / "many.bin"
         write_samples(project, np.concatenate([x] * tiles), many)
         one = Path(tmp) / "one.bin"
