@@ -48,21 +48,21 @@ NOTES = """## Where the rest goes (W8A8)
 
 On rv32imac (no packed multiply), an 8-bit x 8-bit product costs one `mul` and its sum one
 `add`: two lanes of 16 bits cannot hold the 19-21-bit sums of these layers, so about 2
-instructions per MAC is the floor before any load or requantization. The 4-channel x
-4-pixel byte tile of `mico_conv_narrow.c` (first conv, pointwise layers) now runs over
-16-pixel patches (a pointwise layer's: 16 bytes of each input plane copied, about 2
-instructions a byte, read by its 64 channels) with its quad's weights rearranged in the order
-it reads them, eight taps an iteration at constant offsets: 64 byte loads, 128 multiplies,
-128 adds, 3 of loop and a few spills for 128 MACs, 2.56 per MAC in its loop (2.75 before,
-the planes' stride in a register pushing the loop's end onto the stack); the requantization
-fused with the byte stores adds about 8 instructions per output (0.13 per MAC for 64 taps),
-the copies, the weights' rearrangement and a plane's last pixel (125 = 31 quads + 1) about
-0.1 more: pointwise 3.00 -> 2.89. The depthwise byte path (`mico_qconv2d_dw8_f1`) has 9 taps
-per output, so its per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36
-multiplies and 36 adds per 4-output tile, about 9 instructions of requantization per output,
-and the copy of each plane into its padded buffer (the 25 x 5 planes run transposed, as 5
-rows of 25). The pointwise layers are 77% of the MACs: 3.0 for the model needs them at about
-2.75 with the depthwise layers as they are (4.5), or the depthwise layers at about 3.5.
+instructions per MAC is the floor before any load or requantization. Since issue 16's
+session 8 the byte tile of `mico_conv_narrow.c` (first conv, pointwise layers) is 4 channels
+x 5 pixels: a tap's 9 byte loads (4 weights, 5 codes) serve 20 MACs, and its 20 sums, 4
+weights, code, product and 2 pointers take all 28 allocatable registers, so on rv32 it is an
+assembly routine (`mico_nw_q5_rv32`; C on every other target). Patches of 20 pixels make
+DS-CNN's 125 pixels 25 tiles (no 1-pixel tail), requantization constants are read once per
+block of 64 channels, and a sum <= 0 stores 0 in 3 instructions: pointwise 2.89 -> 2.69,
+first conv 3.17 -> 3.00, the model 3.12 -> 2.95 per MAC (the issue's 3.0). What is left in the
+pointwise layers: about 2.2 per MAC in the tile's loop (2 for the multiply-adds, 9 loads per
+20 MACs), the 20-byte patch copies and the per-call rearrangement of the weights (which the
+generator could emit pre-arranged), the requantization (about 8 instructions an output, 0.13
+per MAC over 64 taps). The depthwise byte path (`mico_qconv2d_dw8_f1`, 4.53) has 9 taps per
+output, so its per-output costs weigh 7x more: 18 byte loads, 9 weight loads, 36 multiplies
+and 36 adds per 4-output tile, about 9 instructions of requantization per output, and the
+copy of each plane into its padded buffer.
 
 ## Where the rest goes (sub-byte depthwise)
 
@@ -100,6 +100,17 @@ its lane extraction and store, a third of the layer), the unpacking of the input
 packing of the outputs (about 0.7 per MAC), and the taps (3 lanes: 9.5 instructions an
 output). 8-bit weights with 4-bit codes keep 16-bit pairs (their sums do not fit 10 bits):
 5.15 per MAC on the kernel benchmark, above W8A8's 4.58.
+
+Session 8 (label "issue-16 session 8"): 2-bit activations with weights in {-1, 0, +1} take the
+bit-sliced path (`mico_qconv2d_dwbs`): each channel plane as two bit planes, 32 outputs a word,
+a tap one shift, a weight a choice (x, 3 - x or 3), carry-save adders counting the nine taps
+into 5-bit counts, and the 1- or 2-bit output codes by comparing the counts with three
+per-channel thresholds the generator computes with the reference's requantization. DS-CNN's
+depthwise layers at W2A2: 3.67 -> 2.20 per MAC (2.06x fewer than W8A8's 4.53); the model
+1.79 -> 1.56. The global mean sums packed codes a word at a time (W4A4 185,802 -> about
+20,000 instructions; W2A2 below W8A8's too). W4A4's depthwise layers are unchanged (4.42): 15
+output levels are too many thresholds, and a multiply per output stays cheaper; its first
+conv (one input plane, the lanes' patch path, 3.65) is now above W8A8's byte tile (3.00).
 """
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
 
