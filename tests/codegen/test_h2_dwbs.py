@@ -186,8 +186,10 @@ def test_plan_picks_the_sliced_path():
 
 
 def test_generator_thresholds(monkeypatch):
-    """The thresholds the generator emits (dwconv_plan.dwb_thresholds, MicoDwLanes.thr) give
-    the reference's codes: the kernel cases again with them (the kernel then finds none)."""
+    """The thresholds the harness passes are the generator's (dwconv_plan.dwb_thresholds,
+    MicoDwLanes.thr, as a compile emits them: test_sliced_path_bit_exact runs them); without
+    them (thr NULL) the kernel finds its own by bisection: the kernel cases again that way,
+    the reference's codes both ways."""
     layers = _sliced_cases()
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = kernels_rv32.layers_program(layers, ("chosen",))
@@ -195,13 +197,11 @@ def test_generator_thresholds(monkeypatch):
         spec = {"qformat": layer.o_fmt, "m": layer.m, "shift": layer.shift}
         thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
         assert thr.shape == (3 * len(layer.bias),) and thr.min() >= 0 and thr.max() <= 28
-        old = f"static const MicoDwLanes L{i}_l_dw = {{ .s = 0, .q = 0 }};"
-        new = (
-            f"static const uint8_t L{i}_thr[] = {{ {', '.join(str(int(t)) for t in thr)} }};\n"
-            f"static const MicoDwLanes L{i}_l_dw = {{ .s = 0, .q = 0, .thr = L{i}_thr }};"
-        )
-        assert program.count(old) == 1
-        program = program.replace(old, new)
+        array = f"static const uint8_t L{i}_thr_dw[] = {{ {', '.join(str(int(t)) for t in thr)} }};"
+        assert program.count(array) == 1
+        field = f", .thr = L{i}_thr_dw"
+        assert program.count(field) == 1
+        program = program.replace(field, "").replace(array, "")  # the kernel's own bisection
     with tempfile.TemporaryDirectory(prefix="mico-dwb-thr-") as tmp:
         work = Path(tmp)
         (work / "main.c").write_text(program)
