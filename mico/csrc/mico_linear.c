@@ -548,8 +548,7 @@ static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const in
     const uint32_t sw = p->w_bits == 1 ? 2u : 1u;
     const uint32_t off = (p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1)) * (uint32_t)xsum;
     const int32_t hi = o->hi, each = o->n_mult > 1;
-    const int32_t *bp = p->bias + o0, *ap = acc, *mp = o->m + (each ? o0 : 0);
-    const int32_t *sp = o->shift + (each ? o0 : 0);
+    const int32_t *bp = p->bias + o0, *ap = acc, *mp, *sp;
     uint8_t *dst;
     int32_t j;
     if (o->n_mult == 0 || !o->relu || o->lo > 0 || hi < 0 || /* codes in [0, hi] */
@@ -557,6 +556,8 @@ static MICO_NOINLINE int mico_ll_store(const MicoLinear *p, int32_t o0, const in
         ((uint32_t)n * bits) % 8u != 0u) {
         return 0;
     }
+    mp = o->m + (each ? o0 : 0); /* not before the check: no multipliers, m is NULL */
+    sp = o->shift + (each ? o0 : 0);
     dst = (uint8_t *)out + y0 * bits / 8u;
     for (j = 0; j < n; j += (int32_t)per) {
         uint32_t byte = 0, at;
