@@ -7,6 +7,7 @@ lanes, popcount or byte path of its width."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -109,5 +110,19 @@ def test_generated_lenet_w1a1_takes_popcount_everywhere_bit_exact(tmp_path):
     assert [c for c in calls if "linear" in c] == ["mico_qlinear_bin_swar"] * 3
     host.build(project, sanitize=True)
     samples = torch.randn((4, *example.shape[1:]), generator=torch.Generator().manual_seed(7))
+    reference = run_graph(graph, samples)[0].numpy()
+    assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
+
+
+@pytest.mark.skipif(shutil.which("clang") is None, reason="needs clang (apt install clang)")
+def test_small_last_layer_on_lanes_is_clean_under_clang_ubsan(tmp_path):
+    """LeNet W2A2: fc3 (int32 outputs, no multipliers) takes the lanes fc1 links; its store
+    must not offset the absent multipliers (NULL + 0 is undefined: clang's UBSan stops it)."""
+    graph, example = _lenet_graph(2)
+    project = emit_c_project(graph, tmp_path / "c", "m")
+    calls = _CALL.findall((project.directory / "m.c").read_text())
+    assert calls[-1].startswith("mico_qlinear_lanes_")
+    host.build(project, cc="clang", sanitize=True)
+    samples = torch.randn((2, *example.shape[1:]), generator=torch.Generator().manual_seed(3))
     reference = run_graph(graph, samples)[0].numpy()
     assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
