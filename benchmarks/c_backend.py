@@ -470,8 +470,11 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
         "* **agreement**: C against the Python reference (static: bit-exact integer outputs; "
         "dynamic: float outputs within rtol 1e-5); ✓ when the mode's criterion holds.",
         "",
+        *_runs_text(records),
     ]
-    for mode in meta["modes"]:
+    # every mode the records hold (a --merge run of one mode keeps the other's cases)
+    modes = [m for m in ("dynamic", "static") if any(r["mode"] == m for r in records)]
+    for mode in modes:
         chosen = [r for r in records if r["mode"] == mode]
         if not chosen:
             continue
@@ -577,8 +580,13 @@ def _modes_of(records: list[dict[str, Any]], meta: dict[str, Any]) -> list[str]:
 def _runs_text(records: list[dict[str, Any]]) -> list[str]:
     """Which run (commit, date) each model's cases come from, when the table mixes runs."""
     runs: dict[str, list[str]] = {}
+    per_model: dict[str, set[str]] = {}
+    for r in records:
+        per_model.setdefault(r["model"], set()).add(r.get("run", ""))
+    by_mode = any(len(v) > 1 for v in per_model.values())  # a model's modes from two runs
     for r in records:
         run = r.get("run", "an earlier run (not recorded)")
+        run = f"{run}, {r['mode']} mode" if by_mode else run
         models = runs.setdefault(run, [])
         if r["model"] not in models:
             models.append(r["model"])

@@ -66,8 +66,10 @@ def test_grid_table_names_the_runs_and_counts_disagreements() -> None:
             "samples": 8, "modes": ["static"]}  # fmt: skip
     text = bench.grid_markdown(merged, meta)
     assert "several runs (`--merge`)" in text
-    assert "- old (2026-11-20): mlp, lenet, dscnn" in text
-    assert "- new (2026-11-26): lenet" in text
+    # lenet's two modes come from two runs: the runs are named by mode
+    assert "- old (2026-11-20), dynamic mode: mlp, lenet, dscnn" in text
+    assert "- new (2026-11-26), static mode: lenet" in text
+    assert "- old (2026-11-20), static mode: mlp, dscnn" in text
     assert "## static mode: 5/6 cases agree" in text
     assert "## dynamic mode: 6/6 cases agree" in text  # the earlier run's mode is still shown
     assert "| lenet | ✓ | ✗ 3/8 |" in text
