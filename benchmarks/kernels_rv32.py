@@ -410,13 +410,21 @@ def _sources(work: Path) -> list[str]:
     return [str(work / name) for name in KERNEL_SOURCES]
 
 
-def build_and_run(work: Path, sources: list[str], target: str, cc: str, timeout: int) -> str:
+def build_and_run(
+    work: Path,
+    sources: list[str],
+    target: str,
+    cc: str,
+    timeout: int,
+    host_flags: tuple[str, ...] = (),
+) -> str:
     """Compile ``sources`` (headers in ``work``) for the host with ``cc`` or for rv32 bare
-    metal, run the program (rv32: under qemu -icount) and return what it printed."""
+    metal, run the program (rv32: under qemu -icount) and return what it printed.
+    ``host_flags``: more options for the host build (e.g. the sanitizers)."""
     if target == "host":
         exe = work / "main"
-        cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-I", str(work), *sources,
-               "-o", str(exe)]  # fmt: skip
+        cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", *host_flags, "-I", str(work),
+               *sources, "-o", str(exe)]  # fmt: skip
         run = [str(exe)]
     else:
         exe = work / "main.elf"

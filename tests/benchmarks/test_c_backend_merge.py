@@ -4,18 +4,13 @@ model's cases come from; the run keeps one kernel-object cache unless the user s
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "c_backend.py"
-_spec = importlib.util.spec_from_file_location("c_backend_bench", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["c_backend_bench"] = bench
-_spec.loader.exec_module(bench)
+from tests.benchmark_modules import load_benchmark
+
+bench = load_benchmark("c_backend")
 
 
 def case(model: str, plan: str, mode: str, run: str, agrees: bool = True) -> dict:

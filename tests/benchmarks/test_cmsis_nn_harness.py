@@ -4,21 +4,16 @@ are installed) one CMSIS-NN kernel run through the harness, bit-exact against th
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "cmsis_nn.py"
-_spec = importlib.util.spec_from_file_location("cmsis_nn_bench", _PATH)
-assert _spec is not None and _spec.loader is not None
-bench = importlib.util.module_from_spec(_spec)
-sys.modules["cmsis_nn_bench"] = bench
-_spec.loader.exec_module(bench)
+from tests.benchmark_modules import load_benchmark
+
+bench = load_benchmark("cmsis_nn")
 
 FC = next(case for case in bench.CASES if case.fc)
 

@@ -9,10 +9,7 @@ generator gives it (the popcount entry points, cpop only with Zbb)."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,15 +25,9 @@ from mico.codegen.binary_plan import (
 )
 from mico.quant.arithmetic import QFormat
 from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
-if "kernels_rv32" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("kernels_rv32", _PATH)
-    assert _spec is not None and _spec.loader is not None
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules["kernels_rv32"] = _module
-    _spec.loader.exec_module(_module)
-kernels_rv32 = sys.modules["kernels_rv32"]
+kernels_rv32 = load_benchmark("kernels_rv32")
 
 needs_gcc = pytest.mark.skipif(
     shutil.which("gcc") is None, reason="needs gcc (apt-get install gcc)"

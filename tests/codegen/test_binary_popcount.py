@@ -10,10 +10,7 @@ one case of each path on rv32 under qemu."""
 from __future__ import annotations
 
 import functools
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,13 +29,9 @@ from mico.ir.ops.mico_ops import finish, out_spec
 from mico.quant.arithmetic import QFormat
 from mico.quant.packing import binary_row_words, pack, pack_binary_rows
 from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
-_spec = importlib.util.spec_from_file_location("kernels_rv32", _PATH)
-assert _spec is not None and _spec.loader is not None
-kernels_rv32 = importlib.util.module_from_spec(_spec)
-sys.modules["kernels_rv32"] = kernels_rv32
-_spec.loader.exec_module(kernels_rv32)
+kernels_rv32 = load_benchmark("kernels_rv32")
 
 needs_gcc = pytest.mark.skipif(
     shutil.which("gcc") is None, reason="needs gcc (apt-get install gcc)"

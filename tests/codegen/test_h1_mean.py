@@ -7,22 +7,22 @@ host under ASan and UBSan, and on rv32 under qemu (with its instruction counts).
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import subprocess
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
 from mico.quant.arithmetic import QFormat, requantize
 from mico.quant.packing import pack, unpack
 from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 SOURCES = ("mico_pool.c", "mico_nn_run.c")
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all")
+kernels_rv32 = load_benchmark("kernels_rv32")
 
 
 def _case(rng, outer, count, in_fmt, *, zero=0, out_bits=8, per_channel=True, relu=False,
@@ -117,20 +117,7 @@ def _run(work: Path, target: str) -> list[tuple[int, bytes]]:
         (work / name).write_text((csrc / name).read_text())
     (work / "main.c").write_text(_program(cases))
     sources = [str(work / n) for n in ("main.c", *SOURCES)]
-    if target == "host":
-        exe = work / "main"
-        cmd = ["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror",
-               "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-I", str(work),
-               *sources, "-o", str(exe)]  # fmt: skip
-        run = [str(exe)]
-    else:
-        exe = work / "main.elf"
-        flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
-        cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
-        run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
-    subprocess.run(cmd, check=True, capture_output=True, text=True)
-    res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=600)
-    text = res.stdout + res.stderr
+    text = kernels_rv32.build_and_run(work, sources, target, "gcc", 600, host_flags=SANITIZE)
     tokens = text.split()
     marks = [i for i, t in enumerate(tokens) if t == "instret"]
     assert len(marks) == len(cases)

@@ -7,11 +7,8 @@ float32 reciprocal takes every kind of significand and very large and very small
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
 from fractions import Fraction
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,16 +27,9 @@ from mico.quant.exact_input import (
 )
 from mico.quant.thresholds import KEY_POS_INF, key_floats, quantize_thresholds
 from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "input_quant.py"
-if "input_quant" in sys.modules:
-    input_quant = sys.modules["input_quant"]
-else:
-    _spec = importlib.util.spec_from_file_location("input_quant", _PATH)
-    assert _spec is not None and _spec.loader is not None
-    input_quant = importlib.util.module_from_spec(_spec)
-    sys.modules["input_quant"] = input_quant
-    _spec.loader.exec_module(input_quant)
+input_quant = load_benchmark("input_quant")
 
 F32_MAX = float(np.finfo(np.float32).max)
 #: zeros, subnormals (the smallest, the largest), the smallest normal and its neighbour, the

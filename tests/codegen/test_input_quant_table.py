@@ -6,11 +6,8 @@ integer kernel (test_input_quant_exact.py) and stay bit-exact."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,16 +35,9 @@ from mico.quant.thresholds import (
     table_usable,
 )
 from mico.targets import host, rv32
+from tests.benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "input_quant.py"
-if "input_quant" in sys.modules:
-    input_quant = sys.modules["input_quant"]
-else:
-    _spec = importlib.util.spec_from_file_location("input_quant", _PATH)
-    assert _spec is not None and _spec.loader is not None
-    input_quant = importlib.util.module_from_spec(_spec)
-    sys.modules["input_quant"] = input_quant
-    _spec.loader.exec_module(input_quant)
+input_quant = load_benchmark("input_quant")
 
 EXTREMES = np.float32(
     [0.0, -0.0, 1e-45, -1e-45, 1.1754942e-38, -1.1754942e-38, 1.1754944e-38, 3.4028235e38,

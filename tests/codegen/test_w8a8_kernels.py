@@ -9,26 +9,16 @@ sum in int32, saturating multipliers; one case on rv32 under qemu."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mico.quant.arithmetic import QFormat
 from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
 
-_PATH = Path(__file__).parents[2] / "benchmarks" / "kernels_rv32.py"
-if "kernels_rv32" in sys.modules:
-    kernels_rv32 = sys.modules["kernels_rv32"]
-else:
-    _spec = importlib.util.spec_from_file_location("kernels_rv32", _PATH)
-    assert _spec is not None and _spec.loader is not None
-    kernels_rv32 = importlib.util.module_from_spec(_spec)
-    sys.modules["kernels_rv32"] = kernels_rv32
-    _spec.loader.exec_module(kernels_rv32)
+kernels_rv32 = load_benchmark("kernels_rv32")
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
