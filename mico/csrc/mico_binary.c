@@ -989,6 +989,48 @@ MICO_BIN_INLINE uint32_t mico_bdw_row(const uint8_t *src, size_t bit, int32_t w,
     return mico_bin_get(src, bit, w);
 }
 
+/* A channel's limit on the count for 1-bit outputs (s >= thr): with unsigned inputs
+ * A - N0 >= thr (N0 the weights -1), with binary ones 2 A' + U - 9 >= thr; clamped to the
+ * counts' range. */
+MICO_BIN_INLINE int32_t mico_bdw_limit(int32_t thr, uint32_t wv, int32_t binary)
+{
+    int32_t lim;
+    if (!binary) {
+        lim = thr + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
+        return lim < 0 ? 0 : lim > 10 ? 10 : lim;
+    }
+    lim = thr + 9;
+    return lim < 0 ? 0 : lim > 19 ? 19 : lim;
+}
+
+/* Wider outputs: n outputs of channel c from the count planes a[0..3] (and, for binary
+ * inputs, the planes u[0..3] of U) at bits 0, step, 2 step, ...; each bias + s requantized
+ * and packed from output index at. */
+static MICO_NOINLINE void mico_bdw_store(const MicoConv2d *p, const MicoRq *rq, int32_t c,
+                                         const uint32_t *a, const uint32_t *u, int32_t step,
+                                         int32_t n, size_t at, void *out)
+{
+    const int32_t binary = p->in_fmt.is_signed;
+    const uint32_t bias = (uint32_t)p->bias[c];
+    const uint32_t wv = ((const uint32_t *)(const void *)p->weight)[c] & 0x1ffu;
+    const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
+    int32_t vals[32], j;
+    for (j = 0; j < n; j++) {
+        const int32_t b = step * j;
+        const int32_t k = (int32_t)(((a[0] >> b) & 1u) | ((a[1] >> b) & 1u) << 1 |
+                                    ((a[2] >> b) & 1u) << 2 | ((a[3] >> b) & 1u) << 3);
+        int32_t sum = k - n0;
+        if (binary) { /* 2 A' - (9 - U) */
+            sum = 2 * k - 9 +
+                  (int32_t)(((u[0] >> b) & 1u) | ((u[1] >> b) & 1u) << 1 |
+                            ((u[2] >> b) & 1u) << 2 | ((u[3] >> b) & 1u) << 3);
+        }
+        vals[j] = (int32_t)(bias + (uint32_t)sum);
+    }
+    mico_rq_run_fast(rq, vals, n);
+    mico_pack(out, at, vals, n, p->out.fmt);
+}
+
 /* Stride 2 on rows of 18 to 32 pixels: output row k in word k of the tap planes, pixel ox at
  * bit 2 ox, so that no row is split: input row v gives the taps kx = 0, 1, 2 of all its outputs
  * as v << 1, v and v >> 1 (bit 0 of v << 1 is the padding left of column 0); the odd bits of
@@ -1003,7 +1045,7 @@ static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
     const size_t nbytes = ((size_t)p->in_c * (size_t)hw + 7u) >> 3;
     const int aligned = MICO_BDW_LE && ((uintptr_t)src & 3u) == 0 && w == 32;
     uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2], m[9], *q;
-    int32_t vals[32], k, j, c, r, t;
+    int32_t k, j, c, r, t;
     MicoBdwOut wr;
     if (binary) { /* per output row: the validity of the taps, U at the even bits */
         for (k = 0; k < oh; k++) {
@@ -1059,14 +1101,10 @@ static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
             }
         }
         if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
-            int32_t lim;
-            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
-                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
-                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+            const int32_t lim = mico_bdw_limit(thr[c], wv, binary);
+            if (!binary) {
                 mico_bdw2_bits(tp, oh, lim, res);
-            } else { /* 2 A' + U - 9 >= thr */
-                lim = thr[c] + 9;
-                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+            } else {
                 mico_bdw2_bits_valid(tp, oh, vm, lim, res);
             }
             for (k = 0; k < oh; k++) { /* each row's even bits */
@@ -1081,25 +1119,9 @@ static MICO_NOINLINE void mico_bin_dw2r(const MicoConv2d *p, const int32_t *thr,
         }
         {
             const MicoRq rq = mico_rq(&p->out, c);
-            const uint32_t bias = (uint32_t)p->bias[c];
-            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
-            for (k = 0; k < oh; k++) {
-                const uint32_t *a = res + 4 * k, *u = vm + 8 * k + 4;
-                for (j = 0; j < ow; j++) {
-                    const int32_t b = 2 * j;
-                    const int32_t n = (int32_t)(((a[0] >> b) & 1u) | ((a[1] >> b) & 1u) << 1 |
-                                                ((a[2] >> b) & 1u) << 2 | ((a[3] >> b) & 1u) << 3);
-                    int32_t sum = n - n0;
-                    if (binary) { /* 2 A' - (9 - U) */
-                        sum = 2 * n - 9 +
-                              (int32_t)(((u[0] >> b) & 1u) | ((u[1] >> b) & 1u) << 1 |
-                                        ((u[2] >> b) & 1u) << 2 | ((u[3] >> b) & 1u) << 3);
-                    }
-                    vals[j] = (int32_t)(bias + (uint32_t)sum);
-                }
-                mico_rq_run_fast(&rq, vals, ow);
-                mico_pack(out, (size_t)c * (size_t)(oh * ow) + (size_t)(k * ow), vals, ow,
-                          p->out.fmt);
+            for (k = 0; k < oh; k++) { /* the even bits of each row */
+                mico_bdw_store(p, &rq, c, res + 4 * k, vm + 8 * k + 4, 2, ow,
+                               (size_t)c * (size_t)(oh * ow) + (size_t)(k * ow), out);
             }
         }
     }
@@ -1121,7 +1143,7 @@ static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, 
     /* rows of 32 bits read as aligned words (the stream's bytes in order: little endian) */
     const int aligned = MICO_BDW_LE && ((uintptr_t)src & 3u) == 0;
     uint32_t tp[9 * MICO_BDW_S2], res[4 * MICO_BDW_S2], vm[8 * MICO_BDW_S2];
-    int32_t vals[32], i, j, c, r, t;
+    int32_t i, j, c, r, t;
     MicoBdwOut wr;
     if (w > 16 && w <= 32) {
         mico_bin_dw2r(p, thr, in, out);
@@ -1204,14 +1226,10 @@ static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, 
             }
         }
         if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
-            int32_t lim;
-            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
-                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
-                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+            const int32_t lim = mico_bdw_limit(thr[c], wv, binary);
+            if (!binary) {
                 mico_bdw2_bits(tp, nwo, lim, res);
-            } else { /* 2 A' + U - 9 >= thr */
-                lim = thr[c] + 9;
-                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+            } else {
                 mico_bdw2_bits_valid(tp, nwo, vm, lim, res);
             }
             for (i = 0; i < nwo; i++) {
@@ -1226,25 +1244,11 @@ static MICO_NOINLINE void mico_bin_dw2(const MicoConv2d *p, const int32_t *thr, 
         }
         {
             const MicoRq rq = mico_rq(&p->out, c);
-            const uint32_t bias = (uint32_t)p->bias[c];
-            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
             int32_t pix;
             for (pix = 0; pix < ohw; pix += 32) {
-                const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
-                const uint32_t *a = res + 4 * (pix >> 5), *u = vm + 8 * (pix >> 5) + 4;
-                for (j = 0; j < n; j++) {
-                    const int32_t k = (int32_t)(((a[0] >> j) & 1u) | ((a[1] >> j) & 1u) << 1 |
-                                                ((a[2] >> j) & 1u) << 2 | ((a[3] >> j) & 1u) << 3);
-                    int32_t sum = k - n0;
-                    if (binary) { /* 2 A' - (9 - U) */
-                        sum = 2 * k - 9 +
-                              (int32_t)(((u[0] >> j) & 1u) | ((u[1] >> j) & 1u) << 1 |
-                                        ((u[2] >> j) & 1u) << 2 | ((u[3] >> j) & 1u) << 3);
-                    }
-                    vals[j] = (int32_t)(bias + (uint32_t)sum);
-                }
-                mico_rq_run_fast(&rq, vals, n);
-                mico_pack(out, (size_t)c * (size_t)ohw + (size_t)pix, vals, n, p->out.fmt);
+                mico_bdw_store(p, &rq, c, res + 4 * (pix >> 5), vm + 8 * (pix >> 5) + 4, 1,
+                               ohw - pix < 32 ? ohw - pix : 32,
+                               (size_t)c * (size_t)ohw + (size_t)pix, out);
             }
         }
     }
@@ -1265,7 +1269,7 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
     const uint32_t *wt = (const uint32_t *)(const void *)p->weight;
     uint32_t bufs[3 * MICO_BDW_NB], first[MICO_BDW_WORDS], last[MICO_BDW_WORDS];
     uint32_t res[4 * MICO_BDW_WORDS], vm[8 * MICO_BDW_WORDS];
-    int32_t vals[32], o, ky, i, j, c, y, sh[3];
+    int32_t o, ky, i, j, c, y, sh[3];
     uint32_t sh0, sh1, sh2;
     MicoBdwGeom g;
     MicoBdwOut wr;
@@ -1355,14 +1359,10 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         b[MICO_BDW_NB] = prev1 >> (32 - sh1);
         b[2 * MICO_BDW_NB] = prev2 >> (32 - sh2);
         if (thr != NULL) { /* 1-bit outputs: s >= thr as a limit on the count */
-            int32_t lim;
-            if (!binary) { /* A - N0 >= thr, N0 the weights -1 */
-                lim = thr[c] + 9 - mico_bin_bytesum(mico_bin_bytecount(wv));
-                lim = lim < 0 ? 0 : lim > 10 ? 10 : lim;
+            const int32_t lim = mico_bdw_limit(thr[c], wv, binary);
+            if (!binary) {
                 mico_bdw_bits(&g, wv, lim, res);
-            } else { /* 2 A' + U - 9 >= thr */
-                lim = thr[c] + 9;
-                lim = lim < 0 ? 0 : lim > 19 ? 19 : lim;
+            } else {
                 mico_bdw_bits_valid(&g, wv, lim, res);
             }
             for (i = 0; i < nw; i++) {
@@ -1377,28 +1377,11 @@ static MICO_NOINLINE void mico_bin_dw(const MicoConv2d *p, const int32_t *thr, c
         }
         {
             const MicoRq rq = mico_rq(&p->out, c);
-            const uint32_t bias = (uint32_t)p->bias[c];
-            const int32_t n0 = 9 - mico_bin_bytesum(mico_bin_bytecount(wv)); /* weights -1 */
             int32_t pix;
-            for (pix = 0; pix < ohw; pix += 32) {
-                const int32_t n = ohw - pix < 32 ? ohw - pix : 32;
-                for (j = 0; j < n; j++) { /* output pixel gp */
-                    const int32_t gp = pix + j;
-                    const uint32_t *a = res + 4 * (gp >> 5), *u = vm + 8 * (gp >> 5) + 4;
-                    const int32_t bit = gp & 31;
-                    const int32_t k = (int32_t)(((a[0] >> bit) & 1u) | ((a[1] >> bit) & 1u) << 1 |
-                                                ((a[2] >> bit) & 1u) << 2 |
-                                                ((a[3] >> bit) & 1u) << 3);
-                    int32_t sum = k - n0;
-                    if (binary) { /* 2 A' - (9 - U) */
-                        sum = 2 * k - 9 +
-                              (int32_t)(((u[0] >> bit) & 1u) | ((u[1] >> bit) & 1u) << 1 |
-                                        ((u[2] >> bit) & 1u) << 2 | ((u[3] >> bit) & 1u) << 3);
-                    }
-                    vals[j] = (int32_t)(bias + (uint32_t)sum);
-                }
-                mico_rq_run_fast(&rq, vals, n);
-                mico_pack(out, (size_t)c * (size_t)ohw + (size_t)pix, vals, n, p->out.fmt);
+            for (pix = 0; pix < ohw; pix += 32) { /* output pixel pix + j at bit j */
+                mico_bdw_store(p, &rq, c, res + 4 * (pix >> 5), vm + 8 * (pix >> 5) + 4, 1,
+                               ohw - pix < 32 ? ohw - pix : 32,
+                               (size_t)c * (size_t)ohw + (size_t)pix, out);
             }
         }
     }
