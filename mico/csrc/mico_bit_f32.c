@@ -269,8 +269,12 @@ static float bit_output(int32_t acc, float mul, const float *bias, int32_t c)
 
 /* ---------------------------------------------------------------- layers */
 
-/* Weight code `idx` of a packed stream (one code, for the weight-stationary conv loop). */
-static int32_t weight_code(const uint8_t *w, uint32_t idx, int32_t bits)
+/* Weight code `idx` of a packed stream (one code, for the weight-stationary conv loop): always
+ * inlined, as a call per tap costs the dynamic DS-CNN 14 % more rv32 instructions. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline int32_t weight_code(const uint8_t *w, uint32_t idx, int32_t bits)
 {
     switch (bits) {
     case 8:
@@ -369,15 +373,10 @@ void mico_bit_conv2d_f32(const MicoBitConv2dF *p, const float *x, float *y, int8
                                 for (j = j0; j < j1; j++) {
                                     acc[j] += wv * (int32_t)a[(ptrdiff_t)(j - j0) * sw];
                                 }
-                            } else if (z) {
+                            } else { /* unsigned fields, minus the zero point z */
                                 const uint8_t *a = ucodes + a0;
                                 for (j = j0; j < j1; j++) {
                                     acc[j] += wv * ((int32_t)a[(ptrdiff_t)(j - j0) * sw] - z);
-                                }
-                            } else {
-                                const uint8_t *a = ucodes + a0;
-                                for (j = j0; j < j1; j++) {
-                                    acc[j] += wv * (int32_t)a[(ptrdiff_t)(j - j0) * sw];
                                 }
                             }
                         }
