@@ -1980,42 +1980,115 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
     }
 }
 
+/* The im2col patch of output pixels [pix0, pix0 + np) of a layer of one group into buf (tap t
+ * = (ic k_h + ky) k_w + kx of pixel j at buf[t * MICO_PW_PX + j], columns np .. MICO_PW_PX - 1
+ * zero): the input rows the pixels read are unpacked once, zero-padded, into scr (nscr int16),
+ * then each tap copies its codes through a table of where each pixel's window starts (about
+ * 4 instructions a code, against about 20 through mico_patch's unpacking per run of an output
+ * row: DS-CNN's first conv has rows of 5 outputs). Returns 0 when the rows do not fit scr. */
+static MICO_NOINLINE int mico_pw_patch(const MicoConv2d *p, const void *in, int32_t pix0,
+                                       int32_t np, int16_t *scr, int32_t nscr, int16_t *buf)
+{
+    enum { xs = MICO_PW_PX };
+    const int32_t sh = p->stride_h, sw = p->stride_w, dh = p->dil_h, dw = p->dil_w;
+    const int32_t oy0 = pix0 / p->out_w;
+    const int32_t oy1 = (pix0 + np - 1) / p->out_w;
+    const int32_t nr = (oy1 - oy0) * sh + (p->k_h - 1) * dh + 1; /* input rows of a channel */
+    const int32_t wp = (p->out_w - 1) * sw + (p->k_w - 1) * dw + 1; /* padded row length */
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    int32_t so[MICO_PW_PX], ic, r, ky, kx, j, k;
+    if ((int64_t)p->in_c * nr * wp > nscr) {
+        return 0;
+    }
+    for (ic = 0; ic < p->in_c; ic++) { /* the rows, from column -pad_w */
+        for (r = 0; r < nr; r++) {
+            const int32_t iy = oy0 * sh - p->pad_h + r;
+            int16_t *const dst = scr + (ic * nr + r) * wp;
+            if (iy < 0 || iy >= p->in_h) {
+                for (k = 0; k < wp; k++) {
+                    dst[k] = 0;
+                }
+                continue;
+            }
+            mico_unpack_padded(in, (size_t)ic * plane + (size_t)iy * (size_t)p->in_w, p->in_w,
+                               -p->pad_w, wp, 0, p->in_fmt, dst);
+        }
+    }
+    for (j = 0; j < np; j++) { /* where pixel j's first tap is in scr */
+        const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+        so[j] = (oy - oy0) * sh * wp + ox * sw;
+    }
+    for (ic = 0; ic < p->in_c; ic++) {
+        for (ky = 0; ky < p->k_h; ky++) {
+            for (kx = 0; kx < p->k_w; kx++, buf += xs) {
+                const int16_t *const src = scr + (ic * nr + ky * dh) * wp + kx * dw;
+                for (j = 0; j + 4 <= np; j += 4) {
+                    buf[j] = src[so[j]];
+                    buf[j + 1] = src[so[j + 1]];
+                    buf[j + 2] = src[so[j + 2]];
+                    buf[j + 3] = src[so[j + 3]];
+                }
+                for (; j < np; j++) {
+                    buf[j] = src[so[j]];
+                }
+                for (; j < xs; j++) {
+                    buf[j] = 0;
+                }
+            }
+        }
+    }
+    return 1;
+}
+
 /* Weights in channel lanes, a pointwise layer (1x1, stride 1, no padding, one group) pixel by
  * pixel whatever its planes' shape: blocks of xs (up to 32) pixels of every input channel
  * unpacked once into buf, their column sums (the weights' offset), then every block of F
  * channels runs the block kernel fn over the block, and its sums are requantized and stored
- * (mico_lr_store). Returns 0 (nothing done) for a layer it does not take (more than 64 input
- * channels, wider codes). Stack: about 11 KB (8.7 KB here, up to 2 KB of lane weights in the
+ * (mico_pw_store). With `patched`, any layer of one group and at most 64 taps (in_c k_h k_w)
+ * the same way over its im2col patch (mico_patch: tap t of pixel j at buf[t * xs + j]), built
+ * once per block of pixels for every channel: DS-CNN's first conv (one input plane, 40 taps,
+ * rows of 5 outputs). Returns 0 (nothing done) for a layer it does not take (more than 64
+ * taps, wider codes). Stack: about 11 KB (8.7 KB here, up to 2 KB of lane weights in the
  * block kernel). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
-                                      void *out, MicoPwFn fn, int32_t npx)
+                                      void *out, MicoPwFn fn, int32_t npx, int patched)
 {
-    const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = (p->out_c + f - 1) / f;
-    const int32_t npix = p->out_h * p->out_w;
+    const int32_t taps = p->in_c * p->k_h * p->k_w, f = 32 / p->w_bits;
+    const int32_t nblk = (p->out_c + f - 1) / f, npix = p->out_h * p->out_w;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     const MicoFieldMap fm = mico_field_map(p->in_fmt);
-    const int pairs = fm.x == 0u && fm.o == 0 && fm.sh == 0 && n_ic <= 256;
+    const int pairs = fm.x == 0u && fm.o == 0 && fm.sh == 0 && taps <= 256;
+    const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                          p->pad_h == 0 && p->pad_w == 0;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const int32_t xs = MICO_PW_PX;
     MicoPwBuf buf;
-    int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
+    union { /* the sums of a block of channels; before them, the scratch of mico_pw_patch */
+        int32_t t[32 * MICO_PW_PX];
+        int16_t h[64 * MICO_PW_PX];
+    } tile;
+    int32_t cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
     int32_t zeros[MICO_PW_PX];
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
     /* 16-bit lanes whose sums stay within 15 bits whatever the codes (|w| <= q_w, |x| <= 2^a):
      * weights without their offset, no column sums */
     const int centered = l->s == 16 && p->w_bits != 1 &&
-                         (uint32_t)n_ic * q_w * (1u << p->in_fmt.bits) < 32768u;
+                         (uint32_t)taps * q_w * (1u << p->in_fmt.bits) < 32768u;
     int32_t pix0, j, b;
-    if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
-        p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
+    if ((!pointwise && !patched) || p->groups != 1 || p->in_fmt.bits > 8 ||
+        taps * xs > MICO_PW_BUF) {
         return 0;
     }
     for (pix0 = 0; pix0 < npix; pix0 += xs) {
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
         const int32_t pp = (np + npx - 1) / npx * npx;
-        mico_pw_unpack(in, p->in_fmt, npix, pix0, np, pp, n_ic, buf.h);
+        if (pointwise) {
+            mico_pw_unpack(in, p->in_fmt, npix, pix0, np, pp, taps, buf.h);
+        } else if (!mico_pw_patch(p, in, pix0, np, tile.h, 64 * MICO_PW_PX, buf.h)) {
+            mico_patch(p, in, 0, 0, p->in_c * p->k_h, pix0, np, xs, buf.h); /* (zeros past np) */
+        }
         if (!centered) {
-            mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
+            mico_pw_colsums(&buf, taps, pp, pairs, cs);
         }
         for (j = 0; j < xs; j++) {
             csq[j] = j < np && !centered ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
@@ -2023,9 +2096,9 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             zeros[j] = 0;
         }
         for (b = 0; b < nblk; b++) {
-            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile,
+            fn(w + (size_t)b * (size_t)taps, buf.h, taps, pp, l->n, l->is_signed, start, tile.t,
                centered);
-            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile,
+            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile.t,
                           fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
                           centered ? 32768u : 0u);
         }
@@ -2043,11 +2116,14 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
                                      void *out)                                             \
     {                                                                                       \
         MicoConv2d q = *p;                                                                  \
-        if (mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G))) {                 \
+        if (mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G), 0)) {              \
             return;                                                                         \
         }                                                                                   \
-        if (mico_lr_narrow(mico_lr_flat(&q)) ||                                            \
-            !mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                 \
+        if (!mico_lr_narrow(mico_lr_flat(&q)) &&                                           \
+            mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
+            return;                                                                         \
+        }                                                                                   \
+        if (!mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G), 1)) {             \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }
