@@ -1579,6 +1579,7 @@ static int mico_lr_narrow(const MicoConv2d *q)
 #define MICO_PW_PX 32    /* pixels of a block: the rows of buf and of the tile */
 #define MICO_PW_TAPS_MAX (MICO_PW_BUF / MICO_PW_PX) /* taps the path takes */
 #define MICO_PW_WSUMS 256 /* output channels whose weight sums a call keeps (signed codes) */
+#define MICO_PW_WX 512    /* lane weights a call keeps (every block's once, when they fit) */
 
 /* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes: lane 0 of word (g, q) is channel g,
  * lane 1 channel g + G. */
@@ -1690,7 +1691,9 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 
-/* One block of F channels over np columns (np a multiple of NPX = 16 / G) of a pointwise
+/* mico_pw_x<b>g<G>: the lane weights of a block of F channels, G words a tap (wx[t G + g]:
+ * the fields of word t at bits g b, g b + s, ..., without their offset when centered).
+ * mico_pw_w<b>g<G>: that block over np columns (np a multiple of NPX = 16 / G) of a pointwise
  * layer, NPX columns at a time (G x NPX lane words in registers): tap t of column j is the
  * unsigned field x[t * xs + j], xs = MICO_PW_PX (no table: a constant stride). Sums go to
  * tile[c * xs + j]: the first flush of a group writes
@@ -1699,24 +1702,29 @@ static int mico_lr_narrow(const MicoConv2d *q)
  * others flush every n taps (inline for 16- and 8-bit lanes, else mico_lanes_settle and
  * mico_lanes_widen). */
 #define MICO_PW_FN(BITS, G)                                                                 \
-    static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *w, const uint8_t *x,     \
+    static MICO_NOINLINE void mico_pw_x##BITS##g##G(const uint32_t *w, int32_t taps,         \
+                                                    int32_t centered, uint32_t *wx)          \
+    {                                                                                       \
+        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
+        /* centered: weights without their offset (16-bit lanes whose sums fit 15 bits) */  \
+        const uint32_t off = s == 16u && centered ? (1u << ((BITS) - 1)) * 0x10001u : 0u;   \
+        int32_t g, t;                                                                       \
+        for (t = 0; t < taps; t++) {                                                        \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                wx[t * (G) + g] = ((w[t] >> (g * (BITS))) & m) - off;                       \
+            }                                                                               \
+        }                                                                                   \
+    }                                                                                       \
+    static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *wx, const uint8_t *x,    \
                                                     int32_t taps, int32_t np, int32_t n,    \
                                                     const int32_t *start,                   \
                                                     int32_t *tile, int32_t centered)         \
     {                                                                                       \
         enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
-        const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
-        /* centered: weights without their offset (16-bit lanes whose sums fit 15 bits) */  \
-        const uint32_t off = s == 16u && centered ? (1u << ((BITS) - 1)) * 0x10001u : 0u;   \
-        uint32_t wx[MICO_PW_TAPS_MAX * (G)]; /* the lane weights, G words a tap */          \
+        const uint32_t s = (BITS) * (G);                                                    \
         const uint32_t *const wend = wx + taps * (G);                                       \
         uint32_t wide[2 * (G) * NPX];                                                       \
-        int32_t j0, g, q, t;                                                                \
-        for (t = 0; t < taps; t++) { /* extracted once for every pixel group */             \
-            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
-                wx[t * (G) + g] = ((w[t] >> (g * (BITS))) & m) - off;                       \
-            }                                                                               \
-        }                                                                                   \
+        int32_t j0, g, q;                                                                   \
         if (s == 16u && centered) {                                                         \
             mico_pw_c##BITS##g##G(wx, wend, x, np, tile);                                   \
             return;                                                                         \
@@ -1795,9 +1803,10 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 
-typedef void (*MicoPwFn)(const uint32_t *w, const uint8_t *x, int32_t taps, int32_t np,
+typedef void (*MicoPwFn)(const uint32_t *wx, const uint8_t *x, int32_t taps, int32_t np,
                          int32_t n, const int32_t *start, int32_t *tile,
                          int32_t centered);
+typedef void (*MicoPwXFn)(const uint32_t *w, int32_t taps, int32_t centered, uint32_t *wx);
 
 /* buf (fields, a row of MICO_PW_PX columns per tap) and its 32-bit view. */
 typedef union {
@@ -1993,32 +2002,39 @@ static inline uint32_t mico_pw_nib2(uint32_t v)
     return (v | (v << 6)) & 0x03030303u;
 }
 
-/* A row of 32 fields of b bits (8, 4 or 2) into bytes, a word at a time: word i of the row
- * from the aligned words src[i] (k = 0) or src[i] and src[i + 1] (from bit k), fields xor xr
- * (x in every field), about 2 instructions a 4-bit field (against about 4.6 a field at a
- * time). */
+/* Rows of 32 fields of b bits (8, 4 or 2) into bytes, a word at a time: row r (MICO_PW_PX
+ * bytes apart in dst) from bit bit0 + r step of the word-aligned tensor in, word i of a row
+ * from its aligned words src[i] (k = 0) or src[i] and src[i + 1] (from bit k), fields xor xr
+ * (x in every field): about 2.6 instructions a 4-bit field, against about 4.6 a field at a
+ * time. */
 #define MICO_PW_WORD(I) (k == 0u ? src[I] : (src[I] >> k) | (src[(I) + 1] << (32u - k)))
-static MICO_NOINLINE void mico_pw_words(const uint32_t *src, uint32_t k, uint32_t b,
-                                        uint32_t xr, uint32_t *row)
+static MICO_NOINLINE void mico_pw_words(const void *in, size_t bit0, size_t step, int32_t rows,
+                                        uint32_t b, uint32_t xr, uint8_t *dst)
 {
+    int32_t r;
     uint32_t i;
-    if (b == 8u) {
-        for (i = 0; i < 8u; i++) {
-            row[i] = MICO_PW_WORD(i) ^ xr;
-        }
-    } else if (b == 4u) {
-        for (i = 0; i < 4u; i++) {
-            const uint32_t v = MICO_PW_WORD(i) ^ xr;
-            row[2u * i] = mico_pw_nib4(v & 0xffffu);
-            row[2u * i + 1u] = mico_pw_nib4(v >> 16);
-        }
-    } else {
-        for (i = 0; i < 2u; i++) {
-            const uint32_t v = MICO_PW_WORD(i) ^ xr;
-            row[4u * i] = mico_pw_nib2(v & 0xffu);
-            row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu);
-            row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu);
-            row[4u * i + 3u] = mico_pw_nib2(v >> 24);
+    for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {
+        const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;
+        const uint32_t k = (uint32_t)(bit0 % 32u);
+        uint32_t *const row = (uint32_t *)(void *)dst;
+        if (b == 8u) {
+            for (i = 0; i < 8u; i++) {
+                row[i] = MICO_PW_WORD(i) ^ xr;
+            }
+        } else if (b == 4u) {
+            for (i = 0; i < 4u; i++) {
+                const uint32_t v = MICO_PW_WORD(i) ^ xr;
+                row[2u * i] = mico_pw_nib4(v & 0xffffu);
+                row[2u * i + 1u] = mico_pw_nib4(v >> 16);
+            }
+        } else {
+            for (i = 0; i < 2u; i++) {
+                const uint32_t v = MICO_PW_WORD(i) ^ xr;
+                row[4u * i] = mico_pw_nib2(v & 0xffu);
+                row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu);
+                row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu);
+                row[4u * i + 3u] = mico_pw_nib2(v >> 24);
+            }
         }
     }
 }
@@ -2043,15 +2059,16 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
     for (k = b; k < 32u; k <<= 1) { /* x in every field */
         xr |= xr << k;
     }
-    for (i = 0; i < n_ic; i++) {
+    i = 0;
+    if (words) { /* every row whose words lie within the tensor (all but maybe the last) */
+        const size_t last = ((size_t)(n_ic - 1) * (size_t)npix + (size_t)pix0) * b;
+        const int32_t n = (last / 32u + b + (last % 32u != 0u)) * 4u <= bytes ? n_ic : n_ic - 1;
+        mico_pw_words(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr, buf);
+        i = n;
+    }
+    for (; i < n_ic; i++) {
         uint8_t *const row = buf + i * MICO_PW_PX;
         const size_t bit = ((size_t)i * (size_t)npix + (size_t)pix0) * b;
-        const uint32_t *const src = (const uint32_t *)in + bit / 32u;
-        const uint32_t kb = (uint32_t)(bit % 32u);
-        if (words && (bit / 32u + b + (kb != 0u)) * 4u <= bytes) {
-            mico_pw_words(src, kb, b, xr, (uint32_t *)(void *)row);
-            continue;
-        }
         {
             const uint8_t *p8 = (const uint8_t *)in + bit / 8u;
             uint32_t v = (uint32_t)*p8++ >> (bit % 8u), have = 8u - (uint32_t)(bit % 8u);
@@ -2151,7 +2168,8 @@ static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int
  * codes on more than MICO_PW_WSUMS channels, a patch's rows beyond the scratch). Stack: about
  * 9 KB (7 KB here, up to 2 KB of lane weights in the block kernel). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
-                                      void *out, MicoPwFn fn, int32_t npx, int patched)
+                                      void *out, MicoPwXFn xfn, MicoPwFn fn, int32_t npx,
+                                      int patched)
 {
     const int32_t taps = p->in_c * p->k_h * p->k_w, f = 32 / p->w_bits;
     const int32_t nblk = (p->out_c + f - 1) / f, npix = p->out_h * p->out_w;
@@ -2169,6 +2187,9 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     } tile;
     int32_t cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX], zeros[MICO_PW_PX];
     int32_t ws[MICO_PW_WSUMS];
+    uint32_t wx[MICO_PW_WX]; /* lane weights: every block's (kept) or one block's */
+    const int32_t per = taps * (l->s / p->w_bits); /* lane weights of a block */
+    const int kept = nblk * per <= MICO_PW_WX;
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
     /* 16-bit lanes whose sums stay within 15 bits whatever the fields (|w| <= q_w,
      * u < 2^a): weights without their offset, no column sums */
@@ -2182,6 +2203,9 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     }
     if (o != 0u) {
         mico_pw_wsums(p, taps, o, ws);
+    }
+    for (b = 0; kept && b < nblk; b++) { /* extracted once for every block of pixels */
+        xfn(w + (size_t)b * (size_t)taps, taps, centered, wx + b * per);
     }
     for (pix0 = 0; pix0 < npix; pix0 += xs) {
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
@@ -2200,7 +2224,10 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             zeros[j] = 0;
         }
         for (b = 0; b < nblk; b++) {
-            fn(w + (size_t)b * (size_t)taps, buf.b, taps, pp, l->n, start, tile.t, centered);
+            if (!kept) {
+                xfn(w + (size_t)b * (size_t)taps, taps, centered, wx);
+            }
+            fn(kept ? wx + b * per : wx, buf.b, taps, pp, l->n, start, tile.t, centered);
             mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile.t,
                           fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
                           centered ? 32768u : 0u, o != 0u ? ws + b * f : NULL);
@@ -2219,14 +2246,16 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
                                      void *out)                                             \
     {                                                                                       \
         MicoConv2d q = *p;                                                                  \
-        if (mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G), 0)) {              \
+        if (mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G, 16 / (G), \
+                         0)) {                                                              \
             return;                                                                         \
         }                                                                                   \
         if (!mico_lr_narrow(mico_lr_flat(&q)) &&                                           \
             mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
             return;                                                                         \
         }                                                                                   \
-        if (!mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G), 1)) {             \
+        if (!mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G,      \
+                          16 / (G), 1)) {                                                   \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }
