@@ -1641,22 +1641,37 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 /* The taps from wp to END (at least one): per tap, its G lane weights (extracted words at wp)
- * times the NPX columns' fields (one column's loads at a time, MICO_S8_SEQ); unrolled twice by
- * the compiler (two taps written out in the source spill). */
+ * times the NPX columns' fields (one column's loads at a time, MICO_S8_SEQ; for G = 8, one
+ * weight's at a time: its 8 weights and 16 sums would not fit the registers); unrolled twice
+ * by the compiler (two taps written out in the source spill). */
 #define MICO_PW_TAPS(BITS, G, END)                                                          \
     MICO_PW_UNROLL2 do {                                                                    \
-        uint32_t wl[G];                                                                     \
-        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
-            wl[g] = wp[g];                                                                  \
+        if (NPX <= 2) { /* G = 8: the columns' fields first, then a lane weight at a time */ \
+            uint32_t xq[NPX];                                                               \
+            MICO_UNROLL for (q = 0; q < NPX; q++) {                                         \
+                xq[q] = xp[q];                                                              \
+            }                                                                               \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                const uint32_t wv = wp[g];                                                  \
+                MICO_UNROLL for (q = 0; q < NPX; q++) {                                     \
+                    acc[g][q] += wv * xq[q];                                                \
+                }                                                                           \
+                MICO_S8_SEQ();                                                              \
+            }                                                                               \
+        } else {                                                                            \
+            uint32_t wl[G];                                                                 \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                wl[g] = wp[g];                                                              \
+            }                                                                               \
+            MICO_UNROLL for (q = 0; q < NPX; q++) {                                         \
+                const uint32_t xv = xp[q];                                                  \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    acc[g][q] += wl[g] * xv;                                                \
+                }                                                                           \
+                MICO_S8_SEQ();                                                              \
+            }                                                                               \
         }                                                                                   \
         wp += (G);                                                                          \
-        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
-            const uint32_t xv = xp[q];                                                      \
-            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
-                acc[g][q] += wl[g] * xv;                                                    \
-            }                                                                               \
-            MICO_S8_SEQ();                                                                  \
-        }                                                                                   \
         xp += xs;                                                                           \
     } while (wp < (END))
 
