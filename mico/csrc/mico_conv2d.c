@@ -1558,9 +1558,10 @@ static const MicoConv2d *mico_lr_flat(MicoConv2d *q)
     return q;
 }
 
-/* Output rows narrower than this take the im2col patch: by rows, each row's fixed work and its
+/* Output rows narrower than this take an im2col patch: by rows, each row's fixed work and its
  * padding to NPX pixels would serve too few outputs (DS-CNN's first conv, rows of 5 pixels:
- * 5.27 instructions per MAC by rows at W4A4, 3.62 through the patch). */
+ * 5.27 instructions per MAC by rows at W4A4, 3.62 through the im2col lanes, 2.07 through the
+ * pointwise path's patch, mico_pw_patch). */
 #define MICO_LR_MIN_W 8
 
 /* Narrow rows go through the patch only for pointwise layers and single-channel inputs, where
