@@ -1578,7 +1578,6 @@ static int mico_lr_narrow(const MicoConv2d *q)
 
 #define MICO_PW_BUF 2048 /* bytes: a block of pixels of every input channel (64) */
 #define MICO_PW_PX 32    /* pixels of a block: the rows of buf and of the tile */
-#define MICO_PW_TAPS_MAX (MICO_PW_BUF / MICO_PW_PX) /* taps the path takes */
 #define MICO_PW_WSUMS 256 /* output channels whose weight sums a call keeps (signed codes) */
 #define MICO_PW_WX 512    /* lane weights a call keeps (every block's once, when they fit) */
 
@@ -1712,11 +1711,11 @@ static int mico_lr_narrow(const MicoConv2d *q)
  * mico_pw_w<b>g<G>: that block over np columns (np a multiple of NPX = 16 / G) of a pointwise
  * layer, NPX columns at a time (G x NPX lane words in registers): tap t of column j is the
  * unsigned field x[t * xs + j], xs = MICO_PW_PX (no table: a constant stride). Sums go to
- * tile[c * xs + j]: the first flush of a group writes
- * them from start[j] (minus the weights' offset, or 0), later ones add (no zeroing of the
- * tile). A reduction of at most n taps in 16- or 8-bit lanes takes one segment and one flush;
- * others flush every n taps (inline for 16- and 8-bit lanes, else mico_lanes_settle and
- * mico_lanes_widen). */
+ * tile[c * xs + j]: the first flush of a group writes them from start[j] (minus the weights'
+ * offset, or 0), later ones add (no zeroing of the tile). Centered 16-bit lanes go through
+ * mico_pw_c<b>g<G>; a reduction of at most n taps in 16- or 8-bit lanes takes one segment and
+ * one flush; others flush every n taps (inline for 16- and 8-bit lanes, else
+ * mico_lanes_settle and mico_lanes_widen). */
 #define MICO_PW_FN(BITS, G)                                                                 \
     static MICO_NOINLINE void mico_pw_x##BITS##g##G(const uint32_t *w, int32_t taps,         \
                                                     int32_t centered, uint32_t *wx)          \
