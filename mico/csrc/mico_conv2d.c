@@ -2181,7 +2181,7 @@ static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int
  * first conv (one input plane, 40 taps, rows of 5 outputs). Returns 0 (nothing done) for a
  * layer it does not take (more than 64 taps, codes of more than 8 bits or binary ones, offset
  * codes on more than MICO_PW_WSUMS channels, a patch's rows beyond the scratch). Stack: about
- * 9 KB (7 KB here, up to 2 KB of lane weights in the block kernel). */
+ * 10 KB (9.7 KB here, the lane weights included; was 11 KB). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoPwXFn xfn, MicoPwFn fn, int32_t npx,
                                       int patched)
