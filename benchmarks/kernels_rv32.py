@@ -247,8 +247,9 @@ def _layer_code(
     binary = layer.binary()
     k = layer.weight.shape[2:] if layer.kind == "conv" else (0, 0)
     s8 = layer.kind == "conv" and widened_to_s8(
-        layer.w_fmt, layer.a_fmt, k, (layer.stride,) * 2, (layer.pad,) * 2
-    )
+        layer.w_fmt, layer.a_fmt, k, (layer.stride,) * 2, (layer.pad,) * 2,
+        in_c=layer.x.shape[0] // layer.groups, weight=layer.weight,
+    )  # fmt: skip
     for path in paths:
         lanes = plan if path == "chosen" and not binary and not s8 else None
         w_fmt = QFormat(8, True) if path == "chosen" and s8 else layer.w_fmt

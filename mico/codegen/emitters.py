@@ -268,6 +268,34 @@ def _lane_word_bits(channels: int, bits: int) -> int:
 LANES_FIELDS = ("s", "n", "is_signed")
 
 
+#: taps (in_c k_h k_w) the pointwise lanes path takes (mico_conv_pw in mico_conv2d.c)
+PW_LANES_MAX_TAPS = 64
+
+
+def narrow_small_cost(w_max: int, a_max: int, taps: int) -> float:
+    """Estimated rv32 instructions per MAC of a pointwise layer on mico_conv_narrow.c's small
+    weights (weights of at most ``w_max`` in magnitude widened to bytes, codes of at most
+    ``a_max``): chunks of taps whose 16-bit lanes fit, 1.4 a MAC in the loop, a split of the
+    lanes per chunk and the per-output store (figures: benchmarks/results/kernels_rv32.md); the
+    4 x 5 byte tile where no chunk of 8 taps fits."""
+    tp = -(-taps // 8) * 8
+    chunk = min(tp, (32767 // max(w_max * a_max, 1)) & ~7)
+    if chunk < 8:
+        return 2.47 + 14.0 / taps
+    return 1.375 + 7.0 / chunk + 33.5 / taps
+
+
+def pointwise_lanes_cost(w_fmt: QFormat, a_fmt: QFormat, taps: int, n: int, s: int) -> float:
+    """Estimated rv32 instructions per MAC of mico_conv_pw (lanes of ``s`` bits, flushed every
+    ``n`` taps): 1.35 a MAC in its register tile, about 24 instructions an output around it
+    (requantization and store, unpacking, flush), 0.1 a MAC for each further flush (16-bit
+    lanes whose sums fit 15 bits take one)."""
+    q_w = 1 if w_fmt.bits == 1 else 1 << (w_fmt.bits - 1)
+    centered = s == 16 and w_fmt.bits != 1 and taps * q_w * (1 << a_fmt.bits) < 32768
+    segments = 1 if centered else -(-taps // max(n, 1))
+    return 1.35 + 24.0 / taps + 0.1 * (segments - 1)
+
+
 def widened_to_s8(
     w_fmt: QFormat | None,
     a_fmt: QFormat | None,
@@ -275,17 +303,34 @@ def widened_to_s8(
     stride: tuple[int, int],
     padding: tuple[int, int],
     macs: int | None = None,
+    in_c: int | None = None,
+    weight: np.ndarray | None = None,
 ) -> bool:
     """Whether a pointwise convolution (1x1, stride 1, no padding) of narrower weights on 8-bit
-    activations takes the W8A8 byte path with its weights stored as int8 codes: there the lanes
-    (8-bit codes leave few products per multiply, and a pointwise layer has few taps to spread
-    its per-output work over) cost more than the bytes do, so the layer is never slower than at
-    W8A8 (its weights take a byte each)."""
+    activations takes the W8A8 byte path with its weights stored as int8 codes (small weights:
+    two pixels a word, mico_conv_narrow.c), rather than the channel lanes (the layer is never
+    slower than at W8A8 either way). Given its input channels ``in_c`` (and weight codes, whose
+    largest magnitude and runs bound both paths' chunks), a layer the pointwise lanes path
+    takes goes where the estimate is lower (:func:`narrow_small_cost`,
+    :func:`pointwise_lanes_cost`): the lanes, for every benchmark layer (conv 1x1 32->32 at
+    4/8: 2.31 instructions per MAC against 2.87). Without them, the bytes."""
     if w_fmt is None or a_fmt is None or w_fmt.bits >= 8 or a_fmt.bits != 8:
         return False
     if w_fmt.binary or (macs is not None and macs < CONV_S8_MIN_MACS):
         return False
-    return tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0)
+    if not (tuple(kernel) == (1, 1) and tuple(stride) == (1, 1) and tuple(padding) == (0, 0)):
+        return False
+    if in_c is None or in_c > PW_LANES_MAX_TAPS:
+        return True
+    out_c = lane_channels(w_fmt.bits) if weight is None else int(np.asarray(weight).shape[0])
+    plan = lanes_plan(w_fmt, a_fmt, out_c, macs=macs, weight=weight)  # what the layer would take
+    if plan is None:
+        return True
+    w_max = max(-w_fmt.qmin, w_fmt.qmax) if weight is None else int(np.abs(weight).max(initial=0))
+    a_max = max(-a_fmt.qmin, a_fmt.qmax)
+    lw_fmt = QFormat(plan["w_bits"], True) if plan["w_bits"] != w_fmt.bits else w_fmt
+    lanes = pointwise_lanes_cost(lw_fmt, a_fmt, in_c, plan["n"], plan["s"])
+    return narrow_small_cost(w_max, a_max, in_c) <= lanes
 
 
 def _weight_codes(node: Node) -> np.ndarray | None:
@@ -363,7 +408,14 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         not host
         and not binary
         and widened_to_s8(
-            node.inputs[1].qformat, x.qformat, (k_h, k_w), a["stride"], a["padding"], macs
+            node.inputs[1].qformat,
+            x.qformat,
+            (k_h, k_w),
+            a["stride"],
+            a["padding"],
+            macs,
+            in_c=in_c // a["groups"],
+            weight=_weight_codes(node),
         )
     )
     lanes = (

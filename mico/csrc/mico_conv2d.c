@@ -1558,9 +1558,10 @@ static const MicoConv2d *mico_lr_flat(MicoConv2d *q)
     return q;
 }
 
-/* Output rows narrower than this take the im2col patch: by rows, each row's fixed work and its
+/* Output rows narrower than this take an im2col patch: by rows, each row's fixed work and its
  * padding to NPX pixels would serve too few outputs (DS-CNN's first conv, rows of 5 pixels:
- * 5.27 instructions per MAC by rows at W4A4, 3.62 through the patch). */
+ * 5.27 instructions per MAC by rows at W4A4, 3.62 through the im2col lanes, 2.07 through the
+ * pointwise path's patch, mico_pw_patch). */
 #define MICO_LR_MIN_W 8
 
 /* Narrow rows go through the patch only for pointwise layers and single-channel inputs, where
@@ -1575,53 +1576,52 @@ static int mico_lr_narrow(const MicoConv2d *q)
 
 /* ------------------------------------------------------------------------ channel lanes, pointwise */
 
-#define MICO_PW_BUF 2048 /* int16 codes of a block of pixels of every input channel (64) */
+#define MICO_PW_BUF 2048 /* bytes: a block of pixels of every input channel (64) */
 #define MICO_PW_PX 32    /* pixels of a block: the rows of buf and of the tile */
-#define MICO_PW_TAPS_MAX (MICO_PW_BUF / MICO_PW_PX) /* input channels the path takes */
+#define MICO_PW_WSUMS 256 /* output channels whose weight sums a call keeps (signed codes) */
+#define MICO_PW_WX 512    /* lane weights a call keeps (every block's once, when they fit) */
 
-/* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes (signed
- * when the activations are): lane 0 of word (g, q) is channel g, lane 1 channel g + G. */
+/* The flushes of MICO_PW_FN: OP is = (the first of a pixel group) or +=. 16-bit lanes: lane 0 of word (g, q) is channel g,
+ * lane 1 channel g + G. */
 #define MICO_PW_LANES16(OP, G, D)                                                           \
     MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
         const uint32_t d = D(q);                                                            \
         MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             const uint32_t v = acc[g][q];                                                   \
-            const uint32_t lo = is_signed ? (uint32_t)((int32_t)(v << 16) >> 16) : v & 0xffffu; \
-            const uint32_t hi = is_signed ? (uint32_t)((int32_t)(v - lo) >> 16) : v >> 16;  \
-            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
-            tt[0] OP lo + d;                                                                \
-            tt[(G) * xs] OP hi + d;                                                         \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                      \
+            tt[0] OP (v & 0xffffu) + d;                                                     \
+            tt[(G) * xs] OP (v >> 16) + d;                                                  \
         }                                                                                   \
     }
-/* Unsigned 8-bit lanes widened to 16 bits (even lanes in wide[i], odd in wide[G * NPX + i]):
- * lane i of word (g, q) is channel iG + g. */
+/* 8-bit lanes widened to 16 bits (even lanes in wide[i], odd in wide[G * NPX + i]): lane i of
+ * word (g, q) is channel iG + g. */
 #define MICO_PW_LANES8(OP, G, D)                                                            \
     MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
         const uint32_t d = D(q);                                                            \
         MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             const uint32_t ev = wide[g * NPX + q], od = wide[((G) + g) * NPX + q];          \
-            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                      \
             tt[0] OP (ev & 0xffffu) + d;                                                    \
             tt[(G) * xs] OP (od & 0xffffu) + d;                                             \
             tt[2 * (G) * xs] OP (ev >> 16) + d;                                             \
             tt[3 * (G) * xs] OP (od >> 16) + d;                                             \
         }                                                                                   \
     }
-/* Unsigned 8-bit lanes of a pixel group's only segment, written into the tile: lane i of word
- * (g, q) is channel iG + g. */
+/* 8-bit lanes of a pixel group's only segment, written into the tile: lane i of word (g, q) is
+ * channel iG + g. */
 #define MICO_PW_LANES8X4(G)                                                                 \
     MICO_UNROLL for (q = 0; q < NPX; q++) {                                                 \
         const uint32_t d = MICO_PW_START(q);                                                \
         MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
             const uint32_t v = acc[g][q];                                                   \
-            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                     \
+            uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);                      \
             tt[0] = (v & 0xffu) + d;                                                        \
             tt[(G) * xs] = ((v >> 8) & 0xffu) + d;                                          \
             tt[2 * (G) * xs] = ((v >> 16) & 0xffu) + d;                                     \
             tt[3 * (G) * xs] = (v >> 24) + d;                                               \
         }                                                                                   \
     }
-/* What a pixel's sums start from (the first flush: minus the weights' offset, start[j]), and
+/* What a column's sums start from (the first flush: minus the weights' offset, start[j]), and
  * nothing (the later ones). */
 #define MICO_PW_START(Q) ((uint32_t)start[j0 + (Q)])
 #define MICO_PW_NONE(Q) 0u
@@ -1641,80 +1641,120 @@ static int mico_lr_narrow(const MicoConv2d *q)
         }                                                                                   \
     }
 /* The taps from wp to END (at least one): per tap, its G lane weights (extracted words at wp)
- * times the NPX pixels' codes (one pixel's loads at a time, MICO_S8_SEQ); unrolled twice by
- * the compiler (two taps written out in the source spill). */
+ * times the NPX columns' fields (one column's loads at a time, MICO_S8_SEQ; for G = 8, one
+ * weight's at a time: its 8 weights and 16 sums would not fit the registers); unrolled twice
+ * by the compiler (two taps written out in the source spill). */
 #define MICO_PW_TAPS(BITS, G, END)                                                          \
     MICO_PW_UNROLL2 do {                                                                    \
-        uint32_t wl[G];                                                                     \
-        MICO_UNROLL for (g = 0; g < (G); g++) {                                             \
-            wl[g] = wp[g];                                                                  \
+        if (NPX <= 2) { /* G = 8: the columns' fields first, then a lane weight at a time */ \
+            uint32_t xq[NPX];                                                               \
+            MICO_UNROLL for (q = 0; q < NPX; q++) {                                         \
+                xq[q] = xp[q];                                                              \
+            }                                                                               \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                const uint32_t wv = wp[g];                                                  \
+                MICO_UNROLL for (q = 0; q < NPX; q++) {                                     \
+                    acc[g][q] += wv * xq[q];                                                \
+                }                                                                           \
+                MICO_S8_SEQ();                                                              \
+            }                                                                               \
+        } else {                                                                            \
+            uint32_t wl[G];                                                                 \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                wl[g] = wp[g];                                                              \
+            }                                                                               \
+            MICO_UNROLL for (q = 0; q < NPX; q++) {                                         \
+                const uint32_t xv = xp[q];                                                  \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    acc[g][q] += wl[g] * xv;                                                \
+                }                                                                           \
+                MICO_S8_SEQ();                                                              \
+            }                                                                               \
         }                                                                                   \
         wp += (G);                                                                          \
-        MICO_UNROLL for (q = 0; q < NPX; q++) {                                             \
-            const uint32_t xv = (uint32_t)(int32_t)xp[q];                                   \
-            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
-                acc[g][q] += wl[g] * xv;                                                    \
-            }                                                                               \
-            MICO_S8_SEQ();                                                                  \
-        }                                                                                   \
         xp += xs;                                                                           \
     } while (wp < (END))
 
-/* One block of F channels over np pixels (np a multiple of NPX = 16 / G) of a pointwise layer,
- * NPX pixels at a time (G x NPX lane words in registers): tap t of pixel j is x[t * xs + j],
- * xs = MICO_PW_PX (no table: a constant stride). Sums go to tile[c * xs + j]: the first flush
- * of a pixel group writes them from start[j] (minus the weights' offset, or 0), later ones
- * add (no zeroing of the tile). A reduction of at most n taps in 16-bit or unsigned 8-bit
- * lanes takes one segment and one flush; others flush every n taps (inline for 16-bit and
- * unsigned 8-bit lanes, else mico_lanes_settle and mico_lanes_widen). */
-#define MICO_PW_FN(BITS, G)                                                                 \
-    static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *w, const int16_t *x,     \
-                                                    int32_t taps, int32_t np, int32_t n,    \
-                                                    int32_t is_signed, const int32_t *start, \
-                                                    int32_t *tile, int32_t centered)         \
+/* The centered form of MICO_PW_FN (16-bit lanes whose sums fit 15 bits, weights wx without
+ * their offset): lanes from 2^15, one flush, no start. A function of its own: fewer values
+ * live around its tap loop, whose 16 lane words then stay in registers. */
+#define MICO_PW_CFN(BITS, G)                                                                \
+    static MICO_NOINLINE void mico_pw_c##BITS##g##G(const uint32_t *wx, const uint32_t *wend, \
+                                                    const uint8_t *x, int32_t np,           \
+                                                    int32_t *tile)                          \
     {                                                                                       \
-        enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
+        enum { NPX = 16 / (G), xs = MICO_PW_PX };                                           \
+        int32_t j0, g, q;                                                                   \
+        for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
+            const uint32_t *wp = wx;                                                        \
+            const uint8_t *xp = x + j0;                                                     \
+            uint32_t acc[G][NPX];                                                           \
+            MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
+                MICO_UNROLL for (q = 0; q < NPX; q++) {                                     \
+                    acc[g][q] = 0x80008000u;                                                \
+                }                                                                           \
+            }                                                                               \
+            MICO_PW_TAPS(BITS, G, wend);                                                    \
+            MICO_UNROLL for (q = 0; q < NPX; q++) {                                         \
+                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
+                    const uint32_t v = acc[g][q];                                           \
+                    uint32_t *const tt = (uint32_t *)(void *)(tile + j0 + g * xs + q);      \
+                    tt[0] = v & 0xffffu;                                                    \
+                    tt[(G) * xs] = v >> 16;                                                 \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+    }
+
+/* mico_pw_x<b>g<G>: the lane weights of a block of F channels, G words a tap (wx[t G + g]:
+ * the fields of word t at bits g b, g b + s, ..., without their offset when centered).
+ * mico_pw_w<b>g<G>: that block over np columns (np a multiple of NPX = 16 / G) of a pointwise
+ * layer, NPX columns at a time (G x NPX lane words in registers): tap t of column j is the
+ * unsigned field x[t * xs + j], xs = MICO_PW_PX (no table: a constant stride). Sums go to
+ * tile[c * xs + j]: the first flush of a group writes them from start[j] (minus the weights'
+ * offset, or 0), later ones add (no zeroing of the tile). Centered 16-bit lanes go through
+ * mico_pw_c<b>g<G>; a reduction of at most n taps in 16- or 8-bit lanes takes one segment and
+ * one flush; others flush every n taps (inline for 16- and 8-bit lanes, else
+ * mico_lanes_settle and mico_lanes_widen). */
+#define MICO_PW_FN(BITS, G)                                                                 \
+    static MICO_NOINLINE void mico_pw_x##BITS##g##G(const uint32_t *w, int32_t taps,         \
+                                                    int32_t centered, uint32_t *wx)          \
+    {                                                                                       \
         const uint32_t s = (BITS) * (G), m = mico_lane_mask(BITS, s);                       \
         /* centered: weights without their offset (16-bit lanes whose sums fit 15 bits) */  \
         const uint32_t off = s == 16u && centered ? (1u << ((BITS) - 1)) * 0x10001u : 0u;   \
-        uint32_t wx[MICO_PW_TAPS_MAX * (G)]; /* the lane weights, G words a tap */          \
-        const uint32_t *const wend = wx + taps * (G);                                       \
-        uint32_t wide[2 * (G) * NPX];                                                       \
-        int32_t j0, g, q, t;                                                                \
-        for (t = 0; t < taps; t++) { /* extracted once for every pixel group */             \
+        int32_t g, t;                                                                       \
+        for (t = 0; t < taps; t++) {                                                        \
             MICO_UNROLL for (g = 0; g < (G); g++) {                                         \
                 wx[t * (G) + g] = ((w[t] >> (g * (BITS))) & m) - off;                       \
             }                                                                               \
         }                                                                                   \
+    }                                                                                       \
+    static MICO_NOINLINE void mico_pw_w##BITS##g##G(const uint32_t *wx, const uint8_t *x,    \
+                                                    int32_t taps, int32_t np, int32_t n,    \
+                                                    const int32_t *start,                   \
+                                                    int32_t *tile, int32_t centered)         \
+    {                                                                                       \
+        enum { NPX = 16 / (G), F = 32 / (BITS), xs = MICO_PW_PX };                          \
+        const uint32_t s = (BITS) * (G);                                                    \
+        const uint32_t *const wend = wx + taps * (G);                                       \
+        uint32_t wide[2 * (G) * NPX];                                                       \
+        int32_t j0, g, q;                                                                   \
+        if (s == 16u && centered) {                                                         \
+            mico_pw_c##BITS##g##G(wx, wend, x, np, tile);                                   \
+            return;                                                                         \
+        }                                                                                   \
         for (j0 = 0; j0 < np; j0 += NPX) {                                                  \
             const uint32_t *wp = wx;                                                        \
-            const int16_t *xp = x + j0;                                                     \
+            const uint8_t *xp = x + j0;                                                     \
             int32_t *const tg = tile + j0;                                                  \
             int32_t fresh = 1, segs = 0;                                                    \
-            if (s == 16u && centered) { /* lanes from 2^15: sum + 2^15 in each, no offset */ \
-                uint32_t acc[G][NPX];                                                       \
-                MICO_UNROLL for (g = 0; g < (G); g++) {                                     \
-                    MICO_UNROLL for (q = 0; q < NPX; q++) {                                 \
-                        acc[g][q] = 0x80008000u;                                            \
-                    }                                                                       \
-                }                                                                           \
-                MICO_PW_TAPS(BITS, G, wend);                                                \
-                MICO_UNROLL for (q = 0; q < NPX; q++) {                                     \
-                    MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
-                        const uint32_t v = acc[g][q];                                       \
-                        uint32_t *const tt = (uint32_t *)(void *)(tg + g * xs + q);         \
-                        tt[0] = v & 0xffffu;                                                \
-                        tt[(G) * xs] = v >> 16;                                             \
-                    }                                                                       \
-                }                                                                           \
-                continue;                                                                   \
-            }                                                                               \
-            if (taps <= n && (s == 16u || (s == 8u && !is_signed))) { /* one segment */     \
+            if (taps <= n && (s == 16u || s == 8u)) { /* one segment */                     \
                 uint32_t acc[G][NPX];                                                       \
                 MICO_PW_ZERO(G);                                                            \
-                MICO_PW_TAPS(BITS, G, wend);                                               \
+                MICO_PW_TAPS(BITS, G, wend);                                                \
                 if (s == 16u) {                                                             \
-                    MICO_PW_LANES16(=, G, MICO_PW_START);                              \
+                    MICO_PW_LANES16(=, G, MICO_PW_START);                                   \
                 } else {                                                                    \
                     MICO_PW_LANES8X4(G);                                                    \
                 }                                                                           \
@@ -1724,17 +1764,17 @@ static int mico_lr_narrow(const MicoConv2d *q)
                 const uint32_t *const seg_end = (wend - wp) / (G) > n ? wp + n * (G) : wend; \
                 uint32_t acc[G][NPX], sums[(G) * NPX];                                      \
                 MICO_PW_ZERO(G);                                                            \
-                MICO_PW_TAPS(BITS, G, seg_end);                                            \
-                if (s == 16u && fresh) { /* two lanes a word (channels g, g + G) */      \
-                    MICO_PW_LANES16(=, G, MICO_PW_START);                              \
+                MICO_PW_TAPS(BITS, G, seg_end);                                             \
+                if (s == 16u && fresh) { /* two lanes a word (channels g, g + G) */         \
+                    MICO_PW_LANES16(=, G, MICO_PW_START);                                   \
                     fresh = 0;                                                              \
                     continue;                                                               \
                 }                                                                           \
                 if (s == 16u) {                                                             \
-                    MICO_PW_LANES16(+=, G, MICO_PW_NONE);                                                 \
+                    MICO_PW_LANES16(+=, G, MICO_PW_NONE);                                   \
                     continue;                                                               \
                 }                                                                           \
-                if (s == 8u && !is_signed) { /* into 16-bit lanes, inline */                \
+                if (s == 8u) { /* into 16-bit lanes, inline */                              \
                     MICO_UNROLL for (g = 0; g < (G); g++) {                                 \
                         MICO_UNROLL for (q = 0; q < NPX; q++) {                             \
                             const uint32_t v = acc[g][q], i = (uint32_t)(g * NPX + q);      \
@@ -1746,10 +1786,10 @@ static int mico_lr_narrow(const MicoConv2d *q)
                     if (++segs < 257 && wp < wend) {                                        \
                         continue;                                                           \
                     }                                                                       \
-                    if (fresh) { /* lane i of (g, q): channel iG + g */                   \
-                        MICO_PW_LANES8(=, G, MICO_PW_START);                                                  \
+                    if (fresh) { /* lane i of (g, q): channel iG + g */                     \
+                        MICO_PW_LANES8(=, G, MICO_PW_START);                                \
                     } else {                                                                \
-                        MICO_PW_LANES8(+=, G, MICO_PW_NONE);                                                 \
+                        MICO_PW_LANES8(+=, G, MICO_PW_NONE);                                \
                     }                                                                       \
                     segs = 0;                                                               \
                     fresh = 0;                                                              \
@@ -1768,57 +1808,69 @@ static int mico_lr_narrow(const MicoConv2d *q)
                         sums[g * NPX + q] = acc[g][q];                                      \
                     }                                                                       \
                 }                                                                           \
-                if (s <= 8u && !is_signed) {                                                \
+                if (s <= 8u) {                                                              \
                     segs = mico_lanes_widen(sums, wide, segs, wp >= wend, (G), NPX, tg, xs, \
                                             NPX, s);                                        \
                 } else {                                                                    \
-                    mico_lanes_settle(sums, (G), NPX, tg, xs, (G) * xs, NPX, s, is_signed); \
+                    mico_lanes_settle(sums, (G), NPX, tg, xs, (G) * xs, NPX, s, 0);         \
                 }                                                                           \
             }                                                                               \
         }                                                                                   \
     }
 
-typedef void (*MicoPwFn)(const uint32_t *w, const int16_t *x, int32_t taps, int32_t np,
-                         int32_t n, int32_t is_signed, const int32_t *start, int32_t *tile,
+typedef void (*MicoPwFn)(const uint32_t *wx, const uint8_t *x, int32_t taps, int32_t np,
+                         int32_t n, const int32_t *start, int32_t *tile,
                          int32_t centered);
+typedef void (*MicoPwXFn)(const uint32_t *w, int32_t taps, int32_t centered, uint32_t *wx);
 
-/* buf and its 32-bit view (column sums of non-negative codes two pixels at a time). */
+/* buf (fields, a row of MICO_PW_PX columns per tap) and its 32-bit view. */
 typedef union {
-    int16_t h[MICO_PW_BUF];
-    uint32_t w[MICO_PW_BUF / 2];
+    uint8_t b[MICO_PW_BUF];
+    uint32_t w[MICO_PW_BUF / 4];
 } MicoPwBuf;
 
-/* cs[j] = sum over the n_ic rows (MICO_PW_PX codes apart) of column j, pp columns (even). Codes known
- * to be non-negative (plain unsigned fields) and their sums below 2^16 add two at a time. */
-static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t n_ic, int32_t pp,
-                                          int pairs, int32_t *cs)
+/* cs[j] = sum over the taps rows (MICO_PW_PX bytes apart) of column j, pp columns (every column
+ * up to the next multiple of 4 set): four columns a word, in two 16-bit lanes each (a sum of
+ * at most 64 bytes fits). */
+static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t taps, int32_t pp,
+                                          int32_t *cs)
 {
     enum { xs = MICO_PW_PX };
     int32_t j, i;
-    if (pairs) {
-        for (j = 0; j < pp; j += 2) {
-            const uint32_t *x = b->w + j / 2, *const x_end = x + n_ic * (xs / 2);
-            uint32_t v = 0, u = 0;
-            for (; x + 3 * (xs / 2) < x_end; x += 2 * xs) { /* four rows an iteration */
-                v += x[0] + x[xs / 2];
-                u += x[xs] + x[3 * (xs / 2)];
-            }
-            for (; x < x_end; x += xs / 2) {
-                v += x[0];
-            }
-            v += u;
-            cs[j] = (int32_t)(v & 0xffffu);
-            cs[j + 1] = (int32_t)(v >> 16);
+    for (j = 0; j < pp; j += 4) {
+        const uint32_t *x = b->w + j / 4;
+        uint32_t ev = 0, od = 0;
+        for (i = 0; i < taps; i++, x += xs / 4) {
+            const uint32_t v = *x;
+            ev += v & 0x00ff00ffu;
+            od += (v >> 8) & 0x00ff00ffu;
         }
-        return;
+        cs[j] = (int32_t)(ev & 0xffffu);
+        cs[j + 1] = (int32_t)(od & 0xffffu);
+        cs[j + 2] = (int32_t)(ev >> 16);
+        cs[j + 3] = (int32_t)(od >> 16);
     }
-    for (j = 0; j < pp; j++) {
-        const int16_t *x = b->h + j;
-        int32_t v = 0;
-        for (i = 0; i < n_ic; i++, x += xs) {
-            v += *x;
+}
+
+/* ws[c] = o W_c for every output channel c: W_c the sum of its weight codes (from the lanes
+ * words), o the offset of the activation fields the kernels multiply (x = u - o). */
+static MICO_NOINLINE void mico_pw_wsums(const MicoConv2d *p, int32_t taps, uint32_t o,
+                                        int32_t *ws)
+{
+    const uint32_t bits = (uint32_t)p->w_bits, f = 32u / bits, mask = (1u << bits) - 1u;
+    const uint32_t q_w = bits == 1u ? 1u : 1u << (bits - 1u);
+    int32_t c, t;
+    for (c = 0; c < p->out_c; c++) {
+        const uint32_t *w = (const uint32_t *)(const void *)p->weight +
+                            (size_t)((uint32_t)c / f) * (size_t)taps;
+        const uint32_t sh = (uint32_t)c % f * bits;
+        uint32_t s = 0;
+        for (t = 0; t < taps; t++) {
+            s += (w[t] >> sh) & mask;
         }
-        cs[j] = v;
+        /* offset fields: w + q_w; binary ones: (w + 1) / 2 */
+        s = bits == 1u ? 2u * s - (uint32_t)taps : s - (uint32_t)taps * q_w;
+        ws[c] = (int32_t)(o * s);
     }
 }
 
@@ -1885,13 +1937,15 @@ static inline uint32_t mico_pw_code(int32_t r, uint32_t m, uint32_t s, uint32_t 
 
 /* Requantize and store the F channels of a block (sums tile[c * MICO_PW_PX + j], np pixels)
  * at pixel pix0 of their planes; (cs, csq): the weights' offset still to take (zeros when the
- * tile holds it already, as it does for weights not binary). The usual case (a ReLU, lo <= 0,
+ * tile holds it already, as it does for weights not binary); cw[c] (or none): what the
+ * activations' offset adds to channel c's sums, taken from its bias. The usual case (a ReLU, lo <= 0,
  * no zero point, codes of 8, 4 or 2 bits, weights not binary; a plane may start inside a
  * byte) in one loop per channel with its constants read here, not through a call per channel;
  * any other channel through mico_lr_store or mico_lanes_requant. */
 static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_t f,
                                         int32_t *tile, const int32_t *cs, const int32_t *csq,
-                                        int32_t np, void *out, int32_t pix0, uint32_t adj)
+                                        int32_t np, void *out, int32_t pix0, uint32_t adj,
+                                        const int32_t *cw)
 {
     const MicoOut *const o = &p->out;
     const uint32_t bits = (uint32_t)o->fmt.bits, per = 8u / (bits ? bits : 1u);
@@ -1907,7 +1961,8 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
         const int32_t oc = oc0 + c, k = o->n_mult > 1 ? oc : 0;
         const size_t at = (size_t)oc * npix + (size_t)pix0;
         const int32_t *const v = tile + c * MICO_PW_PX;
-        const uint32_t b = (uint32_t)p->bias[oc] - adj, off = (uint32_t)(at * bits % 8u);
+        const uint32_t off = (uint32_t)(at * bits % 8u);
+        const uint32_t b = (uint32_t)p->bias[oc] - adj - (cw != NULL ? (uint32_t)cw[c] : 0u);
         const int32_t m = usual ? o->m[k] : 0, shift = usual ? o->shift[k] : 0;
         uint8_t *dst = (uint8_t *)out + at * bits / 8u;
         if (usual && shift > 32) {
@@ -1940,82 +1995,243 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
     }
 }
 
-/* Pixels [pix0, pix0 + np) of each of the n_ic input planes (npix codes each) into the rows of
- * buf, zero-padded to pp: plain fields of 8, 4 or 2 bits (a plane may start inside a byte: its
- * first codes one at a time) in one loop (mico_lr_unpack_plain), others through
- * mico_lr_unpack row by row. */
+
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_PW_LE 1 /* byte k of a word is the byte at address + k */
+#else
+#define MICO_PW_LE 0
+#endif
+
+/* Fields of 4 bits (the low half of v) to bytes: halves to halfwords, nibbles to bytes. */
+static inline uint32_t mico_pw_nib4(uint32_t v)
+{
+    v = (v | (v << 8)) & 0x00ff00ffu;
+    return (v | (v << 4)) & 0x0f0f0f0fu;
+}
+
+/* Four fields of 2 bits (the low byte of v) to bytes. */
+static inline uint32_t mico_pw_nib2(uint32_t v)
+{
+    v = (v | (v << 12)) & 0x000f000fu;
+    return (v | (v << 6)) & 0x03030303u;
+}
+
+/* Rows of 32 fields of b bits (8, 4 or 2) into bytes, a word at a time: row r (MICO_PW_PX
+ * bytes apart in dst) from bit bit0 + r step of the word-aligned tensor in, word i of a row
+ * from its aligned words src[i] (k = 0) or src[i] and src[i + 1] (from bit k), fields xor xr
+ * (x in every field): about 2.6 instructions a 4-bit field, against about 4.6 a field at a
+ * time. */
+#define MICO_PW_WORD(I) (k == 0u ? src[I] : (src[I] >> k) | (src[(I) + 1] << (32u - k)))
+static MICO_NOINLINE void mico_pw_words(const void *in, size_t bit0, size_t step, int32_t rows,
+                                        uint32_t b, uint32_t xr, uint8_t *dst)
+{
+    int32_t r;
+    uint32_t i;
+    for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {
+        const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;
+        const uint32_t k = (uint32_t)(bit0 % 32u);
+        uint32_t *const row = (uint32_t *)(void *)dst;
+        if (b == 8u) {
+            for (i = 0; i < 8u; i++) {
+                row[i] = MICO_PW_WORD(i) ^ xr;
+            }
+        } else if (b == 4u) {
+            for (i = 0; i < 4u; i++) {
+                const uint32_t v = MICO_PW_WORD(i) ^ xr;
+                row[2u * i] = mico_pw_nib4(v & 0xffffu);
+                row[2u * i + 1u] = mico_pw_nib4(v >> 16);
+            }
+        } else {
+            for (i = 0; i < 2u; i++) {
+                const uint32_t v = MICO_PW_WORD(i) ^ xr;
+                row[4u * i] = mico_pw_nib2(v & 0xffu);
+                row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu);
+                row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu);
+                row[4u * i + 3u] = mico_pw_nib2(v >> 24);
+            }
+        }
+    }
+}
+#undef MICO_PW_WORD
+
+/* The fields u = field ^ x (a code plus its offset o, mico_field_map: signed codes x +
+ * 2^(b-1), asymmetric ones their stored field; sh = 0) of pixels [pix0, pix0 + np) of each of
+ * the n_ic input planes (npix codes each) into the rows of buf (MICO_PW_PX bytes apart), the
+ * columns from np to the row's end zero: a whole row (np = MICO_PW_PX) of 8-, 4- or 2-bit
+ * fields of a word-aligned tensor on a little-endian target a word at a time (mico_pw_words)
+ * when the words it reads lie within the tensor, any other a field at a time. */
 static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix, int32_t pix0,
-                                         int32_t np, int32_t pp, int32_t n_ic, int16_t *buf)
+                                         int32_t np, int32_t n_ic, uint8_t *buf)
 {
     const MicoFieldMap fm = mico_field_map(f);
-    const uint32_t b = (uint32_t)f.bits, per = 32u / (b ? b : 1u), mask = (1u << b) - 1u;
-    const int plain = fm.x == 0u && fm.o == 0 && fm.sh == 0 && (b == 8u || b == 4u || b == 2u);
+    const uint32_t b = (uint32_t)f.bits, mask = (1u << b) - 1u, x = fm.x;
+    const size_t bytes = ((size_t)n_ic * (size_t)npix * b + 7u) / 8u;
+    const int words = MICO_PW_LE && np == MICO_PW_PX && (b == 8u || b == 4u || b == 2u) &&
+                      ((uintptr_t)in & 3u) == 0u;
+    uint32_t xr = x, k;
     int32_t i, j;
-    for (i = 0; i < n_ic; i++) {
-        int16_t *row = buf + i * MICO_PW_PX, *dst = row;
-        const size_t at = (size_t)i * (size_t)npix + (size_t)pix0;
-        int32_t left = np;
-        if (plain) {
-            const uint8_t *src = (const uint8_t *)in + at * b / 8u;
-            uint32_t k = (uint32_t)(at * b % 8u);
-            if (k != 0u) { /* codes up to the plane's first whole byte */
-                uint32_t v = (uint32_t)*src++ >> k;
-                for (; k < 8u && left > 0; k += b, left--) {
-                    *dst++ = (int16_t)(v & mask);
-                    v >>= b;
+    for (k = b; k < 32u; k <<= 1) { /* x in every field */
+        xr |= xr << k;
+    }
+    i = 0;
+    if (words) { /* every row whose words lie within the tensor (all but maybe the last) */
+        const size_t last = ((size_t)(n_ic - 1) * (size_t)npix + (size_t)pix0) * b;
+        const int32_t n = (last / 32u + b + (last % 32u != 0u)) * 4u <= bytes ? n_ic : n_ic - 1;
+        mico_pw_words(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr, buf);
+        i = n;
+    }
+    for (; i < n_ic; i++) {
+        uint8_t *const row = buf + i * MICO_PW_PX;
+        const size_t bit = ((size_t)i * (size_t)npix + (size_t)pix0) * b;
+        {
+            const uint8_t *p8 = (const uint8_t *)in + bit / 8u;
+            uint32_t v = (uint32_t)*p8++ >> (bit % 8u), have = 8u - (uint32_t)(bit % 8u);
+            for (j = 0; j < np; j++) {
+                if (have < b) {
+                    v |= (uint32_t)*p8++ << have;
+                    have += 8u;
+                }
+                row[j] = (uint8_t)((v & mask) ^ x);
+                v >>= b;
+                have -= b;
+            }
+            for (; j < MICO_PW_PX; j++) {
+                row[j] = 0;
+            }
+        }
+    }
+}
+
+/* Whether the input rows a block of MICO_PW_PX output pixels reads (mico_pw_patch) fit nscr
+ * int16. */
+static int mico_pw_patch_fits(const MicoConv2d *p, int32_t nscr)
+{
+    const int32_t span = (MICO_PW_PX - 1 + p->out_w - 1) / p->out_w; /* output rows - 1 */
+    const int64_t nr = (int64_t)span * p->stride_h + (int64_t)(p->k_h - 1) * p->dil_h + 1;
+    const int64_t wp = (int64_t)(p->out_w - 1) * p->stride_w + (int64_t)(p->k_w - 1) * p->dil_w + 1;
+    return (int64_t)p->in_c * nr * wp <= nscr;
+}
+
+/* The im2col patch of output pixels [pix0, pix0 + np) of a layer of one group into buf (tap t
+ * = (ic k_h + ky) k_w + kx of pixel j at buf[t * MICO_PW_PX + j], as the field code + o;
+ * columns np .. MICO_PW_PX - 1 zero): the input rows the pixels read are unpacked once,
+ * zero-padded, into scr (mico_pw_patch_fits), then each tap copies its codes through a table of
+ * where each pixel's window starts (about 4 instructions a code, against about 20 through
+ * mico_patch's unpacking per run of an output row: DS-CNN's first conv has rows of 5
+ * outputs). */
+static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int32_t pix0,
+                                        int32_t np, uint32_t o, int16_t *scr, uint8_t *buf)
+{
+    enum { xs = MICO_PW_PX };
+    const int32_t sh = p->stride_h, sw = p->stride_w, dh = p->dil_h, dw = p->dil_w;
+    const int32_t oy0 = pix0 / p->out_w;
+    const int32_t oy1 = (pix0 + np - 1) / p->out_w;
+    const int32_t nr = (oy1 - oy0) * sh + (p->k_h - 1) * dh + 1; /* input rows of a channel */
+    const int32_t wp = (p->out_w - 1) * sw + (p->k_w - 1) * dw + 1; /* padded row length */
+    const size_t plane = (size_t)p->in_h * (size_t)p->in_w;
+    int32_t so[MICO_PW_PX], ic, r, ky, kx, j, k;
+    for (ic = 0; ic < p->in_c; ic++) { /* the rows, from column -pad_w */
+        for (r = 0; r < nr; r++) {
+            const int32_t iy = oy0 * sh - p->pad_h + r;
+            int16_t *const dst = scr + (ic * nr + r) * wp;
+            if (iy < 0 || iy >= p->in_h) {
+                for (k = 0; k < wp; k++) {
+                    dst[k] = 0;
+                }
+                continue;
+            }
+            mico_unpack_padded(in, (size_t)ic * plane + (size_t)iy * (size_t)p->in_w, p->in_w,
+                               -p->pad_w, wp, 0, p->in_fmt, dst);
+        }
+    }
+    for (j = 0; j < np; j++) { /* where pixel j's first tap is in scr */
+        const int32_t oy = (pix0 + j) / p->out_w, ox = (pix0 + j) % p->out_w;
+        so[j] = (oy - oy0) * sh * wp + ox * sw;
+    }
+    for (ic = 0; ic < p->in_c; ic++) {
+        for (ky = 0; ky < p->k_h; ky++) {
+            for (kx = 0; kx < p->k_w; kx++, buf += xs) {
+                const int16_t *const src = scr + (ic * nr + ky * dh) * wp + kx * dw;
+                for (j = 0; j + 4 <= np; j += 4) {
+                    buf[j] = (uint8_t)((uint32_t)src[so[j]] + o);
+                    buf[j + 1] = (uint8_t)((uint32_t)src[so[j + 1]] + o);
+                    buf[j + 2] = (uint8_t)((uint32_t)src[so[j + 2]] + o);
+                    buf[j + 3] = (uint8_t)((uint32_t)src[so[j + 3]] + o);
+                }
+                for (; j < np; j++) {
+                    buf[j] = (uint8_t)((uint32_t)src[so[j]] + o);
+                }
+                for (; j < xs; j++) {
+                    buf[j] = 0;
                 }
             }
-            if (left >= (int32_t)per) {
-                const int16_t *const end = dst + (uint32_t)left / per * per;
-                mico_lr_unpack_plain(&src, &dst, end, b);
-                left = np - (int32_t)(dst - row);
-            }
-        }
-        if (left > 0) {
-            mico_lr_unpack(in, at + (size_t)(np - left), left, f, dst);
-        }
-        for (j = np; j < pp; j++) {
-            row[j] = 0;
         }
     }
 }
 
 /* Weights in channel lanes, a pointwise layer (1x1, stride 1, no padding, one group) pixel by
- * pixel whatever its planes' shape: blocks of xs (up to 32) pixels of every input channel
- * unpacked once into buf, their column sums (the weights' offset), then every block of F
- * channels runs the block kernel fn over the block, and its sums are requantized and stored
- * (mico_lr_store). Returns 0 (nothing done) for a layer it does not take (more than 64 input
- * channels, wider codes). Stack: about 11 KB (8.7 KB here, up to 2 KB of lane weights in the
- * block kernel). */
+ * pixel whatever its planes' shape: blocks of xs (32) pixels of every input channel unpacked
+ * once into buf as unsigned fields u = x + o (mico_pw_unpack: a word at a time where it can),
+ * their column sums (the weights' offset),
+ * then every block of F channels runs the block kernel fn over the block, and its sums are
+ * requantized and stored (mico_pw_store, o W_c taken from the bias: mico_pw_wsums). With
+ * `patched`, any layer of one group and at most 64 taps (in_c k_h k_w) the same way over its
+ * im2col patch (mico_pw_patch), built once per block of pixels for every channel: DS-CNN's
+ * first conv (one input plane, 40 taps, rows of 5 outputs). Returns 0 (nothing done) for a
+ * layer it does not take (more than 64 taps, codes of more than 8 bits or binary ones, offset
+ * codes on more than MICO_PW_WSUMS channels, a patch's rows beyond the scratch). Stack: about
+ * 10 KB (9.7 KB here, the lane weights included; was 11 KB). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
-                                      void *out, MicoPwFn fn, int32_t npx)
+                                      void *out, MicoPwXFn xfn, MicoPwFn fn, int32_t npx,
+                                      int patched)
 {
-    const int32_t n_ic = p->in_c, f = 32 / p->w_bits, nblk = (p->out_c + f - 1) / f;
-    const int32_t npix = p->out_h * p->out_w;
+    const int32_t taps = p->in_c * p->k_h * p->k_w, f = 32 / p->w_bits;
+    const int32_t nblk = (p->out_c + f - 1) / f, npix = p->out_h * p->out_w;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     const MicoFieldMap fm = mico_field_map(p->in_fmt);
-    const int pairs = fm.x == 0u && fm.o == 0 && fm.sh == 0 && n_ic <= 256;
+    const uint32_t o = (uint32_t)fm.o; /* x = u - o */
+    const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                          p->pad_h == 0 && p->pad_w == 0;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const int32_t xs = MICO_PW_PX;
     MicoPwBuf buf;
-    int32_t tile[32 * MICO_PW_PX], cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX];
-    int32_t zeros[MICO_PW_PX];
+    union { /* the sums of a block of channels; before them, the scratch of mico_pw_patch */
+        int32_t t[32 * MICO_PW_PX];
+        int16_t h[64 * MICO_PW_PX];
+    } tile;
+    int32_t cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX], zeros[MICO_PW_PX];
+    int32_t ws[MICO_PW_WSUMS];
+    uint32_t wx[MICO_PW_WX]; /* lane weights: every block's (kept) or one block's */
+    const int32_t per = taps * (l->s / p->w_bits); /* lane weights of a block */
+    const int kept = nblk * per <= MICO_PW_WX;
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
-    /* 16-bit lanes whose sums stay within 15 bits whatever the codes (|w| <= q_w, |x| <= 2^a):
-     * weights without their offset, no column sums */
+    /* 16-bit lanes whose sums stay within 15 bits whatever the fields (|w| <= q_w,
+     * u < 2^a): weights without their offset, no column sums */
     const int centered = l->s == 16 && p->w_bits != 1 &&
-                         (uint32_t)n_ic * q_w * (1u << p->in_fmt.bits) < 32768u;
+                         (uint32_t)taps * q_w * (1u << p->in_fmt.bits) < 32768u;
     int32_t pix0, j, b;
-    if (p->k_h != 1 || p->k_w != 1 || p->stride_h != 1 || p->stride_w != 1 || p->pad_h != 0 ||
-        p->pad_w != 0 || p->groups != 1 || p->in_fmt.bits > 8 || n_ic * xs > MICO_PW_BUF) {
+    if ((!pointwise && !patched) || p->groups != 1 || p->in_fmt.bits > 8 || fm.sh != 0 ||
+        taps * xs > MICO_PW_BUF || (o != 0u && p->out_c > MICO_PW_WSUMS) ||
+        (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
         return 0;
+    }
+    if (o != 0u) {
+        mico_pw_wsums(p, taps, o, ws);
+    }
+    for (b = 0; kept && b < nblk; b++) { /* extracted once for every block of pixels */
+        xfn(w + (size_t)b * (size_t)taps, taps, centered, wx + b * per);
     }
     for (pix0 = 0; pix0 < npix; pix0 += xs) {
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
         const int32_t pp = (np + npx - 1) / npx * npx;
-        mico_pw_unpack(in, p->in_fmt, npix, pix0, np, pp, n_ic, buf.h);
+        if (pointwise) {
+            mico_pw_unpack(in, p->in_fmt, npix, pix0, np, taps, buf.b);
+        } else {
+            mico_pw_patch(p, in, pix0, np, o, tile.h, buf.b);
+        }
         if (!centered) {
-            mico_pw_colsums(&buf, n_ic, pp, pairs, cs);
+            mico_pw_colsums(&buf, taps, pp, cs);
         }
         for (j = 0; j < xs; j++) {
             csq[j] = j < np && !centered ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
@@ -2023,11 +2239,13 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             zeros[j] = 0;
         }
         for (b = 0; b < nblk; b++) {
-            fn(w + (size_t)b * (size_t)n_ic, buf.h, n_ic, pp, l->n, l->is_signed, start, tile,
-               centered);
-            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile,
+            if (!kept) {
+                xfn(w + (size_t)b * (size_t)taps, taps, centered, wx);
+            }
+            fn(kept ? wx + b * per : wx, buf.b, taps, pp, l->n, start, tile.t, centered);
+            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile.t,
                           fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
-                          centered ? 32768u : 0u);
+                          centered ? 32768u : 0u, o != 0u ? ws + b * f : NULL);
         }
     }
     return 1;
@@ -2035,7 +2253,7 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
 
 /* The block kernels of the (bits, G) pairs, and the entry points: by rows where the layer fits,
  * else through the im2col patch. */
-#define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G) MICO_PW_FN(BITS, G)
+#define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G) MICO_PW_CFN(BITS, G) MICO_PW_FN(BITS, G)
 MICO_LANES_EACH(MICO_LR_DEFINE)
 
 #define MICO_CONV_LANES_ENTRY(BITS, G, NPX)                                                 \
@@ -2043,11 +2261,16 @@ MICO_LANES_EACH(MICO_LR_DEFINE)
                                      void *out)                                             \
     {                                                                                       \
         MicoConv2d q = *p;                                                                  \
-        if (mico_conv_pw(p, l, in, out, mico_pw_w##BITS##g##G, 16 / (G))) {                 \
+        if (mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G, 16 / (G), \
+                         0)) {                                                              \
             return;                                                                         \
         }                                                                                   \
-        if (mico_lr_narrow(mico_lr_flat(&q)) ||                                            \
-            !mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                 \
+        if (!mico_lr_narrow(mico_lr_flat(&q)) &&                                           \
+            mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
+            return;                                                                         \
+        }                                                                                   \
+        if (!mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G,      \
+                          16 / (G), 1)) {                                                   \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }

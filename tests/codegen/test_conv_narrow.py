@@ -17,6 +17,7 @@ import shutil
 import numpy as np
 import pytest
 
+from mico.codegen import emitters
 from mico.codegen.emitters import NARROW_CONV, conv2d_kernel
 from mico.quant.arithmetic import TERNARY, QFormat
 from mico.targets import rv32
@@ -90,13 +91,20 @@ def _large(*args, **kwargs):
     return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
 
 
+def _bytes(*args, in_c=None, weight=None, **kwargs):
+    """widened_to_s8 without the layer's channels: small weights on 8-bit codes take the bytes
+    (the generator sends the pointwise layers of at most 64 channels to the lanes, where they
+    cost less: tests/codegen/test_pw_choice.py), so that their path here is tested."""
+    return emitters.widened_to_s8(*args, **kwargs)
+
+
 def test_narrow_conv_bit_exact(monkeypatch):
     """Every layer equals the reference on the chosen and the plain path; the narrow path is
     chosen for the layers it takes (the shift <= 32 one too: the kernel hands it on). The
     harness's chosen path does not pass the layer's size, the generator's does: here the
     layers count as large enough."""
-
     monkeypatch.setattr(kernels_rv32, "conv2d_kernel", _large)
+    monkeypatch.setattr(kernels_rv32, "widened_to_s8", _bytes)
     layers = [
         _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),
         _layer(1, 5, 7, 5, pad=2, signed=False, seed=2),
@@ -142,6 +150,7 @@ def test_narrow_conv_rv32_bit_exact(monkeypatch):
     """On rv32imac (qemu), where the byte tile is the assembly of mico_nw_q5_rv32: the edge
     layers and a few of the others equal the reference."""
     monkeypatch.setattr(kernels_rv32, "conv2d_kernel", _large)
+    monkeypatch.setattr(kernels_rv32, "widened_to_s8", _bytes)
     layers = [
         *_byte_tile_edges(),
         _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),

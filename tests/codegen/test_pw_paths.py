@@ -1,0 +1,219 @@
+"""The pointwise lanes path's byte pipeline and its im2col form (mico_conv2d.c mico_conv_pw,
+mico_pw_unpack / mico_pw_words, mico_pw_patch, mico_pw_wsums, mico_pw_c<b>g<G>) against the
+Python integer reference, and the generator's choice between the lanes and the W8A8 bytes for
+narrow weights on 8-bit codes (emitters.widened_to_s8):
+
+- activation fields unpacked a word at a time: whole blocks of 32 pixels of 8-, 4- and 2-bit
+  codes from planes at every bit offset (the last plane's block read a field at a time when
+  its words would pass the tensor's end), partial blocks, 1-, 3- and 5-bit codes;
+- signed and asymmetric codes read as unsigned fields (x + o), o times each channel's weight
+  sum taken from the bias, binary weights too, and more output channels than the path keeps
+  weight sums for (the rows path then);
+- lane weights extracted once per call (they fit 2 KB) and once per block (they do not);
+- 16-bit lanes of 8 field groups (ternary and 2-bit weights on 8-bit codes);
+- layers of one group and at most 64 taps over rows too narrow for the rows path (one input
+  plane: DS-CNN's 10 x 4 first conv, other kernels, strides, dilation, padding), short last
+  blocks, every output width of the store, extremes.
+
+One host program (ASan and UBSan when the compiler has them) and one rv32 one; the tests
+assert outputs equal to the reference and the paths chosen, not speed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from mico.codegen.emitters import widened_to_s8
+from mico.quant.arithmetic import TERNARY, QFormat
+from mico.targets import rv32
+from tests.codegen.test_lanes_pointwise import kernels_rv32
+
+needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+W1, W2, W4, W8 = (QFormat(b, True) for b in (1, 2, 4, 8))
+WT = QFormat.for_bits(TERNARY, True)
+A1, A2, A3, A4, A5, A8 = (QFormat(b, False) for b in (1, 2, 3, 4, 5, 8))
+S4, S8 = QFormat(4, True), QFormat(8, True)
+
+
+def _conv(w_fmt, a_fmt, seed, *, in_c, out_c=None, hw=(8, 8), k=1, **kw):
+    out_c = out_c or 32 // w_fmt.bits
+    return kernels_rv32.random_layer(
+        "conv", w_fmt, a_fmt, in_c=in_c, out_c=out_c, hw=hw, k=k, seed=seed, **kw
+    )
+
+
+def words() -> list:
+    """Blocks of 32 pixels read a word at a time: planes of 32 x k pixels (bit offset 0), of
+    33, 40, 50 and 100 pixels (the planes' blocks from every bit offset of a word), 8-, 4- and
+    2-bit codes, signed and asymmetric ones, extremes, the block of the last plane that ends
+    the tensor."""
+    layers = []
+    for i, a_fmt in enumerate((A8, A4, A2, S4, S8, QFormat.asymmetric(4, 5))):
+        for j, hw in enumerate(((4, 8), (3, 11), (5, 8), (5, 10), (10, 10))):
+            w_fmt = (W4, W2, W8 if a_fmt.bits < 8 else WT)[(i + j) % 3]  # (not W8A8)
+            layers.append(_conv(w_fmt, a_fmt, 100 + 10 * i + j, in_c=5 + 4 * j, hw=hw,
+                                extreme=(i + j) % 4 == 0))  # fmt: skip
+    return layers
+
+
+def fields() -> list:
+    """Codes a field at a time: 1-, 3- and 5-bit codes, partial blocks (planes of 7 and 45
+    pixels), a 3-bit signed plane."""
+    return [
+        _conv(W4, A1, 200, in_c=12, hw=(4, 8)),
+        _conv(W2, A3, 201, in_c=9, hw=(5, 9)),
+        _conv(W4, A5, 202, in_c=17, hw=(1, 7)),
+        _conv(W2, QFormat(3, True), 203, in_c=10, hw=(4, 8), extreme=True),
+        _conv(W8, A4, 204, in_c=6, hw=(3, 15)),
+    ]
+
+
+def offsets() -> list:
+    """Signed and asymmetric codes (o W_c from the bias) with weights of every width, binary
+    ones too; 264 output channels of signed codes (more than the path keeps weight sums for:
+    the rows path); weights extracted once per call (32 channels of 32 taps at 4 bits) and
+    once per block (64 x 64)."""
+    layers = [
+        _conv(w, a, 300 + i, in_c=21, hw=(6, 6), extreme=i % 2 == 1)
+        for i, (w, a) in enumerate(
+            ((W1, S4), (WT, S4), (W2, QFormat.asymmetric(2, 1)), (W4, S8), (W8, S4),
+             (W4, QFormat.asymmetric(8, 100)))
+        )
+    ]  # fmt: skip
+    layers.append(_conv(W4, S4, 310, in_c=16, out_c=264, hw=(4, 8)))
+    layers.append(_conv(W4, A4, 311, in_c=32, out_c=32, hw=(8, 8)))
+    layers.append(_conv(W4, S4, 312, in_c=64, out_c=64, hw=(8, 8)))
+    return layers
+
+
+def eight_groups() -> list:
+    """16-bit lanes of 8 field groups (2-bit and ternary weights on 8-bit codes), one segment
+    and several, 33 and 64 input channels, the lanes at their bound."""
+    return [
+        _conv(WT, A8, 400, in_c=33, hw=(5, 7)),
+        _conv(W2, A8, 401, in_c=64, out_c=48, hw=(4, 8), extreme=True),
+        _conv(W2, S8, 402, in_c=20, hw=(6, 6)),
+    ]
+
+
+def patched() -> list:
+    """Layers of one input plane (rows too narrow for the rows path: the im2col patch of
+    mico_pw_patch): DS-CNN's 10 x 4 kernel of stride 2 on 49 x 10, 5 x 5, 3 x 3 with dilation
+    2, a kernel of 8 x 8 (64 taps), a 1 x 1 of stride 2, signed and asymmetric codes (padding
+    reads as the field of code 0), 4- and 2-bit outputs, extremes, output channels that leave
+    a block partly empty."""
+    layers = []
+    first = _conv(W4, A4, 500, in_c=1, out_c=64, hw=(49, 10), k=4, stride=2, pad=1)
+    first.weight = np.random.default_rng(501).integers(W4.qmin, W4.qmax + 1, size=(64, 1, 10, 4))
+    layers.append(first)
+    first2 = _conv(W2, S4, 502, in_c=1, out_c=24, hw=(49, 10), k=4, stride=2, pad=1,
+                   extreme=True)  # fmt: skip
+    first2.weight = np.random.default_rng(503).choice([W2.qmin, W2.qmax], size=(24, 1, 10, 4))
+    layers.append(first2)
+    layers += [
+        _conv(W4, A4, 510, in_c=1, out_c=16, hw=(9, 9), k=5, pad=1),
+        _conv(W4, QFormat.asymmetric(4, 3), 511, in_c=1, out_c=8, hw=(11, 7), k=3, pad=2, dil=2),
+        _conv(W2, A2, 512, in_c=1, out_c=20, hw=(12, 12), k=8, o_fmt=A2),
+        _conv(W4, A8, 513, in_c=1, out_c=8, hw=(9, 6), k=1, stride=2, o_fmt=A4),
+        _conv(W8, S4, 514, in_c=1, out_c=4, hw=(7, 5), k=3, pad=1, extreme=True),
+    ]
+    return layers
+
+
+CASES = {
+    "words": words,
+    "fields": fields,
+    "offsets": offsets,
+    "eight_groups": eight_groups,
+    "patched": patched,
+}
+
+
+def _sanitized_run(layers: list) -> list[np.ndarray]:
+    """The chosen paths' outputs of a host build under ASan and UBSan (any report fails)."""
+    program = kernels_rv32.layers_program(layers, ("chosen",))
+    with tempfile.TemporaryDirectory(prefix="mico-pw-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
+        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]
+        cmd = ["gcc", "-std=c99", "-O2", "-g", "-Wall", "-Wextra", "-Werror", *flags, "-I",
+               str(work), *sources, "-o", str(work / "main")]  # fmt: skip
+        if subprocess.run(cmd, capture_output=True).returncode != 0:  # no sanitizer runtime
+            cmd = [c for c in cmd if c not in flags]
+            subprocess.run(cmd, check=True, capture_output=True)
+        text = subprocess.run([str(work / "main")], check=True, capture_output=True,
+                              text=True).stdout.split()  # fmt: skip
+    marks = [i for i, token in enumerate(text) if token == "instret"]
+    return [
+        kernels_rv32.unpack(np.frombuffer(bytes.fromhex(text[j + 2]), dtype=np.uint8),
+                            layer.reference().size, layer.o_fmt)
+        for layer, j in zip(layers, marks, strict=True)
+    ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def chosen() -> dict[str, list[str]]:
+    """Every case's layers through their chosen paths in one sanitized host program, each
+    output held to the reference; case name -> the kernel of each layer."""
+    layers = {name: fn() for name, fn in CASES.items()}
+    flat = [layer for group in layers.values() for layer in group]
+    outs = iter(_sanitized_run(flat))
+    kernels: dict[str, list[str]] = {}
+    for name, group in layers.items():
+        kernels[name] = []
+        for i, layer in enumerate(group):
+            out = next(outs)
+            ref = layer.reference().ravel()
+            (kernel, _), *_ = kernels_rv32._layer_code(layer, "L0_", ("chosen",))[1]
+            assert np.array_equal(out, ref), (name, i, kernel, np.flatnonzero(out != ref)[:10])
+            kernels[name].append(kernel)
+    return kernels
+
+
+@needs_gcc
+@pytest.mark.parametrize("case", list(CASES))
+def test_lanes_bit_exact(chosen, case):
+    assert all(k.startswith("mico_qconv2d_lanes") for k in chosen[case]), chosen[case]
+
+
+@needs_gcc
+def test_eight_groups_take_their_lanes(chosen):
+    assert chosen["eight_groups"][:2] == ["mico_qconv2d_lanes_w2g8"] * 2
+
+
+def test_narrow_weights_on_bytes_choice():
+    """Pointwise layers of narrower weights on 8-bit codes: the lanes where the pointwise
+    lanes path takes them and costs less (at most 64 input channels), the W8A8 bytes for more
+    channels and when the channels are not given; never for other kernels or binary weights."""
+    rng = np.random.default_rng(7)
+    one = ((1, 1), (1, 1), (0, 0))
+    for w_fmt in (W4, WT, W2):
+        for in_c in (16, 32, 64):
+            w = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=(32, in_c))
+            assert not widened_to_s8(w_fmt, A8, *one, macs=10**6, in_c=in_c, weight=w)
+        w = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=(32, 96))
+        assert widened_to_s8(w_fmt, A8, *one, macs=10**6, in_c=96, weight=w)
+        assert widened_to_s8(w_fmt, A8, *one, macs=10**6)
+    assert not widened_to_s8(W4, A8, (3, 3), (1, 1), (1, 1), macs=10**6, in_c=8)
+    assert not widened_to_s8(W1, A8, *one, macs=10**6, in_c=32)
+    assert not widened_to_s8(W4, A4, *one, macs=10**6, in_c=32)
+    assert not widened_to_s8(W4, A8, *one, macs=1000, in_c=32)
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_rv32_bit_exact():
+    """The same paths built for rv32imac."""
+    layers = [words()[1], words()[7], offsets()[3], eight_groups()[0], patched()[0],
+              patched()[3]]  # fmt: skip
+    for layer, ((kernel, _, out),) in zip(
+        layers, kernels_rv32.run_layers(layers, "rv32", ("chosen",)), strict=True
+    ):
+        assert kernel.startswith("mico_qconv2d_lanes")
+        assert np.array_equal(out, layer.reference().ravel()), kernel
