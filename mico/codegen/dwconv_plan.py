@@ -245,6 +245,64 @@ def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np
     return out.ravel()
 
 
+#: bytes of the pair path's table of output codes (MICO_DWP_LUT): lane spans below it
+DWP_LUT = 1088
+
+
+def dwp_levels(
+    weight: np.ndarray, bias: np.ndarray, spec, relu: bool, a_fmt: QFormat
+) -> np.ndarray | None:
+    """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
+    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp) or negative ones.
+
+    The kernel's lane value of a window is ``v = acc - bb`` in ``[0, span]`` with ``acc`` the
+    reference's accumulator, ``bb = bias - u_pad sum(w) + umax neg`` and ``span = umax (pos -
+    neg)`` (``neg`` / ``pos``: the sums of the channel's negative / positive weights, ``umax
+    = 2^b - 1``, ``u_pad`` the field of the code 0: ``2^(b-1)`` for signed codes, else the
+    zero point). Per channel, ``n + 1`` bytes: ``t_1`` (two bytes, little-endian), then
+    ``t_L - t_(L-1)`` for ``L = 2..n``, ``t_L`` the smallest ``v`` whose stored code is at
+    least ``lo + L`` (``span + 1``: none), found with the reference arithmetic itself
+    (:func:`mico.ir.ops.mico_ops.finish` over every ``v``), so the kernel's table holds the
+    reference's codes by construction. A channel whose span does not fit the kernel's table
+    (:data:`DWP_LUT`) or whose steps do not fit a byte gets ``t_1 = 0xffff``: the kernel
+    requantizes it as before.
+    """
+    from mico.ir.ops.mico_ops import code_range, finish
+
+    fmt = spec.get("qformat") if spec else None
+    if fmt is None or spec.get("m") is None:
+        return None
+    lo, hi = spec.get("clamp") or code_range(fmt)
+    n = int(hi) - int(lo)
+    if not 4 <= n <= 15 or lo < 0:  # (the kernel's table: unsigned code bytes)
+        return None
+    w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
+    b = int(a_fmt.bits)
+    umax = 2**b - 1
+    upad = 2 ** (b - 1) if a_fmt.signed else int(getattr(a_fmt, "zero", 0))
+    neg = np.where(w < 0, w, 0).sum(axis=1)
+    pos = np.where(w > 0, w, 0).sum(axis=1)
+    bb = np.asarray(bias, dtype=np.int64).ravel() - upad * w.sum(axis=1) + umax * neg
+    span = umax * (pos - neg)
+    v = np.arange(DWP_LUT)
+    codes = np.asarray(finish(bb[:, None] + v[None, :], spec, relu, axis=0).numpy())
+    out = np.zeros((len(w), n + 1), dtype=np.int64)
+    for c in range(len(w)):
+        reach = codes[c, : span[c] + 1] if span[c] < DWP_LUT else None
+        if reach is None:
+            out[c, :2] = 0xFF
+            continue
+        t = [int(np.argmax(reach >= lo + lvl)) if (reach >= lo + lvl).any() else int(span[c]) + 1
+             for lvl in range(1, n + 1)]  # fmt: skip
+        steps = np.diff(t)
+        if (steps > 255).any():
+            out[c, :2] = 0xFF
+            continue
+        out[c, 0], out[c, 1] = t[0] & 0xFF, t[0] >> 8
+        out[c, 2:] = steps
+    return out.ravel()
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -383,6 +441,14 @@ def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False)
         )
         fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
+    if plan.get("pair"):  # outputs of 5..16 codes by table (dwp_levels)
+        a = node.attrs
+        lvl = dwp_levels(
+            node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
+            node.inputs[0].qformat,
+        )  # fmt: skip
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold

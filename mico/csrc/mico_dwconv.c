@@ -903,7 +903,7 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
                                                {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
-        static const MicoDwLanes one = {32, 0, 0};                                                \
+        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
         (void)l;                                                                                  \
         if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
             mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
@@ -967,6 +967,7 @@ MICO_DW8_ENTRY(2)
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
 #define MICO_DWP_BYTES 1024 /* the staged output plane (and planes of short rows, unpacked) */
+#define MICO_DWP_LUT 1088   /* a channel's output codes by lane value (lvl tables): spans below */
 
 typedef union {
     uint32_t w;
@@ -987,6 +988,7 @@ typedef struct {
     int32_t rows;  /* buffer rows */
     int32_t sf;    /* stride along a buffer row */
     uint32_t th[3]; /* outputs by thresholds (plane functions _2): 2^(s-1) - t_L in each lane */
+    const uint8_t *lut; /* outputs by table (plane functions _3): the code byte of lane value v */
 } MicoDwp;
 
 /* Outputs of at most 4 codes by thresholds, all the lanes of a word at once (the plane
@@ -1111,6 +1113,53 @@ typedef struct {
         }                                                                                         \
     }
 
+/* MICO_DWP_PLANE with the outputs by table (d->lut: mico_dwp_lut, the code byte of each lane
+ * value: a lane's extraction, a load and a store an output); bb, m and sh are unused. */
+#define MICO_DWP_PLANEL(NAME, SF)                                                                \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
+        const int32_t n_both = g->n_slow - d->half;                                               \
+        int32_t s;                                                                                \
+        uint32_t a0, a1;                                                                          \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < d->half; s++) {                                                           \
+            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
+            uint8_t *o = out + s * g->ostep_slow;                                                 \
+            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
+            const int32_t o2 = s < n_both ? lanes : 0; /* (their stores repeat o's) */            \
+            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
+                o[o2] = lut[a0 >> 16];                                                            \
+                o[o2 + of] = lut[a1 >> 16];                                                       \
+                o[0] = lut[a0 & 0xffffu];                                                         \
+                o[of] = lut[a1 & 0xffffu];                                                        \
+            }                                                                                     \
+            if (rest) { /* the row's last output pair */                                          \
+                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
+                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
+                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
+                     wp[8] * b[2 * pitch + 2].w;                                                  \
+                o[o2] = lut[a >> 16];                                                             \
+                o[0] = lut[a & 0xffffu];                                                          \
+            }                                                                                     \
+        }                                                                                         \
+    }
+
 typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, uint32_t, uint32_t,
                              uint32_t, const MicoDwp *, uint8_t *);
 
@@ -1214,6 +1263,38 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
 MICO_DWP_PLANEKT(mico_dwp_k3_2, 3)
 MICO_DWP_PLANEKT(mico_dwp_k4_2, 4)
 MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
+
+/* Every lane of word A stored by table (d->lut), lane j at o + oj[j] + OF (the high lanes
+ * first, as MICO_DWP_PUTK). */
+#define MICO_DWP_PUTL(A, OF, K)                                                                  \
+    do {                                                                                          \
+        int32_t j_;                                                                               \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            o[oj[j_] + (OF)] = lut[MICO_DWP_LANE(A, j_, K)];                                      \
+        }                                                                                         \
+    } while (0)
+
+/* MICO_DWP_PLANEK with the outputs by table (d->lut: mico_dwp_lut); bb, m and sh are unused. */
+#define MICO_DWP_PLANEKL(NAME, K)                                                                \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        MICO_DWP_LINES(K, MICO_DWP_PUTL, K);                                                      \
+    }
+MICO_DWP_PLANEKL(mico_dwp_k3_3, 3)
+MICO_DWP_PLANEKL(mico_dwp_k4_3, 4)
+MICO_DWP_PLANEKL(mico_dwp_k5_3, 5)
 
 /* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
@@ -1898,6 +1979,100 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
     }
 }
 
+/* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
+ * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
+ * of buffer row r holds input line first + r + j L (L = d->half; a line outside 0..n_line-1
+ * the padding, 0). A byte of each line makes 8 / b words: T = sum_j byte_j << (j ls), word x
+ * the fields (T >> b x) & (mask in every lane). */
+static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_t row_bits,
+                                            int32_t first, int32_t n_line, int32_t n,
+                                            const MicoDwp *d, MicoDwpWord *row, const uint32_t k,
+                                            const uint32_t b)
+{
+    static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
+    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
+    const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
+    const int32_t half = d->half, nb = n / (int32_t)per;
+    const uint8_t *p[4];
+    int32_t r, i, j;
+    uint32_t x;
+    for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
+        MicoDwpWord *o = row;
+        for (j = 0; j < (int32_t)k; j++) {
+            const int32_t l = first + r + j * half;
+            p[j] = (uint32_t)l < (uint32_t)n_line ? in + ((bit + (size_t)l * row_bits) >> 3)
+                                                  : zeros;
+        }
+        for (i = 0; i < nb; i++, o += per) {
+            uint32_t t = (uint32_t)p[0][i] | (uint32_t)p[1][i] << ls |
+                         (uint32_t)p[2][i] << (2u * ls);
+            if (k == 4u) {
+                t |= (uint32_t)p[3][i] << 24;
+            }
+            MICO_UNROLL for (x = 0; x < per; x++) {
+                o[x].w = (t >> (b * x)) & fm;
+            }
+        }
+    }
+}
+
+static MICO_NOINLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
+                                         int32_t first, int32_t n_line, int32_t n,
+                                         const MicoDwp *d, MicoDwpWord *row, uint32_t k,
+                                         uint32_t b)
+{
+    if (k == 3u && b == 4u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u);
+    } else if (k == 3u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 2u);
+    } else if (b == 4u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 4u);
+    } else {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 2u);
+    }
+}
+
+/* A channel's table of output codes (the plane functions _3): lut[v] for every lane value v
+ * in [0, span] is the code byte lo + L (lo >= 0) of the levels L = 0..n whose threshold v
+ * reaches. The generator's levels (mico.codegen.dwconv_plan.dwp_levels, with the Python
+ * reference's own requantization): t_1 in two bytes (little-endian), then t_L - t_(L-1) for
+ * L = 2..n, each threshold the smallest lane value of a code >= lo + L (span + 1: none).
+ * Written a word at a time: the word holding t_L gets +1 in its bytes from t_L on (a byte's
+ * code stays below 256: no carry), the words after it the next code in every byte. */
+static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
+                                       int32_t lo)
+{
+    const int le = mico_dwp_low_half() == 0; /* byte t & 3 of a word at its low end */
+    uint32_t *const end = lut + (span >> 2) + 1u; /* words of lane values 0..span */
+    uint32_t full = (uint32_t)lo * 0x01010101u, cw = full, t = 0;
+    uint32_t *o = lut, *ow;
+    int32_t level;
+    for (level = 1; level <= n; level++) {
+        t += level == 1 ? (uint32_t)lv[0] | (uint32_t)lv[1] << 8 : lv[level];
+        if (t > span) {
+            break; /* no lane value reaches this level (nor any above it) */
+        }
+        ow = lut + (t >> 2);
+        if (ow > o) { /* the word of the last threshold done, whole words of this code */
+            *o++ = cw;
+            for (; o + 2 <= ow; o += 2) {
+                o[0] = full;
+                o[1] = full;
+            }
+            if (o < ow) {
+                *o++ = full;
+            }
+            cw = full;
+        }
+        cw += le ? 0x01010101u << (8u * (t & 3u)) : 0x01010101u >> (8u * (t & 3u));
+        full += 0x01010101u;
+    }
+    *o++ = cw;
+    for (; o < end; o++) {
+        *o = full;
+    }
+}
+
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
 typedef struct {
     MicoDwp dk[2], d5;  /* 3 and 4 lanes; 5 (the plane transposed) */
@@ -1912,6 +2087,7 @@ typedef struct {
     size_t bit;
     uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
     int unpacked;
+    int packed;         /* rows of whole bytes (not transposed): words read from the codes */
     uint32_t b;         /* code bits */
 } MicoDwpK;
 
@@ -1930,9 +2106,12 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                     int32_t neg, int32_t pos, uint32_t k, int fits, uint32_t acc0,
                                     uint32_t m, uint32_t sh, int relu, uint8_t *o)
 {
-    static MicoDwpPlane const fns3[3] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2};
-    static MicoDwpPlane const fns4[3] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2};
-    static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
+    static MicoDwpPlane const fns3[4] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2,
+                                         mico_dwp_k3_3};
+    static MicoDwpPlane const fns4[4] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2,
+                                         mico_dwp_k4_3};
+    static MicoDwpPlane const fns5[4] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2,
+                                         mico_dwp_k5_3};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
     /* each lane started at -lo, lo = umax * neg: lanes of u (unsigned codes, u_pad = 0; signed
@@ -1965,7 +2144,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     if (kl == 2) {
         return 0;
     }
-    if (relu && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
+    if (relu == 1 && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
         static const uint32_t ls[3] = {10u, 8u, 6u}, ones[3] = {0x100401u, 0x01010101u,
                                                                 0x01041041u};
         mico_dwp_levels(kl == 5 ? &kc->d5 : &kc->dk[kl - 3], span, bb, m, sh, (uint32_t)kc->hi,
@@ -1985,12 +2164,17 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         fns5[relu](buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
         return 1;
     }
-    if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
-        mico_dwp_k_unpack(kc);
+    if (kc->packed) { /* rows of whole bytes: the words from the packed codes */
+        mico_dwp_readk(kc->in, kc->bit, (size_t)kc->in_w * kc->b, kc->first, kc->n_line,
+                       kc->n_x, &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b);
+    } else {
+        if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
+            mico_dwp_k_unpack(kc);
+        }
+        mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
+                       &kc->dk[kl - 3], (uint32_t)kl,
+                       kc->hx * (kl == 3 ? 0x100401u : 0x01010101u), buf + kc->pf);
     }
-    mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
-                   &kc->dk[kl - 3], (uint32_t)kl, kc->hx * (kl == 3 ? 0x100401u : 0x01010101u),
-                   buf + kc->pf);
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
     }
@@ -2056,11 +2240,13 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
-static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
-                                  MicoDwpPlane const fns[3], int32_t sf)
+static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
+                                  void *out, MicoDwpPlane const fns[4], int32_t sf)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
+    uint32_t lut_words[MICO_DWP_LUT / 4];
+    uint8_t *const lut = (uint8_t *)lut_words;
     uint8_t *const stage = (uint8_t *)stage_words;
     MicoDwp d;
     MicoDw8 *const g = &d.g;
@@ -2073,6 +2259,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
     int short_rows, multi, levels, rows2;
+    int32_t n_lvl;
     uint32_t hxx, pad_byte;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
@@ -2122,6 +2309,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    d.lut = lut;
+    /* outputs of 5..16 codes by table where the generator gave the channels' levels */
+    n_lvl = g->hi - g->lo;
+    lvl = n_lvl >= 4 && n_lvl <= 15 && g->lo >= 0 ? lvl : NULL;
     /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form */
     levels = g->hi >= 0 && g->hi <= 3;
     /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
@@ -2129,6 +2320,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
      * ones' sums seldom fit 10 bits) */
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
+    /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs') */
+    kc.packed = !multi && rows2 && sf == 1 && g->ss == 1 && upad == 0u && p->w_bits <= 4 &&
+                (b == 2u || b == 4u);
+    multi = multi || kc.packed;
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
@@ -2172,10 +2367,12 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
-        const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
+        const int relu0 = g->relu && g->lo <= 0 && g->hi >= 0;
+        const uint8_t *const lv = lvl ? lvl + (size_t)ch * (size_t)(n_lvl + 1) : NULL;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sums[2], sum, sabs, binit, acc0, m, sh;
         int32_t neg, pos, at = 0, k, fits = 1;
+        int relu = relu0;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w, sums);
         sum = sums[0];
@@ -2217,6 +2414,13 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                      (uint32_t)(pos - neg) << 9) < 0x10000000u);
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
+        if (lv && (lv[0] | lv[1] << 8) != 0xffffu && (uint32_t)(pos - neg) * umax < MICO_DWP_LUT) {
+            /* outputs by table: the lanes unscaled, the codes of every lane value at once */
+            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
+            k = 0;
+            fits = 1;
+            relu = 3;
+        }
         if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos, (uint32_t)k, fits,
                                 acc0, m, sh, relu, o)) {
             /* words of K lanes */
@@ -2234,7 +2438,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                 for (t = 0; k && t < 9; t++) {
                     ws[t] = w[t] << k;
                 }
-                if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
+                if (relu == 1 && levels && span < 0x8000u) { /* outputs by thresholds */
                     mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
                     fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 } else {
@@ -2255,14 +2459,14 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     MICO_DWP_PLANE(mico_dwp_p##SF##_0, SF, 0)                                                     \
     MICO_DWP_PLANE(mico_dwp_p##SF##_1, SF, 1)                                                     \
     MICO_DWP_PLANET(mico_dwp_p##SF##_2, SF)                                                       \
+    MICO_DWP_PLANEL(mico_dwp_p##SF##_3, SF)                                                       \
     void mico_qconv2d_dwp_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
                                 void *out)                                                        \
     {                                                                                             \
-        static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
-                                            mico_dwp_p##SF##_2};                                  \
-        static const MicoDwLanes one = {32, 0, 0};                                                \
-        (void)l;                                                                                  \
-        if (mico_dwp(p, in, out, fns, SF)) {                                                      \
+        static MicoDwpPlane const fns[4] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
+                                            mico_dwp_p##SF##_2, mico_dwp_p##SF##_3};              \
+        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
+        if (mico_dwp(p, l ? l->lvl : NULL, in, out, fns, SF)) {                                   \
             return;                                                                               \
         }                                                                                         \
         if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \
