@@ -1181,22 +1181,24 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
     } while (0)
 /* The line loop of the plane functions below: each line's pairs of outputs in every lane,
  * then its last output when the row is odd; K lanes a word, PUT(A, OF, ...) stores word A's. */
-#define MICO_DWP_LINES(K, PUT, ...)                                                               \
+#define MICO_DWP_LINES(K, PUT, ...) MICO_DWP_LINES_S(K, 1, PUT, __VA_ARGS__)
+/* (stride SF along a buffer row, g->ss between output lines) */
+#define MICO_DWP_LINES_S(K, SF, PUT, ...)                                                         \
         for (s = 0; s < lines; s++) {                                                             \
-            const MicoDwpWord *b = buf + s * pitch;                                               \
-            const MicoDwpWord *const end = b + full * 2;                                          \
+            const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
             uint8_t *o = out + s * g->ostep_slow;                                                 \
             int32_t oj[K];                                                                        \
             MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
                 oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
             }                                                                                     \
-            for (; b < end; b += 2, o += 2 * of) {                                                \
+            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
                 a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], 1);                                         \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
                 MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
                 MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
                 PUT(a0, 0, __VA_ARGS__);                                                          \
                 PUT(a1, of, __VA_ARGS__);                                                         \
             }                                                                                     \
@@ -1274,8 +1276,10 @@ MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
         }                                                                                         \
     } while (0)
 
-/* MICO_DWP_PLANEK with the outputs by table (d->lut: mico_dwp_lut); bb, m and sh are unused. */
-#define MICO_DWP_PLANEKL(NAME, K)                                                                \
+/* MICO_DWP_PLANEK with the outputs by table (d->lut: mico_dwp_lut), stride SF along the
+ * buffer rows and g->ss between output lines (SF = 2: stride 2 both ways; lane j of buffer
+ * row r holds padded row r + j L ss); bb, m and sh are unused. */
+#define MICO_DWP_PLANEKL(NAME, K, SF)                                                            \
     static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
                                    uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
                                    uint8_t *out)                                                  \
@@ -1290,11 +1294,13 @@ MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
         (void)bb;                                                                                 \
         (void)m;                                                                                  \
         (void)sh;                                                                                 \
-        MICO_DWP_LINES(K, MICO_DWP_PUTL, K);                                                      \
+        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTL, K);                                                \
     }
-MICO_DWP_PLANEKL(mico_dwp_k3_3, 3)
-MICO_DWP_PLANEKL(mico_dwp_k4_3, 4)
-MICO_DWP_PLANEKL(mico_dwp_k5_3, 5)
+MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
+MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
+MICO_DWP_PLANEKL(mico_dwp_k5_3, 5, 1)
+MICO_DWP_PLANEKL(mico_dwp_k3_3s2, 3, 2)
+MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
 
 /* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
@@ -1981,8 +1987,8 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
 
 /* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
  * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
- * of buffer row r holds input line first + r + j L (L = d->half; a line outside 0..n_line-1
- * the padding, 0). A byte of each line makes 8 / b words: T = sum_j byte_j << (j ls), word x
+ * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
+ * output lines; a line outside 0..n_line-1 the padding, 0). A byte of each line makes 8 / b words: T = sum_j byte_j << (j ls), word x
  * the fields (T >> b x) & (mask in every lane). */
 static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_t row_bits,
                                             int32_t first, int32_t n_line, int32_t n,
@@ -1992,22 +1998,39 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
     static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
     const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
     const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
-    const int32_t half = d->half, nb = n / (int32_t)per;
+    const int32_t half = d->half * d->g.ss, nb = n / (int32_t)per; /* (lines between lanes) */
     const uint8_t *p[4];
     int32_t r, i, j;
     uint32_t x;
     for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
         MicoDwpWord *o = row;
+        const uint8_t *q0, *q1, *q2, *q3;
         for (j = 0; j < (int32_t)k; j++) {
             const int32_t l = first + r + j * half;
             p[j] = (uint32_t)l < (uint32_t)n_line ? in + ((bit + (size_t)l * row_bits) >> 3)
                                                   : zeros;
         }
-        for (i = 0; i < nb; i++, o += per) {
-            uint32_t t = (uint32_t)p[0][i] | (uint32_t)p[1][i] << ls |
-                         (uint32_t)p[2][i] << (2u * ls);
+        q0 = p[0];
+        q1 = p[1];
+        q2 = p[2];
+        q3 = k == 4u ? p[3] : zeros;
+        /* four bytes of each line an iteration (their offsets constant), then one */
+        for (i = 0; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
+            int32_t e;
+            MICO_UNROLL for (e = 0; e < 4; e++) {
+                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+                if (k == 4u) {
+                    t |= (uint32_t)q3[e] << 24;
+                }
+                MICO_UNROLL for (x = 0; x < per; x++) {
+                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+                }
+            }
+        }
+        for (; i < nb; i++, q0++, q1++, q2++, q3++, o += per) {
+            uint32_t t = (uint32_t)*q0 | (uint32_t)*q1 << ls | (uint32_t)*q2 << (2u * ls);
             if (k == 4u) {
-                t |= (uint32_t)p[3][i] << 24;
+                t |= (uint32_t)*q3 << 24;
             }
             MICO_UNROLL for (x = 0; x < per; x++) {
                 o[x].w = (t >> (b * x)) & fm;
@@ -2088,6 +2111,7 @@ typedef struct {
     uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
     int unpacked;
     int packed;         /* rows of whole bytes (not transposed): words read from the codes */
+    int32_t sf;         /* stride along the buffer rows (2: words of K lanes by table only) */
     uint32_t b;         /* code bits */
 } MicoDwpK;
 
@@ -2126,6 +2150,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     int32_t cls, i, t;
     uint32_t ws[9];
     kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
+    kl = kc->sf == 2 && relu != 3 ? 2 : kl;   /* (stride 2: the outputs by table only) */
     cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
@@ -2177,6 +2202,12 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     }
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
+    }
+    if (kc->sf == 2) {
+        (kl == 3 ? mico_dwp_k3_3s2 : mico_dwp_k4_3s2)(buf, w, lane0 * (kl == 3 ? 0x100401u
+                                                                             : 0x01010101u),
+                                                     bb, m, sh, &kc->dk[kl - 3], o);
+        return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
                                   (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k,
@@ -2321,14 +2352,15 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
     /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs') */
-    kc.packed = !multi && rows2 && sf == 1 && g->ss == 1 && upad == 0u && p->w_bits <= 4 &&
-                (b == 2u || b == 4u);
+    kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && p->w_bits <= 4 &&
+                (b == 2u || b == 4u) && (sf == 1 || lvl);
+    kc.sf = sf;
     multi = multi || kc.packed;
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
             kc.dk[i].half = (g->n_slow + 2 + i) / (3 + i);
-            kc.dk[i].rows = kc.dk[i].half + 2;
+            kc.dk[i].rows = (kc.dk[i].half - 1) * g->ss + 3;
         }
         /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word
          * (the plane transposed: one line group; its codes unpacked) */
