@@ -1302,6 +1302,52 @@ MICO_DWP_PLANEKL(mico_dwp_k5_3, 5, 1)
 MICO_DWP_PLANEKL(mico_dwp_k3_3s2, 3, 2)
 MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
 
+/* MICO_DWP_PLANEKL storing 4-bit codes straight into the packed output (out: the channel's
+ * first byte): rows of an even number of outputs along the buffer rows (not transposed), so a
+ * tile's two outputs of a lane, columns c and c + 1 (c even), are one byte, lut[v_c] |
+ * lut[v_(c+1)] << 4; lane j's byte at o + oj[j] (the high lanes first, as MICO_DWP_PUTK). */
+#define MICO_DWP_PLANEKN(NAME, K, SF)                                                            \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t full = g->n_fast >> 1, rb = g->ostep_slow >> 1; /* bytes a line */          \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
+            uint8_t *o = out + s * rb;                                                            \
+            int32_t oj[K];                                                                        \
+            MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
+                oj[j] = s + j * lines < g->n_slow ? j * lines * rb : 0;                           \
+            }                                                                                     \
+            for (; b < end; b += 2 * (SF), o++) {                                                 \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
+                MICO_UNROLL for (j = (K) - 1; j >= 0; j--) {                                      \
+                    o[oj[j]] = (uint8_t)(lut[MICO_DWP_LANE(a0, j, K)] |                           \
+                                         lut[MICO_DWP_LANE(a1, j, K)] << 4);                      \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANEKN(mico_dwp_k3_4, 3, 1)
+MICO_DWP_PLANEKN(mico_dwp_k4_4, 4, 1)
+MICO_DWP_PLANEKN(mico_dwp_k3_4s2, 3, 2)
+MICO_DWP_PLANEKN(mico_dwp_k4_4s2, 4, 2)
+
 /* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
  * src[y * in_w + x], gathered once into W = sum_x u_x 2^(6 x); buffer word (r, pad_h + y) is W
@@ -1988,8 +2034,8 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
 /* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
  * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
  * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
- * output lines; a line outside 0..n_line-1 the padding, 0). A byte of each line makes 8 / b words: T = sum_j byte_j << (j ls), word x
- * the fields (T >> b x) & (mask in every lane). */
+ * output lines; a line outside 0..n_line-1 the padding, 0). A byte of each line makes 8 / b
+ * words: T = sum_j byte_j << (j ls), word x the fields (T >> b x) & (mask in every lane). */
 static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_t row_bits,
                                             int32_t first, int32_t n_line, int32_t n,
                                             const MicoDwp *d, MicoDwpWord *row, const uint32_t k,
@@ -2150,7 +2196,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     int32_t cls, i, t;
     uint32_t ws[9];
     kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
-    kl = kc->sf == 2 && relu != 3 ? 2 : kl;   /* (stride 2: the outputs by table only) */
+    kl = kc->sf == 2 && relu < 3 ? 2 : kl;    /* (stride 2: the outputs by table only) */
     cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
@@ -2203,10 +2249,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
     }
-    if (kc->sf == 2) {
-        (kl == 3 ? mico_dwp_k3_3s2 : mico_dwp_k4_3s2)(buf, w, lane0 * (kl == 3 ? 0x100401u
-                                                                             : 0x01010101u),
-                                                     bb, m, sh, &kc->dk[kl - 3], o);
+    if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed (relu 4) */
+        static MicoDwpPlane const fnk[2][2][2] = {
+            {{mico_dwp_k3_3, mico_dwp_k4_3}, {mico_dwp_k3_4, mico_dwp_k4_4}},
+            {{mico_dwp_k3_3s2, mico_dwp_k4_3s2}, {mico_dwp_k3_4s2, mico_dwp_k4_4s2}}};
+        fnk[kc->sf == 2][relu == 4][kl == 4](buf, w,
+                                             lane0 * (kl == 3 ? 0x100401u : 0x01010101u), bb, m,
+                                             sh, &kc->dk[kl - 3], o);
         return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
@@ -2289,7 +2338,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, levels, rows2;
+    int short_rows, multi, levels, rows2, nib;
     int32_t n_lvl;
     uint32_t hxx, pad_byte;
     MicoDwpK kc;
@@ -2356,6 +2405,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                 (b == 2u || b == 4u) && (sf == 1 || lvl);
     kc.sf = sf;
     multi = multi || kc.packed;
+    /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two
+     * outputs a byte, stored packed by the plane functions (MICO_DWP_PLANEKN) */
+    nib = kc.packed && lvl && of.bits == 4 && !of.is_signed && !of.zero && !trans &&
+          !(p->out_w & 1);
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
@@ -2404,7 +2457,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sums[2], sum, sabs, binit, acc0, m, sh;
         int32_t neg, pos, at = 0, k, fits = 1;
-        int relu = relu0;
+        int relu = relu0, packed4;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w, sums);
         sum = sums[0];
@@ -2453,9 +2506,14 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
             fits = 1;
             relu = 3;
         }
+        packed4 = nib && relu == 3; /* (the pairs, if the channel takes them: staged) */
         if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos, (uint32_t)k, fits,
-                                acc0, m, sh, relu, o)) {
-            /* words of K lanes */
+                                acc0, m, sh, packed4 ? 4 : relu,
+                                packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u
+                                        : o)) {
+            if (packed4) { /* words of K lanes, stored packed */
+                continue;
+            }
         } else { /* pairs */
             if (multi && !kc.unpacked) { /* (words of 5 lanes read the packed codes) */
                 mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
