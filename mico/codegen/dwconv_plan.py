@@ -61,12 +61,29 @@ def dw8_plan(
     dilation: tuple[int, int],
 ) -> dict[str, int] | None:
     """The byte path of a depthwise 3x3 layer with 8-bit codes in and out (``mico_dw8`` in
+    ``mico_dwconv.c``), or None when the kernel would not take it (:func:`dw8_estimate`
+    without its estimate)."""
+    plan = dw8_estimate(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    return None if plan is None else {k: v for k, v in plan.items() if k != "cost"}
+
+
+def dw8_estimate(
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The byte path of a depthwise 3x3 layer with 8-bit codes in and out (``mico_dw8`` in
     ``mico_dwconv.c``), or None when the kernel would not take it.
 
     Mirrors the kernel's own choice: buffer rows along the input rows, or along its columns
     (transposed) when the kernel's estimate says so (:func:`_dw8_cost`); the stride along a
     buffer row (1 or 2) names the entry point; the padded plane must fit the
-    buffer. ``s = q = 0``: no lanes (the entry takes the lanes' signature).
+    buffer. ``s = q = 0``: no lanes (the entry takes the lanes' signature); ``cost``: the
+    estimated rv32 instructions of a channel.
     """
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or a_fmt.bits != 8:
         return None
@@ -94,7 +111,9 @@ def dw8_plan(
             or ps + slow_in > DW8_ROWS
         ):
             continue
-        best = {"s": 0, "q": 0, "sf": sf}
+        best = {"s": 0, "q": 0, "sf": sf, "cost": cost}
+    if best is not None:  # the plane's copy, the weights' decoding (fitted on rv32)
+        best["cost"] += int(4.5 * in_h * in_w) + 300
     return best
 
 
@@ -170,10 +189,14 @@ def dwp_plan(
         if (n_fast - 1) * sf + 3 > DWP_PITCH or (half - 1) * ss + 3 > DWP_ROWS:
             continue
         best = {"s": 0, "q": 0, "sf": sf, "pair": 1, "cost": cost_t if trans else cost_n}
+        words = ((half - 1) * ss + 3) * (in_h if trans else in_w)  # lane words built
     if best is not None:  # the codes read into the lanes, the packing (fitted on rv32)
         codes = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
         short = in_w < 8 and in_h * in_w <= DWP_BYTES  # unpacked at once, then spread
-        best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
+        if a_fmt.bits == 8:  # bytes read into the lanes, a word of two at a time
+            best["cost"] += (6 if short else 13) * words + 370
+        else:
+            best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
     return best
 
@@ -344,14 +367,15 @@ def _lane_plan(
     out_fmt: QFormat | None,
 ) -> tuple[float, dict[str, int]] | None:
     """The byte path or the pixel lanes of :func:`dw_lane_plan` with their estimated rv32
-    instructions per channel (the byte path: 0, it only takes 8-bit layers)."""
+    instructions per channel (the byte path, which takes only 8-bit codes in and out, against
+    the pair path alone: 8-bit codes with narrower weights whose sums fit its lanes)."""
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
         return None
     if getattr(out_fmt, "zero", 0):
         return None
-    byte = dw8_plan(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    byte = dw8_estimate(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     if byte is not None and np.asarray(weight).shape[1:] == (1, 3, 3):
-        return 0.0, byte
+        return float(byte.pop("cost")), byte
     w = np.asarray(weight)
     if w.ndim != 4 or w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1):
         return None
