@@ -2045,21 +2045,22 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
     const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
     const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
     const int32_t half = d->half * d->g.ss, nb = n / (int32_t)per; /* (lines between lanes) */
-    const uint8_t *p[4];
-    int32_t r, i, j;
+    const size_t rb = row_bits >> 3;
+    const uint8_t *const base = in + (bit >> 3);
+    int32_t r, i, l;
     uint32_t x;
-    for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
+    for (r = 0, l = first; r < d->rows; r++, l++, row += MICO_DWP_PITCH) {
         MicoDwpWord *o = row;
-        const uint8_t *q0, *q1, *q2, *q3;
-        for (j = 0; j < (int32_t)k; j++) {
-            const int32_t l = first + r + j * half;
-            p[j] = (uint32_t)l < (uint32_t)n_line ? in + ((bit + (size_t)l * row_bits) >> 3)
-                                                  : zeros;
-        }
-        q0 = p[0];
-        q1 = p[1];
-        q2 = p[2];
-        q3 = k == 4u ? p[3] : zeros;
+        const uint8_t *q0 = (uint32_t)l < (uint32_t)n_line ? base + (size_t)l * rb : zeros;
+        const uint8_t *q1 = (uint32_t)(l + half) < (uint32_t)n_line
+                                ? base + (size_t)(l + half) * rb
+                                : zeros;
+        const uint8_t *q2 = (uint32_t)(l + 2 * half) < (uint32_t)n_line
+                                ? base + (size_t)(l + 2 * half) * rb
+                                : zeros;
+        const uint8_t *q3 = k == 4u && (uint32_t)(l + 3 * half) < (uint32_t)n_line
+                                ? base + (size_t)(l + 3 * half) * rb
+                                : zeros;
         /* four bytes of each line an iteration (their offsets constant), then one */
         for (i = 0; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
             int32_t e;
