@@ -1302,6 +1302,25 @@ MICO_DWP_PLANEKL(mico_dwp_k5_3, 5, 1)
 MICO_DWP_PLANEKL(mico_dwp_k3_3s2, 3, 2)
 MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
 
+/* One buffer row of taps (weights W0..W2) into the 4 sums a0..a3 of words at stride SF. */
+#define MICO_DWP_TAPS4(X, W0, W1, W2, SF)                                                        \
+    do {                                                                                          \
+        const uint32_t x0 = (X)[0].w, x1 = (X)[1].w, x2 = (X)[2].w, x3 = (X)[3].w;                \
+        const uint32_t x4 = (X)[4].w, x5 = (X)[5].w;                                              \
+        if ((SF) == 1) {                                                                          \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x1 + (W1) * x2 + (W2) * x3;                                              \
+            a2 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a3 += (W0) * x3 + (W1) * x4 + (W2) * x5;                                              \
+        } else {                                                                                  \
+            const uint32_t x6 = (X)[6].w, x7 = (X)[7].w, x8 = (X)[8].w;                           \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a2 += (W0) * x4 + (W1) * x5 + (W2) * x6;                                              \
+            a3 += (W0) * x6 + (W1) * x7 + (W2) * x8;                                              \
+        }                                                                                         \
+    } while (0)
+
 /* MICO_DWP_PLANEKL storing 4-bit codes straight into the packed output (out: the channel's
  * first byte): rows of an even number of outputs along the buffer rows (not transposed), so a
  * tile's two outputs of a lane, columns c and c + 1 (c even), are one byte, lut[v_c] |
@@ -1317,7 +1336,7 @@ MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
         const int32_t full = g->n_fast >> 1, rb = g->ostep_slow >> 1; /* bytes a line */          \
         const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
         int32_t s, j;                                                                             \
-        uint32_t a0, a1;                                                                          \
+        uint32_t a0, a1, a2, a3;                                                                  \
         (void)bb;                                                                                 \
         (void)m;                                                                                  \
         (void)sh;                                                                                 \
@@ -1329,7 +1348,23 @@ MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
             MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
                 oj[j] = s + j * lines < g->n_slow ? j * lines * rb : 0;                           \
             }                                                                                     \
-            for (; b < end; b += 2 * (SF), o++) {                                                 \
+            /* stride 2: 4 outputs (2 bytes a lane) an iteration, 9 word loads a buffer row; at    \
+             * stride 1 the 2-output tile (fewer registers) runs alone */                        \
+            for (; (SF) == 2 && b + 4 * (SF) <= end; b += 4 * (SF), o += 2) {                     \
+                a0 = a1 = a2 = a3 = binit;                                                        \
+                MICO_DWP_TAPS4(b, wp[0], wp[1], wp[2], SF);                                       \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS4(b + pitch, wp[3], wp[4], wp[5], SF);                               \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS4(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                           \
+                MICO_UNROLL for (j = (K) - 1; j >= 0; j--) {                                      \
+                    o[oj[j]] = (uint8_t)(lut[MICO_DWP_LANE(a0, j, K)] |                           \
+                                         lut[MICO_DWP_LANE(a1, j, K)] << 4);                      \
+                    o[oj[j] + 1] = (uint8_t)(lut[MICO_DWP_LANE(a2, j, K)] |                       \
+                                             lut[MICO_DWP_LANE(a3, j, K)] << 4);                  \
+                }                                                                                 \
+            }                                                                                     \
+            for (; b < end; b += 2 * (SF), o++) { /* 2 outputs: a byte a lane */                  \
                 a0 = a1 = binit;                                                                  \
                 MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
                 MICO_DW8_FENCE();                                                                 \
