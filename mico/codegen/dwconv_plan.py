@@ -189,12 +189,17 @@ def dwp_plan(
         if (n_fast - 1) * sf + 3 > DWP_PITCH or (half - 1) * ss + 3 > DWP_ROWS:
             continue
         best = {"s": 0, "q": 0, "sf": sf, "pair": 1, "cost": cost_t if trans else cost_n}
-        words = ((half - 1) * ss + 3) * (in_h if trans else in_w)  # lane words built
+        rows = (half - 1) * ss + 3
+        words = rows * (in_h if trans else in_w)  # lane words built
+        # unsigned bytes read straight along the rows, four words at a time (mico_dwp_read2)
+        bytes4 = not trans and not a_fmt.signed and not getattr(a_fmt, "zero", 0)
     if best is not None:  # the codes read into the lanes, the packing (fitted on rv32)
         codes = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
         short = in_w < 8 and in_h * in_w <= DWP_BYTES  # unpacked at once, then spread
-        if a_fmt.bits == 8:  # bytes read into the lanes, a word of two at a time
+        if a_fmt.bits == 8 and (short or not bytes4):  # bytes into the lanes, two a word
             best["cost"] += (6 if short else 13) * words + 370
+        elif a_fmt.bits == 8:
+            best["cost"] += int(6.5 * words) + 45 * rows + 370
         else:
             best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)

@@ -1768,7 +1768,16 @@ static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_
             }
             continue;
         }
-        for (j = 0; j < whole; j++, o += per) {
+        j = 0;
+        if (b == 8u && !hxx) { /* unsigned bytes: four words an iteration, no masks */
+            for (; j + 4 <= whole; j += 4, o += 4) {
+                o[0].w = (uint32_t)pa[j] | (uint32_t)pb[j] << 16;
+                o[1].w = (uint32_t)pa[j + 1] | (uint32_t)pb[j + 1] << 16;
+                o[2].w = (uint32_t)pa[j + 2] | (uint32_t)pb[j + 2] << 16;
+                o[3].w = (uint32_t)pa[j + 3] | (uint32_t)pb[j + 3] << 16;
+            }
+        }
+        for (; j < whole; j++, o += per) {
             const uint32_t t = ((uint32_t)pa[j] ^ hxx) | ((uint32_t)pb[j] ^ hxx) << 16;
             MICO_UNROLL for (x = 0; x < per; x++) {
                 o[x].w = (t >> (b * x)) & fm;

@@ -151,7 +151,7 @@ def test_plan_mirrors_the_kernel():
     plan = dw_lane_plan(w8, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
     assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
     # narrower weights with 8-bit codes: the pairs (two outputs a multiply) where their
-    # estimate is below the bytes' (stride 1), bytes at stride 2 (a plane of 4 codes an output)
+    # estimate is below the bytes'
     w = np.ones((4, 1, 3, 3), dtype=np.int64)
     plan = dw_lane_plan(w, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
     assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f1"
@@ -159,4 +159,4 @@ def test_plan_mirrors_the_kernel():
     plan = dw_lane_plan(ternary, a8, (25, 5), (25, 5), (1, 1), (1, 1), (1, 1), o8)
     assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f1"
     plan = dw_lane_plan(ternary, a8, (32, 32), (16, 16), (2, 2), (1, 1), (1, 1), o8)
-    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f2"
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f2"

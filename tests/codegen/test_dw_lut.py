@@ -72,6 +72,10 @@ def _packed_rows() -> list:
         _layer(16, 16, c=3, relu=False, seed=13),  # unsigned outputs, no ReLU
         _layer(16, 16, o=QFormat(8, False), c=3, seed=14),  # 8-bit outputs: the multiply
         _layer(16, 16, a=A2, o=A2, wb=4, c=3, seed=15),  # 2-bit outputs: thresholds
+        # unsigned bytes read four words at a time (mico_dwp_read2): rows of 4k, 4k + 2
+        _layer(16, 16, a=QFormat(8, False), c=3, seed=16),
+        _layer(31, 30, a=QFormat(8, False), wb=TERNARY, c=3, stride=2, seed=17),
+        _layer(9, 18, a=QFormat(8, False), o=A4, c=3, pad=2, seed=18),
     ]
     return layers
 
@@ -148,8 +152,8 @@ def test_levels_table():
 
 def test_plan_takes_pairs_for_narrow_weights():
     """8-bit codes with weights of 4 bits or ternary take the pairs (two outputs a multiply)
-    where their estimate is below the byte path's; W8A8 and stride 2 keep the bytes; W4A4
-    takes the pairs (and its table) at both strides."""
+    where their estimate is below the byte path's (unsigned codes read four words at a time);
+    W8A8 and signed codes at stride 2 keep the bytes; W4A4 takes the pairs at both strides."""
     rng = np.random.default_rng(1)
     a8 = QFormat(8, False)
     w4 = rng.integers(-8, 8, size=(8, 1, 3, 3))
@@ -160,7 +164,8 @@ def test_plan_takes_pairs_for_narrow_weights():
 
     assert kernel(w4, a8, a8, (16, 16), (16, 16)) == "mico_qconv2d_dwp_f1"
     assert kernel(w4, a8, a8, (25, 5), (25, 5)) == "mico_qconv2d_dwp_f1"
-    assert kernel(w4, a8, a8, (32, 32), (16, 16), 2) == "mico_qconv2d_dw8_f2"
+    assert kernel(w4, a8, a8, (32, 32), (16, 16), 2) == "mico_qconv2d_dwp_f2"
+    assert kernel(w4, QFormat(8, True), a8, (32, 32), (16, 16), 2) == "mico_qconv2d_dw8_f2"
     assert kernel(w8, a8, a8, (16, 16), (16, 16)) == "mico_qconv2d_dw8_f1"
     assert kernel(w4, A4, A4, (16, 16), (16, 16)) == "mico_qconv2d_dwp_f1"
     assert kernel(w4, A4, A4, (32, 32), (16, 16), 2) == "mico_qconv2d_dwp_f2"
