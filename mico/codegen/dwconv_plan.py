@@ -253,6 +253,47 @@ def dwb_plan(
     return {"s": 0, "q": 0, "sliced": 1} if ok else None
 
 
+def _dwb_estimate(in_hw: tuple[int, int], out_hw: tuple[int, int], stride) -> int:
+    """Estimated rv32 instructions of a channel through the bit-sliced path (fitted on
+    benchmarks/kernels_rv32.py: 16 x 16, 25 x 5 and 32 x 32 at stride 2)."""
+    n_in, n_out = in_hw[0] * in_hw[1], out_hw[0] * out_hw[1]
+    if tuple(int(v) for v in stride) == (1, 1):
+        return 17 * n_in + 300
+    return 6 * n_in + 10 * n_out + 300  # the rows unzipped, four codes an output
+
+
+def _pair_lanes_estimate(
+    weight: np.ndarray,
+    a_fmt: QFormat,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> float | None:
+    """Estimated rv32 instructions of a channel of 2-bit unsigned codes with outputs of at
+    most 4 codes through the pair path's words of K lanes read from the packed rows
+    (``mico_dwp_k``: 4 lanes of 8 bits or 3 of 10 as the sums' span allows, outputs by
+    thresholds, staged and packed; fitted on benchmarks/kernels_rv32.py), or None when the
+    kernel would not take that form (rows not on whole bytes, buffer rows along the columns,
+    unequal strides, sums too wide for the thresholds of 3 lanes)."""
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    sh, sw = (int(v) for v in stride)
+    if a_fmt.bits != 2 or a_fmt.signed or getattr(a_fmt, "zero", 0) or sh != sw:
+        return None
+    if (in_w * 2) % 8 or (in_h * in_w * 2) % 8 or in_w < 8:
+        return None
+    if _dwp_cost(out_h, out_w) < _dwp_cost(out_w, out_h):  # the plane transposed
+        return None
+    span = pair_span(weight, a_fmt)
+    k = 4 if span < 0x80 else 3 if span < 0x200 else 0
+    if not k:
+        return None
+    lines = -(-out_h // k)
+    words = ((lines - 1) * sh + 3) * in_w
+    tiles = lines * -(-out_w // 2)
+    return tiles * (140 if k == 4 else 120) + 7 * words + 2.5 * out_h * out_w + 400
+
+
 def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np.ndarray:
     """The bit-sliced path's thresholds, 3 per channel (``MicoDwLanes.thr``): with ``U`` the
     kernel's count (0..27) of a window, ``acc = bias - 3 n + U`` (``n`` the channel's weights
@@ -352,9 +393,13 @@ def dw_lane_plan(
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
     sliced = dwb_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
-    if sliced is not None:  # counted bit-sliced: cheaper than any lanes
-        return sliced
     pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if sliced is not None:  # counted bit-sliced: cheaper than any lanes, unless words of K
+        # lanes of the pair path beat it (stride 2: the bit-sliced path unzips every row)
+        lanes_k = _pair_lanes_estimate(weight, a_fmt, in_hw, out_hw, stride, padding)
+        if pair is None or lanes_k is None or _dwb_estimate(in_hw, out_hw, stride) <= lanes_k:
+            return sliced
+        return {k: v for k, v in pair.items() if k != "cost"}
     lanes = _lane_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt)
     if pair is not None and (lanes is None or pair["cost"] <= lanes[0]):
         return {k: v for k, v in pair.items() if k != "cost"}

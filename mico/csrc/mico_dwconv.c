@@ -1244,7 +1244,7 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
 
 /* MICO_DWP_PLANEK with the outputs by thresholds (d->th: mico_dwp_levels); the plane
  * functions' m and sh are unused. */
-#define MICO_DWP_PLANEKT(NAME, K)                                                                \
+#define MICO_DWP_PLANEKT(NAME, K, SF)                                                            \
     static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
                                    uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
                                    uint8_t *out)                                                  \
@@ -1260,11 +1260,13 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
         (void)bb;                                                                                 \
         (void)m;                                                                                  \
         (void)sh;                                                                                 \
-        MICO_DWP_LINES(K, MICO_DWP_PUTT, K);                                                      \
+        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTT, K);                                                \
     }
-MICO_DWP_PLANEKT(mico_dwp_k3_2, 3)
-MICO_DWP_PLANEKT(mico_dwp_k4_2, 4)
-MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
+MICO_DWP_PLANEKT(mico_dwp_k3_2, 3, 1)
+MICO_DWP_PLANEKT(mico_dwp_k4_2, 4, 1)
+MICO_DWP_PLANEKT(mico_dwp_k5_2, 5, 1)
+MICO_DWP_PLANEKT(mico_dwp_k3_2s2, 3, 2)
+MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
 
 /* Every lane of word A stored by table (d->lut), lane j at o + oj[j] + OF (the high lanes
  * first, as MICO_DWP_PUTK). */
@@ -2241,7 +2243,11 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     int32_t cls, i, t;
     uint32_t ws[9];
     kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
-    kl = kc->sf == 2 && relu < 3 ? 2 : kl;    /* (stride 2: the outputs by table only) */
+    /* (stride 2: the outputs by table or by thresholds only) */
+    kl = kc->sf == 2 && relu < 3 &&
+                 !(relu == 1 && kc->levels && kl < 5 && span < (kl == 3 ? 0x200u : 0x80u))
+             ? 2
+             : kl;
     cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
@@ -2295,12 +2301,16 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         ws[t] = w[t] << k;
     }
     if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed (relu 4) */
-        static MicoDwpPlane const fnk[2][2][2] = {
-            {{mico_dwp_k3_3, mico_dwp_k4_3}, {mico_dwp_k3_4, mico_dwp_k4_4}},
-            {{mico_dwp_k3_3s2, mico_dwp_k4_3s2}, {mico_dwp_k3_4s2, mico_dwp_k4_4s2}}};
-        fnk[kc->sf == 2][relu == 4][kl == 4](buf, w,
-                                             lane0 * (kl == 3 ? 0x100401u : 0x01010101u), bb, m,
-                                             sh, &kc->dk[kl - 3], o);
+        static MicoDwpPlane const fnk[2][3][2] = {
+            {{mico_dwp_k3_3, mico_dwp_k4_3},
+             {mico_dwp_k3_4, mico_dwp_k4_4},
+             {mico_dwp_k3_2, mico_dwp_k4_2}},
+            {{mico_dwp_k3_3s2, mico_dwp_k4_3s2},
+             {mico_dwp_k3_4s2, mico_dwp_k4_4s2},
+             {mico_dwp_k3_2s2, mico_dwp_k4_2s2}}};
+        fnk[kc->sf == 2][relu == 4 ? 1 : relu == 2 ? 2 : 0][kl == 4](
+            buf, k ? ws : w, (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
+            &kc->dk[kl - 3], o);
         return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
@@ -2445,9 +2455,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
      * ones' sums seldom fit 10 bits) */
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
-    /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs') */
-    kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && p->w_bits <= 4 &&
-                (b == 2u || b == 4u) && (sf == 1 || lvl);
+    /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs'; at
+     * stride 2 when the outputs go by table or thresholds; each channel's span decides) */
+    kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && (b == 2u || b == 4u) &&
+                (sf == 1 || lvl || levels);
     kc.sf = sf;
     multi = multi || kc.packed;
     /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two

@@ -55,7 +55,8 @@ def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=Non
 def _packed_rows() -> list:
     """Rows of whole bytes: 4- and 2-bit codes, stride 1 and 2, even rows (4-bit outputs
     stored packed; at stride 2 rows of 4k and 4k + 2 outputs), odd output rows (staged),
-    heights that fill the lanes' lines or leave some empty, 3 lanes and 4 (small weights)."""
+    heights that fill the lanes' lines or leave some empty, 3 lanes and 4 (small weights),
+    outputs of at most 4 codes by thresholds at stride 2."""
     layers = [
         _layer(16, 16, c=4, seed=1),  # W4A4: 3 lanes, packed stores
         _layer(17, 16, c=3, seed=2),  # 17 lines: the last lane's lines partly past the plane
@@ -76,6 +77,18 @@ def _packed_rows() -> list:
         _layer(16, 16, a=QFormat(8, False), c=3, seed=16),
         _layer(31, 30, a=QFormat(8, False), wb=TERNARY, c=3, stride=2, seed=17),
         _layer(9, 18, a=QFormat(8, False), o=A4, c=3, pad=2, seed=18),
+    ]
+    # stride 2, outputs by thresholds: 4 lanes (W2A2), 3 (sums of 7 * 9 * 3), shifts of 32 or
+    # less (the sums and weights scaled by 2^k), 1-bit outputs
+    thr = _layer(32, 24, a=A2, o=A2, wb=4, c=4, stride=2, seed=19)
+    thr.weight[1] = 7
+    thr.weight[2] = -7
+    thr.m[2], thr.shift[2] = 2**31 - 1, 30
+    thr.m[3], thr.shift[3] = 3 * 2**28, 32
+    layers += [
+        _layer(32, 32, a=A2, o=A2, wb=2, c=3, stride=2, seed=20),
+        thr,
+        _layer(20, 28, a=A2, o=QFormat(1, False), wb=TERNARY, c=3, stride=2, seed=21),
     ]
     return layers
 
