@@ -1113,53 +1113,6 @@ typedef struct {
         }                                                                                         \
     }
 
-/* MICO_DWP_PLANE with the outputs by table (d->lut: mico_dwp_lut, the code byte of each lane
- * value: a lane's extraction, a load and a store an output); bb, m and sh are unused. */
-#define MICO_DWP_PLANEL(NAME, SF)                                                                \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint8_t *const lut = d->lut;                                                        \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
-        const int32_t n_both = g->n_slow - d->half;                                               \
-        int32_t s;                                                                                \
-        uint32_t a0, a1;                                                                          \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
-        for (s = 0; s < d->half; s++) {                                                           \
-            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
-            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
-            uint8_t *o = out + s * g->ostep_slow;                                                 \
-            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
-            const int32_t o2 = s < n_both ? lanes : 0; /* (their stores repeat o's) */            \
-            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
-                a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
-                o[o2] = lut[a0 >> 16];                                                            \
-                o[o2 + of] = lut[a1 >> 16];                                                       \
-                o[0] = lut[a0 & 0xffffu];                                                         \
-                o[of] = lut[a1 & 0xffffu];                                                        \
-            }                                                                                     \
-            if (rest) { /* the row's last output pair */                                          \
-                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
-                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
-                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
-                     wp[8] * b[2 * pitch + 2].w;                                                  \
-                o[o2] = lut[a >> 16];                                                             \
-                o[0] = lut[a & 0xffffu];                                                          \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
 typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, uint32_t, uint32_t,
                              uint32_t, const MicoDwp *, uint8_t *);
 
@@ -1298,11 +1251,52 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
         (void)sh;                                                                                 \
         MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTL, K);                                                \
     }
+/* MICO_DWP_PLANEKL for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
+ * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums. */
+#define MICO_DWP_PLANEK5L(NAME, K)                                                               \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t of = g->ostep_fast, pitch = MICO_DWP_PITCH, lines = d->half;               \
+        int32_t s, j;                                                                             \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *const b = buf + s * pitch;                                         \
+            uint8_t *const o = out + s * g->ostep_slow;                                           \
+            uint32_t a0 = binit, a1 = binit, a2 = binit, a3 = binit, a4 = binit;                  \
+            int32_t r;                                                                            \
+            MICO_UNROLL for (r = 0; r < 3; r++) {                                                 \
+                const MicoDwpWord *const x = b + r * pitch;                                       \
+                const uint32_t w0 = wp[3 * r], w1 = wp[3 * r + 1], w2 = wp[3 * r + 2];            \
+                const uint32_t x0 = x[0].w, x1 = x[1].w, x2 = x[2].w, x3 = x[3].w;                \
+                const uint32_t x4 = x[4].w, x5 = x[5].w, x6 = x[6].w;                             \
+                a0 += w0 * x0 + w1 * x1 + w2 * x2;                                                \
+                a1 += w0 * x1 + w1 * x2 + w2 * x3;                                                \
+                a2 += w0 * x2 + w1 * x3 + w2 * x4;                                                \
+                a3 += w0 * x3 + w1 * x4 + w2 * x5;                                                \
+                a4 += w0 * x4 + w1 * x5 + w2 * x6;                                                \
+                MICO_DW8_FENCE();                                                                 \
+            }                                                                                     \
+            MICO_UNROLL for (j = (K) - 1; j >= 0; j--) { /* the high lanes first */              \
+                uint8_t *const q = o + (s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0); \
+                q[0] = lut[MICO_DWP_LANE(a0, j, K)];                                              \
+                q[of] = lut[MICO_DWP_LANE(a1, j, K)];                                             \
+                q[2 * of] = lut[MICO_DWP_LANE(a2, j, K)];                                         \
+                q[3 * of] = lut[MICO_DWP_LANE(a3, j, K)];                                         \
+                q[4 * of] = lut[MICO_DWP_LANE(a4, j, K)];                                         \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANEK5L(mico_dwp_k3_3r5, 3)
+MICO_DWP_PLANEK5L(mico_dwp_k4_3r5, 4)
 MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
 MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
-MICO_DWP_PLANEKL(mico_dwp_k5_3, 5, 1)
-MICO_DWP_PLANEKL(mico_dwp_k3_3s2, 3, 2)
-MICO_DWP_PLANEKL(mico_dwp_k4_3s2, 4, 2)
 
 /* One buffer row of taps (weights W0..W2) into the 4 sums a0..a3 of words at stride SF. */
 #define MICO_DWP_TAPS4(X, W0, W1, W2, SF)                                                        \
@@ -2227,8 +2221,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                          mico_dwp_k3_3};
     static MicoDwpPlane const fns4[4] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2,
                                          mico_dwp_k4_3};
-    static MicoDwpPlane const fns5[4] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2,
-                                         mico_dwp_k5_3};
+    static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
     /* each lane started at -lo, lo = umax * neg: lanes of u (unsigned codes, u_pad = 0; signed
@@ -2242,9 +2235,10 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                                         : 2; /* signed: 3 lanes (one padding) */
     int32_t cls, i, t;
     uint32_t ws[9];
-    kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
-    /* (stride 2: the outputs by table or by thresholds only) */
-    kl = kc->sf == 2 && relu < 3 &&
+    kl = kl == 5 && (kc->layout == 1 || relu >= 3) ? 4 : kl; /* 3 or 4 lanes kept while the
+                                                             * channel fits; tables: 4 lanes */
+    /* (stride 2: 4-bit outputs stored packed by table, or outputs by thresholds, only) */
+    kl = kc->sf == 2 && relu != 4 &&
                  !(relu == 1 && kc->levels && kl < 5 && span < (kl == 3 ? 0x200u : 0x80u))
              ? 2
              : kl;
@@ -2301,16 +2295,17 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         ws[t] = w[t] << k;
     }
     if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed (relu 4) */
-        static MicoDwpPlane const fnk[2][3][2] = {
-            {{mico_dwp_k3_3, mico_dwp_k4_3},
-             {mico_dwp_k3_4, mico_dwp_k4_4},
-             {mico_dwp_k3_2, mico_dwp_k4_2}},
-            {{mico_dwp_k3_3s2, mico_dwp_k4_3s2},
-             {mico_dwp_k3_4s2, mico_dwp_k4_4s2},
-             {mico_dwp_k3_2s2, mico_dwp_k4_2s2}}};
-        fnk[kc->sf == 2][relu == 4 ? 1 : relu == 2 ? 2 : 0][kl == 4](
+        static MicoDwpPlane const fnk[2][2][2] = {
+            {{mico_dwp_k3_4, mico_dwp_k4_4}, {mico_dwp_k3_2, mico_dwp_k4_2}},
+            {{mico_dwp_k3_4s2, mico_dwp_k4_4s2}, {mico_dwp_k3_2s2, mico_dwp_k4_2s2}}};
+        fnk[kc->sf == 2][relu == 2][kl == 4](
             buf, k ? ws : w, (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
             &kc->dk[kl - 3], o);
+        return 1;
+    }
+    if (relu == 3 && kc->dk[kl - 3].g.n_fast == 5) { /* rows of 5 outputs: one tile */
+        (kl == 3 ? mico_dwp_k3_3r5 : mico_dwp_k4_3r5)(
+            buf, w, lane0 * (kl == 3 ? 0x100401u : 0x01010101u), bb, m, sh, &kc->dk[kl - 3], o);
         return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
@@ -2376,7 +2371,7 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
 static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
-                                  void *out, MicoDwpPlane const fns[4], int32_t sf)
+                                  void *out, MicoDwpPlane const fns[3], int32_t sf)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -2513,7 +2508,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sums[2], sum, sabs, binit, acc0, m, sh;
         int32_t neg, pos, at = 0, k, fits = 1;
-        int relu = relu0, packed4;
+        const int relu = relu0;
+        int lut_ch, packed4;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w, sums);
         sum = sums[0];
@@ -2555,16 +2551,17 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                      (uint32_t)(pos - neg) << 9) < 0x10000000u);
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
-        if (lv && (lv[0] | lv[1] << 8) != 0xffffu && (uint32_t)(pos - neg) * umax < MICO_DWP_LUT) {
-            /* outputs by table: the lanes unscaled, the codes of every lane value at once */
+        /* words of K lanes with the outputs by table: the lanes unscaled (the pairs, if the
+         * channel takes them, requantize) */
+        lut_ch = multi && lv && (lv[0] | lv[1] << 8) != 0xffffu &&
+                 (uint32_t)(pos - neg) * umax < MICO_DWP_LUT;
+        if (lut_ch) {
             mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
-            k = 0;
-            fits = 1;
-            relu = 3;
         }
-        packed4 = nib && relu == 3; /* (the pairs, if the channel takes them: staged) */
-        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos, (uint32_t)k, fits,
-                                acc0, m, sh, packed4 ? 4 : relu,
+        packed4 = nib && lut_ch;
+        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos,
+                                lut_ch ? 0u : (uint32_t)k, lut_ch || fits, acc0, m, sh,
+                                packed4 ? 4 : lut_ch ? 3 : relu,
                                 packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u
                                         : o)) {
             if (packed4) { /* words of K lanes, stored packed */
@@ -2584,7 +2581,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                 for (t = 0; k && t < 9; t++) {
                     ws[t] = w[t] << k;
                 }
-                if (relu == 1 && levels && span < 0x8000u) { /* outputs by thresholds */
+                if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
                     mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
                     fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 } else {
@@ -2605,12 +2602,11 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     MICO_DWP_PLANE(mico_dwp_p##SF##_0, SF, 0)                                                     \
     MICO_DWP_PLANE(mico_dwp_p##SF##_1, SF, 1)                                                     \
     MICO_DWP_PLANET(mico_dwp_p##SF##_2, SF)                                                       \
-    MICO_DWP_PLANEL(mico_dwp_p##SF##_3, SF)                                                       \
     void mico_qconv2d_dwp_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
                                 void *out)                                                        \
     {                                                                                             \
-        static MicoDwpPlane const fns[4] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
-                                            mico_dwp_p##SF##_2, mico_dwp_p##SF##_3};              \
+        static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
+                                            mico_dwp_p##SF##_2};                                  \
         static const MicoDwLanes one = {32, 0, 0, 0};                                             \
         if (mico_dwp(p, l ? l->lvl : NULL, in, out, fns, SF)) {                                   \
             return;                                                                               \

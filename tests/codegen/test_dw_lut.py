@@ -1,6 +1,7 @@
 """The depthwise pair path's outputs by table and its words of K lanes on long rows
 (mico_qconv2d_dwp_f1 / _f2 in mico_dwconv.c) against the Python integer reference, through the
-C program of benchmarks/kernels_rv32.py.
+C program of benchmarks/kernels_rv32.py (words of K lanes of rows of 5 outputs take one tile a
+buffer row).
 
 Outputs of 5..16 unsigned codes come from a per-channel table of the output code of every lane
 value (the generator's levels, mico.codegen.dwconv_plan.dwp_levels); planes of rows of whole
@@ -78,6 +79,13 @@ def _packed_rows() -> list:
         _layer(31, 30, a=QFormat(8, False), wb=TERNARY, c=3, stride=2, seed=17),
         _layer(9, 18, a=QFormat(8, False), o=A4, c=3, pad=2, seed=18),
     ]
+    # rows of 5 outputs (DS-CNN's planes): one tile a buffer row, 3 and 4 lanes, lines that
+    # leave a lane's last lines empty
+    layers += [
+        _layer(25, 5, c=4, seed=22),
+        _layer(13, 5, wb=TERNARY, c=3, seed=23),
+        _layer(25, 5, a=A2, o=QFormat(3, False), wb=4, c=3, seed=24),
+    ]
     # stride 2, outputs by thresholds: 4 lanes (W2A2), 3 (sums of 7 * 9 * 3), shifts of 32 or
     # less (the sums and weights scaled by 2^k), 1-bit outputs
     thr = _layer(32, 24, a=A2, o=A2, wb=4, c=4, stride=2, seed=19)
@@ -105,7 +113,7 @@ def _fallbacks() -> list:
         layer.weight[:] = rng.integers(-7, 8, size=layer.weight.shape)
         layer.m[:], layer.shift[:] = int(0.02 * 2**36), 36  # a code every 50 lane values
         layer.weight[0] = 7  # 15 * 63 = 945: 3 lanes, the table
-        layer.weight[1] = -8  # 15 * 72 = 1080: pairs, the table (below 1088)
+        layer.weight[1] = -8  # 15 * 72 = 1080: pairs (the multiply; the table is K lanes')
         layer.weight[2] = np.array([-8, -8, 7, -8, 7, -8, 7, -8, 7]).reshape(1, 3, 3)  # 1020:
         # 3 lanes at their limit
         layer.weight[3] = 7  # a small multiplier: levels 300 lane values apart
