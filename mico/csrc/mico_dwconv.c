@@ -1123,7 +1123,7 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
 #define MICO_DWP_LANE(A, J, K)                                                                  \
     ((J) == (K) - 1 ? (A) >> ((J) * MICO_DWP_LS(K))                                               \
                     : ((A) >> ((J) * MICO_DWP_LS(K))) & ((1u << MICO_DWP_LS(K)) - 1u))
-#define MICO_DWP_LS(K) ((K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
+#define MICO_DWP_LS(K) ((K) == 2 ? 16u : (K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
 #define MICO_DWP_PUTK(A, OF, K, RELU)                                                                \
     do {                                                                                          \
         int32_t j_;                                                                               \
@@ -1251,9 +1251,19 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
         (void)sh;                                                                                 \
         MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTL, K);                                                \
     }
-/* MICO_DWP_PLANEKL for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
- * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums. */
-#define MICO_DWP_PLANEK5L(NAME, K)                                                               \
+/* The plane functions for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
+ * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums; K lanes a
+ * word (2: the pairs), outputs by table (MODE 3, d->lut) or requantized (MODE 0 / 1, as
+ * mico_dw8_put's forms). */
+#define MICO_DWP_PUT5(Q, A, J, K, MODE)                                                          \
+    do {                                                                                          \
+        if ((MODE) == 3) {                                                                        \
+            *(Q) = lut[MICO_DWP_LANE(A, J, K)];                                                   \
+        } else {                                                                                  \
+            mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, (MODE));   \
+        }                                                                                         \
+    } while (0)
+#define MICO_DWP_PLANE5(NAME, K, MODE)                                                           \
     static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
                                    uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
                                    uint8_t *out)                                                  \
@@ -1261,11 +1271,11 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
         const MicoDw8 *const g = &d->g;                                                           \
         const uint32_t *const wp = w;                                                             \
         const uint8_t *const lut = d->lut;                                                        \
+        const uint32_t rnd = (MODE) == 3 ? 0u : 1u << (sh - 1u), hi = (uint32_t)g->hi;           \
         const int32_t of = g->ostep_fast, pitch = MICO_DWP_PITCH, lines = d->half;               \
         int32_t s, j;                                                                             \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
+        (void)lut;                                                                                \
+        (void)rnd;                                                                                \
         for (s = 0; s < lines; s++) {                                                             \
             const MicoDwpWord *const b = buf + s * pitch;                                         \
             uint8_t *const o = out + s * g->ostep_slow;                                           \
@@ -1285,16 +1295,18 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
             }                                                                                     \
             MICO_UNROLL for (j = (K) - 1; j >= 0; j--) { /* the high lanes first */              \
                 uint8_t *const q = o + (s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0); \
-                q[0] = lut[MICO_DWP_LANE(a0, j, K)];                                              \
-                q[of] = lut[MICO_DWP_LANE(a1, j, K)];                                             \
-                q[2 * of] = lut[MICO_DWP_LANE(a2, j, K)];                                         \
-                q[3 * of] = lut[MICO_DWP_LANE(a3, j, K)];                                         \
-                q[4 * of] = lut[MICO_DWP_LANE(a4, j, K)];                                         \
+                MICO_DWP_PUT5(q, a0, j, K, MODE);                                                 \
+                MICO_DWP_PUT5(q + of, a1, j, K, MODE);                                            \
+                MICO_DWP_PUT5(q + 2 * of, a2, j, K, MODE);                                        \
+                MICO_DWP_PUT5(q + 3 * of, a3, j, K, MODE);                                        \
+                MICO_DWP_PUT5(q + 4 * of, a4, j, K, MODE);                                        \
             }                                                                                     \
         }                                                                                         \
     }
-MICO_DWP_PLANEK5L(mico_dwp_k3_3r5, 3)
-MICO_DWP_PLANEK5L(mico_dwp_k4_3r5, 4)
+MICO_DWP_PLANE5(mico_dwp_p5_0, 2, 0)
+MICO_DWP_PLANE5(mico_dwp_p5_1, 2, 1)
+MICO_DWP_PLANE5(mico_dwp_k3_3r5, 3, 3)
+MICO_DWP_PLANE5(mico_dwp_k4_3r5, 4, 3)
 MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
 MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
 
@@ -2584,6 +2596,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                 if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
                     mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
                     fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                } else if (sf == 1 && g->ss == 1 && g->n_fast == 5) { /* rows of 5: one tile */
+                    (relu ? mico_dwp_p5_1 : mico_dwp_p5_0)(buf, k ? ws : w, binit, bb, m, sh, &d,
+                                                           o);
                 } else {
                     fns[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 }
