@@ -86,6 +86,15 @@ def _packed_rows() -> list:
         _layer(13, 5, wb=TERNARY, c=3, seed=23),
         _layer(25, 5, a=A2, o=QFormat(3, False), wb=4, c=3, seed=24),
     ]
+    # and the pairs' (requantized): 8-bit weights, 8-bit codes, signed outputs without a ReLU,
+    # shifts of 32 or less (the sums scaled by 2^k)
+    pairs5 = _layer(25, 5, wb=8, c=4, seed=25)
+    pairs5.m[1], pairs5.shift[1] = 2**31 - 1, 31
+    layers += [
+        pairs5,
+        _layer(25, 5, a=QFormat(8, False), c=3, seed=26),
+        _layer(13, 5, a=QFormat(8, True), o=QFormat(4, True), c=3, relu=False, seed=27),
+    ]
     # stride 2, outputs by thresholds: 4 lanes (W2A2), 3 (sums of 7 * 9 * 3), shifts of 32 or
     # less (the sums and weights scaled by 2^k), 1-bit outputs
     thr = _layer(32, 24, a=A2, o=A2, wb=4, c=4, stride=2, seed=19)
