@@ -2463,9 +2463,11 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
     /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs'; at
-     * stride 2 when the outputs go by table or thresholds; each channel's span decides) */
+     * stride 2 when the outputs go by table or thresholds; each channel's span decides: wider
+     * weights' sums seldom fit, tried at stride 2 with outputs by thresholds only, the form
+     * the plan weighs against the bit-sliced path) */
     kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && (b == 2u || b == 4u) &&
-                (sf == 1 || lvl || levels);
+                (sf == 1 || lvl || levels) && (p->w_bits <= 4 || (sf == 2 && levels));
     kc.sf = sf;
     multi = multi || kc.packed;
     /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two
