@@ -1253,11 +1253,13 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
     }
 /* The plane functions for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
  * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums; K lanes a
- * word (2: the pairs), outputs by table (MODE 3, d->lut) or requantized (MODE 0 / 1, as
- * mico_dw8_put's forms). */
+ * word (2: the pairs), outputs by table (MODE 3, d->lut), by thresholds (MODE 2, d->th) or
+ * requantized (MODE 0 / 1, as mico_dw8_put's forms). */
 #define MICO_DWP_PUT5(Q, A, J, K, MODE)                                                          \
     do {                                                                                          \
-        if ((MODE) == 3) {                                                                        \
+        if ((MODE) == 2) { /* A: the levels counted (MICO_DWP_COUNT) */                          \
+            *(Q) = (uint8_t)(((A) >> ((J) * MICO_DWP_LS(K))) & 7u);                               \
+        } else if ((MODE) == 3) {                                                                 \
             *(Q) = lut[MICO_DWP_LANE(A, J, K)];                                                   \
         } else {                                                                                  \
             mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, (MODE));   \
@@ -1271,11 +1273,17 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
         const MicoDw8 *const g = &d->g;                                                           \
         const uint32_t *const wp = w;                                                             \
         const uint8_t *const lut = d->lut;                                                        \
-        const uint32_t rnd = (MODE) == 3 ? 0u : 1u << (sh - 1u), hi = (uint32_t)g->hi;           \
+        const uint32_t rnd = (MODE) >= 2 ? 0u : 1u << (sh - 1u), hi = (uint32_t)g->hi;           \
+        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
+        const uint32_t ones = (K) == 3 ? 0x100401u : 0x01010101u;                                 \
         const int32_t of = g->ostep_fast, pitch = MICO_DWP_PITCH, lines = d->half;               \
         int32_t s, j;                                                                             \
         (void)lut;                                                                                \
         (void)rnd;                                                                                \
+        (void)th0;                                                                                \
+        (void)th1;                                                                                \
+        (void)th2;                                                                                \
+        (void)ones;                                                                               \
         for (s = 0; s < lines; s++) {                                                             \
             const MicoDwpWord *const b = buf + s * pitch;                                         \
             uint8_t *const o = out + s * g->ostep_slow;                                           \
@@ -1293,6 +1301,13 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
                 a4 += w0 * x4 + w1 * x5 + w2 * x6;                                                \
                 MICO_DW8_FENCE();                                                                 \
             }                                                                                     \
+            if ((MODE) == 2) {                                                                    \
+                a0 = MICO_DWP_COUNT(a0, MICO_DWP_LS(K), ones);                                    \
+                a1 = MICO_DWP_COUNT(a1, MICO_DWP_LS(K), ones);                                    \
+                a2 = MICO_DWP_COUNT(a2, MICO_DWP_LS(K), ones);                                    \
+                a3 = MICO_DWP_COUNT(a3, MICO_DWP_LS(K), ones);                                    \
+                a4 = MICO_DWP_COUNT(a4, MICO_DWP_LS(K), ones);                                    \
+            }                                                                                     \
             MICO_UNROLL for (j = (K) - 1; j >= 0; j--) { /* the high lanes first */              \
                 uint8_t *const q = o + (s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0); \
                 MICO_DWP_PUT5(q, a0, j, K, MODE);                                                 \
@@ -1305,7 +1320,11 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
     }
 MICO_DWP_PLANE5(mico_dwp_p5_0, 2, 0)
 MICO_DWP_PLANE5(mico_dwp_p5_1, 2, 1)
+MICO_DWP_PLANE5(mico_dwp_k3_0r5, 3, 0)
+MICO_DWP_PLANE5(mico_dwp_k3_1r5, 3, 1)
+MICO_DWP_PLANE5(mico_dwp_k3_2r5, 3, 2)
 MICO_DWP_PLANE5(mico_dwp_k3_3r5, 3, 3)
+MICO_DWP_PLANE5(mico_dwp_k4_2r5, 4, 2)
 MICO_DWP_PLANE5(mico_dwp_k4_3r5, 4, 3)
 MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
 MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
@@ -2315,9 +2334,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
             &kc->dk[kl - 3], o);
         return 1;
     }
-    if (relu == 3 && kc->dk[kl - 3].g.n_fast == 5) { /* rows of 5 outputs: one tile */
-        (kl == 3 ? mico_dwp_k3_3r5 : mico_dwp_k4_3r5)(
-            buf, w, lane0 * (kl == 3 ? 0x100401u : 0x01010101u), bb, m, sh, &kc->dk[kl - 3], o);
+    if (kc->dk[kl - 3].g.n_fast == 5 && (kl == 3 || relu >= 2)) { /* rows of 5: one tile */
+        static MicoDwpPlane const fn5[2][4] = { /* (4 lanes requantized: not taken here) */
+            {mico_dwp_k3_0r5, mico_dwp_k3_1r5, mico_dwp_k3_2r5, mico_dwp_k3_3r5},
+            {NULL, NULL, mico_dwp_k4_2r5, mico_dwp_k4_3r5}};
+        fn5[kl == 4][relu](buf, k ? ws : w,
+                           (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
+                           &kc->dk[kl - 3], o);
         return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,

@@ -80,11 +80,17 @@ def _packed_rows() -> list:
         _layer(9, 18, a=QFormat(8, False), o=A4, c=3, pad=2, seed=18),
     ]
     # rows of 5 outputs (DS-CNN's planes): one tile a buffer row, 3 and 4 lanes, lines that
-    # leave a lane's last lines empty
+    # leave a lane's last lines empty; outputs by table, by thresholds (2 bits: 3 and 4
+    # lanes), requantized (signed codes in 3 lanes, with and without a ReLU)
+    s4 = QFormat(4, True)
     layers += [
         _layer(25, 5, c=4, seed=22),
         _layer(13, 5, wb=TERNARY, c=3, seed=23),
         _layer(25, 5, a=A2, o=QFormat(3, False), wb=4, c=3, seed=24),
+        _layer(25, 5, a=A2, o=A2, wb=4, c=3, seed=28),
+        _layer(25, 5, o=A2, wb=4, c=3, seed=29),
+        _layer(25, 5, a=s4, o=s4, c=3, relu=False, seed=30),
+        _layer(16, 5, a=s4, o=A4, c=3, seed=31),
     ]
     # and the pairs' (requantized): 8-bit weights, 8-bit codes, signed outputs without a ReLU,
     # shifts of 32 or less (the sums scaled by 2^k)
