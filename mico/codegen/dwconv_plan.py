@@ -334,7 +334,8 @@ def dwp_levels(
     (:func:`mico.ir.ops.mico_ops.finish` over every ``v``), so the kernel's table holds the
     reference's codes by construction. A channel whose span does not fit the kernel's table
     (:data:`DWP_LUT`) or whose steps do not fit a byte gets ``t_1 = 0xffff``: the kernel
-    requantizes it as before.
+    requantizes it as before. None too for codes of more than 4 bits (only the kernel's words
+    of K lanes read the table) and when no channel's table fits.
     """
     from mico.ir.ops.mico_ops import code_range, finish
 
@@ -344,6 +345,8 @@ def dwp_levels(
     lo, hi = spec.get("clamp") or code_range(fmt)
     n = int(hi) - int(lo)
     if not 4 <= n <= 15 or lo < 0:  # (the kernel's table: unsigned code bytes)
+        return None
+    if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None
     w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
     b = int(a_fmt.bits)
@@ -369,6 +372,8 @@ def dwp_levels(
             continue
         out[c, 0], out[c, 1] = t[0] & 0xFF, t[0] >> 8
         out[c, 2:] = steps
+    if (out[:, 0] == 0xFF).all() and (out[:, 1] == 0xFF).all():
+        return None  # no channel's table fits: no flash for it
     return out.ravel()
 
 

@@ -184,6 +184,8 @@ def test_levels_table():
     assert _levels(_layer(8, 8, a=A2, o=A2, wb=2)) is None  # 4 codes: thresholds
     assert _levels(_layer(8, 8, o=QFormat(4, True), relu=False)) is None  # signed codes
     assert _levels(_layer(8, 8, o=QFormat(8, False))) is None  # 256 codes
+    assert _levels(_layer(8, 8, a=QFormat(8, False), o=A4)) is None  # 8-bit codes: no K lanes
+    assert _levels(_layer(8, 8, wb=8, o=A4)) is None  # 8-bit weights: no channel fits
 
 
 def test_plan_takes_pairs_for_narrow_weights():
