@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
-from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_thresholds
+from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_thresholds, dwp_levels
 from mico.codegen.emitters import (
     conv2d_kernel,
     lanes_kernel,
@@ -359,6 +359,12 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
         thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
         lines.append(_array("uint8_t", f"{tag}thr_dw", thr))
         fields += f", .thr = {tag}thr_dw"
+    if dw.get("pair"):  # outputs of 5..16 codes by table, as a compile emits them
+        spec = out_spec(layer.o_fmt, 1.0, list(layer.m), list(layer.shift))
+        lvl = dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt)
+        if lvl is not None:
+            lines.append(_array("uint8_t", f"{tag}lvl_dw", lvl))
+            fields += f", .lvl = {tag}lvl_dw"
     return [
         *lines,
         _array("uint8_t", f"{tag}w_dw", pack(layer.weight, layer.w_fmt)),

@@ -61,12 +61,29 @@ def dw8_plan(
     dilation: tuple[int, int],
 ) -> dict[str, int] | None:
     """The byte path of a depthwise 3x3 layer with 8-bit codes in and out (``mico_dw8`` in
+    ``mico_dwconv.c``), or None when the kernel would not take it (:func:`dw8_estimate`
+    without its estimate)."""
+    plan = dw8_estimate(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    return None if plan is None else {k: v for k, v in plan.items() if k != "cost"}
+
+
+def dw8_estimate(
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The byte path of a depthwise 3x3 layer with 8-bit codes in and out (``mico_dw8`` in
     ``mico_dwconv.c``), or None when the kernel would not take it.
 
     Mirrors the kernel's own choice: buffer rows along the input rows, or along its columns
     (transposed) when the kernel's estimate says so (:func:`_dw8_cost`); the stride along a
     buffer row (1 or 2) names the entry point; the padded plane must fit the
-    buffer. ``s = q = 0``: no lanes (the entry takes the lanes' signature).
+    buffer. ``s = q = 0``: no lanes (the entry takes the lanes' signature); ``cost``: the
+    estimated rv32 instructions of a channel.
     """
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or a_fmt.bits != 8:
         return None
@@ -94,7 +111,9 @@ def dw8_plan(
             or ps + slow_in > DW8_ROWS
         ):
             continue
-        best = {"s": 0, "q": 0, "sf": sf}
+        best = {"s": 0, "q": 0, "sf": sf, "cost": cost}
+    if best is not None:  # the plane's copy, the weights' decoding (fitted on rv32)
+        best["cost"] += int(4.5 * in_h * in_w) + 300
     return best
 
 
@@ -170,10 +189,19 @@ def dwp_plan(
         if (n_fast - 1) * sf + 3 > DWP_PITCH or (half - 1) * ss + 3 > DWP_ROWS:
             continue
         best = {"s": 0, "q": 0, "sf": sf, "pair": 1, "cost": cost_t if trans else cost_n}
+        rows = (half - 1) * ss + 3
+        words = rows * (in_h if trans else in_w)  # lane words built
+        # unsigned bytes read straight along the rows, four words at a time (mico_dwp_read2)
+        bytes4 = not trans and not a_fmt.signed and not getattr(a_fmt, "zero", 0)
     if best is not None:  # the codes read into the lanes, the packing (fitted on rv32)
         codes = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
         short = in_w < 8 and in_h * in_w <= DWP_BYTES  # unpacked at once, then spread
-        best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
+        if a_fmt.bits == 8 and (short or not bytes4):  # bytes into the lanes, two a word
+            best["cost"] += (6 if short else 13) * words + 370
+        elif a_fmt.bits == 8:
+            best["cost"] += int(6.5 * words) + 45 * rows + 370
+        else:
+            best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
     return best
 
@@ -225,6 +253,47 @@ def dwb_plan(
     return {"s": 0, "q": 0, "sliced": 1} if ok else None
 
 
+def _dwb_estimate(in_hw: tuple[int, int], out_hw: tuple[int, int], stride) -> int:
+    """Estimated rv32 instructions of a channel through the bit-sliced path (fitted on
+    benchmarks/kernels_rv32.py: 16 x 16, 25 x 5 and 32 x 32 at stride 2)."""
+    n_in, n_out = in_hw[0] * in_hw[1], out_hw[0] * out_hw[1]
+    if tuple(int(v) for v in stride) == (1, 1):
+        return 17 * n_in + 300
+    return 6 * n_in + 10 * n_out + 300  # the rows unzipped, four codes an output
+
+
+def _pair_lanes_estimate(
+    weight: np.ndarray,
+    a_fmt: QFormat,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+) -> float | None:
+    """Estimated rv32 instructions of a channel of 2-bit unsigned codes with outputs of at
+    most 4 codes through the pair path's words of K lanes read from the packed rows
+    (``mico_dwp_k``: 4 lanes of 8 bits or 3 of 10 as the sums' span allows, outputs by
+    thresholds, staged and packed; fitted on benchmarks/kernels_rv32.py), or None when the
+    kernel would not take that form (rows not on whole bytes, buffer rows along the columns,
+    unequal strides, sums too wide for the thresholds of 3 lanes)."""
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    sh, sw = (int(v) for v in stride)
+    if a_fmt.bits != 2 or a_fmt.signed or getattr(a_fmt, "zero", 0) or sh != sw:
+        return None
+    if (in_w * 2) % 8 or (in_h * in_w * 2) % 8 or in_w < 8:
+        return None
+    if _dwp_cost(out_h, out_w) < _dwp_cost(out_w, out_h):  # the plane transposed
+        return None
+    span = pair_span(weight, a_fmt)
+    k = 4 if span < 0x80 else 3 if span < 0x200 else 0
+    if not k:
+        return None
+    lines = -(-out_h // k)
+    words = ((lines - 1) * sh + 3) * in_w
+    tiles = lines * -(-out_w // 2)
+    return tiles * (140 if k == 4 else 120) + 7 * words + 2.5 * out_h * out_w + 400
+
+
 def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np.ndarray:
     """The bit-sliced path's thresholds, 3 per channel (``MicoDwLanes.thr``): with ``U`` the
     kernel's count (0..27) of a window, ``acc = bias - 3 n + U`` (``n`` the channel's weights
@@ -242,6 +311,69 @@ def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np
     for level in (1, 2, 3):
         reached = codes >= level
         out[:, level - 1] = np.where(reached.any(axis=1), reached.argmax(axis=1), 28)
+    return out.ravel()
+
+
+#: bytes of the pair path's table of output codes (MICO_DWP_LUT): lane spans below it
+DWP_LUT = 1088
+
+
+def dwp_levels(
+    weight: np.ndarray, bias: np.ndarray, spec, relu: bool, a_fmt: QFormat
+) -> np.ndarray | None:
+    """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
+    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp) or negative ones.
+
+    The kernel's lane value of a window is ``v = acc - bb`` in ``[0, span]`` with ``acc`` the
+    reference's accumulator, ``bb = bias - u_pad sum(w) + umax neg`` and ``span = umax (pos -
+    neg)`` (``neg`` / ``pos``: the sums of the channel's negative / positive weights, ``umax
+    = 2^b - 1``, ``u_pad`` the field of the code 0: ``2^(b-1)`` for signed codes, else the
+    zero point). Per channel, ``n + 1`` bytes: ``t_1`` (two bytes, little-endian), then
+    ``t_L - t_(L-1)`` for ``L = 2..n``, ``t_L`` the smallest ``v`` whose stored code is at
+    least ``lo + L`` (``span + 1``: none), found with the reference arithmetic itself
+    (:func:`mico.ir.ops.mico_ops.finish` over every ``v``), so the kernel's table holds the
+    reference's codes by construction. A channel whose span does not fit the kernel's table
+    (:data:`DWP_LUT`) or whose steps do not fit a byte gets ``t_1 = 0xffff``: the kernel
+    requantizes it as before. None too for codes of more than 4 bits (only the kernel's words
+    of K lanes read the table) and when no channel's table fits.
+    """
+    from mico.ir.ops.mico_ops import code_range, finish
+
+    fmt = spec.get("qformat") if spec else None
+    if fmt is None or spec.get("m") is None:
+        return None
+    lo, hi = spec.get("clamp") or code_range(fmt)
+    n = int(hi) - int(lo)
+    if not 4 <= n <= 15 or lo < 0:  # (the kernel's table: unsigned code bytes)
+        return None
+    if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
+        return None
+    w = np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)
+    b = int(a_fmt.bits)
+    umax = 2**b - 1
+    upad = 2 ** (b - 1) if a_fmt.signed else int(getattr(a_fmt, "zero", 0))
+    neg = np.where(w < 0, w, 0).sum(axis=1)
+    pos = np.where(w > 0, w, 0).sum(axis=1)
+    bb = np.asarray(bias, dtype=np.int64).ravel() - upad * w.sum(axis=1) + umax * neg
+    span = umax * (pos - neg)
+    v = np.arange(DWP_LUT)
+    codes = np.asarray(finish(bb[:, None] + v[None, :], spec, relu, axis=0).numpy())
+    out = np.zeros((len(w), n + 1), dtype=np.int64)
+    for c in range(len(w)):
+        reach = codes[c, : span[c] + 1] if span[c] < DWP_LUT else None
+        if reach is None:
+            out[c, :2] = 0xFF
+            continue
+        t = [int(np.argmax(reach >= lo + lvl)) if (reach >= lo + lvl).any() else int(span[c]) + 1
+             for lvl in range(1, n + 1)]  # fmt: skip
+        steps = np.diff(t)
+        if (steps > 255).any():
+            out[c, :2] = 0xFF
+            continue
+        out[c, 0], out[c, 1] = t[0] & 0xFF, t[0] >> 8
+        out[c, 2:] = steps
+    if (out[:, 0] == 0xFF).all() and (out[:, 1] == 0xFF).all():
+        return None  # no channel's table fits: no flash for it
     return out.ravel()
 
 
@@ -266,9 +398,13 @@ def dw_lane_plan(
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
     sliced = dwb_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
-    if sliced is not None:  # counted bit-sliced: cheaper than any lanes
-        return sliced
     pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if sliced is not None:  # counted bit-sliced: cheaper than any lanes, unless words of K
+        # lanes of the pair path beat it (stride 2: the bit-sliced path unzips every row)
+        lanes_k = _pair_lanes_estimate(weight, a_fmt, in_hw, out_hw, stride, padding)
+        if pair is None or lanes_k is None or _dwb_estimate(in_hw, out_hw, stride) <= lanes_k:
+            return sliced
+        return {k: v for k, v in pair.items() if k != "cost"}
     lanes = _lane_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt)
     if pair is not None and (lanes is None or pair["cost"] <= lanes[0]):
         return {k: v for k, v in pair.items() if k != "cost"}
@@ -286,14 +422,15 @@ def _lane_plan(
     out_fmt: QFormat | None,
 ) -> tuple[float, dict[str, int]] | None:
     """The byte path or the pixel lanes of :func:`dw_lane_plan` with their estimated rv32
-    instructions per channel (the byte path: 0, it only takes 8-bit layers)."""
+    instructions per channel (the byte path, which takes only 8-bit codes in and out, against
+    the pair path alone: 8-bit codes with narrower weights whose sums fit its lanes)."""
     if a_fmt is None or a_fmt.binary or getattr(a_fmt, "zero", 0) or not 1 <= a_fmt.bits <= 8:
         return None
     if getattr(out_fmt, "zero", 0):
         return None
-    byte = dw8_plan(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    byte = dw8_estimate(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     if byte is not None and np.asarray(weight).shape[1:] == (1, 3, 3):
-        return 0.0, byte
+        return float(byte.pop("cost")), byte
     w = np.asarray(weight)
     if w.ndim != 4 or w.shape[1:] != (1, 3, 3) or tuple(dilation) != (1, 1):
         return None
@@ -383,6 +520,14 @@ def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False)
         )
         fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
+    if plan.get("pair"):  # outputs of 5..16 codes by table (dwp_levels)
+        a = node.attrs
+        lvl = dwp_levels(
+            node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
+            node.inputs[0].qformat,
+        )  # fmt: skip
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold

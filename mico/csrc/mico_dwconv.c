@@ -903,7 +903,7 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
                                                {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
-        static const MicoDwLanes one = {32, 0, 0};                                                \
+        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
         (void)l;                                                                                  \
         if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
             mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
@@ -967,6 +967,7 @@ MICO_DW8_ENTRY(2)
 #define MICO_DWP_PITCH 36   /* words per buffer row (a padded row of the plane) */
 #define MICO_DWP_ROWS 18    /* buffer rows: 2.6 KB of lane words */
 #define MICO_DWP_BYTES 1024 /* the staged output plane (and planes of short rows, unpacked) */
+#define MICO_DWP_LUT 1088   /* a channel's output codes by lane value (lvl tables): spans below */
 
 typedef union {
     uint32_t w;
@@ -987,6 +988,7 @@ typedef struct {
     int32_t rows;  /* buffer rows */
     int32_t sf;    /* stride along a buffer row */
     uint32_t th[3]; /* outputs by thresholds (plane functions _2): 2^(s-1) - t_L in each lane */
+    const uint8_t *lut; /* outputs by table (plane functions _3): the code byte of lane value v */
 } MicoDwp;
 
 /* Outputs of at most 4 codes by thresholds, all the lanes of a word at once (the plane
@@ -1121,7 +1123,7 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
 #define MICO_DWP_LANE(A, J, K)                                                                  \
     ((J) == (K) - 1 ? (A) >> ((J) * MICO_DWP_LS(K))                                               \
                     : ((A) >> ((J) * MICO_DWP_LS(K))) & ((1u << MICO_DWP_LS(K)) - 1u))
-#define MICO_DWP_LS(K) ((K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
+#define MICO_DWP_LS(K) ((K) == 2 ? 16u : (K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
 #define MICO_DWP_PUTK(A, OF, K, RELU)                                                                \
     do {                                                                                          \
         int32_t j_;                                                                               \
@@ -1132,22 +1134,24 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
     } while (0)
 /* The line loop of the plane functions below: each line's pairs of outputs in every lane,
  * then its last output when the row is odd; K lanes a word, PUT(A, OF, ...) stores word A's. */
-#define MICO_DWP_LINES(K, PUT, ...)                                                               \
+#define MICO_DWP_LINES(K, PUT, ...) MICO_DWP_LINES_S(K, 1, PUT, __VA_ARGS__)
+/* (stride SF along a buffer row, g->ss between output lines) */
+#define MICO_DWP_LINES_S(K, SF, PUT, ...)                                                         \
         for (s = 0; s < lines; s++) {                                                             \
-            const MicoDwpWord *b = buf + s * pitch;                                               \
-            const MicoDwpWord *const end = b + full * 2;                                          \
+            const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
             uint8_t *o = out + s * g->ostep_slow;                                                 \
             int32_t oj[K];                                                                        \
             MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
                 oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
             }                                                                                     \
-            for (; b < end; b += 2, o += 2 * of) {                                                \
+            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
                 a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], 1);                                         \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
                 MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], 1);                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
                 MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], 1);                             \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
                 PUT(a0, 0, __VA_ARGS__);                                                          \
                 PUT(a1, of, __VA_ARGS__);                                                         \
             }                                                                                     \
@@ -1193,7 +1197,7 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
 
 /* MICO_DWP_PLANEK with the outputs by thresholds (d->th: mico_dwp_levels); the plane
  * functions' m and sh are unused. */
-#define MICO_DWP_PLANEKT(NAME, K)                                                                \
+#define MICO_DWP_PLANEKT(NAME, K, SF)                                                            \
     static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
                                    uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
                                    uint8_t *out)                                                  \
@@ -1209,11 +1213,202 @@ MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
         (void)bb;                                                                                 \
         (void)m;                                                                                  \
         (void)sh;                                                                                 \
-        MICO_DWP_LINES(K, MICO_DWP_PUTT, K);                                                      \
+        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTT, K);                                                \
     }
-MICO_DWP_PLANEKT(mico_dwp_k3_2, 3)
-MICO_DWP_PLANEKT(mico_dwp_k4_2, 4)
-MICO_DWP_PLANEKT(mico_dwp_k5_2, 5)
+MICO_DWP_PLANEKT(mico_dwp_k3_2, 3, 1)
+MICO_DWP_PLANEKT(mico_dwp_k4_2, 4, 1)
+MICO_DWP_PLANEKT(mico_dwp_k5_2, 5, 1)
+MICO_DWP_PLANEKT(mico_dwp_k3_2s2, 3, 2)
+MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
+
+/* Every lane of word A stored by table (d->lut), lane j at o + oj[j] + OF (the high lanes
+ * first, as MICO_DWP_PUTK). */
+#define MICO_DWP_PUTL(A, OF, K)                                                                  \
+    do {                                                                                          \
+        int32_t j_;                                                                               \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            o[oj[j_] + (OF)] = lut[MICO_DWP_LANE(A, j_, K)];                                      \
+        }                                                                                         \
+    } while (0)
+
+/* MICO_DWP_PLANEK with the outputs by table (d->lut: mico_dwp_lut), stride SF along the
+ * buffer rows and g->ss between output lines (SF = 2: stride 2 both ways; lane j of buffer
+ * row r holds padded row r + j L ss); bb, m and sh are unused. */
+#define MICO_DWP_PLANEKL(NAME, K, SF)                                                            \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTL, K);                                                \
+    }
+/* The plane functions for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
+ * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums; K lanes a
+ * word (2: the pairs), outputs by table (MODE 3, d->lut), by thresholds (MODE 2, d->th) or
+ * requantized (MODE 0 / 1, as mico_dw8_put's forms). */
+#define MICO_DWP_PUT5(Q, A, J, K, MODE)                                                          \
+    do {                                                                                          \
+        if ((MODE) == 2) { /* A: the levels counted (MICO_DWP_COUNT) */                          \
+            *(Q) = (uint8_t)(((A) >> ((J) * MICO_DWP_LS(K))) & 7u);                               \
+        } else if ((MODE) == 3) {                                                                 \
+            *(Q) = lut[MICO_DWP_LANE(A, J, K)];                                                   \
+        } else {                                                                                  \
+            mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, (MODE));   \
+        }                                                                                         \
+    } while (0)
+#define MICO_DWP_PLANE5(NAME, K, MODE)                                                           \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const uint32_t rnd = (MODE) >= 2 ? 0u : 1u << (sh - 1u), hi = (uint32_t)g->hi;           \
+        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
+        const uint32_t ones = (K) == 3 ? 0x100401u : 0x01010101u;                                 \
+        const int32_t of = g->ostep_fast, pitch = MICO_DWP_PITCH, lines = d->half;               \
+        int32_t s, j;                                                                             \
+        (void)lut;                                                                                \
+        (void)rnd;                                                                                \
+        (void)th0;                                                                                \
+        (void)th1;                                                                                \
+        (void)th2;                                                                                \
+        (void)ones;                                                                               \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *const b = buf + s * pitch;                                         \
+            uint8_t *const o = out + s * g->ostep_slow;                                           \
+            uint32_t a0 = binit, a1 = binit, a2 = binit, a3 = binit, a4 = binit;                  \
+            int32_t r;                                                                            \
+            MICO_UNROLL for (r = 0; r < 3; r++) {                                                 \
+                const MicoDwpWord *const x = b + r * pitch;                                       \
+                const uint32_t w0 = wp[3 * r], w1 = wp[3 * r + 1], w2 = wp[3 * r + 2];            \
+                const uint32_t x0 = x[0].w, x1 = x[1].w, x2 = x[2].w, x3 = x[3].w;                \
+                const uint32_t x4 = x[4].w, x5 = x[5].w, x6 = x[6].w;                             \
+                a0 += w0 * x0 + w1 * x1 + w2 * x2;                                                \
+                a1 += w0 * x1 + w1 * x2 + w2 * x3;                                                \
+                a2 += w0 * x2 + w1 * x3 + w2 * x4;                                                \
+                a3 += w0 * x3 + w1 * x4 + w2 * x5;                                                \
+                a4 += w0 * x4 + w1 * x5 + w2 * x6;                                                \
+                MICO_DW8_FENCE();                                                                 \
+            }                                                                                     \
+            if ((MODE) == 2) {                                                                    \
+                a0 = MICO_DWP_COUNT(a0, MICO_DWP_LS(K), ones);                                    \
+                a1 = MICO_DWP_COUNT(a1, MICO_DWP_LS(K), ones);                                    \
+                a2 = MICO_DWP_COUNT(a2, MICO_DWP_LS(K), ones);                                    \
+                a3 = MICO_DWP_COUNT(a3, MICO_DWP_LS(K), ones);                                    \
+                a4 = MICO_DWP_COUNT(a4, MICO_DWP_LS(K), ones);                                    \
+            }                                                                                     \
+            MICO_UNROLL for (j = (K) - 1; j >= 0; j--) { /* the high lanes first */              \
+                uint8_t *const q = o + (s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0); \
+                MICO_DWP_PUT5(q, a0, j, K, MODE);                                                 \
+                MICO_DWP_PUT5(q + of, a1, j, K, MODE);                                            \
+                MICO_DWP_PUT5(q + 2 * of, a2, j, K, MODE);                                        \
+                MICO_DWP_PUT5(q + 3 * of, a3, j, K, MODE);                                        \
+                MICO_DWP_PUT5(q + 4 * of, a4, j, K, MODE);                                        \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANE5(mico_dwp_p5_0, 2, 0)
+MICO_DWP_PLANE5(mico_dwp_p5_1, 2, 1)
+MICO_DWP_PLANE5(mico_dwp_k3_0r5, 3, 0)
+MICO_DWP_PLANE5(mico_dwp_k3_1r5, 3, 1)
+MICO_DWP_PLANE5(mico_dwp_k3_2r5, 3, 2)
+MICO_DWP_PLANE5(mico_dwp_k3_3r5, 3, 3)
+MICO_DWP_PLANE5(mico_dwp_k4_2r5, 4, 2)
+MICO_DWP_PLANE5(mico_dwp_k4_3r5, 4, 3)
+MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
+MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
+
+/* One buffer row of taps (weights W0..W2) into the 4 sums a0..a3 of words at stride SF. */
+#define MICO_DWP_TAPS4(X, W0, W1, W2, SF)                                                        \
+    do {                                                                                          \
+        const uint32_t x0 = (X)[0].w, x1 = (X)[1].w, x2 = (X)[2].w, x3 = (X)[3].w;                \
+        const uint32_t x4 = (X)[4].w, x5 = (X)[5].w;                                              \
+        if ((SF) == 1) {                                                                          \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x1 + (W1) * x2 + (W2) * x3;                                              \
+            a2 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a3 += (W0) * x3 + (W1) * x4 + (W2) * x5;                                              \
+        } else {                                                                                  \
+            const uint32_t x6 = (X)[6].w, x7 = (X)[7].w, x8 = (X)[8].w;                           \
+            a0 += (W0) * x0 + (W1) * x1 + (W2) * x2;                                              \
+            a1 += (W0) * x2 + (W1) * x3 + (W2) * x4;                                              \
+            a2 += (W0) * x4 + (W1) * x5 + (W2) * x6;                                              \
+            a3 += (W0) * x6 + (W1) * x7 + (W2) * x8;                                              \
+        }                                                                                         \
+    } while (0)
+
+/* MICO_DWP_PLANEKL storing 4-bit codes straight into the packed output (out: the channel's
+ * first byte): rows of an even number of outputs along the buffer rows (not transposed), so a
+ * tile's two outputs of a lane, columns c and c + 1 (c even), are one byte, lut[v_c] |
+ * lut[v_(c+1)] << 4; lane j's byte at o + oj[j] (the high lanes first, as MICO_DWP_PUTK). */
+#define MICO_DWP_PLANEKN(NAME, K, SF)                                                            \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)                                                  \
+    {                                                                                             \
+        const MicoDw8 *const g = &d->g;                                                           \
+        const uint32_t *const wp = w;                                                             \
+        const uint8_t *const lut = d->lut;                                                        \
+        const int32_t full = g->n_fast >> 1, rb = g->ostep_slow >> 1; /* bytes a line */          \
+        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1, a2, a3;                                                                  \
+        (void)bb;                                                                                 \
+        (void)m;                                                                                  \
+        (void)sh;                                                                                 \
+        for (s = 0; s < lines; s++) {                                                             \
+            const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
+            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
+            uint8_t *o = out + s * rb;                                                            \
+            int32_t oj[K];                                                                        \
+            MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
+                oj[j] = s + j * lines < g->n_slow ? j * lines * rb : 0;                           \
+            }                                                                                     \
+            /* stride 2: 4 outputs (2 bytes a lane) an iteration, 9 word loads a buffer row; at    \
+             * stride 1 the 2-output tile (fewer registers) runs alone */                        \
+            for (; (SF) == 2 && b + 4 * (SF) <= end; b += 4 * (SF), o += 2) {                     \
+                a0 = a1 = a2 = a3 = binit;                                                        \
+                MICO_DWP_TAPS4(b, wp[0], wp[1], wp[2], SF);                                       \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS4(b + pitch, wp[3], wp[4], wp[5], SF);                               \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS4(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                           \
+                MICO_UNROLL for (j = (K) - 1; j >= 0; j--) {                                      \
+                    o[oj[j]] = (uint8_t)(lut[MICO_DWP_LANE(a0, j, K)] |                           \
+                                         lut[MICO_DWP_LANE(a1, j, K)] << 4);                      \
+                    o[oj[j] + 1] = (uint8_t)(lut[MICO_DWP_LANE(a2, j, K)] |                       \
+                                             lut[MICO_DWP_LANE(a3, j, K)] << 4);                  \
+                }                                                                                 \
+            }                                                                                     \
+            for (; b < end; b += 2 * (SF), o++) { /* 2 outputs: a byte a lane */                  \
+                a0 = a1 = binit;                                                                  \
+                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
+                MICO_DW8_FENCE();                                                                 \
+                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
+                MICO_UNROLL for (j = (K) - 1; j >= 0; j--) {                                      \
+                    o[oj[j]] = (uint8_t)(lut[MICO_DWP_LANE(a0, j, K)] |                           \
+                                         lut[MICO_DWP_LANE(a1, j, K)] << 4);                      \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    }
+MICO_DWP_PLANEKN(mico_dwp_k3_4, 3, 1)
+MICO_DWP_PLANEKN(mico_dwp_k4_4, 4, 1)
+MICO_DWP_PLANEKN(mico_dwp_k3_4s2, 3, 2)
+MICO_DWP_PLANEKN(mico_dwp_k4_4s2, 4, 2)
 
 /* The buffer of 5 lanes of 6 bits for planes of at most 5 columns, transposed (MicoDwp with
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
@@ -1600,7 +1795,16 @@ static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_
             }
             continue;
         }
-        for (j = 0; j < whole; j++, o += per) {
+        j = 0;
+        if (b == 8u && !hxx) { /* unsigned bytes: four words an iteration, no masks */
+            for (; j + 4 <= whole; j += 4, o += 4) {
+                o[0].w = (uint32_t)pa[j] | (uint32_t)pb[j] << 16;
+                o[1].w = (uint32_t)pa[j + 1] | (uint32_t)pb[j + 1] << 16;
+                o[2].w = (uint32_t)pa[j + 2] | (uint32_t)pb[j + 2] << 16;
+                o[3].w = (uint32_t)pa[j + 3] | (uint32_t)pb[j + 3] << 16;
+            }
+        }
+        for (; j < whole; j++, o += per) {
             const uint32_t t = ((uint32_t)pa[j] ^ hxx) | ((uint32_t)pb[j] ^ hxx) << 16;
             MICO_UNROLL for (x = 0; x < per; x++) {
                 o[x].w = (t >> (b * x)) & fm;
@@ -1898,6 +2102,118 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
     }
 }
 
+/* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
+ * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
+ * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
+ * output lines; a line outside 0..n_line-1 the padding, 0). A byte of each line makes 8 / b
+ * words: T = sum_j byte_j << (j ls), word x the fields (T >> b x) & (mask in every lane). */
+static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_t row_bits,
+                                            int32_t first, int32_t n_line, int32_t n,
+                                            const MicoDwp *d, MicoDwpWord *row, const uint32_t k,
+                                            const uint32_t b)
+{
+    static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
+    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
+    const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
+    const int32_t half = d->half * d->g.ss, nb = n / (int32_t)per; /* (lines between lanes) */
+    const size_t rb = row_bits >> 3;
+    const uint8_t *const base = in + (bit >> 3);
+    int32_t r, i, l;
+    uint32_t x;
+    for (r = 0, l = first; r < d->rows; r++, l++, row += MICO_DWP_PITCH) {
+        MicoDwpWord *o = row;
+        const uint8_t *q0 = (uint32_t)l < (uint32_t)n_line ? base + (size_t)l * rb : zeros;
+        const uint8_t *q1 = (uint32_t)(l + half) < (uint32_t)n_line
+                                ? base + (size_t)(l + half) * rb
+                                : zeros;
+        const uint8_t *q2 = (uint32_t)(l + 2 * half) < (uint32_t)n_line
+                                ? base + (size_t)(l + 2 * half) * rb
+                                : zeros;
+        const uint8_t *q3 = k == 4u && (uint32_t)(l + 3 * half) < (uint32_t)n_line
+                                ? base + (size_t)(l + 3 * half) * rb
+                                : zeros;
+        /* four bytes of each line an iteration (their offsets constant), then one */
+        for (i = 0; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
+            int32_t e;
+            MICO_UNROLL for (e = 0; e < 4; e++) {
+                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+                if (k == 4u) {
+                    t |= (uint32_t)q3[e] << 24;
+                }
+                MICO_UNROLL for (x = 0; x < per; x++) {
+                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+                }
+            }
+        }
+        for (; i < nb; i++, q0++, q1++, q2++, q3++, o += per) {
+            uint32_t t = (uint32_t)*q0 | (uint32_t)*q1 << ls | (uint32_t)*q2 << (2u * ls);
+            if (k == 4u) {
+                t |= (uint32_t)*q3 << 24;
+            }
+            MICO_UNROLL for (x = 0; x < per; x++) {
+                o[x].w = (t >> (b * x)) & fm;
+            }
+        }
+    }
+}
+
+static MICO_NOINLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
+                                         int32_t first, int32_t n_line, int32_t n,
+                                         const MicoDwp *d, MicoDwpWord *row, uint32_t k,
+                                         uint32_t b)
+{
+    if (k == 3u && b == 4u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u);
+    } else if (k == 3u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 2u);
+    } else if (b == 4u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 4u);
+    } else {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 2u);
+    }
+}
+
+/* A channel's table of output codes (the plane functions _3): lut[v] for every lane value v
+ * in [0, span] is the code byte lo + L (lo >= 0) of the levels L = 0..n whose threshold v
+ * reaches. The generator's levels (mico.codegen.dwconv_plan.dwp_levels, with the Python
+ * reference's own requantization): t_1 in two bytes (little-endian), then t_L - t_(L-1) for
+ * L = 2..n, each threshold the smallest lane value of a code >= lo + L (span + 1: none).
+ * Written a word at a time: the word holding t_L gets +1 in its bytes from t_L on (a byte's
+ * code stays below 256: no carry), the words after it the next code in every byte. */
+static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
+                                       int32_t lo)
+{
+    const int le = mico_dwp_low_half() == 0; /* byte t & 3 of a word at its low end */
+    uint32_t *const end = lut + (span >> 2) + 1u; /* words of lane values 0..span */
+    uint32_t full = (uint32_t)lo * 0x01010101u, cw = full, t = 0;
+    uint32_t *o = lut, *ow;
+    int32_t level;
+    for (level = 1; level <= n; level++) {
+        t += level == 1 ? (uint32_t)lv[0] | (uint32_t)lv[1] << 8 : lv[level];
+        if (t > span) {
+            break; /* no lane value reaches this level (nor any above it) */
+        }
+        ow = lut + (t >> 2);
+        if (ow > o) { /* the word of the last threshold done, whole words of this code */
+            *o++ = cw;
+            for (; o + 2 <= ow; o += 2) {
+                o[0] = full;
+                o[1] = full;
+            }
+            if (o < ow) {
+                *o++ = full;
+            }
+            cw = full;
+        }
+        cw += le ? 0x01010101u << (8u * (t & 3u)) : 0x01010101u >> (8u * (t & 3u));
+        full += 0x01010101u;
+    }
+    *o++ = cw;
+    for (; o < end; o++) {
+        *o = full;
+    }
+}
+
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
 typedef struct {
     MicoDwp dk[2], d5;  /* 3 and 4 lanes; 5 (the plane transposed) */
@@ -1912,6 +2228,8 @@ typedef struct {
     size_t bit;
     uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
     int unpacked;
+    int packed;         /* rows of whole bytes (not transposed): words read from the codes */
+    int32_t sf;         /* stride along the buffer rows (2: words of K lanes by table only) */
     uint32_t b;         /* code bits */
 } MicoDwpK;
 
@@ -1930,8 +2248,10 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                     int32_t neg, int32_t pos, uint32_t k, int fits, uint32_t acc0,
                                     uint32_t m, uint32_t sh, int relu, uint8_t *o)
 {
-    static MicoDwpPlane const fns3[3] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2};
-    static MicoDwpPlane const fns4[3] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2};
+    static MicoDwpPlane const fns3[4] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2,
+                                         mico_dwp_k3_3};
+    static MicoDwpPlane const fns4[4] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2,
+                                         mico_dwp_k4_3};
     static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
@@ -1946,7 +2266,13 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                                         : 2; /* signed: 3 lanes (one padding) */
     int32_t cls, i, t;
     uint32_t ws[9];
-    kl = kl == 5 && kc->layout == 1 ? 4 : kl; /* 3 or 4 lanes kept while the channel fits */
+    kl = kl == 5 && (kc->layout == 1 || relu >= 3) ? 4 : kl; /* 3 or 4 lanes kept while the
+                                                             * channel fits; tables: 4 lanes */
+    /* (stride 2: 4-bit outputs stored packed by table, or outputs by thresholds, only) */
+    kl = kc->sf == 2 && relu != 4 &&
+                 !(relu == 1 && kc->levels && kl < 5 && span < (kl == 3 ? 0x200u : 0x80u))
+             ? 2
+             : kl;
     cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
@@ -1965,7 +2291,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     if (kl == 2) {
         return 0;
     }
-    if (relu && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
+    if (relu == 1 && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
         static const uint32_t ls[3] = {10u, 8u, 6u}, ones[3] = {0x100401u, 0x01010101u,
                                                                 0x01041041u};
         mico_dwp_levels(kl == 5 ? &kc->d5 : &kc->dk[kl - 3], span, bb, m, sh, (uint32_t)kc->hi,
@@ -1985,14 +2311,37 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
         fns5[relu](buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
         return 1;
     }
-    if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
-        mico_dwp_k_unpack(kc);
+    if (kc->packed) { /* rows of whole bytes: the words from the packed codes */
+        mico_dwp_readk(kc->in, kc->bit, (size_t)kc->in_w * kc->b, kc->first, kc->n_line,
+                       kc->n_x, &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b);
+    } else {
+        if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
+            mico_dwp_k_unpack(kc);
+        }
+        mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
+                       &kc->dk[kl - 3], (uint32_t)kl,
+                       kc->hx * (kl == 3 ? 0x100401u : 0x01010101u), buf + kc->pf);
     }
-    mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
-                   &kc->dk[kl - 3], (uint32_t)kl, kc->hx * (kl == 3 ? 0x100401u : 0x01010101u),
-                   buf + kc->pf);
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
+    }
+    if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed (relu 4) */
+        static MicoDwpPlane const fnk[2][2][2] = {
+            {{mico_dwp_k3_4, mico_dwp_k4_4}, {mico_dwp_k3_2, mico_dwp_k4_2}},
+            {{mico_dwp_k3_4s2, mico_dwp_k4_4s2}, {mico_dwp_k3_2s2, mico_dwp_k4_2s2}}};
+        fnk[kc->sf == 2][relu == 2][kl == 4](
+            buf, k ? ws : w, (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
+            &kc->dk[kl - 3], o);
+        return 1;
+    }
+    if (kc->dk[kl - 3].g.n_fast == 5 && (kl == 3 || relu >= 2)) { /* rows of 5: one tile */
+        static MicoDwpPlane const fn5[2][4] = { /* (4 lanes requantized: not taken here) */
+            {mico_dwp_k3_0r5, mico_dwp_k3_1r5, mico_dwp_k3_2r5, mico_dwp_k3_3r5},
+            {NULL, NULL, mico_dwp_k4_2r5, mico_dwp_k4_3r5}};
+        fn5[kl == 4][relu](buf, k ? ws : w,
+                           (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
+                           &kc->dk[kl - 3], o);
+        return 1;
     }
     (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
                                   (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k,
@@ -2056,11 +2405,13 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 
 /* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
  * done) when this path does not take it. */
-static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out,
-                                  MicoDwpPlane const fns[3], int32_t sf)
+static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
+                                  void *out, MicoDwpPlane const fns[3], int32_t sf)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
+    uint32_t lut_words[MICO_DWP_LUT / 4];
+    uint8_t *const lut = (uint8_t *)lut_words;
     uint8_t *const stage = (uint8_t *)stage_words;
     MicoDwp d;
     MicoDw8 *const g = &d.g;
@@ -2072,7 +2423,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, levels, rows2;
+    int short_rows, multi, levels, rows2, nib;
+    int32_t n_lvl;
     uint32_t hxx, pad_byte;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
@@ -2122,6 +2474,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
     span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    d.lut = lut;
+    /* outputs of 5..16 codes by table where the generator gave the channels' levels */
+    n_lvl = g->hi - g->lo;
+    lvl = n_lvl >= 4 && n_lvl <= 15 && g->lo >= 0 ? lvl : NULL;
     /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form */
     levels = g->hi >= 0 && g->hi <= 3;
     /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
@@ -2129,11 +2485,23 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
      * ones' sums seldom fit 10 bits) */
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
+    /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs'; at
+     * stride 2 when the outputs go by table or thresholds; each channel's span decides: wider
+     * weights' sums seldom fit, tried at stride 2 with outputs by thresholds only, the form
+     * the plan weighs against the bit-sliced path) */
+    kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && (b == 2u || b == 4u) &&
+                (sf == 1 || lvl || levels) && (p->w_bits <= 4 || (sf == 2 && levels));
+    kc.sf = sf;
+    multi = multi || kc.packed;
+    /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two
+     * outputs a byte, stored packed by the plane functions (MICO_DWP_PLANEKN) */
+    nib = kc.packed && lvl && of.bits == 4 && !of.is_signed && !of.zero && !trans &&
+          !(p->out_w & 1);
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
             kc.dk[i].half = (g->n_slow + 2 + i) / (3 + i);
-            kc.dk[i].rows = kc.dk[i].half + 2;
+            kc.dk[i].rows = (kc.dk[i].half - 1) * g->ss + 3;
         }
         /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word
          * (the plane transposed: one line group; its codes unpacked) */
@@ -2172,10 +2540,13 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
-        const int relu = g->relu && g->lo <= 0 && g->hi >= 0;
+        const int relu0 = g->relu && g->lo <= 0 && g->hi >= 0;
+        const uint8_t *const lv = lvl ? lvl + (size_t)ch * (size_t)(n_lvl + 1) : NULL;
         const size_t plane = (size_t)ch * (size_t)in_plane; /* its first code */
         uint32_t w[9], ws[9], sums[2], sum, sabs, binit, acc0, m, sh;
         int32_t neg, pos, at = 0, k, fits = 1;
+        const int relu = relu0;
+        int lut_ch, packed4;
         uint8_t *o;
         mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, trans, w, sums);
         sum = sums[0];
@@ -2217,9 +2588,22 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                      (uint32_t)(pos - neg) << 9) < 0x10000000u);
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
-        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos, (uint32_t)k, fits,
-                                acc0, m, sh, relu, o)) {
-            /* words of K lanes */
+        /* words of K lanes with the outputs by table: the lanes unscaled (the pairs, if the
+         * channel takes them, requantize) */
+        lut_ch = multi && lv && (lv[0] | lv[1] << 8) != 0xffffu &&
+                 (uint32_t)(pos - neg) * umax < MICO_DWP_LUT;
+        if (lut_ch) {
+            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
+        }
+        packed4 = nib && lut_ch;
+        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos,
+                                lut_ch ? 0u : (uint32_t)k, lut_ch || fits, acc0, m, sh,
+                                packed4 ? 4 : lut_ch ? 3 : relu,
+                                packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u
+                                        : o)) {
+            if (packed4) { /* words of K lanes, stored packed */
+                continue;
+            }
         } else { /* pairs */
             if (multi && !kc.unpacked) { /* (words of 5 lanes read the packed codes) */
                 mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
@@ -2237,6 +2621,9 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
                 if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
                     mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
                     fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                } else if (sf == 1 && g->ss == 1 && g->n_fast == 5) { /* rows of 5: one tile */
+                    (relu ? mico_dwp_p5_1 : mico_dwp_p5_0)(buf, k ? ws : w, binit, bb, m, sh, &d,
+                                                           o);
                 } else {
                     fns[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 }
@@ -2260,9 +2647,8 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
                                             mico_dwp_p##SF##_2};                                  \
-        static const MicoDwLanes one = {32, 0, 0};                                                \
-        (void)l;                                                                                  \
-        if (mico_dwp(p, in, out, fns, SF)) {                                                      \
+        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
+        if (mico_dwp(p, l ? l->lvl : NULL, in, out, fns, SF)) {                                   \
             return;                                                                               \
         }                                                                                         \
         if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \

@@ -448,6 +448,9 @@ void mico_qconv2d_narrow_s8(const MicoConv2d *p, const void *in, void *out);
 typedef struct {
     int32_t s, q;
     const uint8_t *thr; /* mico_qconv2d_dwbs: 3 thresholds per channel (generator), or NULL */
+    /* mico_qconv2d_dwp_f*: outputs of 5..16 codes by table, n + 1 bytes per channel (n = hi -
+     * lo; mico.codegen.dwconv_plan.dwp_levels), or NULL */
+    const uint8_t *lvl;
 } MicoDwLanes;
 #define MICO_DWL_DECLARE(S)                                                                 \
     void mico_qconv2d_dwl_s##S(const MicoConv2d *p, const MicoDwLanes *l, const void *in,    \

@@ -1,10 +1,10 @@
 """Depthwise 3x3 on bytes (mico_qconv2d_dw8_f1 / _f2 in mico_dwconv.c, chosen by
-mico.codegen.dwconv_plan.dw8_plan) against the Python integer reference, through the C program
-of benchmarks/kernels_rv32.py (one program for many layers): plane widths 1-8 and tall or wide
-planes (both buffer orientations, lone outputs at row ends), odd channel counts, strides 1 and
-2 (also unequal), padding 0-2, signed activations, code extremes with saturating multipliers,
-signed outputs without ReLU, the layers it hands to the pixel lanes (dscnn W8A8 end to end:
-tests/codegen/test_w8a8_kernels.py)."""
+mico.codegen.dwconv_plan.dw8_plan; the kernel cases take it wherever it applies) against the
+Python integer reference, through the C program of benchmarks/kernels_rv32.py (one program for
+many layers): plane widths 1-8 and tall or wide planes (both buffer orientations, lone outputs
+at row ends), odd channel counts, strides 1 and 2 (also unequal), padding 0-2, signed
+activations, code extremes with saturating multipliers, signed outputs without ReLU, the
+layers it hands to the pixel lanes (dscnn W8A8 end to end: tests/codegen/test_w8a8_kernels.py)."""
 
 from __future__ import annotations
 
@@ -113,9 +113,19 @@ def _others() -> list:
     return [wide, four]
 
 
-def test_byte_path_bit_exact():
+def _byte_first(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
+    """The byte path wherever it applies (narrower weights' layers may take the pair path by
+    estimate: tests/codegen/test_dw_lut.py), else the plan's choice."""
+    byte = dw8_plan(a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if byte is not None and np.asarray(weight).shape[1:] == (1, 3, 3):
+        return byte
+    return dw_lane_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt)
+
+
+def test_byte_path_bit_exact(monkeypatch):
     """Every layer of the groups above (one C program) equals the reference on the chosen and
     the plain path; the byte path is chosen where it applies, and not elsewhere."""
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _byte_first)
     grid, extremes, small, others = _grid(), _extremes(), _small_shifts(), _others()
     assert min(int(s) for layer in small for s in layer.shift) <= 26
     chosen = _check(grid + extremes + small + others)
@@ -135,9 +145,18 @@ def test_plan_mirrors_the_kernel():
     assert dw8_plan(QFormat(4, False), o8, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
     assert dw8_plan(a8, o8, (8, 8), (8, 8), (1, 1), (2, 2), (2, 2)) is None  # dilation
     assert dw8_plan(a8, o8, (3, 100), (3, 100), (1, 1), (1, 1), (1, 1)) is None
+    # 8-bit weights: sums too wide for the pairs' 16-bit lanes, bytes
+    rng = np.random.default_rng(0)
+    w8 = rng.integers(-128, 128, size=(4, 1, 3, 3))
+    plan = dw_lane_plan(w8, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
+    # narrower weights with 8-bit codes: the pairs (two outputs a multiply) where their
+    # estimate is below the bytes'
     w = np.ones((4, 1, 3, 3), dtype=np.int64)
     plan = dw_lane_plan(w, a8, (16, 16), (16, 16), (1, 1), (1, 1), (1, 1), o8)
-    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
-    ternary = np.random.default_rng(0).integers(-1, 2, size=(4, 1, 3, 3))  # 8-bit codes: bytes
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f1"
+    ternary = rng.integers(-1, 2, size=(4, 1, 3, 3))
     plan = dw_lane_plan(ternary, a8, (25, 5), (25, 5), (1, 1), (1, 1), (1, 1), o8)
-    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dw8_f1"
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f1"
+    plan = dw_lane_plan(ternary, a8, (32, 32), (16, 16), (2, 2), (1, 1), (1, 1), o8)
+    assert plan is not None and dw_kernel(plan) == "mico_qconv2d_dwp_f2"

@@ -148,7 +148,8 @@ def _plan(a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
 
 def test_plan_picks_the_sliced_path():
     """W2A2 (and 2-bit in, 1-bit out) depthwise layers at stride 1 or 2, padding 1 take the
-    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes, 32 x 32 at stride 2); wider codes,
+    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes, 31 x 31 at stride 2; 32 x 32 at stride
+    2 the pair path's words of 4 lanes, by estimate); wider codes,
     signed or asymmetric codes, weights outside {-1, 0, 1}, padding 0, rows of 32 codes (64 at
     stride 2) and planes above 1,024 pixels keep the others."""
     assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs"
@@ -160,7 +161,10 @@ def test_plan_picks_the_sliced_path():
     assert dw_kernel(_plan(QFormat(2, True), A2, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
     asym = QFormat(2, False, 1)
     assert dw_kernel(_plan(asym, A2, (8, 8), (8, 8))) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwbs"
+    # stride 2: the pair path's words of 4 lanes from the packed rows where its estimate is
+    # lower (rows of whole bytes: 32 x 32), else bit-sliced (rows of 31 codes)
+    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
+    assert dw_kernel(_plan(A2, A2, (31, 31), (16, 16), stride=2)) == "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (8, 64), (4, 32), stride=2)) != "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)) != "mico_qconv2d_dwbs"
     assert dw_kernel(_plan(A2, A2, (16, 32), (16, 32))) != "mico_qconv2d_dwbs"
