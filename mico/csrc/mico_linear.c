@@ -4,7 +4,9 @@
  * A chunk of up to MICO_LIN_K input codes is unpacked once into int16 on the stack; then each
  * pair of output features takes a dot product of that chunk with its two weight rows, reading
  * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
- * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise.
+ * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise. Rows of
+ * 4- or 2-bit weights that span whole 32-bit words are read a word at a time, two or four
+ * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2).
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *
@@ -95,6 +97,109 @@ static MICO_NOINLINE void mico_dot2_w1(const int16_t *x, const uint8_t *wa, cons
     *sb = (int32_t)((uint32_t)*sb + 2u * (uint32_t)b - (uint32_t)xsum);
 }
 
+/* ---------------------------------------------- several products per multiply (4-, 2-bit) */
+
+/* Weights of 4 or 2 bits read a 32-bit word (8 or 16 taps of a row) at a time, two or four
+ * products per multiply. Field f of a word is taken as w' = f ^ o (o = 2^(bits-1)), the weight
+ * plus o, in [0, 2^bits); the codes x of the chunk are packed once into words xw so that one
+ * multiply sums products of matching taps in one lane:
+ *  - 4 bits, 16-bit lanes: (v >> 4j) & 0x000f000f holds the weights of taps j and j + 4 of
+ *    the word's 8 (j < 4) in its two halves; xw = x[j + 4] + x[j] * 2^16 (mod 2^32, codes of
+ *    either sign); their product's high half gains x[j] w'[j] + x[j + 4] w'[j + 4]. The low
+ *    halves' sum L and the high halves' sum H are each at most 15 sum |x| in magnitude: below
+ *    2^15 (mico_lin_mp_ok), the sum L + 2^16 H (mod 2^32) gives L (its low half, sign
+ *    extended) and H.
+ *  - 2 bits, byte lanes: (v >> 2j) & 0x03030303 holds taps j, j + 4, j + 8, j + 12 in its
+ *    bytes; xw = x[j + 12] + x[j + 8] 2^8 + x[j + 4] 2^16 + x[j] 2^24: bits 24..31 of the
+ *    product hold the sum of the four products of matching taps (at most 12 max x, below 256
+ *    for codes in [0, 21]) above lanes of at most 9 max x that never carry into them. Each
+ *    product's top byte is added on its own.
+ * Words are read little-endian, at 4-byte aligned addresses (the caller checks both). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_LIN_MP 1
+#else
+#define MICO_LIN_MP 0
+#endif
+
+/* *sa, *sb += sum over nw words of rows wa, wb of w' x (4-bit weights, 16-bit lanes). */
+static MICO_NOINLINE void mico_dot2_mp4(const uint32_t *xw, const uint32_t *wa,
+                                        const uint32_t *wb, int32_t nw, int32_t *sa,
+                                        int32_t *sb)
+{
+    const uint32_t m = 0x000f000fu;
+    const uint32_t *const end = wa + nw;
+    uint32_t a = 0, b = 0, lo;
+    for (; wa < end; xw += 4) {
+        const uint32_t va = *wa++ ^ 0x88888888u, vb = *wb++ ^ 0x88888888u;
+        const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];
+        a += x0 * (va & m) + x1 * ((va >> 4) & m) + x2 * ((va >> 8) & m) + x3 * ((va >> 12) & m);
+        b += x0 * (vb & m) + x1 * ((vb >> 4) & m) + x2 * ((vb >> 8) & m) + x3 * ((vb >> 12) & m);
+    }
+    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
+    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
+    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
+    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
+}
+
+/* The same for 2-bit weights (byte lanes): TOP(t) the top byte of a product t, as a sum of
+ * non-negative products (codes in [0, 21]) or, with codes of either sign (|x| <= 10: the top
+ * byte's sum in [-120, 120], the lanes below it less than 2^23 in magnitude), rounded: those
+ * lanes' sign taken off by 2^23, and the sum sign extended. */
+#define MICO_LIN_MP2(NAME, TOP)                                                             \
+    static MICO_NOINLINE void NAME(const uint32_t *xw, const uint32_t *wa, const uint32_t *wb, \
+                                   int32_t nw, int32_t *sa, int32_t *sb)                    \
+    {                                                                                       \
+        const uint32_t m = 0x03030303u;                                                     \
+        const uint32_t *const end = wa + nw;                                                \
+        uint32_t a = 0, b = 0;                                                              \
+        for (; wa < end; xw += 4) {                                                         \
+            const uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;              \
+            const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];                  \
+            a += TOP(x0 * (va & m)) + TOP(x1 * ((va >> 2) & m)) + TOP(x2 * ((va >> 4) & m)) + \
+                 TOP(x3 * ((va >> 6) & m));                                                 \
+            b += TOP(x0 * (vb & m)) + TOP(x1 * ((vb >> 2) & m)) + TOP(x2 * ((vb >> 4) & m)) + \
+                 TOP(x3 * ((vb >> 6) & m));                                                 \
+        }                                                                                   \
+        *sa = (int32_t)((uint32_t)*sa + a);                                                 \
+        *sb = (int32_t)((uint32_t)*sb + b);                                                 \
+    }
+#define MICO_LIN_TOP_U(t) ((t) >> 24)
+#define MICO_LIN_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
+MICO_LIN_MP2(mico_dot2_mp2, MICO_LIN_TOP_U)
+MICO_LIN_MP2(mico_dot2_mp2s, MICO_LIN_TOP_S)
+
+/* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
+ * 16 for 2-bit ones) for mico_dot2_mp<bits>. Returns the kernel's variant: 1 (4 bits, or 2
+ * bits with codes in [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 when the codes do not fit
+ * the lanes (4 bits: 15 sum |x| >= 2^15) and the chunk takes the bytes. */
+static MICO_NOINLINE int mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
+                                           uint32_t *xw)
+{
+    int32_t i, j, lo = 0, hi = 0;
+    uint32_t mag = 0;
+    for (i = 0; i < nt; i++) {
+        const int32_t v = x[i];
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        mag += (uint32_t)(v < 0 ? -v : v);
+    }
+    if (wb == 4 ? 15u * mag > 32767u : lo < -10 || hi > (lo < 0 ? 10 : 21)) {
+        return 0;
+    }
+    for (i = 0; i < nt; i += 4 * (8 / wb), x += 4 * (8 / wb)) {
+        for (j = 0; j < 4; j++) {
+            if (wb == 4) {
+                *xw++ = (uint32_t)(int32_t)x[j + 4] + ((uint32_t)(int32_t)x[j] << 16);
+            } else { /* lanes of either sign, mod 2^32 */
+                *xw++ = (uint32_t)(int32_t)x[j + 12] + ((uint32_t)(int32_t)x[j + 8] << 8) +
+                        ((uint32_t)(int32_t)x[j + 4] << 16) + ((uint32_t)(int32_t)x[j] << 24);
+            }
+        }
+    }
+    return lo < 0 && wb == 2 ? 2 : 1;
+}
+
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
 {
@@ -120,7 +225,8 @@ static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *
  * k0 .. k0 + kc - 1. */
 static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *x, int32_t k0,
                                             int32_t kc, int32_t o0, int32_t o1, int fused,
-                                            int32_t xsum, int32_t *acc)
+                                            int32_t xsum, int32_t *acc, const uint32_t *xw,
+                                            int mpv)
 {
     const int32_t wb = p->w_bits;
     const size_t f = (size_t)p->in_features;
@@ -137,6 +243,18 @@ static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *
             mico_dot2_w8(x, wrow, wrow + MICO_LIN_K, kc, &sa, &sb);
         } else if (wb == 8) {
             mico_dot2_w8(x, (const int8_t *)w + ka, (const int8_t *)w + kb, kc, &sa, &sb);
+        } else if (mpv) { /* words of several taps a multiply: the sums of w' x */
+            const uint32_t off = wb == 4 ? 8u : 2u;
+            if (wb == 4) {
+                mico_dot2_mp4(xw, (const uint32_t *)(const void *)(w + ka / 2),
+                              (const uint32_t *)(const void *)(w + kb / 2), kc / 8, &sa, &sb);
+            } else {
+                (mpv == 2 ? mico_dot2_mp2s : mico_dot2_mp2)(
+                    xw, (const uint32_t *)(const void *)(w + ka / 4),
+                    (const uint32_t *)(const void *)(w + kb / 4), kc / 16, &sa, &sb);
+            }
+            sa = (int32_t)((uint32_t)sa - off * (uint32_t)xsum);
+            sb = (int32_t)((uint32_t)sb - off * (uint32_t)xsum);
         } else if (wb == 4) {
             mico_dot2_w4(x, w + ka / 2, w + kb / 2, kc, xsum, &sa, &sb);
         } else if (wb == 1) {
@@ -296,7 +414,13 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
     /* every weight row (and chunk) starts on a byte boundary */
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
+    /* words of several taps a multiply (4-, 2-bit weights): rows (and chunks) of whole
+     * words at 4-byte aligned addresses */
+    const int32_t per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
+    const int mp = MICO_LIN_MP && per_word > 0 && nf % per_word == 0 &&
+                   ((uintptr_t)p->weight & 3u) == 0;
     int16_t x[MICO_LIN_K];
+    uint32_t xw[MICO_LIN_K / 2];
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
     if (p->in_fmt.bits > 8) {
@@ -319,7 +443,8 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
-                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
+                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc, xw,
+                                  mp ? mico_lin_mp_words(x, kc, wb, xw) : 0);
             }
             for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
                 const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;

@@ -1,0 +1,76 @@
+"""The plain kernels' several-products-per-multiply branches against the element-by-element
+reference (the harness of test_packed_rows).
+
+mico_qlinear reads rows of 4- or 2-bit weights a 32-bit word at a time when every row spans
+whole words (in_features a multiple of 8 or 16) at an aligned address (the harness's malloc'ed
+weights are): 4-bit weights in 16-bit lanes when 15 sum |x| of a chunk is below 2^15, 2-bit
+weights in byte lanes for codes in [0, 21] or, rounded, in [-10, 10]; other chunks take the
+byte loops. The cases below sit on both sides of those bounds (codes at their extremes,
+chunks of 128 codes and a shorter last one, one and several rows, odd output counts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mico.quant import QFormat, pack, quantize_multiplier
+from tests.codegen import test_packed_rows as rows_tests
+from tests.codegen.test_packed_rows import NO_LAYOUT, _bytes, _kernel, _multiplier, _out, _run
+
+harness = rows_tests.harness  # the packed-rows harness (a module-scoped fixture)
+
+
+def _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng, relu=True):
+    spread = np.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
+    mults = [_multiplier(rng, spread, out_fmt) for _ in range(n_out)]
+    wraw = pack(weight, QFormat(w_bits, True)).tolist()
+    return ["l", rows, n_in, n_out, in_fmt.bits, int(in_fmt.signed), w_bits, len(wraw), *wraw,
+            *rng.integers(-300, 300, n_out).tolist(), *_out(out_fmt, rng, relu, mults),
+            *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+
+
+@pytest.mark.parametrize("w_bits", [2, 4])
+@pytest.mark.parametrize("in_bits", [1, 2, 3, 4, 5, 8])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("n_in", [16, 32, 144, 272])
+@pytest.mark.parametrize("extreme", ["random", "max", "min"])
+def test_linear_word_lanes_match_reference(harness, w_bits, in_bits, signed, n_in, extreme):
+    """Whole-word rows of 4- and 2-bit weights: random codes, and every code (and weight) at
+    its largest or smallest value, which puts the lanes' sums at their bounds (or past them:
+    those chunks take the byte loops); outputs stored as the reference's."""
+    in_fmt, w_fmt = QFormat(in_bits, signed), QFormat(w_bits, True)
+    rng = np.random.default_rng(n_in * 131 + in_bits * 7 + w_bits + signed)
+    rows, n_out = 2, 11
+    x = rng.integers(in_fmt.qmin, in_fmt.qmax + 1, rows * n_in)
+    weight = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, n_out * n_in)
+    if extreme == "max":
+        x[:] = in_fmt.qmax
+        weight[: n_in * 5] = w_fmt.qmax
+    elif extreme == "min":
+        x[:] = in_fmt.qmin
+        weight[: n_in * 5] = w_fmt.qmin
+    out_fmt = QFormat(8, True)
+    tokens = _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng,
+                     relu=extreme == "random")  # fmt: skip
+    _kernel(harness, tokens)
+
+
+@pytest.mark.parametrize("w_bits", [2, 4])
+@pytest.mark.parametrize("out_bits", [2, 4, 8])
+def test_linear_word_lanes_outputs_vary(harness, w_bits, out_bits):
+    """The word lanes' sums reach the outputs: a gentle multiplier leaves them unclamped and
+    different from one another, and equal to the reference's."""
+    rng = np.random.default_rng(w_bits * 10 + out_bits)
+    n_in, n_out, in_fmt = 64, 9, QFormat(4, False)
+    x = rng.integers(0, 16, n_in)
+    w_fmt = QFormat(w_bits, True)
+    weight = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, n_out * n_in)
+    wraw = pack(weight, QFormat(w_bits, True)).tolist()
+    out_fmt = QFormat(8, True)
+    tokens = ["l", 1, n_in, n_out, 4, 0, w_bits, len(wraw), *wraw, *([0] * n_out),
+              *_out(out_fmt, rng, False, [quantize_multiplier(1 / 16)]), *_bytes(x, in_fmt),
+              *NO_LAYOUT]  # fmt: skip
+    lines = _run(harness, tokens)
+    assert lines[0] == lines[1]
+    assert len(set(lines[0])) > 3
