@@ -130,6 +130,7 @@ def _weights(
             pack(weight.data, fmt),
             kind="weights",
             comment=f"{weight.type.shape} {fmt}, packed",
+            word_aligned=fmt.bits in (2, 4),  # rows of whole words are read a word at a time
         )
     bias_data = np.asarray(bias.data)
     if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored

@@ -29,13 +29,16 @@
  *    registers, e.g. ((byte ^ 0x88) & 15) - 8; rows may start and end inside a byte: the pair
  *    is chosen so that both rows start at the same bit), or from int8 rows unpacked once per
  *    chunk (other widths). Long reductions are cut into chunks of at most
- *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile.
+ *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile. Rows and chunks of 4-
+ *    or 2-bit weights that span whole aligned 32-bit words, on codes whose range fits the
+ *    lanes, take words instead: the chunk's codes packed once into words of two or four taps,
+ *    two or four products per multiply (mico_mk_mp).
  *  - depthwise 3x3 (any stride, padding, row dilation): a ring of unpacked zero-padded input
  *    rows (the whole padded plane when it fits, so each input code is unpacked once per
  *    channel); each output is a register dot product of its window and the 9 unpacked taps.
  *  - int32 inputs and kernel rows longer than the patch allows (72 or 96 taps): element by
  *    element.
- * Stack (rv32, deepest call chain; the plain paths): about 1.5 KB. */
+ * Stack (rv32, deepest call chain; the plain paths): about 2.1 KB. */
 #include "mico_nn.h"
 
 #define MICO_CONV_PATCH 384 /* int16 elements of the im2col patch (taps x pixels) */
@@ -188,6 +191,144 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
     MICO_MK_END(1, off)
 }
 
+/* Words of several products a multiply (4- and 2-bit weights whose rows and chunks span whole
+ * aligned 32-bit words; mico_linear.c's mico_dot2_mp4 / _mp2 explain the lanes): the chunk's
+ * codes are packed once into words xw[(4 i + j) pp + column] (word i of a row, lane group j),
+ * and two channels x four columns take one weight word of each channel per step. The sums are
+ * of w' x (w' = w + o): the tile gains them less o x the column sums. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_CONV_MP 1
+#else
+#define MICO_CONV_MP 0
+#endif
+#define MICO_CONV_XW 144 /* words of the packed chunk (72 taps x 4 columns at 4 bits) */
+
+/* The sums as they stand after each lane group, and no load moved across: without it the
+ * compiler defers the groups' products (reassociating the sums), loads every group of a word
+ * first and spills. */
+#if defined(__GNUC__)
+#define MICO_MP_SEQ()                                                                       \
+    __asm__("" : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+r"(b0), "+r"(b1), "+r"(b2),      \
+            "+r"(b3)                                                                        \
+            :                                                                               \
+            : "memory")
+#else
+#define MICO_MP_SEQ()
+#endif
+
+/* One lane group of a weight word (the fields SH.. of va, vb): the four columns' words (x,
+ * then the next group's) times the two channels'. */
+#define MICO_MP_STEP(SH, TOP)                                                               \
+    do {                                                                                    \
+        const uint32_t u = (va >> (SH)) & m, v = (vb >> (SH)) & m;                          \
+        const uint32_t x0_ = x[0], x1_ = x[1], x2_ = x[2], x3_ = x[3];                      \
+        a0 += TOP(x0_ * u);                                                                 \
+        a1 += TOP(x1_ * u);                                                                 \
+        a2 += TOP(x2_ * u);                                                                 \
+        a3 += TOP(x3_ * u);                                                                 \
+        b0 += TOP(x0_ * v);                                                                 \
+        b1 += TOP(x1_ * v);                                                                 \
+        b2 += TOP(x2_ * v);                                                                 \
+        b3 += TOP(x3_ * v);                                                                 \
+        x += pp;                                                                            \
+        MICO_MP_SEQ();                                                                      \
+    } while (0)
+#define MICO_MP_ALL(t) (t)
+#define MICO_MP_TOP_U(t) ((t) >> 24)
+#define MICO_MP_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
+
+/* s[0..3] (channel a) and s[4..7] (channel b): the lane sums of four columns over nw words of
+ * each channel's row (x: the columns' words, pp a group). */
+#define MICO_MK_MP(NAME, XOR, MASK, D, TOP)                                                 \
+    static MICO_NOINLINE void NAME(const uint32_t *wa, const uint32_t *wb, const uint32_t *x, \
+                                   int32_t nw, int32_t pp, uint32_t *s)                     \
+    {                                                                                       \
+        const uint32_t m = (MASK);                                                          \
+        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;            \
+        for (; nw > 0; nw--) {                                                              \
+            const uint32_t va = *wa++ ^ (XOR), vb = *wb++ ^ (XOR);                          \
+            MICO_MP_STEP(0, TOP);                                                           \
+            MICO_MP_STEP((D), TOP);                                                         \
+            MICO_MP_STEP(2 * (D), TOP);                                                     \
+            MICO_MP_STEP(3 * (D), TOP);                                                     \
+        }                                                                                   \
+        s[0] = a0;                                                                          \
+        s[1] = a1;                                                                          \
+        s[2] = a2;                                                                          \
+        s[3] = a3;                                                                          \
+        s[4] = b0;                                                                          \
+        s[5] = b1;                                                                          \
+        s[6] = b2;                                                                          \
+        s[7] = b3;                                                                          \
+    }
+MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL)
+MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U)
+MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S)
+
+/* Two channels (rows wa, wb of nw words) x nq groups of four columns of the chunk's words xw
+ * (variant mpv of mico_conv_mp_words, wb-bit weights): the tiles ta, tb gain the sums of w x
+ * (those of w' x less o x the column sums cs). 4 bits: the sums are the high halves of the
+ * 16-bit lane sums (each low half sign extended and taken off first). */
+static MICO_NOINLINE void mico_mk_mp(const uint32_t *wa, const uint32_t *wb, const uint32_t *xw,
+                                     int32_t nw, int32_t pp, int32_t nq, int32_t *ta,
+                                     int32_t *tb, const int32_t *cs, int32_t wb_bits, int mpv)
+{
+    const uint32_t off = wb_bits == 4 ? 8u : 2u;
+    uint32_t s[8];
+    int32_t q, k;
+    for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {
+        (wb_bits == 4 ? mico_mk_mp4 : mpv == 2 ? mico_mk_mp2s : mico_mk_mp2)(wa, wb, xw + 4 * q,
+                                                                           nw, pp, s);
+        for (k = 0; k < 8; k++) {
+            int32_t *const t = k < 4 ? ta + k : tb + (k - 4);
+            uint32_t v = s[k];
+            if (wb_bits == 4) {
+                v = (uint32_t)((int32_t)(v - (uint32_t)(int32_t)(int16_t)(v & 0xffffu)) >> 16);
+            }
+            *t = (int32_t)((uint32_t)*t - off * (uint32_t)cs[k & 3] + v);
+        }
+    }
+}
+
+/* The variant of the word kernels chunks of up to kc codes of format f take with wb-bit
+ * weights, from the codes' range (every field value counted): 1 (4 bits: 15 kc max |x| below
+ * 2^15; 2 bits: codes in [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 (the lanes could
+ * overflow: the byte loops). */
+static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo;
+    if (f.bits > 8) {
+        return 0;
+    }
+    if (wb == 4) {
+        return 15 * kc * amax <= 32767;
+    }
+    return lo >= 0 && hi <= 21 ? 1 : amax <= 10 ? 2 : 0;
+}
+
+/* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above). */
+static MICO_NOINLINE void mico_conv_mp_words(const int16_t *patch, int32_t kc, int32_t pp,
+                                             int32_t wb, uint32_t *xw)
+{
+    const int32_t per = 32 / wb; /* taps of a word */
+    int32_t c, i, j;
+    for (i = 0; i < kc; i += per, patch += per * pp) {
+        for (j = 0; j < 4; j++) {
+            const int16_t *x = patch + j * pp;
+            for (c = 0; c < pp; c++, x++) {
+                *xw++ = wb == 4 ? (uint32_t)(int32_t)x[4 * pp] + ((uint32_t)(int32_t)x[0] << 16)
+                                : (uint32_t)(int32_t)x[12 * pp] +
+                                      ((uint32_t)(int32_t)x[8 * pp] << 8) +
+                                      ((uint32_t)(int32_t)x[4 * pp] << 16) +
+                                      ((uint32_t)(int32_t)x[0] << 24);
+            }
+        }
+    }
+}
+
 /* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
  * columns per tap; padding and the columns np .. pp - 1 are zeros. */
@@ -260,6 +401,9 @@ typedef struct {
     int32_t period; /* channels oc and oc + period start rows at the same bit of a byte */
     int8_t *wrow;   /* two unpacked weight rows (at the end of the patch buffer) */
     int32_t multi; /* several chunks: sums wait in the tile, four per channel */
+    int32_t mp;    /* rows and chunks of whole aligned words */
+    const uint32_t *xw; /* the chunk's words for mico_mk_mp, and their variant (0: none) */
+    int32_t mpv;
 } MicoConvCtx;
 
 /* Channels oc0 .. oc1 - 1 over one patch (taps of kernel rows r0 .. r0 + kc / k_w - 1 of
@@ -301,8 +445,13 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
                 t[k][j] = p->bias[ocs[k]];
             }
         }
-        (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
-                                     (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
+        if (fused && c->mpv) { /* words of several products a multiply */
+            mico_mk_mp((const uint32_t *)wp[0], (const uint32_t *)wp[1], c->xw, kc * wb / 32,
+                       c->pp, nq, t[0], t[1], cs, wb, c->mpv);
+        } else {
+            (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
+                                         (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
+        }
         /* next: i + 1 within the first half of a block of 2 * period paired channels */
         next = !fused ? i + 2 : (i - oc0) % (2 * c->period) == c->period - 1 ? i + c->period + 1
                                                                              : i + 1;
@@ -321,6 +470,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     const int32_t kw = p->k_w, wb = p->w_bits;
     const int32_t rows = ipg * p->k_h; /* kernel rows (ic, ky) of one output channel */
     int16_t patch[MICO_CONV_PATCH];
+    uint32_t xw[MICO_CONV_XW];
     int32_t tile[MICO_CONV_TILE], *cs;
     int32_t rpc, room, oct, g, oc0, pix0, r0;
     MicoConvCtx c;
@@ -359,6 +509,12 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
         oct = 8;
     }
     cs = tile + (c.multi ? 4 * oct : 2 * c.pp);
+    /* whole aligned words: every row, and every chunk (rpc kernel rows), of 32-bit words */
+    c.mp = MICO_CONV_MP && (wb == 4 || wb == 2) && c.period == 1 && (c.k_all * wb) % 32 == 0 &&
+           (rpc * kw * wb) % 32 == 0 && ((uintptr_t)p->weight & 3u) == 0 &&
+           rpc * kw * c.pp * wb / 8 <= MICO_CONV_XW;
+    c.mpv = c.mp ? mico_conv_mp_kind(p->in_fmt, rpc * kw, wb) : 0;
+    c.xw = xw;
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += oct) {
             const int32_t oc1 = oc0 + oct < (g + 1) * opg ? oc0 + oct : (g + 1) * opg;
@@ -373,6 +529,9 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                         for (t = 0; wb < 8 && t < (r1 - r0) * kw; t++) {
                             cs[j] += patch[t * c.pp + j];
                         }
+                    }
+                    if (c.mpv) {
+                        mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw);
                     }
                     mico_conv_chunk(&c, patch, cs, tile, oc0, oc1, r0, (r1 - r0) * kw,
                                     r1 == rows, pix0, np);

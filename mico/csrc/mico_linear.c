@@ -169,24 +169,26 @@ static MICO_NOINLINE void mico_dot2_mp4(const uint32_t *xw, const uint32_t *wa,
 MICO_LIN_MP2(mico_dot2_mp2, MICO_LIN_TOP_U)
 MICO_LIN_MP2(mico_dot2_mp2s, MICO_LIN_TOP_S)
 
-/* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
- * 16 for 2-bit ones) for mico_dot2_mp<bits>. Returns the kernel's variant: 1 (4 bits, or 2
- * bits with codes in [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 when the codes do not fit
- * the lanes (4 bits: 15 sum |x| >= 2^15) and the chunk takes the bytes. */
-static MICO_NOINLINE int mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
-                                           uint32_t *xw)
+/* The variant of mico_dot2_mp<wb> chunks of up to kc codes of format f take, from the codes'
+ * range (every field value counted): 1 (4 bits: 15 kc max |x| below 2^15; 2 bits: codes in
+ * [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 (the lanes could overflow: the bytes). */
+static int mico_lin_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
 {
-    int32_t i, j, lo = 0, hi = 0;
-    uint32_t mag = 0;
-    for (i = 0; i < nt; i++) {
-        const int32_t v = x[i];
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        mag += (uint32_t)(v < 0 ? -v : v);
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo;
+    if (wb == 4) {
+        return 15 * kc * amax <= 32767;
     }
-    if (wb == 4 ? 15u * mag > 32767u : lo < -10 || hi > (lo < 0 ? 10 : 21)) {
-        return 0;
-    }
+    return lo >= 0 && hi <= 21 ? 1 : amax <= 10 ? 2 : 0;
+}
+
+/* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
+ * 16 for 2-bit ones) for mico_dot2_mp<wb>. */
+static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
+                                            uint32_t *xw)
+{
+    int32_t i, j;
     for (i = 0; i < nt; i += 4 * (8 / wb), x += 4 * (8 / wb)) {
         for (j = 0; j < 4; j++) {
             if (wb == 4) {
@@ -197,7 +199,6 @@ static MICO_NOINLINE int mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t
             }
         }
     }
-    return lo < 0 && wb == 2 ? 2 : 1;
 }
 
 /* Element by element (int32 inputs). */
@@ -418,7 +419,9 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
      * words at 4-byte aligned addresses */
     const int32_t per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
     const int mp = MICO_LIN_MP && per_word > 0 && nf % per_word == 0 &&
-                   ((uintptr_t)p->weight & 3u) == 0;
+                           ((uintptr_t)p->weight & 3u) == 0 && p->in_fmt.bits <= 8
+                       ? mico_lin_mp_kind(p->in_fmt, nf < MICO_LIN_K ? nf : MICO_LIN_K, wb)
+                       : 0;
     int16_t x[MICO_LIN_K];
     uint32_t xw[MICO_LIN_K / 2];
     int32_t acc[MICO_LIN_O];
@@ -443,8 +446,10 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
-                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc, xw,
-                                  mp ? mico_lin_mp_words(x, kc, wb, xw) : 0);
+                if (mp) {
+                    mico_lin_mp_words(x, kc, wb, xw);
+                }
+                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc, xw, mp);
             }
             for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
                 const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;

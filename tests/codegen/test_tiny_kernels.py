@@ -74,3 +74,47 @@ def test_linear_word_lanes_outputs_vary(harness, w_bits, out_bits):
     lines = _run(harness, tokens)
     assert lines[0] == lines[1]
     assert len(set(lines[0])) > 3
+
+
+CONV_SHAPES = [  # c_in, c_out, (h, w), k, pad: taps of a kernel row span whole words or not
+    (8, 9, (5, 6), (3, 3), (1, 1)),  # 72 taps: words at 4 bits, one chunk
+    (16, 11, (4, 5), (3, 3), (1, 1)),  # 144 taps: words at 2 and 4 bits, two chunks
+    (32, 5, (3, 4), (3, 3), (1, 0)),  # 288 taps: three chunks of 96
+    (16, 7, (3, 7), (1, 1), (0, 0)),  # pointwise, 16 taps
+    (8, 3, (2, 9), (1, 1), (0, 0)),  # pointwise, 8 taps
+]
+
+
+CONV_FORMATS = [(1, False), (2, False), (2, True), (3, True), (4, False), (4, True), (5, False),
+                (8, True)]  # fmt: skip
+
+
+@pytest.mark.parametrize("w_bits", [2, 4])
+@pytest.mark.parametrize("in_bits, signed", CONV_FORMATS)
+@pytest.mark.parametrize("shape", CONV_SHAPES)
+@pytest.mark.parametrize("extreme", ["random", "max", "min"])
+def test_conv_word_lanes_match_reference(harness, w_bits, in_bits, signed, shape, extreme):
+    """mico_qconv2d_tiled's word kernels (rows and chunks of whole words, 4-bit weights where
+    15 x taps x max |code| < 2^15, 2-bit ones for codes in [0, 21] or [-10, 10]) and the byte
+    loops the other formats keep: random codes and every code (and weight) at an extreme,
+    odd channel counts (one computed twice), per-channel multipliers, padding."""
+    c_in, c_out, size, k, pad = shape
+    in_fmt, w_fmt = QFormat(in_bits, signed), QFormat(w_bits, True)
+    rng = np.random.default_rng(c_in * 1000 + in_bits * 10 + w_bits + signed)
+    taps = c_in * k[0] * k[1]
+    x = rng.integers(in_fmt.qmin, in_fmt.qmax + 1, c_in * size[0] * size[1])
+    weight = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, c_out * taps)
+    if extreme != "random":
+        x[:] = in_fmt.qmax if extreme == "max" else in_fmt.qmin
+        weight[: 2 * taps] = w_fmt.qmax if extreme == "max" else w_fmt.qmin
+    spread = np.sqrt(taps) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
+    out_fmt = QFormat(8, True)
+    mults = [_multiplier(rng, spread, out_fmt) for _ in range(c_out)]
+    out_h = size[0] + 2 * pad[0] - k[0] + 1
+    out_w = size[1] + 2 * pad[1] - k[1] + 1
+    wraw = pack(weight, w_fmt).tolist()
+    tokens = ["c", c_in, *size, c_out, out_h, out_w, *k, 1, 1, *pad, 1, 1, 1, in_bits,
+              int(signed), w_bits, len(wraw), *wraw, *rng.integers(-300, 300, c_out).tolist(),
+              *_out(out_fmt, rng, extreme == "random", mults), *_bytes(x, in_fmt),
+              *NO_LAYOUT]  # fmt: skip
+    _kernel(harness, tokens)
