@@ -309,23 +309,75 @@ static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
     return lo >= 0 && hi <= 21 ? 1 : amax <= 10 ? 2 : 0;
 }
 
-/* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above). */
+/* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above), and the
+ * columns' sums cs. */
 static MICO_NOINLINE void mico_conv_mp_words(const int16_t *patch, int32_t kc, int32_t pp,
-                                             int32_t wb, uint32_t *xw)
+                                             int32_t wb, uint32_t *xw, int32_t *cs)
 {
-    const int32_t per = 32 / wb; /* taps of a word */
+    const int32_t per = 32 / wb, words = kc / per; /* taps of a word, words of a column */
     int32_t c, i, j;
-    for (i = 0; i < kc; i += per, patch += per * pp) {
-        for (j = 0; j < 4; j++) {
-            const int16_t *x = patch + j * pp;
-            for (c = 0; c < pp; c++, x++) {
-                *xw++ = wb == 4 ? (uint32_t)(int32_t)x[4 * pp] + ((uint32_t)(int32_t)x[0] << 16)
-                                : (uint32_t)(int32_t)x[12 * pp] +
-                                      ((uint32_t)(int32_t)x[8 * pp] << 8) +
-                                      ((uint32_t)(int32_t)x[4 * pp] << 16) +
-                                      ((uint32_t)(int32_t)x[0] << 24);
+    for (c = 0; c < pp; c++) {
+        const int16_t *x = patch + c;
+        uint32_t *w = xw + c, sum = 0;
+        for (i = 0; i < words; i++, x += per * pp) {
+            const int16_t *xj = x;
+            for (j = 0; j < 4; j++, xj += pp, w += pp) {
+                const uint32_t v0 = (uint32_t)(int32_t)xj[0], v4 = (uint32_t)(int32_t)xj[4 * pp];
+                if (wb == 4) {
+                    *w = v4 + (v0 << 16);
+                    sum += v0 + v4;
+                } else {
+                    const uint32_t v8 = (uint32_t)(int32_t)xj[8 * pp];
+                    const uint32_t v12 = (uint32_t)(int32_t)xj[12 * pp];
+                    *w = v12 + (v8 << 8) + (v4 << 16) + (v0 << 24);
+                    sum += v0 + v4 + v8 + v12;
+                }
             }
         }
+        cs[c] = (int32_t)sum;
+    }
+}
+
+/* cs[j] = the sum of column j (of pp) over the first kc taps of the patch. */
+static MICO_NOINLINE void mico_conv_colsums(const int16_t *patch, int32_t kc, int32_t pp,
+                                            int32_t *cs)
+{
+    int32_t j;
+    for (j = 0; j < pp; j++) {
+        const int16_t *x = patch + j, *const end = x + kc * pp;
+        int32_t sum = 0;
+        for (; x < end; x += pp) {
+            sum += *x;
+        }
+        cs[j] = sum;
+    }
+}
+
+/* n codes of the row starting at element `row` (width codes) from column ix0, columns outside
+ * [0, width) as 0, like mico_unpack_padded; 1-, 2- and 4-bit codes (fields inside a byte) are
+ * read field by field here, which costs less than the run reader's setup on the short spans
+ * of a patch. */
+static void mico_patch_span(const void *in, size_t row, int32_t width, int32_t ix0, int32_t n,
+                            MicoFmt f, int16_t *dst)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const uint8_t *q = (const uint8_t *)in;
+    int32_t i;
+    size_t bit;
+    if (f.bits != 4 && f.bits != 2 && f.bits != 1) {
+        mico_unpack_padded(in, row, width, ix0, n, 0, f, dst);
+        return;
+    }
+    bit = (row + (size_t)(ix0 > 0 ? ix0 : 0)) * m.bits;
+    for (i = 0; i < n; i++) {
+        const int32_t ix = ix0 + i;
+        if (ix < 0 || ix >= width) {
+            dst[i] = 0;
+            continue;
+        }
+        const uint32_t field = ((uint32_t)q[bit >> 3] >> (bit & 7u)) & m.mask;
+        dst[i] = (int16_t)((int32_t)((field ^ m.x) << m.sh) - m.o);
+        bit += m.bits;
     }
 }
 
@@ -371,11 +423,10 @@ static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_
             for (kx0 = 0; kx0 < kw;) { /* taps whose row span fits tmp: unpacked once */
                 const int32_t nk = (MICO_CONV_TMP - (seg - 1) * sw - 1) / dw + 1;
                 const int32_t kx1 = kw - kx0 < nk ? kw : kx0 + nk;
-                mico_unpack_padded(in,
-                                   (size_t)(ic0 + r / p->k_h) * in_plane +
-                                       (size_t)iy * (size_t)p->in_w,
-                                   p->in_w, ox * sw - p->pad_w + kx0 * dw,
-                                   (seg - 1) * sw + (kx1 - 1 - kx0) * dw + 1, 0, p->in_fmt, tmp);
+                mico_patch_span(in,
+                                (size_t)(ic0 + r / p->k_h) * in_plane + (size_t)iy * (size_t)p->in_w,
+                                p->in_w, ox * sw - p->pad_w + kx0 * dw,
+                                (seg - 1) * sw + (kx1 - 1 - kx0) * dw + 1, p->in_fmt, tmp);
                 for (kx = kx0; kx < kx1; kx++, dst += pp) {
                     const int16_t *src = tmp + (kx - kx0) * dw;
                     for (t = 0; t < seg; t++, src += sw) {
@@ -405,6 +456,38 @@ typedef struct {
     const uint32_t *xw; /* the chunk's words for mico_mk_mp, and their variant (0: none) */
     int32_t mpv;
 } MicoConvCtx;
+
+/* mico_rq_run_fast, with the case it leaves to mico_rq_apply's 64-bit rescaling -- a shift of
+ * at most 32 (large output scales: 2-bit outputs, say) on codes of at most 16 bits -- in a loop
+ * of its own: with m >= 2 (H + 1) (H: the largest magnitude the clamp lets through), a
+ * magnitude of at least 2^(shift - 1) rounds to at least m / 2 > H and is clamped; a smaller
+ * one, shifted left by 33 - shift, fits 32 bits and rounds through the high word of one
+ * 32 x 32 product: round(mag m / 2^shift) = (floor(mag m 2^(33 - shift) / 2^32) + 1) >> 1. */
+static MICO_NOINLINE void mico_conv_rq(const MicoRq *q, int32_t *v, int32_t n)
+{
+    const int32_t lo = q->lo, hi = q->hi, big = hi > -lo ? hi : -lo;
+    const uint32_t m = (uint32_t)q->m, sh = (uint32_t)q->shift;
+    int32_t i;
+    if (!q->scaled || q->binary || q->shift > 32 || lo < -32768 || hi > 32767 ||
+        (uint64_t)m < 2u * ((uint64_t)(uint32_t)big + 1u)) {
+        mico_rq_run_fast(q, v, n);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        const int32_t r = q->relu && v[i] < 0 ? 0 : v[i];
+        const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        int32_t y;
+        if (mag >= 1u << (sh - 1u)) {
+            y = r < 0 ? lo : hi;
+        } else {
+            const uint32_t t = (uint32_t)(((uint64_t)(mag << (33u - sh)) * m) >> 32);
+            const int32_t qv = (int32_t)((t + 1u) >> 1);
+            y = r < 0 ? -qv : qv;
+            y = y < lo ? lo : y > hi ? hi : y;
+        }
+        v[i] = y;
+    }
+}
 
 /* Channels oc0 .. oc1 - 1 over one patch (taps of kernel rows r0 .. r0 + kc / k_w - 1 of
  * pixels pix0 .. pix0 + np - 1); the last chunk requantizes and stores. Channels go in pairs:
@@ -457,7 +540,7 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
                                                                              : i + 1;
         for (k = 0; last && k < 2 - (ocs[1] == i); k++) { /* requantize and store */
             const MicoRq rq = mico_rq(&p->out, ocs[k]);
-            mico_rq_run_fast(&rq, t[k], np);
+            (rq.shift > 32 ? mico_rq_run_fast : mico_conv_rq)(&rq, t[k], np);
             mico_pack(c->out, (size_t)ocs[k] * (size_t)c->npix + (size_t)pix0, t[k], np,
                       p->out.fmt);
         }
@@ -522,16 +605,11 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                 const int32_t np = c.npix - pix0 < c.pp ? c.npix - pix0 : c.pp;
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
-                    int32_t j, t;
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
-                    for (j = 0; j < c.pp; j++) { /* column sums (for 4-, 2-, 1-bit weights) */
-                        cs[j] = 0;
-                        for (t = 0; wb < 8 && t < (r1 - r0) * kw; t++) {
-                            cs[j] += patch[t * c.pp + j];
-                        }
-                    }
-                    if (c.mpv) {
-                        mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw);
+                    if (c.mpv) { /* the words, and the column sums */
+                        mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
+                    } else if (wb < 8) { /* column sums (for 4-, 2-, 1-bit weights) */
+                        mico_conv_colsums(patch, (r1 - r0) * kw, c.pp, cs);
                     }
                     mico_conv_chunk(&c, patch, cs, tile, oc0, oc1, r0, (r1 - r0) * kw,
                                     r1 == rows, pix0, np);

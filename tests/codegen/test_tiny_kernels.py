@@ -118,3 +118,24 @@ def test_conv_word_lanes_match_reference(harness, w_bits, in_bits, signed, shape
               *_out(out_fmt, rng, extreme == "random", mults), *_bytes(x, in_fmt),
               *NO_LAYOUT]  # fmt: skip
     _kernel(harness, tokens)
+
+
+@pytest.mark.parametrize("out_bits, out_signed", [(2, False), (2, True), (4, False), (8, True)])
+@pytest.mark.parametrize("scale", [0.3, 0.5, 0.74, 1.0, 3.0, 17.0, 1000.0])
+@pytest.mark.parametrize("relu", [False, True])
+def test_conv_large_output_scales_match_reference(harness, out_bits, out_signed, scale, relu):
+    """Multipliers of shift 32 or less (an output scale close to or above the accumulators',
+    as 2-bit outputs have) take mico_conv_rq's 32-bit rounding, with sums of either sign, some
+    clamped and some at the rounding boundary; larger shifts the usual loop."""
+    rng = np.random.default_rng(out_bits * 100 + int(scale * 10) + relu)
+    in_fmt, w_fmt, out_fmt = QFormat(4, True), QFormat(4, True), QFormat(out_bits, out_signed)
+    c_in, c_out, size, k = 3, 5, (5, 6), (3, 3)
+    x = rng.integers(in_fmt.qmin, in_fmt.qmax + 1, c_in * size[0] * size[1])
+    weight = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, c_out * c_in * 9)
+    mults = [quantize_multiplier(scale / (1 + c)) for c in range(c_out)]
+    wraw = pack(weight, w_fmt).tolist()
+    tokens = ["c", c_in, *size, c_out, *size, *k, 1, 1, 1, 1, 1, 1, 1, 4, 1, 4, len(wraw),
+              *wraw, *rng.integers(-40, 40, c_out).tolist(), *_out(out_fmt, rng, relu, mults),
+              *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+    lines = _run(harness, tokens)
+    assert lines[0] == lines[1]
