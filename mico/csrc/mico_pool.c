@@ -11,6 +11,8 @@
  *    before it writes output i, and never reads an input that only an earlier output needed
  *    after writing a later output.
  *
+ * Max pooling on 1-, 2-, 4- or 8-bit codes (targets other than the host kernels): each output
+ * takes the largest field of its window read in place (mico_maxpool_fields). Otherwise,
  * 2-D pooling: for each output row and run of up to MICO_POOL_OUT outputs, the input rows of
  * the windows are unpacked once (only the columns the run needs) and folded into one int32 row
  * (column max or sum), then each output reduces its columns of that row. Stack: about 1 KB. */
@@ -283,11 +285,76 @@ static void mico_pool2d(const MicoPoolGeom *g, int is_max, int include_pad, Mico
     }
 }
 
+#ifndef MICO_HOST_KERNELS
+/* Max pooling on the fields of 1-, 2-, 4- or 8-bit codes: a field f stands for the code
+ * ((f ^ x) << sh) - o (mico_field_map), increasing in f ^ x, so the window's largest code is
+ * that of its largest f ^ x, read in place (no unpacking into rows); each output reads its
+ * window's taps inside the image (padding never wins). Runs of up to MICO_POOL_OUT outputs of
+ * one output row are packed together once their inputs were read (the in-place contract
+ * above holds). */
+static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void *in, void *out)
+{
+    const MicoFieldMap m = mico_field_map(p->fmt);
+    const uint8_t *q = (const uint8_t *)in;
+    const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w, k_h = p->k_h, k_w = p->k_w;
+    const int32_t sw = p->stride_w, pw = p->pad_w, dh = p->dil_h, dw = p->dil_w;
+    const uint32_t bits = m.bits, mask = m.mask, x = m.x, step = (uint32_t)dw * bits;
+    const size_t row_bits = (size_t)in_w * bits, plane_bits = (size_t)in_h * row_bits;
+    int32_t vals[MICO_POOL_OUT];
+    size_t o = 0;
+    int32_t c, oy, ox0, ox, ky, kx;
+    for (c = 0; c < p->channels; c++) {
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_h;
+            int32_t ky0 = 0, ky1 = k_h; /* window rows inside the image */
+            while (ky0 < k_h && iy0 + ky0 * dh < 0) {
+                ky0++;
+            }
+            while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= in_h) {
+                ky1--;
+            }
+            for (ox0 = 0; ox0 < out_w; ox0 += MICO_POOL_OUT) {
+                const int32_t n = out_w - ox0 < MICO_POOL_OUT ? out_w - ox0 : MICO_POOL_OUT;
+                for (ox = 0; ox < n; ox++) {
+                    const int32_t ix0 = (ox0 + ox) * sw - pw;
+                    int32_t kx0 = 0, kx1 = k_w; /* window columns inside the image */
+                    uint32_t best = 0;
+                    while (kx0 < k_w && ix0 + kx0 * dw < 0) {
+                        kx0++;
+                    }
+                    while (kx1 > kx0 && ix0 + (kx1 - 1) * dw >= in_w) {
+                        kx1--;
+                    }
+                    for (ky = ky0; ky < ky1; ky++) {
+                        size_t bit = (size_t)c * plane_bits + (size_t)(iy0 + ky * dh) * row_bits +
+                                     (size_t)(ix0 + kx0 * dw) * bits;
+                        for (kx = kx0; kx < kx1; kx++, bit += step) {
+                            const uint32_t f = (((uint32_t)q[bit >> 3] >> (bit & 7u)) & mask) ^ x;
+                            best = f > best ? f : best;
+                        }
+                    }
+                    vals[ox] = (int32_t)(best << m.sh) - m.o;
+                }
+                mico_pack(out, o, vals, n, p->fmt);
+                o += (size_t)n;
+            }
+        }
+    }
+}
+#endif
+
 void mico_maxpool2d(const MicoMaxPool2d *p, const void *in, void *out)
 {
     const MicoPoolGeom g = {p->channels, p->in_h,     p->in_w,     p->out_h, p->out_w,
                             p->k_h,      p->k_w,      p->stride_h, p->stride_w,
                             p->pad_h,    p->pad_w,    p->dil_h,    p->dil_w};
+#ifndef MICO_HOST_KERNELS
+    const int32_t b = p->fmt.bits;
+    if (b == 1 || b == 2 || b == 4 || b == 8) { /* fields inside a byte */
+        mico_maxpool_fields(p, in, out);
+        return;
+    }
+#endif
     mico_pool2d(&g, 1, 0, p->fmt, NULL, p->fmt, in, out);
 }
 

@@ -16,7 +16,15 @@ import pytest
 
 from mico.quant import QFormat, pack, quantize_multiplier
 from tests.codegen import test_packed_rows as rows_tests
-from tests.codegen.test_packed_rows import NO_LAYOUT, _bytes, _kernel, _multiplier, _out, _run
+from tests.codegen.test_packed_rows import (
+    NO_LAYOUT,
+    _bytes,
+    _kernel,
+    _multiplier,
+    _out,
+    _pool_tokens,
+    _run,
+)
 
 harness = rows_tests.harness  # the packed-rows harness (a module-scoped fixture)
 
@@ -139,3 +147,26 @@ def test_conv_large_output_scales_match_reference(harness, out_bits, out_signed,
               *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
     lines = _run(harness, tokens)
     assert lines[0] == lines[1]
+
+
+POOL_SHAPES = [  # size, k, stride, pad, dil
+    ((8, 8), (2, 2), (2, 2), (0, 0), (1, 1)),
+    ((7, 9), (3, 3), (2, 2), (1, 1), (1, 1)),
+    ((5, 11), (2, 3), (1, 2), (1, 1), (2, 2)),
+    ((4, 70), (1, 2), (1, 2), (0, 0), (1, 1)),  # more outputs in a row than one run
+]
+
+
+@pytest.mark.parametrize("bits", [1, 2, 4, 8])
+@pytest.mark.parametrize("signed", [False, True])
+@pytest.mark.parametrize("shape", POOL_SHAPES)
+@pytest.mark.parametrize("place", [False, True])
+def test_maxpool_fields_match_reference(harness, bits, signed, shape, place):
+    """mico_maxpool2d on 1-, 2-, 4- and 8-bit fields read in place (binary codes included):
+    padding, strides, dilation, runs of outputs, and over its own input displaced as far as
+    the in-place contract allows."""
+    size, k, stride, pad, dil = shape
+    rng = np.random.default_rng(bits * 10 + signed)
+    tokens = _pool_tokens(rng, "m", 3, size, k, stride, pad, dil, QFormat(bits, signed), None,
+                          False, place)  # fmt: skip
+    _kernel(harness, tokens, in_place=place)
