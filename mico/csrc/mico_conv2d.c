@@ -240,14 +240,20 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
 
 /* s[0..3] (channel a) and s[4..7] (channel b): the lane sums of four columns over nw words of
  * each channel's row (x: the columns' words, pp a group). */
-#define MICO_MK_MP(NAME, XOR, MASK, D, TOP)                                                 \
-    static MICO_NOINLINE void NAME(const uint32_t *wa, const uint32_t *wb, const uint32_t *x, \
-                                   int32_t nw, int32_t pp, uint32_t *s)                     \
+/* A row's next word: whole (4-bit rows of whole words, at 4-byte aligned addresses), or of two
+ * halfwords (2-bit rows of whole halfwords; the last may be a halfword alone, its high fields
+ * then meeting codes 0). */
+#define MICO_MP_W32(P, NH) (*(const uint32_t *)(const void *)(P))
+#define MICO_MP_W16(P, NH) ((NH) > 1 ? (uint32_t)(P)[0] | (uint32_t)(P)[1] << 16 : (uint32_t)(P)[0])
+
+#define MICO_MK_MP(NAME, XOR, MASK, D, TOP, LOAD)                                           \
+    static MICO_NOINLINE void NAME(const uint16_t *wa, const uint16_t *wb, const uint32_t *x, \
+                                   int32_t nh, int32_t pp, uint32_t *s)                     \
     {                                                                                       \
         const uint32_t m = (MASK);                                                          \
         uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;            \
-        for (; nw > 0; nw--) {                                                              \
-            const uint32_t va = *wa++ ^ (XOR), vb = *wb++ ^ (XOR);                          \
+        for (; nh > 0; nh -= 2, wa += 2, wb += 2) {                                         \
+            const uint32_t va = LOAD(wa, nh) ^ (XOR), vb = LOAD(wb, nh) ^ (XOR);            \
             MICO_MP_STEP(0, TOP);                                                           \
             MICO_MP_STEP((D), TOP);                                                         \
             MICO_MP_STEP(2 * (D), TOP);                                                     \
@@ -262,16 +268,16 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
         s[6] = b2;                                                                          \
         s[7] = b3;                                                                          \
     }
-MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL)
-MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U)
-MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S)
+MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL, MICO_MP_W32)
+MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U, MICO_MP_W16)
+MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S, MICO_MP_W16)
 
-/* Two channels (rows wa, wb of nw words) x nq groups of four columns of the chunk's words xw
- * (variant mpv of mico_conv_mp_words, wb-bit weights): the tiles ta, tb gain the sums of w x
- * (those of w' x less o x the column sums cs). 4 bits: the sums are the high halves of the
- * 16-bit lane sums (each low half sign extended and taken off first). */
-static MICO_NOINLINE void mico_mk_mp(const uint32_t *wa, const uint32_t *wb, const uint32_t *xw,
-                                     int32_t nw, int32_t pp, int32_t nq, int32_t *ta,
+/* Two channels (rows wa, wb of nh halfwords) x nq groups of four columns of the chunk's words
+ * xw (variant mpv of mico_conv_mp_words, wb-bit weights): the tiles ta, tb gain the sums of
+ * w x (those of w' x less o x the column sums cs). 4 bits: the sums are the high halves of
+ * the 16-bit lane sums (each low half sign extended and taken off first). */
+static MICO_NOINLINE void mico_mk_mp(const uint16_t *wa, const uint16_t *wb, const uint32_t *xw,
+                                     int32_t nh, int32_t pp, int32_t nq, int32_t *ta,
                                      int32_t *tb, const int32_t *cs, int32_t wb_bits, int mpv)
 {
     const uint32_t off = wb_bits == 4 ? 8u : 2u;
@@ -279,7 +285,7 @@ static MICO_NOINLINE void mico_mk_mp(const uint32_t *wa, const uint32_t *wb, con
     int32_t q, k;
     for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {
         (wb_bits == 4 ? mico_mk_mp4 : mpv == 2 ? mico_mk_mp2s : mico_mk_mp2)(wa, wb, xw + 4 * q,
-                                                                           nw, pp, s);
+                                                                           nh, pp, s);
         for (k = 0; k < 8; k++) {
             int32_t *const t = k < 4 ? ta + k : tb + (k - 4);
             uint32_t v = s[k];
@@ -310,18 +316,18 @@ static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
 }
 
 /* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above), and the
- * columns' sums cs. */
+ * columns' sums cs; taps past kc in the last word read as 0. */
 static MICO_NOINLINE void mico_conv_mp_words(const int16_t *patch, int32_t kc, int32_t pp,
                                              int32_t wb, uint32_t *xw, int32_t *cs)
 {
-    const int32_t per = 32 / wb, words = kc / per; /* taps of a word, words of a column */
+    const int32_t per = 32 / wb, full = kc / per; /* taps of a word, whole words */
     int32_t c, i, j;
     for (c = 0; c < pp; c++) {
         const int16_t *x = patch + c;
         uint32_t *w = xw + c, sum = 0;
-        for (i = 0; i < words; i++, x += per * pp) {
+        for (i = 0; i < full; i++, x += per * pp) {
             const int16_t *xj = x;
-            for (j = 0; j < 4; j++, xj += pp, w += pp) {
+            for (j = 0; j < 4; j++, xj += pp, w += pp) { /* lanes: taps j, j + 4, .. */
                 const uint32_t v0 = (uint32_t)(int32_t)xj[0], v4 = (uint32_t)(int32_t)xj[4 * pp];
                 if (wb == 4) {
                     *w = v4 + (v0 << 16);
@@ -332,6 +338,14 @@ static MICO_NOINLINE void mico_conv_mp_words(const int16_t *patch, int32_t kc, i
                     *w = v12 + (v8 << 8) + (v4 << 16) + (v0 << 24);
                     sum += v0 + v4 + v8 + v12;
                 }
+            }
+        }
+        if (full * per < kc) { /* 2 bits: a last halfword, taps j and j + 4 of 8 */
+            const int16_t *xj = x;
+            for (j = 0; j < 4; j++, xj += pp, w += pp) {
+                const uint32_t v0 = (uint32_t)(int32_t)xj[0], v4 = (uint32_t)(int32_t)xj[4 * pp];
+                *w = (v4 << 16) + (v0 << 24);
+                sum += v0 + v4;
             }
         }
         cs[c] = (int32_t)sum;
@@ -350,6 +364,117 @@ static MICO_NOINLINE void mico_conv_colsums(const int16_t *patch, int32_t kc, in
             sum += *x;
         }
         cs[j] = sum;
+    }
+}
+
+/* Pixel lanes (4- and 2-bit weights whose rows do not take the word kernels: rows of a few
+ * taps, or starting inside a byte): the patch's codes of one tap packed into words of two
+ * columns (16-bit lanes) or four (byte lanes), xp[t (pp / L) + j]; one weight times a word
+ * then makes L products at once, each column's sum in its own lane. Weights are taken as
+ * w' = f ^ o (in [0, 2^bits)); a lane sums kc products of at most max |x| (2^bits - 1), of
+ * either sign: below 2^15 (16-bit lanes) or 2^7 (bytes) in magnitude (mico_conv_px_kind),
+ * each lane is its low bits sign extended once the lanes below it are taken off. */
+#define MICO_PX_LANE16(A, K) (K ? (int32_t)((A) - (uint32_t)(int32_t)(int16_t)((A) & 0xffffu)) >> 16 \
+                                : (int32_t)(int16_t)((A) & 0xffffu))
+
+/* The lanes of pixel words: 2 (16-bit lanes) or 4 (bytes) per word, 0 when a lane could
+ * overflow. */
+static int mico_conv_px_kind(MicoFmt f, int32_t kc, int32_t wb)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo, wmax = (1 << wb) - 1;
+    if (f.bits > 8 || (wb != 4 && wb != 2)) {
+        return 0;
+    }
+    return kc * amax * wmax <= 127 ? 4 : kc * amax * wmax <= 32767 ? 2 : 0;
+}
+
+/* The pixel words of a patch of kc taps x pp columns, L columns a word, and the column sums
+ * (a column group at a time, its sums in registers). */
+static MICO_NOINLINE void mico_conv_px_words(const int16_t *patch, int32_t kc, int32_t pp,
+                                             int32_t lanes, uint32_t *xp, int32_t *cs)
+{
+    const int32_t wpt = pp / lanes;
+    int32_t t, j;
+    for (j = 0; j < pp; j += lanes) {
+        const int16_t *x = patch + j;
+        uint32_t *w = xp + j / lanes;
+        uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (t = 0; t < kc; t++, x += pp, w += wpt) {
+            const uint32_t x0 = (uint32_t)(int32_t)x[0], x1 = (uint32_t)(int32_t)x[1];
+            s0 += x0;
+            s1 += x1;
+            if (lanes == 2) {
+                *w = x0 + (x1 << 16);
+            } else {
+                const uint32_t x2 = (uint32_t)(int32_t)x[2], x3 = (uint32_t)(int32_t)x[3];
+                s2 += x2;
+                s3 += x3;
+                *w = x0 + (x1 << 8) + (x2 << 16) + (x3 << 24);
+            }
+        }
+        cs[j] = (int32_t)s0;
+        cs[j + 1] = (int32_t)s1;
+        if (lanes == 4) {
+            cs[j + 2] = (int32_t)s2;
+            cs[j + 3] = (int32_t)s3;
+        }
+    }
+}
+
+/* Two channels (packed rows wa, wb, both from bit `skip * bits` of their first byte) x nq
+ * groups of four columns over kc taps of pixel words xp (L = lanes columns a word): the tiles
+ * gain the sums of w x (those of w' x less o x the column sums cs). */
+static MICO_NOINLINE void mico_mk_px(const uint8_t *wa, const uint8_t *wb, const uint32_t *xp,
+                                     int32_t kc, int32_t pp, int32_t nq, int32_t *ta,
+                                     int32_t *tb, uint32_t skip, const int32_t *cs,
+                                     uint32_t bits, int32_t lanes)
+{
+    const uint32_t mask = (1u << bits) - 1u, o = 1u << (bits - 1u);
+    const int32_t wpt = pp / lanes; /* words of a tap */
+    uint8_t wu[2 * MICO_CONV_KMAX]; /* the two rows' w', decoded once for all the groups */
+    uint32_t at = skip * bits;
+    int32_t q, t, k;
+    for (t = 0; t < kc; t++, at += bits) {
+        wu[2 * t] = (uint8_t)((((uint32_t)wa[at >> 3] >> (at & 7u)) & mask) ^ o);
+        wu[2 * t + 1] = (uint8_t)((((uint32_t)wb[at >> 3] >> (at & 7u)) & mask) ^ o);
+    }
+    for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {
+        const uint32_t *x = xp + q * (4 / lanes);
+        const uint8_t *w = wu, *const w_end = wu + 2 * kc;
+        uint32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
+        int32_t va[4], vb[4];
+        for (; w < w_end; w += 2, x += wpt) {
+            const uint32_t u = w[0], v = w[1];
+            a0 += x[0] * u;
+            b0 += x[0] * v;
+            if (lanes == 2) {
+                a1 += x[1] * u;
+                b1 += x[1] * v;
+            }
+        }
+        if (lanes == 2) {
+            va[0] = MICO_PX_LANE16(a0, 0);
+            va[1] = MICO_PX_LANE16(a0, 1);
+            va[2] = MICO_PX_LANE16(a1, 0);
+            va[3] = MICO_PX_LANE16(a1, 1);
+            vb[0] = MICO_PX_LANE16(b0, 0);
+            vb[1] = MICO_PX_LANE16(b0, 1);
+            vb[2] = MICO_PX_LANE16(b1, 0);
+            vb[3] = MICO_PX_LANE16(b1, 1);
+        } else {
+            for (k = 0; k < 4; k++) { /* each byte sign extended, then taken off */
+                va[k] = (int32_t)(int8_t)(a0 & 0xffu);
+                vb[k] = (int32_t)(int8_t)(b0 & 0xffu);
+                a0 = (uint32_t)((int32_t)(a0 - (uint32_t)va[k]) >> 8);
+                b0 = (uint32_t)((int32_t)(b0 - (uint32_t)vb[k]) >> 8);
+            }
+        }
+        for (k = 0; k < 4; k++) {
+            MICO_MK_ADD(ta[k], va[k], 1, o, cs[k]);
+            MICO_MK_ADD(tb[k], vb[k], 1, o, cs[k]);
+        }
     }
 }
 
@@ -455,6 +580,7 @@ typedef struct {
     int32_t mp;    /* rows and chunks of whole aligned words */
     const uint32_t *xw; /* the chunk's words for mico_mk_mp, and their variant (0: none) */
     int32_t mpv;
+    int32_t px; /* pixel lanes: columns a word (2 or 4), or 0 */
 } MicoConvCtx;
 
 /* mico_rq_run_fast, with the case it leaves to mico_rq_apply's 64-bit rescaling -- a shift of
@@ -529,8 +655,11 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
             }
         }
         if (fused && c->mpv) { /* words of several products a multiply */
-            mico_mk_mp((const uint32_t *)wp[0], (const uint32_t *)wp[1], c->xw, kc * wb / 32,
+            mico_mk_mp((const uint16_t *)wp[0], (const uint16_t *)wp[1], c->xw, kc * wb / 16,
                        c->pp, nq, t[0], t[1], cs, wb, c->mpv);
+        } else if (fused && c->px) { /* pixel lanes */
+            mico_mk_px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq, t[0],
+                       t[1], (uint32_t)(at % (size_t)per), cs, (uint32_t)wb, c->px);
         } else {
             (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
                                          (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
@@ -593,10 +722,17 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     }
     cs = tile + (c.multi ? 4 * oct : 2 * c.pp);
     /* whole aligned words: every row, and every chunk (rpc kernel rows), of 32-bit words */
-    c.mp = MICO_CONV_MP && (wb == 4 || wb == 2) && c.period == 1 && (c.k_all * wb) % 32 == 0 &&
-           (rpc * kw * wb) % 32 == 0 && ((uintptr_t)p->weight & 3u) == 0 &&
-           rpc * kw * c.pp * wb / 8 <= MICO_CONV_XW;
+    /* rows and chunks of whole words (4 bits) or halfwords (2 bits), the words in xw */
+    c.mp = MICO_CONV_MP && (wb == 4 || wb == 2) && (c.k_all * wb) % (8 * wb) == 0 &&
+           (rpc * kw * wb) % (8 * wb) == 0 && ((uintptr_t)p->weight & (uintptr_t)(wb - 1)) == 0 &&
+           (rpc * kw + 32 / wb - 1) / (32 / wb) * 4 * c.pp <= MICO_CONV_XW;
     c.mpv = c.mp ? mico_conv_mp_kind(p->in_fmt, rpc * kw, wb) : 0;
+    /* pixel lanes for rows mico_mk_packed reads field by field (not whole bytes: it pays
+     * there; a whole-byte row costs it less than decoding the row for the lanes) */
+    c.px = c.mpv || !c.fused || rpc * kw * c.pp / 2 > MICO_CONV_XW ||
+                   (c.period == 1 && (rpc * kw * wb) % 8 == 0)
+               ? 0
+               : mico_conv_px_kind(p->in_fmt, rpc * kw, wb);
     c.xw = xw;
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += oct) {
@@ -608,6 +744,8 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
                     if (c.mpv) { /* the words, and the column sums */
                         mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
+                    } else if (c.px) { /* pixel words, and the column sums */
+                        mico_conv_px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw, cs);
                     } else if (wb < 8) { /* column sums (for 4-, 2-, 1-bit weights) */
                         mico_conv_colsums(patch, (r1 - r0) * kw, c.pp, cs);
                     }
