@@ -90,6 +90,9 @@ CONV_SHAPES = [  # c_in, c_out, (h, w), k, pad: taps of a kernel row span whole 
     (32, 5, (3, 4), (3, 3), (1, 0)),  # 288 taps: three chunks of 96
     (16, 7, (3, 7), (1, 1), (0, 0)),  # pointwise, 16 taps
     (8, 3, (2, 9), (1, 1), (0, 0)),  # pointwise, 8 taps
+    (1, 8, (8, 8), (3, 3), (1, 1)),  # 9 taps: rows inside bytes, pixel lanes
+    (3, 5, (5, 7), (3, 3), (0, 1)),  # 27 taps: pixel lanes (16-bit lanes for wider codes)
+    (2, 3, (4, 9), (1, 3), (0, 1)),  # 6 taps: whole bytes at 4 bits, pixel lanes at 2
 ]
 
 
@@ -102,10 +105,12 @@ CONV_FORMATS = [(1, False), (2, False), (2, True), (3, True), (4, False), (4, Tr
 @pytest.mark.parametrize("shape", CONV_SHAPES)
 @pytest.mark.parametrize("extreme", ["random", "max", "min"])
 def test_conv_word_lanes_match_reference(harness, w_bits, in_bits, signed, shape, extreme):
-    """mico_qconv2d_tiled's word kernels (rows and chunks of whole words, 4-bit weights where
-    15 x taps x max |code| < 2^15, 2-bit ones for codes in [0, 21] or [-10, 10]) and the byte
-    loops the other formats keep: random codes and every code (and weight) at an extreme,
-    odd channel counts (one computed twice), per-channel multipliers, padding."""
+    """mico_qconv2d_tiled's word kernels (rows and chunks of whole words at 4 bits, halfwords
+    at 2; 4-bit weights where 15 x taps x max |code| < 2^15, 2-bit ones for codes in [0, 21]
+    or [-10, 10]), its pixel lanes (rows inside bytes: bytes or 16-bit lanes by the codes'
+    range) and the byte loops the other formats keep: random codes and every code (and
+    weight) at an extreme, odd channel counts (one computed twice), per-channel multipliers,
+    padding."""
     c_in, c_out, size, k, pad = shape
     in_fmt, w_fmt = QFormat(in_bits, signed), QFormat(w_bits, True)
     rng = np.random.default_rng(c_in * 1000 + in_bits * 10 + w_bits + signed)
