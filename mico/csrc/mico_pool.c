@@ -290,8 +290,33 @@ static void mico_pool2d(const MicoPoolGeom *g, int is_max, int include_pad, Mico
  * ((f ^ x) << sh) - o (mico_field_map), increasing in f ^ x, so the window's largest code is
  * that of its largest f ^ x, read in place (no unpacking into rows); each output reads its
  * window's taps inside the image (padding never wins). Runs of up to MICO_POOL_OUT outputs of
- * one output row are packed together once their inputs were read (the in-place contract
- * above holds). */
+ * one channel (across its rows) are stored together once their inputs were read, in order
+ * (the in-place contract above holds: a store only comes later than it would row by row). */
+/* n fields v of the output from element o on: bytes when they span whole ones, else codes
+ * packed. */
+static MICO_NOINLINE void mico_maxpool_store(void *out, size_t o, int32_t *v, int32_t n,
+                                             MicoFmt f)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const uint32_t bits = m.bits;
+    int32_t i;
+    if ((o * bits) % 8u == 0u && ((size_t)n * bits) % 8u == 0u) {
+        uint8_t *dst = (uint8_t *)out + o * bits / 8u;
+        for (i = 0; i < n;) {
+            uint32_t byte = 0, at;
+            for (at = 0; at < 8u; at += bits) {
+                byte |= (uint32_t)v[i++] << at;
+            }
+            *dst++ = (uint8_t)byte;
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        v[i] = (int32_t)(((uint32_t)v[i] ^ m.x) << m.sh) - m.o;
+    }
+    mico_pack(out, o, v, n, f);
+}
+
 static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void *in, void *out)
 {
     const MicoFieldMap m = mico_field_map(p->fmt);
@@ -302,7 +327,7 @@ static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void
     const size_t row_bits = (size_t)in_w * bits, plane_bits = (size_t)in_h * row_bits;
     int32_t vals[MICO_POOL_OUT];
     size_t o = 0;
-    int32_t c, oy, ox0, ox, ky, kx;
+    int32_t c, oy, ox0, ox, ky, kx, nv = 0;
     for (c = 0; c < p->channels; c++) {
         for (oy = 0; oy < p->out_h; oy++) {
             const int32_t iy0 = oy * p->stride_h - p->pad_h;
@@ -313,10 +338,11 @@ static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void
             while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= in_h) {
                 ky1--;
             }
-            for (ox0 = 0; ox0 < out_w; ox0 += MICO_POOL_OUT) {
-                const int32_t n = out_w - ox0 < MICO_POOL_OUT ? out_w - ox0 : MICO_POOL_OUT;
-                for (ox = 0; ox < n; ox++) {
-                    const int32_t ix0 = (ox0 + ox) * sw - pw;
+            for (ox0 = 0; ox0 < out_w;) {
+                const int32_t n = out_w - ox0 < MICO_POOL_OUT - nv ? out_w - ox0
+                                                                    : MICO_POOL_OUT - nv;
+                for (ox = ox0; ox < ox0 + n; ox++) {
+                    const int32_t ix0 = ox * sw - pw;
                     int32_t kx0 = 0, kx1 = k_w; /* window columns inside the image */
                     uint32_t best = 0;
                     while (kx0 < k_w && ix0 + kx0 * dw < 0) {
@@ -333,11 +359,20 @@ static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void
                             best = f > best ? f : best;
                         }
                     }
-                    vals[ox] = (int32_t)(best << m.sh) - m.o;
+                    vals[nv++] = (int32_t)(best ^ x); /* the output's field */
                 }
-                mico_pack(out, o, vals, n, p->fmt);
-                o += (size_t)n;
+                ox0 += n;
+                if (nv == MICO_POOL_OUT) {
+                    mico_maxpool_store(out, o, vals, nv, p->fmt);
+                    o += (size_t)nv;
+                    nv = 0;
+                }
             }
+        }
+        if (nv > 0) { /* the channel's last run */
+            mico_maxpool_store(out, o, vals, nv, p->fmt);
+            o += (size_t)nv;
+            nv = 0;
         }
     }
 }
