@@ -370,12 +370,12 @@ static MICO_NOINLINE void mico_conv_colsums(const int16_t *patch, int32_t kc, in
 /* Pixel lanes (4- and 2-bit weights whose rows do not take the word kernels: rows of a few
  * taps, or starting inside a byte): the patch's codes of one tap packed into words of two
  * columns (16-bit lanes) or four (byte lanes), xp[t (pp / L) + j]; one weight times a word
- * then makes L products at once, each column's sum in its own lane. Weights are taken as
- * w' = f ^ o (in [0, 2^bits)); a lane sums kc products of at most max |x| (2^bits - 1), of
- * either sign: below 2^15 (16-bit lanes) or 2^7 (bytes) in magnitude (mico_conv_px_kind),
- * each lane is its low bits sign extended once the lanes below it are taken off. */
-#define MICO_PX_LANE16(A, K) (K ? (int32_t)((A) - (uint32_t)(int32_t)(int16_t)((A) & 0xffffu)) >> 16 \
-                                : (int32_t)(int16_t)((A) & 0xffffu))
+ * then makes L products at once (mod 2^32: codes and weights of either sign), each column's
+ * sum in its own lane. A lane sums kc products of at most max |x| 2^(bits-1) in magnitude:
+ * below 2^15 (16-bit lanes) or 2^7 (bytes) (mico_conv_px_kind), each lane is its low bits
+ * sign extended once the lanes below it are taken off. */
+#define MICO_PX_LO16(A) ((int32_t)(int16_t)((A) & 0xffffu))
+#define MICO_PX_HI16(A) ((int32_t)((A) - (uint32_t)MICO_PX_LO16(A)) >> 16)
 
 /* The lanes of pixel words: 2 (16-bit lanes) or 4 (bytes) per word, 0 when a lane could
  * overflow. */
@@ -383,97 +383,111 @@ static int mico_conv_px_kind(MicoFmt f, int32_t kc, int32_t wb)
 {
     const MicoFieldMap m = mico_field_map(f);
     const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
-    const int32_t amax = hi > -lo ? hi : -lo, wmax = (1 << wb) - 1;
+    const int32_t amax = hi > -lo ? hi : -lo, wmax = 1 << (wb - 1);
     if (f.bits > 8 || (wb != 4 && wb != 2)) {
         return 0;
     }
     return kc * amax * wmax <= 127 ? 4 : kc * amax * wmax <= 32767 ? 2 : 0;
 }
 
-/* The pixel words of a patch of kc taps x pp columns, L columns a word, and the column sums
- * (a column group at a time, its sums in registers). */
+/* The pixel words of a patch of kc taps x pp columns, L columns a word. */
 static MICO_NOINLINE void mico_conv_px_words(const int16_t *patch, int32_t kc, int32_t pp,
-                                             int32_t lanes, uint32_t *xp, int32_t *cs)
+                                             int32_t lanes, uint32_t *xp)
 {
-    const int32_t wpt = pp / lanes;
-    int32_t t, j;
-    for (j = 0; j < pp; j += lanes) {
-        const int16_t *x = patch + j;
-        uint32_t *w = xp + j / lanes;
-        uint32_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (t = 0; t < kc; t++, x += pp, w += wpt) {
+    const int16_t *const end = patch + kc * pp;
+    int32_t j;
+    for (; patch < end; patch += pp) {
+        for (j = 0; j < pp; j += lanes) {
+            const int16_t *x = patch + j;
             const uint32_t x0 = (uint32_t)(int32_t)x[0], x1 = (uint32_t)(int32_t)x[1];
-            s0 += x0;
-            s1 += x1;
             if (lanes == 2) {
-                *w = x0 + (x1 << 16);
+                *xp++ = x0 + (x1 << 16);
             } else {
-                const uint32_t x2 = (uint32_t)(int32_t)x[2], x3 = (uint32_t)(int32_t)x[3];
-                s2 += x2;
-                s3 += x3;
-                *w = x0 + (x1 << 8) + (x2 << 16) + (x3 << 24);
+                *xp++ = x0 + (x1 << 8) + ((uint32_t)(int32_t)x[2] << 16) +
+                        ((uint32_t)(int32_t)x[3] << 24);
             }
-        }
-        cs[j] = (int32_t)s0;
-        cs[j + 1] = (int32_t)s1;
-        if (lanes == 4) {
-            cs[j + 2] = (int32_t)s2;
-            cs[j + 3] = (int32_t)s3;
         }
     }
 }
 
-/* Two channels (packed rows wa, wb, both from bit `skip * bits` of their first byte) x nq
- * groups of four columns over kc taps of pixel words xp (L = lanes columns a word): the tiles
- * gain the sums of w x (those of w' x less o x the column sums cs). */
+/* The lane sums of columns: n words of each channel's (a and b), lanes L, into va / vb. */
+static void mico_px_lanes(const uint32_t *a, const uint32_t *b, int32_t n, int32_t lanes,
+                          int32_t *va, int32_t *vb)
+{
+    int32_t i, k;
+    for (i = 0; i < n; i++) {
+        uint32_t u = a[i], v = b[i];
+        if (lanes == 2) {
+            va[2 * i] = MICO_PX_LO16(u);
+            va[2 * i + 1] = MICO_PX_HI16(u);
+            vb[2 * i] = MICO_PX_LO16(v);
+            vb[2 * i + 1] = MICO_PX_HI16(v);
+            continue;
+        }
+        for (k = 0; k < 4; k++) { /* each byte sign extended, then taken off */
+            va[4 * i + k] = (int32_t)(int8_t)(u & 0xffu);
+            vb[4 * i + k] = (int32_t)(int8_t)(v & 0xffu);
+            u = (uint32_t)((int32_t)(u - (uint32_t)va[4 * i + k]) >> 8);
+            v = (uint32_t)((int32_t)(v - (uint32_t)vb[4 * i + k]) >> 8);
+        }
+    }
+}
+
+/* Two channels (packed rows wa, wb, both from bit `skip * bits` of their first byte) x the
+ * pp columns of pixel words xp (L = lanes columns a word) over kc taps: the tiles (4 nq
+ * columns) gain the sums of w x. The rows' weights are decoded once; then up to four words
+ * of columns of each channel go together over the taps. */
 static MICO_NOINLINE void mico_mk_px(const uint8_t *wa, const uint8_t *wb, const uint32_t *xp,
                                      int32_t kc, int32_t pp, int32_t nq, int32_t *ta,
-                                     int32_t *tb, uint32_t skip, const int32_t *cs,
-                                     uint32_t bits, int32_t lanes)
+                                     int32_t *tb, uint32_t skip, uint32_t bits, int32_t lanes)
 {
     const uint32_t mask = (1u << bits) - 1u, o = 1u << (bits - 1u);
-    const int32_t wpt = pp / lanes; /* words of a tap */
-    uint8_t wu[2 * MICO_CONV_KMAX]; /* the two rows' w', decoded once for all the groups */
+    const int32_t wpt = pp / lanes, used = (4 * nq + lanes - 1) / lanes; /* words of a tap */
+    int8_t wu[2 * MICO_CONV_KMAX]; /* the two rows' weights, decoded once */
     uint32_t at = skip * bits;
-    int32_t q, t, k;
+    int32_t t, g, k;
     for (t = 0; t < kc; t++, at += bits) {
-        wu[2 * t] = (uint8_t)((((uint32_t)wa[at >> 3] >> (at & 7u)) & mask) ^ o);
-        wu[2 * t + 1] = (uint8_t)((((uint32_t)wb[at >> 3] >> (at & 7u)) & mask) ^ o);
+        wu[2 * t] = (int8_t)((int32_t)((((uint32_t)wa[at >> 3] >> (at & 7u)) & mask) ^ o) -
+                             (int32_t)o);
+        wu[2 * t + 1] = (int8_t)((int32_t)((((uint32_t)wb[at >> 3] >> (at & 7u)) & mask) ^ o) -
+                                 (int32_t)o);
     }
-    for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {
-        const uint32_t *x = xp + q * (4 / lanes);
-        const uint8_t *w = wu, *const w_end = wu + 2 * kc;
-        uint32_t a0 = 0, a1 = 0, b0 = 0, b1 = 0;
-        int32_t va[4], vb[4];
-        for (; w < w_end; w += 2, x += wpt) {
-            const uint32_t u = w[0], v = w[1];
-            a0 += x[0] * u;
-            b0 += x[0] * v;
-            if (lanes == 2) {
+    for (g = 0; g < used; g += 4) { /* up to four words of columns a pass */
+        const uint32_t *x = xp + g;
+        const int8_t *w = wu, *const w_end = wu + 2 * kc;
+        const int32_t nw = used - g < 4 ? used - g : 4;
+        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, a[4], b[4];
+        int32_t va[16], vb[16];
+        if (nw > 2) { /* four words (the patch is zero past its columns) */
+            for (; w < w_end; w += 2, x += wpt) {
+                const uint32_t u = (uint32_t)(int32_t)w[0], v = (uint32_t)(int32_t)w[1];
+                a0 += x[0] * u;
                 a1 += x[1] * u;
+                a2 += x[2] * u;
+                a3 += x[3] * u;
+                b0 += x[0] * v;
                 b1 += x[1] * v;
+                b2 += x[2] * v;
+                b3 += x[3] * v;
             }
-        }
-        if (lanes == 2) {
-            va[0] = MICO_PX_LANE16(a0, 0);
-            va[1] = MICO_PX_LANE16(a0, 1);
-            va[2] = MICO_PX_LANE16(a1, 0);
-            va[3] = MICO_PX_LANE16(a1, 1);
-            vb[0] = MICO_PX_LANE16(b0, 0);
-            vb[1] = MICO_PX_LANE16(b0, 1);
-            vb[2] = MICO_PX_LANE16(b1, 0);
-            vb[3] = MICO_PX_LANE16(b1, 1);
         } else {
-            for (k = 0; k < 4; k++) { /* each byte sign extended, then taken off */
-                va[k] = (int32_t)(int8_t)(a0 & 0xffu);
-                vb[k] = (int32_t)(int8_t)(b0 & 0xffu);
-                a0 = (uint32_t)((int32_t)(a0 - (uint32_t)va[k]) >> 8);
-                b0 = (uint32_t)((int32_t)(b0 - (uint32_t)vb[k]) >> 8);
+            for (; w < w_end; w += 2, x += wpt) {
+                const uint32_t u = (uint32_t)(int32_t)w[0], v = (uint32_t)(int32_t)w[1];
+                a0 += x[0] * u;
+                b0 += x[0] * v;
+                if (nw > 1) {
+                    a1 += x[1] * u;
+                    b1 += x[1] * v;
+                }
             }
         }
-        for (k = 0; k < 4; k++) {
-            MICO_MK_ADD(ta[k], va[k], 1, o, cs[k]);
-            MICO_MK_ADD(tb[k], vb[k], 1, o, cs[k]);
+        a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+        b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
+        mico_px_lanes(a, b, nw, lanes, va, vb);
+        for (k = 0; k < nw * lanes && g * lanes + k < 4 * nq; k++) {
+            const int32_t col = g * lanes + k;
+            ta[col] = (int32_t)((uint32_t)ta[col] + (uint32_t)va[k]);
+            tb[col] = (int32_t)((uint32_t)tb[col] + (uint32_t)vb[k]);
         }
     }
 }
@@ -659,7 +673,7 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
                        c->pp, nq, t[0], t[1], cs, wb, c->mpv);
         } else if (fused && c->px) { /* pixel lanes */
             mico_mk_px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq, t[0],
-                       t[1], (uint32_t)(at % (size_t)per), cs, (uint32_t)wb, c->px);
+                       t[1], (uint32_t)(at % (size_t)per), (uint32_t)wb, c->px);
         } else {
             (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
                                          (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
@@ -744,8 +758,8 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
                     if (c.mpv) { /* the words, and the column sums */
                         mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
-                    } else if (c.px) { /* pixel words, and the column sums */
-                        mico_conv_px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw, cs);
+                    } else if (c.px) { /* pixel words (no column sums: weights as they are) */
+                        mico_conv_px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw);
                     } else if (wb < 8) { /* column sums (for 4-, 2-, 1-bit weights) */
                         mico_conv_colsums(patch, (r1 - r0) * kw, c.pp, cs);
                     }
