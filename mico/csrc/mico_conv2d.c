@@ -238,64 +238,51 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
 #define MICO_MP_TOP_U(t) ((t) >> 24)
 #define MICO_MP_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
 
-/* s[0..3] (channel a) and s[4..7] (channel b): the lane sums of four columns over nw words of
- * each channel's row (x: the columns' words, pp a group). */
 /* A row's next word: whole (4-bit rows of whole words, at 4-byte aligned addresses), or of two
  * halfwords (2-bit rows of whole halfwords; the last may be a halfword alone, its high fields
  * then meeting codes 0). */
 #define MICO_MP_W32(P, NH) (*(const uint32_t *)(const void *)(P))
 #define MICO_MP_W16(P, NH) ((NH) > 1 ? (uint32_t)(P)[0] | (uint32_t)(P)[1] << 16 : (uint32_t)(P)[0])
 
-#define MICO_MK_MP(NAME, XOR, MASK, D, TOP, LOAD)                                           \
-    static MICO_NOINLINE void NAME(const uint16_t *wa, const uint16_t *wb, const uint32_t *x, \
-                                   int32_t nh, int32_t pp, uint32_t *s)                     \
+/* Two channels (rows wa, wb of nh halfwords) x nq groups of four columns of the chunk's words
+ * xw (pp a group): the tiles ta, tb gain the sums of w x, those of w' x (FIN of the lane sums)
+ * less OFF x the column sums cs. */
+#define MICO_MK_MP(NAME, XOR, MASK, D, TOP, LOAD, FIN, OFF)                                 \
+    static MICO_NOINLINE void NAME(const uint16_t *wa0, const uint16_t *wb0,                \
+                                   const uint32_t *xw, int32_t nh0, int32_t pp, int32_t nq, \
+                                   int32_t *ta, int32_t *tb, const int32_t *cs)             \
     {                                                                                       \
         const uint32_t m = (MASK);                                                          \
-        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;            \
-        for (; nh > 0; nh -= 2, wa += 2, wb += 2) {                                         \
-            const uint32_t va = LOAD(wa, nh) ^ (XOR), vb = LOAD(wb, nh) ^ (XOR);            \
-            MICO_MP_STEP(0, TOP);                                                           \
-            MICO_MP_STEP((D), TOP);                                                         \
-            MICO_MP_STEP(2 * (D), TOP);                                                     \
-            MICO_MP_STEP(3 * (D), TOP);                                                     \
+        int32_t q;                                                                          \
+        for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {                               \
+            const uint16_t *wa = wa0, *wb = wb0;                                            \
+            const uint32_t *x = xw + 4 * q;                                                 \
+            uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;        \
+            int32_t nh;                                                                     \
+            for (nh = nh0; nh > 0; nh -= 2, wa += 2, wb += 2) {                             \
+                const uint32_t va = LOAD(wa, nh) ^ (XOR), vb = LOAD(wb, nh) ^ (XOR);        \
+                MICO_MP_STEP(0, TOP);                                                       \
+                MICO_MP_STEP((D), TOP);                                                     \
+                MICO_MP_STEP(2 * (D), TOP);                                                 \
+                MICO_MP_STEP(3 * (D), TOP);                                                 \
+            }                                                                               \
+            MICO_MK_ADD(ta[0], FIN(a0), 1, OFF, cs[0]);                                     \
+            MICO_MK_ADD(ta[1], FIN(a1), 1, OFF, cs[1]);                                     \
+            MICO_MK_ADD(ta[2], FIN(a2), 1, OFF, cs[2]);                                     \
+            MICO_MK_ADD(ta[3], FIN(a3), 1, OFF, cs[3]);                                     \
+            MICO_MK_ADD(tb[0], FIN(b0), 1, OFF, cs[0]);                                     \
+            MICO_MK_ADD(tb[1], FIN(b1), 1, OFF, cs[1]);                                     \
+            MICO_MK_ADD(tb[2], FIN(b2), 1, OFF, cs[2]);                                     \
+            MICO_MK_ADD(tb[3], FIN(b3), 1, OFF, cs[3]);                                     \
         }                                                                                   \
-        s[0] = a0;                                                                          \
-        s[1] = a1;                                                                          \
-        s[2] = a2;                                                                          \
-        s[3] = a3;                                                                          \
-        s[4] = b0;                                                                          \
-        s[5] = b1;                                                                          \
-        s[6] = b2;                                                                          \
-        s[7] = b3;                                                                          \
     }
-MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL, MICO_MP_W32)
-MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U, MICO_MP_W16)
-MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S, MICO_MP_W16)
-
-/* Two channels (rows wa, wb of nh halfwords) x nq groups of four columns of the chunk's words
- * xw (variant mpv of mico_conv_mp_words, wb-bit weights): the tiles ta, tb gain the sums of
- * w x (those of w' x less o x the column sums cs). 4 bits: the sums are the high halves of
- * the 16-bit lane sums (each low half sign extended and taken off first). */
-static MICO_NOINLINE void mico_mk_mp(const uint16_t *wa, const uint16_t *wb, const uint32_t *xw,
-                                     int32_t nh, int32_t pp, int32_t nq, int32_t *ta,
-                                     int32_t *tb, const int32_t *cs, int32_t wb_bits, int mpv)
-{
-    const uint32_t off = wb_bits == 4 ? 8u : 2u;
-    uint32_t s[8];
-    int32_t q, k;
-    for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {
-        (wb_bits == 4 ? mico_mk_mp4 : mpv == 2 ? mico_mk_mp2s : mico_mk_mp2)(wa, wb, xw + 4 * q,
-                                                                           nh, pp, s);
-        for (k = 0; k < 8; k++) {
-            int32_t *const t = k < 4 ? ta + k : tb + (k - 4);
-            uint32_t v = s[k];
-            if (wb_bits == 4) {
-                v = (uint32_t)((int32_t)(v - (uint32_t)(int32_t)(int16_t)(v & 0xffffu)) >> 16);
-            }
-            *t = (int32_t)((uint32_t)*t - off * (uint32_t)cs[k & 3] + v);
-        }
-    }
-}
+/* 4 bits: the sums are the high halves of the 16-bit lane sums (each low half sign extended
+ * and taken off first); 2 bits: the sums as they are. */
+#define MICO_MP_HI(A) ((int32_t)((A) - (uint32_t)(int32_t)(int16_t)((A) & 0xffffu)) >> 16)
+#define MICO_MP_SUM(A) ((int32_t)(A))
+MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL, MICO_MP_W32, MICO_MP_HI, 8)
+MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U, MICO_MP_W16, MICO_MP_SUM, 2)
+MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S, MICO_MP_W16, MICO_MP_SUM, 2)
 
 /* The variant of the word kernels chunks of up to kc codes of format f take with wb-bit
  * weights, from the codes' range (every field value counted): 1 (4 bits: 15 kc max |x| below
@@ -669,8 +656,9 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
             }
         }
         if (fused && c->mpv) { /* words of several products a multiply */
-            mico_mk_mp((const uint16_t *)wp[0], (const uint16_t *)wp[1], c->xw, kc * wb / 16,
-                       c->pp, nq, t[0], t[1], cs, wb, c->mpv);
+            (wb == 4 ? mico_mk_mp4 : c->mpv == 2 ? mico_mk_mp2s : mico_mk_mp2)(
+                (const uint16_t *)wp[0], (const uint16_t *)wp[1], c->xw, kc * wb / 16, c->pp, nq,
+                t[0], t[1], cs);
         } else if (fused && c->px) { /* pixel lanes */
             mico_mk_px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq, t[0],
                        t[1], (uint32_t)(at % (size_t)per), (uint32_t)wb, c->px);
