@@ -20,7 +20,7 @@
  *    (mico_conv_lr): input rows unpacked once into a ring, a register-tiled block kernel over a
  *    table of tap pointers, requantization fused with the packed stores (stack: about 9 KB);
  *    layers it does not take go over the same im2col patch as below (about 4.2 KB).
- *  - im2col + micro-kernels (most convolutions): for a block of up to 12 output pixels (raster
+ *  - im2col + micro-kernels (most convolutions): for a block of up to 32 output pixels (raster
  *    order, across rows), the taps of a chunk of (ic, ky) kernel rows are unpacked once into a
  *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
  *    copied per kx; a pointwise patch is a run of each input plane). Every pair of output
@@ -43,7 +43,7 @@
 
 #define MICO_CONV_PATCH 384 /* int16 elements of the im2col patch (taps x pixels) */
 #define MICO_CONV_KMAX 96   /* taps of one reduction chunk */
-#define MICO_CONV_TILE 40   /* int32 sums (2 channels x 12 pixels, or 8 channels x 4 pixels)
+#define MICO_CONV_TILE 104  /* int32 sums (2 channels x 32 pixels, or 8 channels x 4 pixels)
                                and the patch's column sums */
 #define MICO_CONV_TMP 32    /* int16 elements of one unpacked input row span */
 #define MICO_DW_BAND 448    /* int16 elements of the depthwise row ring */
@@ -716,7 +716,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     c.multi = rpc < rows;
     if (!c.multi) { /* one chunk: each channel pair finishes at once */
         c.pp = (room / c.k_all) & ~3;
-        c.pp = c.pp < 12 ? c.pp : 12;
+        c.pp = c.pp < 32 ? c.pp : 32; /* the tile holds two channels of pixels */
         oct = opg;
     } else { /* the partial sums of 8 channels wait in the tile */
         c.pp = 4;
