@@ -236,7 +236,6 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
     } while (0)
 #define MICO_MP_ALL(t) (t)
 #define MICO_MP_TOP_U(t) ((t) >> 24)
-#define MICO_MP_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
 
 /* A row's next word: whole (4-bit rows of whole words, at 4-byte aligned addresses), or of two
  * halfwords (2-bit rows of whole halfwords; the last may be a halfword alone, its high fields
@@ -282,12 +281,10 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
 #define MICO_MP_SUM(A) ((int32_t)(A))
 MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL, MICO_MP_W32, MICO_MP_HI, 8)
 MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U, MICO_MP_W16, MICO_MP_SUM, 2)
-MICO_MK_MP(mico_mk_mp2s, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_S, MICO_MP_W16, MICO_MP_SUM, 2)
 
-/* The variant of the word kernels chunks of up to kc codes of format f take with wb-bit
- * weights, from the codes' range (every field value counted): 1 (4 bits: 15 kc max |x| below
- * 2^15; 2 bits: codes in [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 (the lanes could
- * overflow: the byte loops). */
+/* Whether the word kernels take chunks of up to kc codes of format f with wb-bit weights,
+ * from the codes' range (every field value counted): 4 bits: 15 kc max |x| below 2^15;
+ * 2 bits: codes in [0, 21]. Otherwise the lanes could overflow: the byte loops. */
 static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
 {
     const MicoFieldMap m = mico_field_map(f);
@@ -296,10 +293,7 @@ static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
     if (f.bits > 8) {
         return 0;
     }
-    if (wb == 4) {
-        return 15 * kc * amax <= 32767;
-    }
-    return lo >= 0 && hi <= 21 ? 1 : amax <= 10 ? 2 : 0;
+    return wb == 4 ? 15 * kc * amax <= 32767 : lo >= 0 && hi <= 21;
 }
 
 /* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above), and the
@@ -479,6 +473,22 @@ static MICO_NOINLINE void mico_mk_px(const uint8_t *wa, const uint8_t *wb, const
     }
 }
 
+/* The word and pixel-lane kernels, linked only by programs that call
+ * mico_qconv2d_tiled_sub (layers of 4- or 2-bit weights): mico_qconv2d_im2col takes them
+ * through this table, NULL for the other entry points. */
+struct MicoConvCtx;
+typedef struct MicoConvWordsS {
+    void (*mp4)(const uint16_t *, const uint16_t *, const uint32_t *, int32_t, int32_t, int32_t,
+                int32_t *, int32_t *, const int32_t *);
+    void (*mp2)(const uint16_t *, const uint16_t *, const uint32_t *, int32_t, int32_t, int32_t,
+                int32_t *, int32_t *, const int32_t *);
+    void (*px)(const uint8_t *, const uint8_t *, const uint32_t *, int32_t, int32_t, int32_t,
+               int32_t *, int32_t *, uint32_t, uint32_t, int32_t);
+    void (*mp_words)(const int16_t *, int32_t, int32_t, int32_t, uint32_t *, int32_t *);
+    void (*px_words)(const int16_t *, int32_t, int32_t, int32_t, uint32_t *);
+    void (*plan)(struct MicoConvCtx *, int32_t);
+} MicoConvWords;
+
 /* n codes of the row starting at element `row` (width codes) from column ix0, columns outside
  * [0, width) as 0, like mico_unpack_padded; 1-, 2- and 4-bit codes (fields inside a byte) are
  * read field by field here, which costs less than the run reader's setup on the short spans
@@ -567,7 +577,7 @@ static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_
 }
 
 /* What the im2col loops share. */
-typedef struct {
+typedef struct MicoConvCtx {
     const MicoConv2d *p;
     void *out;
     MicoMk mk;     /* the micro-kernel */
@@ -578,11 +588,34 @@ typedef struct {
     int32_t period; /* channels oc and oc + period start rows at the same bit of a byte */
     int8_t *wrow;   /* two unpacked weight rows (at the end of the patch buffer) */
     int32_t multi; /* several chunks: sums wait in the tile, four per channel */
-    int32_t mp;    /* rows and chunks of whole aligned words */
-    const uint32_t *xw; /* the chunk's words for mico_mk_mp, and their variant (0: none) */
-    int32_t mpv;
+    const struct MicoConvWordsS *words; /* the word and pixel-lane kernels, or NULL */
+    int32_t mp;                 /* rows and chunks of whole words (or halfwords) */
+    const uint32_t *xw;         /* the chunk's words for those kernels */
+    int32_t mpv;                /* the word kernels take the layer */
     int32_t px; /* pixel lanes: columns a word (2 or 4), or 0 */
 } MicoConvCtx;
+
+/* Which kernels of the table take the layer (c: its geometry; kc: taps of a chunk): the word
+ * kernels for rows and chunks of whole words (4 bits, aligned) or halfwords (2 bits) whose
+ * lanes the codes fit; else pixel lanes for rows mico_mk_packed reads field by field (not
+ * whole bytes: the lanes pay there; a whole-byte row costs it less than decoding the row). */
+static void mico_conv_words_plan(MicoConvCtx *c, int32_t kc)
+{
+    const MicoConv2d *p = c->p;
+    const int32_t wb = p->w_bits;
+    c->mp = MICO_CONV_MP && (wb == 4 || wb == 2) && (c->k_all * wb) % (8 * wb) == 0 &&
+            (kc * wb) % (8 * wb) == 0 && ((uintptr_t)p->weight & (uintptr_t)(wb - 1)) == 0 &&
+            (kc + 32 / wb - 1) / (32 / wb) * 4 * c->pp <= MICO_CONV_XW;
+    c->mpv = c->mp ? mico_conv_mp_kind(p->in_fmt, kc, wb) : 0;
+    c->px = c->mpv || !c->fused || kc * c->pp / 2 > MICO_CONV_XW ||
+                    (c->period == 1 && (kc * wb) % 8 == 0)
+                ? 0
+                : mico_conv_px_kind(p->in_fmt, kc, wb);
+}
+
+static const MicoConvWords mico_conv_words = {mico_mk_mp4,        mico_mk_mp2,
+                                              mico_mk_px,         mico_conv_mp_words,
+                                              mico_conv_px_words, mico_conv_words_plan};
 
 /* mico_rq_run_fast, with the case it leaves to mico_rq_apply's 64-bit rescaling -- a shift of
  * at most 32 (large output scales: 2-bit outputs, say) on codes of at most 16 bits -- in a loop
@@ -656,12 +689,12 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
             }
         }
         if (fused && c->mpv) { /* words of several products a multiply */
-            (wb == 4 ? mico_mk_mp4 : c->mpv == 2 ? mico_mk_mp2s : mico_mk_mp2)(
-                (const uint16_t *)wp[0], (const uint16_t *)wp[1], c->xw, kc * wb / 16, c->pp, nq,
-                t[0], t[1], cs);
+            (wb == 4 ? c->words->mp4 : c->words->mp2)((const uint16_t *)wp[0],
+                                                      (const uint16_t *)wp[1], c->xw,
+                                                      kc * wb / 16, c->pp, nq, t[0], t[1], cs);
         } else if (fused && c->px) { /* pixel lanes */
-            mico_mk_px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq, t[0],
-                       t[1], (uint32_t)(at % (size_t)per), (uint32_t)wb, c->px);
+            c->words->px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq,
+                         t[0], t[1], (uint32_t)(at % (size_t)per), (uint32_t)wb, c->px);
         } else {
             (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
                                          (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
@@ -678,7 +711,8 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
     }
 }
 
-static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out)
+static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out,
+                                                const MicoConvWords *words)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, wb = p->w_bits;
@@ -725,16 +759,11 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     cs = tile + (c.multi ? 4 * oct : 2 * c.pp);
     /* whole aligned words: every row, and every chunk (rpc kernel rows), of 32-bit words */
     /* rows and chunks of whole words (4 bits) or halfwords (2 bits), the words in xw */
-    c.mp = MICO_CONV_MP && (wb == 4 || wb == 2) && (c.k_all * wb) % (8 * wb) == 0 &&
-           (rpc * kw * wb) % (8 * wb) == 0 && ((uintptr_t)p->weight & (uintptr_t)(wb - 1)) == 0 &&
-           (rpc * kw + 32 / wb - 1) / (32 / wb) * 4 * c.pp <= MICO_CONV_XW;
-    c.mpv = c.mp ? mico_conv_mp_kind(p->in_fmt, rpc * kw, wb) : 0;
-    /* pixel lanes for rows mico_mk_packed reads field by field (not whole bytes: it pays
-     * there; a whole-byte row costs it less than decoding the row for the lanes) */
-    c.px = c.mpv || !c.fused || rpc * kw * c.pp / 2 > MICO_CONV_XW ||
-                   (c.period == 1 && (rpc * kw * wb) % 8 == 0)
-               ? 0
-               : mico_conv_px_kind(p->in_fmt, rpc * kw, wb);
+    c.words = words;
+    c.mp = c.mpv = c.px = 0;
+    if (words != NULL) {
+        words->plan(&c, rpc * kw);
+    }
     c.xw = xw;
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += oct) {
@@ -745,9 +774,9 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
                     if (c.mpv) { /* the words, and the column sums */
-                        mico_conv_mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
+                        words->mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
                     } else if (c.px) { /* pixel words (no column sums: weights as they are) */
-                        mico_conv_px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw);
+                        words->px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw);
                     } else if (wb < 8) { /* column sums (for 4-, 2-, 1-bit weights) */
                         mico_conv_colsums(patch, (r1 - r0) * kw, c.pp, cs);
                     }
@@ -2562,7 +2591,13 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
-    mico_qconv2d_im2col(p, in, out);
+    mico_qconv2d_im2col(p, in, out, NULL);
+}
+
+/* The im2col path with the word and pixel-lane kernels (4- and 2-bit weights). */
+void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out)
+{
+    mico_qconv2d_im2col(p, in, out, &mico_conv_words);
 }
 
 /* W8A8 layers: the byte paths (about 7 KB of code, linked only by programs that call this),
@@ -2573,13 +2608,13 @@ void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out)
         (mico_qconv2d_s8_pw(p, in, out) || mico_qconv2d_s8(p, in, out))) {
         return; /* W8A8: bytes as they are */
     }
-    mico_qconv2d_im2col(p, in, out);
+    mico_qconv2d_im2col(p, in, out, NULL);
 }
 
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out)
 {
     if (!mico_qconv2d_dw(p, in, out)) {
-        mico_qconv2d_im2col(p, in, out);
+        mico_qconv2d_im2col(p, in, out, NULL);
     }
 }
 
@@ -2592,6 +2627,8 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_depthwise3x3(p, in, out);
     } else if (p->w_bits == 8 && p->in_fmt.bits == 8) {
         mico_qconv2d_tiled_s8(p, in, out);
+    } else if (p->w_bits == 4 || p->w_bits == 2) {
+        mico_qconv2d_tiled_sub(p, in, out);
     } else {
         mico_qconv2d_tiled(p, in, out);
     }

@@ -201,6 +201,57 @@ static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_
     }
 }
 
+/* mico_linear_chunk with the word kernels (variant mpv of mico_lin_mp_layer, x as the words
+ * xw of mico_lin_mp_words): pairs of rows, the kernels' sums of w' x less o x (the sum of x). */
+static MICO_NOINLINE void mico_lin_mp_pairs(const MicoLinear *p, const uint32_t *xw, int mpv,
+                                            int32_t k0, int32_t kc, int32_t o0, int32_t o1,
+                                            int32_t xsum, int32_t *acc)
+{
+    const int32_t wb = p->w_bits;
+    const uint32_t off = (wb == 4 ? 8u : 2u) * (uint32_t)xsum;
+    const size_t f = (size_t)p->in_features;
+    int32_t o;
+    for (o = o0; o < o1; o += 2) {
+        const int32_t ob = o + 1 < o1 ? o + 1 : o; /* an odd count: the last one twice */
+        const uint32_t *const a =
+            (const uint32_t *)(const void *)(p->weight + ((size_t)o * f + (size_t)k0) * (size_t)wb / 8u);
+        const uint32_t *const b =
+            (const uint32_t *)(const void *)(p->weight + ((size_t)ob * f + (size_t)k0) * (size_t)wb / 8u);
+        int32_t sa = acc[o - o0], sb = acc[ob - o0];
+        if (wb == 4) {
+            mico_dot2_mp4(xw, a, b, kc / 8, &sa, &sb);
+        } else {
+            (mpv == 2 ? mico_dot2_mp2s : mico_dot2_mp2)(xw, a, b, kc / 16, &sa, &sb);
+        }
+        acc[o - o0] = (int32_t)((uint32_t)sa - off);
+        acc[ob - o0] = (int32_t)((uint32_t)sb - off);
+    }
+}
+
+/* The variant of the word kernels a layer takes (mico_lin_mp_kind), 0 for none: rows (and
+ * chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned addresses. */
+static int mico_lin_mp_layer(const MicoLinear *p)
+{
+    const int32_t wb = p->w_bits, nf = p->in_features, per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
+    if (!MICO_LIN_MP || per_word == 0 || nf % per_word != 0 ||
+        ((uintptr_t)p->weight & 3u) != 0 || p->in_fmt.bits > 8) {
+        return 0;
+    }
+    return mico_lin_mp_kind(p->in_fmt, nf < MICO_LIN_K ? nf : MICO_LIN_K, wb);
+}
+
+/* The word kernels, linked only by programs that call mico_qlinear_sub (layers of 4- or
+ * 2-bit weights): mico_qlinear_rows takes them through this table, NULL for mico_qlinear. */
+typedef struct {
+    void (*pairs)(const MicoLinear *, const uint32_t *, int, int32_t, int32_t, int32_t, int32_t,
+                  int32_t, int32_t *);
+    void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
+    int (*kind)(const MicoLinear *p);
+} MicoLinWords;
+
+static const MicoLinWords mico_lin_words = {mico_lin_mp_pairs, mico_lin_mp_words,
+                                            mico_lin_mp_layer};
+
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
 {
@@ -226,8 +277,7 @@ static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *
  * k0 .. k0 + kc - 1. */
 static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *x, int32_t k0,
                                             int32_t kc, int32_t o0, int32_t o1, int fused,
-                                            int32_t xsum, int32_t *acc, const uint32_t *xw,
-                                            int mpv)
+                                            int32_t xsum, int32_t *acc)
 {
     const int32_t wb = p->w_bits;
     const size_t f = (size_t)p->in_features;
@@ -244,18 +294,6 @@ static MICO_NOINLINE void mico_linear_chunk(const MicoLinear *p, const int16_t *
             mico_dot2_w8(x, wrow, wrow + MICO_LIN_K, kc, &sa, &sb);
         } else if (wb == 8) {
             mico_dot2_w8(x, (const int8_t *)w + ka, (const int8_t *)w + kb, kc, &sa, &sb);
-        } else if (mpv) { /* words of several taps a multiply: the sums of w' x */
-            const uint32_t off = wb == 4 ? 8u : 2u;
-            if (wb == 4) {
-                mico_dot2_mp4(xw, (const uint32_t *)(const void *)(w + ka / 2),
-                              (const uint32_t *)(const void *)(w + kb / 2), kc / 8, &sa, &sb);
-            } else {
-                (mpv == 2 ? mico_dot2_mp2s : mico_dot2_mp2)(
-                    xw, (const uint32_t *)(const void *)(w + ka / 4),
-                    (const uint32_t *)(const void *)(w + kb / 4), kc / 16, &sa, &sb);
-            }
-            sa = (int32_t)((uint32_t)sa - off * (uint32_t)xsum);
-            sb = (int32_t)((uint32_t)sb - off * (uint32_t)xsum);
         } else if (wb == 4) {
             mico_dot2_w4(x, w + ka / 2, w + kb / 2, kc, xsum, &sa, &sb);
         } else if (wb == 1) {
@@ -409,19 +447,19 @@ static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *
     }
 }
 
-void mico_qlinear(const MicoLinear *p, const void *in, void *out)
+/* The body of mico_qlinear (words NULL) and mico_qlinear_sub (the word kernels): inlined in
+ * each, so that mico_qlinear's copy carries no trace of the word kernels. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *out,
+                                     const MicoLinWords *words)
 {
     const int32_t wb = p->w_bits, nf = p->in_features;
     /* every weight row (and chunk) starts on a byte boundary */
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
-    /* words of several taps a multiply (4-, 2-bit weights): rows (and chunks) of whole
-     * words at 4-byte aligned addresses */
-    const int32_t per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
-    const int mp = MICO_LIN_MP && per_word > 0 && nf % per_word == 0 &&
-                           ((uintptr_t)p->weight & 3u) == 0 && p->in_fmt.bits <= 8
-                       ? mico_lin_mp_kind(p->in_fmt, nf < MICO_LIN_K ? nf : MICO_LIN_K, wb)
-                       : 0;
+    const int mp = words != NULL ? words->kind(p) : 0;
     int16_t x[MICO_LIN_K];
     uint32_t xw[MICO_LIN_K / 2];
     int32_t acc[MICO_LIN_O];
@@ -446,10 +484,12 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
-                if (mp) {
-                    mico_lin_mp_words(x, kc, wb, xw);
+                if (mp) { /* the word kernels */
+                    words->words(x, kc, wb, xw);
+                    words->pairs(p, xw, mp, k0, kc, o0, o1, xsum, acc);
+                } else {
+                    mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
                 }
-                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc, xw, mp);
             }
             for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
                 const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;
@@ -460,6 +500,16 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
             mico_pack(out, y_base + (size_t)o0, acc, o1 - o0, p->out.fmt);
         }
     }
+}
+
+void mico_qlinear(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, NULL);
+}
+
+void mico_qlinear_sub(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, &mico_lin_words);
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of
