@@ -137,10 +137,8 @@ def emitted_kernel(
     return calls[-1], lane_s, lane_n
 
 
-#: kernel entry points whose names carry their parameters, and the path they belong to (the
-#: ``_sub`` entries: the plain paths with their 4- and 2-bit word kernels linked)
-_FAMILIES = ((re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"), (re.compile(r"^dwl_s\d+$"), "dwlanes"),
-             (re.compile(r"^tiled_sub$"), "tiled"), (re.compile(r"^sub$"), "linear"))  # fmt: skip
+#: kernel entry points whose names carry their parameters, and the path they belong to
+_FAMILIES = ((re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"), (re.compile(r"^dwl_s\d+$"), "dwlanes"))
 
 
 def kernel_path(kernel: str) -> str:
