@@ -712,13 +712,12 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
 }
 
 static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out,
-                                                const MicoConvWords *words)
+                                                const MicoConvWords *words, uint32_t *xw)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, wb = p->w_bits;
     const int32_t rows = ipg * p->k_h; /* kernel rows (ic, ky) of one output channel */
     int16_t patch[MICO_CONV_PATCH];
-    uint32_t xw[MICO_CONV_XW];
     int32_t tile[MICO_CONV_TILE], *cs;
     int32_t rpc, room, oct, g, oc0, pix0, r0;
     MicoConvCtx c;
@@ -2591,13 +2590,14 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
-    mico_qconv2d_im2col(p, in, out, NULL);
+    mico_qconv2d_im2col(p, in, out, NULL, NULL);
 }
 
 /* The im2col path with the word and pixel-lane kernels (4- and 2-bit weights). */
 void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out)
 {
-    mico_qconv2d_im2col(p, in, out, &mico_conv_words);
+    uint32_t xw[MICO_CONV_XW]; /* the chunk's words (on this path's stack only) */
+    mico_qconv2d_im2col(p, in, out, &mico_conv_words, xw);
 }
 
 /* W8A8 layers: the byte paths (about 7 KB of code, linked only by programs that call this),
@@ -2608,13 +2608,13 @@ void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out)
         (mico_qconv2d_s8_pw(p, in, out) || mico_qconv2d_s8(p, in, out))) {
         return; /* W8A8: bytes as they are */
     }
-    mico_qconv2d_im2col(p, in, out, NULL);
+    mico_qconv2d_im2col(p, in, out, NULL, NULL);
 }
 
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out)
 {
     if (!mico_qconv2d_dw(p, in, out)) {
-        mico_qconv2d_im2col(p, in, out, NULL);
+        mico_qconv2d_im2col(p, in, out, NULL, NULL);
     }
 }
 
