@@ -169,26 +169,68 @@ static MICO_NOINLINE void mico_dot2_mp4(const uint32_t *xw, const uint32_t *wa,
 MICO_LIN_MP2(mico_dot2_mp2, MICO_LIN_TOP_U)
 MICO_LIN_MP2(mico_dot2_mp2s, MICO_LIN_TOP_S)
 
-/* The variant of mico_dot2_mp<wb> chunks of up to kc codes of format f take, from the codes'
- * range (every field value counted): 1 (4 bits: 15 kc max |x| below 2^15; 2 bits: codes in
- * [0, 21]), 2 (2 bits, codes in [-10, 10]), or 0 (the lanes could overflow: the bytes). */
-static int mico_lin_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
+/* 2-bit weights on wider codes (8 bits, say), 16-bit lanes as for 4 bits: (v >> 2j) &
+ * 0x00030003 holds the weights of taps j and j + 8 of the word's 16 (j < 8), xw = x[j + 8] +
+ * x[j] 2^16; exact while 3 sum |x| < 2^15 (the chunk's length bounds it). */
+static MICO_NOINLINE void mico_dot2_mp2w(const uint32_t *xw, const uint32_t *wa,
+                                         const uint32_t *wb, int32_t nw, int32_t *sa,
+                                         int32_t *sb)
+{
+    const uint32_t m = 0x00030003u;
+    const uint32_t *const end = wa + nw;
+    uint32_t a = 0, b = 0, lo;
+    int32_t j;
+    for (; wa < end; xw += 8) {
+        uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;
+        for (j = 0; j < 8; j++, va >>= 2, vb >>= 2) {
+            a += xw[j] * (va & m);
+            b += xw[j] * (vb & m);
+        }
+    }
+    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
+    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
+    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
+    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
+}
+
+/* The variant of the word kernels codes of format f take with wb-bit weights, from the codes'
+ * range (every field value counted), and the chunk length *kstep that keeps their lanes exact:
+ * 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes for [-10, 10], 3: 16-bit
+ * lanes (mico_dot2_mp2w) for others; 4 bits, 1: 16-bit lanes. 16-bit lanes hold chunks of
+ * up to 2^15 / ((2^bits - 1) max |x|) taps (whole words); 0: not even a word (the bytes). */
+static int mico_lin_mp_kind(MicoFmt f, int32_t wb, int32_t *kstep)
 {
     const MicoFieldMap m = mico_field_map(f);
     const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
     const int32_t amax = hi > -lo ? hi : -lo;
-    if (wb == 4) {
-        return 15 * kc * amax <= 32767;
+    const int32_t per = 32 / wb; /* taps of a word */
+    int32_t k;
+    *kstep = MICO_LIN_K;
+    if (wb == 2 && lo >= 0 && hi <= 21) {
+        return 1;
     }
-    return lo >= 0 && hi <= 21 ? 1 : amax <= 10 ? 2 : 0;
+    if (wb == 2 && amax <= 10) {
+        return 2;
+    }
+    k = 32767 / ((wb == 4 ? 15 : 3) * (amax > 0 ? amax : 1)) / per * per; /* 16-bit lanes */
+    *kstep = k < MICO_LIN_K ? k : MICO_LIN_K;
+    return k < per ? 0 : wb == 4 ? 1 : 3;
 }
 
 /* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
- * 16 for 2-bit ones) for mico_dot2_mp<wb>. */
+ * 16 for 2-bit ones) for mico_dot2_mp<wb> (wb 3: for mico_dot2_mp2w). */
 static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
                                             uint32_t *xw)
 {
     int32_t i, j;
+    if (wb == 3) { /* 2-bit weights in 16-bit lanes: taps j and j + 8 of 16 */
+        for (i = 0; i < nt; i += 16, x += 16) {
+            for (j = 0; j < 8; j++) {
+                *xw++ = (uint32_t)(int32_t)x[j + 8] + ((uint32_t)(int32_t)x[j] << 16);
+            }
+        }
+        return;
+    }
     for (i = 0; i < nt; i += 4 * (8 / wb), x += 4 * (8 / wb)) {
         for (j = 0; j < 4; j++) {
             if (wb == 4) {
@@ -221,23 +263,26 @@ static MICO_NOINLINE void mico_lin_mp_pairs(const MicoLinear *p, const uint32_t 
         if (wb == 4) {
             mico_dot2_mp4(xw, a, b, kc / 8, &sa, &sb);
         } else {
-            (mpv == 2 ? mico_dot2_mp2s : mico_dot2_mp2)(xw, a, b, kc / 16, &sa, &sb);
+            (mpv == 3   ? mico_dot2_mp2w
+             : mpv == 2 ? mico_dot2_mp2s
+                        : mico_dot2_mp2)(xw, a, b, kc / 16, &sa, &sb);
         }
         acc[o - o0] = (int32_t)((uint32_t)sa - off);
         acc[ob - o0] = (int32_t)((uint32_t)sb - off);
     }
 }
 
-/* The variant of the word kernels a layer takes (mico_lin_mp_kind), 0 for none: rows (and
- * chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned addresses. */
-static int mico_lin_mp_layer(const MicoLinear *p)
+/* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
+ * for none: rows (and chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned
+ * addresses. */
+static int mico_lin_mp_layer(const MicoLinear *p, int32_t *kstep)
 {
     const int32_t wb = p->w_bits, nf = p->in_features, per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
     if (!MICO_LIN_MP || per_word == 0 || nf % per_word != 0 ||
         ((uintptr_t)p->weight & 3u) != 0 || p->in_fmt.bits > 8) {
         return 0;
     }
-    return mico_lin_mp_kind(p->in_fmt, nf < MICO_LIN_K ? nf : MICO_LIN_K, wb);
+    return mico_lin_mp_kind(p->in_fmt, wb, kstep);
 }
 
 /* The word kernels, linked only by programs that call mico_qlinear_sub (layers of 4- or
@@ -246,7 +291,7 @@ typedef struct {
     void (*pairs)(const MicoLinear *, const uint32_t *, int, int32_t, int32_t, int32_t, int32_t,
                   int32_t, int32_t *);
     void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
-    int (*kind)(const MicoLinear *p);
+    int (*kind)(const MicoLinear *p, int32_t *kstep);
 } MicoLinWords;
 
 static const MicoLinWords mico_lin_words = {mico_lin_mp_pairs, mico_lin_mp_words,
@@ -459,7 +504,8 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
     /* every weight row (and chunk) starts on a byte boundary */
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
-    const int mp = words != NULL ? words->kind(p) : 0;
+    int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
+    const int mp = words != NULL ? words->kind(p, &kstep) : 0;
     int16_t x[MICO_LIN_K];
     uint32_t xw[MICO_LIN_K / 2];
     int32_t acc[MICO_LIN_O];
@@ -477,15 +523,15 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
             for (j = 0; j < o1 - o0; j++) {
                 acc[j] = p->bias[o0 + j];
             }
-            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
-                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
+            for (k0 = 0; k0 < nf; k0 += kstep) {
+                const int32_t kc = nf - k0 < kstep ? nf - k0 : kstep;
                 int32_t xsum = 0;
                 mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
                 if (mp) { /* the word kernels */
-                    words->words(x, kc, wb, xw);
+                    words->words(x, kc, mp == 3 ? 3 : wb, xw);
                     words->pairs(p, xw, mp, k0, kc, o0, o1, xsum, acc);
                 } else {
                     mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
