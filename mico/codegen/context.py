@@ -253,6 +253,7 @@ class EmitContext:
         kind: str = "weights",
         comment: str = "",
         codes: tuple[Any, int] | None = None,
+        word_aligned: bool = False,
     ) -> str:
         shared = self._reuse(name, "uint8", data)
         if shared is not None:
@@ -265,7 +266,9 @@ class EmitContext:
         self._record(symbol, kind, "uint8_t", values.tobytes(), name, codes)
         note = f"/* {comment} */\n" if comment else ""
         self.definitions.append(
-            f"{note}static const uint8_t {symbol}[{len(items)}] = {{\n{_rows(items, 16)}\n}};"
+            f"{note}static const uint8_t {symbol}[{len(items)}]"
+            + (" __attribute__((aligned(4)))" if word_aligned else "")  # words read (mico_qlinear)
+            + f" = {{\n{_rows(items, 16)}\n}};"
         )
         self.flash[kind] += len(items)
         return symbol

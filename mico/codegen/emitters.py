@@ -130,6 +130,7 @@ def _weights(
             pack(weight.data, fmt),
             kind="weights",
             comment=f"{weight.type.shape} {fmt}, packed",
+            word_aligned=fmt.bits in (2, 4),  # rows of whole words are read a word at a time
         )
     bias_data = np.asarray(bias.data)
     if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored
@@ -480,6 +481,13 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
 #: 3.7 against 4.8); smaller ones keep the plain kernels, as for the lanes (LANES_MIN_MACS)
 CONV_S8_MIN_MACS = 32768
 LINEAR_S8_MIN_MACS = 8192
+#: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub,
+#: mico_qlinear_sub): the same kernels plus several products per multiply (rows read a word
+#: at a time, or a tap's codes of several pixels in one word), about 3 KB (conv) and 1 KB
+#: (linear) of rv32 code that programs without such layers do not link; no size gate: they pay
+#: on any layer (their set-up is per chunk of the layer, and small layers are where the plain
+#: kernels run)
+SUB_WORD_BITS = (2, 4)
 #: W8A8 convolutions with few taps (a first layer) or pointwise ones take the 4-channel x
 #: 4-pixel byte tiles of mico_conv_narrow.c (figures: benchmarks/results/dscnn_layers.md); its
 #: limits: taps of a patch (pointwise layers need none), taps x channels (rounded up to 4)
@@ -502,7 +510,8 @@ def conv2d_kernel(
 
     Calling the path directly (not the dispatcher) lets the linker drop the paths a model does
     not use: a model without depthwise layers carries no depthwise kernel, one without W8A8
-    layers of :data:`CONV_S8_MIN_MACS` MACs or more no byte path.
+    layers of :data:`CONV_S8_MIN_MACS` MACs or more no byte path, one without 4- or 2-bit
+    weights (:data:`SUB_WORD_BITS`) no word kernels.
     """
     if in_bits > 8:
         return "mico_qconv2d_elementwise"
@@ -520,13 +529,16 @@ def conv2d_kernel(
         return NARROW_CONV
     if w_bits == in_bits == 8 and (macs is None or macs >= CONV_S8_MIN_MACS):
         return "mico_qconv2d_tiled_s8"
+    if w_bits in SUB_WORD_BITS:
+        return "mico_qconv2d_tiled_sub"
     return "mico_qconv2d_tiled"
 
 
 def linear_kernel(w_bits: int, in_fmt: QFormat | None, macs: int | None = None) -> str:
     """``mico_qlinear_s8`` for a W8A8 layer of :data:`LINEAR_S8_MIN_MACS` MACs or more (any
     size when ``macs`` is None) with symmetric or unsigned input codes (what its byte path
-    takes), else ``mico_qlinear``."""
+    takes), ``mico_qlinear_sub`` for 4- or 2-bit weights on codes (:data:`SUB_WORD_BITS`),
+    else ``mico_qlinear``."""
     if (
         w_bits == 8
         and in_fmt is not None
@@ -535,6 +547,8 @@ def linear_kernel(w_bits: int, in_fmt: QFormat | None, macs: int | None = None) 
         and (macs is None or macs >= LINEAR_S8_MIN_MACS)
     ):
         return "mico_qlinear_s8"
+    if w_bits in SUB_WORD_BITS and in_fmt is not None and in_fmt.bits <= 8:
+        return "mico_qlinear_sub"
     return "mico_qlinear"
 
 

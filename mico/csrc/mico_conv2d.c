@@ -20,7 +20,7 @@
  *    (mico_conv_lr): input rows unpacked once into a ring, a register-tiled block kernel over a
  *    table of tap pointers, requantization fused with the packed stores (stack: about 9 KB);
  *    layers it does not take go over the same im2col patch as below (about 4.2 KB).
- *  - im2col + micro-kernels (most convolutions): for a block of up to 12 output pixels (raster
+ *  - im2col + micro-kernels (most convolutions): for a block of up to 32 output pixels (raster
  *    order, across rows), the taps of a chunk of (ic, ky) kernel rows are unpacked once into a
  *    patch [tap][pixel] of int16 (zeros for padding; each input row span is unpacked once and
  *    copied per kx; a pointwise patch is a run of each input plane). Every pair of output
@@ -29,18 +29,21 @@
  *    registers, e.g. ((byte ^ 0x88) & 15) - 8; rows may start and end inside a byte: the pair
  *    is chosen so that both rows start at the same bit), or from int8 rows unpacked once per
  *    chunk (other widths). Long reductions are cut into chunks of at most
- *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile.
+ *    MICO_CONV_KMAX taps whose partial sums wait in a small stack tile. Rows and chunks of 4-
+ *    or 2-bit weights that span whole aligned 32-bit words, on codes whose range fits the
+ *    lanes, take words instead: the chunk's codes packed once into words of two or four taps,
+ *    two or four products per multiply (mico_mk_mp).
  *  - depthwise 3x3 (any stride, padding, row dilation): a ring of unpacked zero-padded input
  *    rows (the whole padded plane when it fits, so each input code is unpacked once per
  *    channel); each output is a register dot product of its window and the 9 unpacked taps.
  *  - int32 inputs and kernel rows longer than the patch allows (72 or 96 taps): element by
  *    element.
- * Stack (rv32, deepest call chain; the plain paths): about 1.5 KB. */
+ * Stack (rv32, deepest call chain; the plain paths): about 2.1 KB. */
 #include "mico_nn.h"
 
 #define MICO_CONV_PATCH 384 /* int16 elements of the im2col patch (taps x pixels) */
 #define MICO_CONV_KMAX 96   /* taps of one reduction chunk */
-#define MICO_CONV_TILE 40   /* int32 sums (2 channels x 12 pixels, or 8 channels x 4 pixels)
+#define MICO_CONV_TILE 104  /* int32 sums (2 channels x 32 pixels, or 8 channels x 4 pixels)
                                and the patch's column sums */
 #define MICO_CONV_TMP 32    /* int16 elements of one unpacked input row span */
 #define MICO_DW_BAND 448    /* int16 elements of the depthwise row ring */
@@ -188,6 +191,332 @@ static void mico_mk_packed(const void *wa0, const void *wb0, const int16_t *x0, 
     MICO_MK_END(1, off)
 }
 
+/* Words of several products a multiply (4- and 2-bit weights whose rows and chunks span whole
+ * aligned 32-bit words; mico_linear.c's mico_dot2_mp4 / _mp2 explain the lanes): the chunk's
+ * codes are packed once into words xw[(4 i + j) pp + column] (word i of a row, lane group j),
+ * and two channels x four columns take one weight word of each channel per step. The sums are
+ * of w' x (w' = w + o): the tile gains them less o x the column sums. */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_CONV_MP 1
+#else
+#define MICO_CONV_MP 0
+#endif
+#define MICO_CONV_XW 144 /* words of the packed chunk (72 taps x 4 columns at 4 bits) */
+
+/* The sums as they stand after each lane group, and no load moved across: without it the
+ * compiler defers the groups' products (reassociating the sums), loads every group of a word
+ * first and spills. */
+#if defined(__GNUC__)
+#define MICO_MP_SEQ()                                                                       \
+    __asm__("" : "+r"(a0), "+r"(a1), "+r"(a2), "+r"(a3), "+r"(b0), "+r"(b1), "+r"(b2),      \
+            "+r"(b3)                                                                        \
+            :                                                                               \
+            : "memory")
+#else
+#define MICO_MP_SEQ()
+#endif
+
+/* One lane group of a weight word (the fields SH.. of va, vb): the four columns' words (x,
+ * then the next group's) times the two channels'. */
+#define MICO_MP_STEP(SH, TOP)                                                               \
+    do {                                                                                    \
+        const uint32_t u = (va >> (SH)) & m, v = (vb >> (SH)) & m;                          \
+        const uint32_t x0_ = x[0], x1_ = x[1], x2_ = x[2], x3_ = x[3];                      \
+        a0 += TOP(x0_ * u);                                                                 \
+        a1 += TOP(x1_ * u);                                                                 \
+        a2 += TOP(x2_ * u);                                                                 \
+        a3 += TOP(x3_ * u);                                                                 \
+        b0 += TOP(x0_ * v);                                                                 \
+        b1 += TOP(x1_ * v);                                                                 \
+        b2 += TOP(x2_ * v);                                                                 \
+        b3 += TOP(x3_ * v);                                                                 \
+        x += pp;                                                                            \
+        MICO_MP_SEQ();                                                                      \
+    } while (0)
+#define MICO_MP_ALL(t) (t)
+#define MICO_MP_TOP_U(t) ((t) >> 24)
+
+/* A row's next word: whole (4-bit rows of whole words, at 4-byte aligned addresses), or of two
+ * halfwords (2-bit rows of whole halfwords; the last may be a halfword alone, its high fields
+ * then meeting codes 0). */
+#define MICO_MP_W32(P, NH) (*(const uint32_t *)(const void *)(P))
+#define MICO_MP_W16(P, NH) ((NH) > 1 ? (uint32_t)(P)[0] | (uint32_t)(P)[1] << 16 : (uint32_t)(P)[0])
+
+/* Two channels (rows wa, wb of nh halfwords) x nq groups of four columns of the chunk's words
+ * xw (pp a group): the tiles ta, tb gain the sums of w x, those of w' x (FIN of the lane sums)
+ * less OFF x the column sums cs. */
+#define MICO_MK_MP(NAME, XOR, MASK, D, TOP, LOAD, FIN, OFF)                                 \
+    static MICO_NOINLINE void NAME(const uint16_t *wa0, const uint16_t *wb0,                \
+                                   const uint32_t *xw, int32_t nh0, int32_t pp, int32_t nq, \
+                                   int32_t *ta, int32_t *tb, const int32_t *cs)             \
+    {                                                                                       \
+        const uint32_t m = (MASK);                                                          \
+        int32_t q;                                                                          \
+        for (q = 0; q < nq; q++, ta += 4, tb += 4, cs += 4) {                               \
+            const uint16_t *wa = wa0, *wb = wb0;                                            \
+            const uint32_t *x = xw + 4 * q;                                                 \
+            uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0;        \
+            int32_t nh;                                                                     \
+            for (nh = nh0; nh > 0; nh -= 2, wa += 2, wb += 2) {                             \
+                const uint32_t va = LOAD(wa, nh) ^ (XOR), vb = LOAD(wb, nh) ^ (XOR);        \
+                MICO_MP_STEP(0, TOP);                                                       \
+                MICO_MP_STEP((D), TOP);                                                     \
+                MICO_MP_STEP(2 * (D), TOP);                                                 \
+                MICO_MP_STEP(3 * (D), TOP);                                                 \
+            }                                                                               \
+            MICO_MK_ADD(ta[0], FIN(a0), 1, OFF, cs[0]);                                     \
+            MICO_MK_ADD(ta[1], FIN(a1), 1, OFF, cs[1]);                                     \
+            MICO_MK_ADD(ta[2], FIN(a2), 1, OFF, cs[2]);                                     \
+            MICO_MK_ADD(ta[3], FIN(a3), 1, OFF, cs[3]);                                     \
+            MICO_MK_ADD(tb[0], FIN(b0), 1, OFF, cs[0]);                                     \
+            MICO_MK_ADD(tb[1], FIN(b1), 1, OFF, cs[1]);                                     \
+            MICO_MK_ADD(tb[2], FIN(b2), 1, OFF, cs[2]);                                     \
+            MICO_MK_ADD(tb[3], FIN(b3), 1, OFF, cs[3]);                                     \
+        }                                                                                   \
+    }
+/* 4 bits: the sums are the high halves of the 16-bit lane sums (each low half sign extended
+ * and taken off first); 2 bits: the sums as they are. */
+#define MICO_MP_HI(A) ((int32_t)((A) - (uint32_t)(int32_t)(int16_t)((A) & 0xffffu)) >> 16)
+#define MICO_MP_SUM(A) ((int32_t)(A))
+MICO_MK_MP(mico_mk_mp4, 0x88888888u, 0x000f000fu, 4, MICO_MP_ALL, MICO_MP_W32, MICO_MP_HI, 8)
+MICO_MK_MP(mico_mk_mp2, 0xaaaaaaaau, 0x03030303u, 2, MICO_MP_TOP_U, MICO_MP_W16, MICO_MP_SUM, 2)
+
+/* Whether the word kernels take chunks of up to kc codes of format f with wb-bit weights,
+ * from the codes' range (every field value counted): 4 bits: 15 kc max |x| below 2^15;
+ * 2 bits: codes in [0, 21]. Otherwise the lanes could overflow: the byte loops. */
+static int mico_conv_mp_kind(MicoFmt f, int32_t kc, int32_t wb)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo;
+    if (f.bits > 8) {
+        return 0;
+    }
+    return wb == 4 ? 15 * kc * amax <= 32767 : lo >= 0 && hi <= 21;
+}
+
+/* The words of a patch of kc taps x pp columns for 4- or 2-bit weights (see above), and the
+ * columns' sums cs; taps past kc in the last word read as 0. */
+static MICO_NOINLINE void mico_conv_mp_words(const int16_t *patch, int32_t kc, int32_t pp,
+                                             int32_t wb, uint32_t *xw, int32_t *cs)
+{
+    const int32_t per = 32 / wb, full = kc / per; /* taps of a word, whole words */
+    int32_t c, i, j;
+    for (c = 0; c < pp; c++) {
+        const int16_t *x = patch + c;
+        uint32_t *w = xw + c, sum = 0;
+        for (i = 0; i < full; i++, x += per * pp) {
+            const int16_t *xj = x;
+            for (j = 0; j < 4; j++, xj += pp, w += pp) { /* lanes: taps j, j + 4, .. */
+                const uint32_t v0 = (uint32_t)(int32_t)xj[0], v4 = (uint32_t)(int32_t)xj[4 * pp];
+                if (wb == 4) {
+                    *w = v4 + (v0 << 16);
+                    sum += v0 + v4;
+                } else {
+                    const uint32_t v8 = (uint32_t)(int32_t)xj[8 * pp];
+                    const uint32_t v12 = (uint32_t)(int32_t)xj[12 * pp];
+                    *w = v12 + (v8 << 8) + (v4 << 16) + (v0 << 24);
+                    sum += v0 + v4 + v8 + v12;
+                }
+            }
+        }
+        if (full * per < kc) { /* 2 bits: a last halfword, taps j and j + 4 of 8 */
+            const int16_t *xj = x;
+            for (j = 0; j < 4; j++, xj += pp, w += pp) {
+                const uint32_t v0 = (uint32_t)(int32_t)xj[0], v4 = (uint32_t)(int32_t)xj[4 * pp];
+                *w = (v4 << 16) + (v0 << 24);
+                sum += v0 + v4;
+            }
+        }
+        cs[c] = (int32_t)sum;
+    }
+}
+
+/* cs[j] = the sum of column j (of pp) over the first kc taps of the patch. */
+static MICO_NOINLINE void mico_conv_colsums(const int16_t *patch, int32_t kc, int32_t pp,
+                                            int32_t *cs)
+{
+    int32_t j;
+    for (j = 0; j < pp; j++) {
+        const int16_t *x = patch + j, *const end = x + kc * pp;
+        int32_t sum = 0;
+        for (; x < end; x += pp) {
+            sum += *x;
+        }
+        cs[j] = sum;
+    }
+}
+
+/* Pixel lanes (4- and 2-bit weights whose rows do not take the word kernels: rows of a few
+ * taps, or starting inside a byte): the patch's codes of one tap packed into words of two
+ * columns (16-bit lanes) or four (byte lanes), xp[t (pp / L) + j]; one weight times a word
+ * then makes L products at once (mod 2^32: codes and weights of either sign), each column's
+ * sum in its own lane. A lane sums kc products of at most max |x| 2^(bits-1) in magnitude:
+ * below 2^15 (16-bit lanes) or 2^7 (bytes) (mico_conv_px_kind), each lane is its low bits
+ * sign extended once the lanes below it are taken off. */
+#define MICO_PX_LO16(A) ((int32_t)(int16_t)((A) & 0xffffu))
+#define MICO_PX_HI16(A) ((int32_t)((A) - (uint32_t)MICO_PX_LO16(A)) >> 16)
+
+/* The lanes of pixel words: 2 (16-bit lanes) or 4 (bytes) per word, 0 when a lane could
+ * overflow. */
+static int mico_conv_px_kind(MicoFmt f, int32_t kc, int32_t wb)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo, wmax = 1 << (wb - 1);
+    if (f.bits > 8 || (wb != 4 && wb != 2)) {
+        return 0;
+    }
+    return kc * amax * wmax <= 127 ? 4 : kc * amax * wmax <= 32767 ? 2 : 0;
+}
+
+/* The pixel words of a patch of kc taps x pp columns, L columns a word. */
+static MICO_NOINLINE void mico_conv_px_words(const int16_t *patch, int32_t kc, int32_t pp,
+                                             int32_t lanes, uint32_t *xp)
+{
+    const int16_t *const end = patch + kc * pp;
+    int32_t j;
+    for (; patch < end; patch += pp) {
+        for (j = 0; j < pp; j += lanes) {
+            const int16_t *x = patch + j;
+            const uint32_t x0 = (uint32_t)(int32_t)x[0], x1 = (uint32_t)(int32_t)x[1];
+            if (lanes == 2) {
+                *xp++ = x0 + (x1 << 16);
+            } else {
+                *xp++ = x0 + (x1 << 8) + ((uint32_t)(int32_t)x[2] << 16) +
+                        ((uint32_t)(int32_t)x[3] << 24);
+            }
+        }
+    }
+}
+
+/* The lane sums of columns: n words of each channel's (a and b), lanes L, into va / vb. */
+static void mico_px_lanes(const uint32_t *a, const uint32_t *b, int32_t n, int32_t lanes,
+                          int32_t *va, int32_t *vb)
+{
+    int32_t i, k;
+    for (i = 0; i < n; i++) {
+        uint32_t u = a[i], v = b[i];
+        if (lanes == 2) {
+            va[2 * i] = MICO_PX_LO16(u);
+            va[2 * i + 1] = MICO_PX_HI16(u);
+            vb[2 * i] = MICO_PX_LO16(v);
+            vb[2 * i + 1] = MICO_PX_HI16(v);
+            continue;
+        }
+        for (k = 0; k < 4; k++) { /* each byte sign extended, then taken off */
+            va[4 * i + k] = (int32_t)(int8_t)(u & 0xffu);
+            vb[4 * i + k] = (int32_t)(int8_t)(v & 0xffu);
+            u = (uint32_t)((int32_t)(u - (uint32_t)va[4 * i + k]) >> 8);
+            v = (uint32_t)((int32_t)(v - (uint32_t)vb[4 * i + k]) >> 8);
+        }
+    }
+}
+
+/* Two channels (packed rows wa, wb, both from bit `skip * bits` of their first byte) x the
+ * pp columns of pixel words xp (L = lanes columns a word) over kc taps: the tiles (4 nq
+ * columns) gain the sums of w x. The rows' weights are decoded once; then up to four words
+ * of columns of each channel go together over the taps. */
+static MICO_NOINLINE void mico_mk_px(const uint8_t *wa, const uint8_t *wb, const uint32_t *xp,
+                                     int32_t kc, int32_t pp, int32_t nq, int32_t *ta,
+                                     int32_t *tb, uint32_t skip, uint32_t bits, int32_t lanes)
+{
+    const uint32_t mask = (1u << bits) - 1u, o = 1u << (bits - 1u);
+    const int32_t wpt = pp / lanes, used = (4 * nq + lanes - 1) / lanes; /* words of a tap */
+    int8_t wu[2 * MICO_CONV_KMAX]; /* the two rows' weights, decoded once */
+    uint32_t at = skip * bits;
+    int32_t t, g, k;
+    for (t = 0; t < kc; t++, at += bits) {
+        wu[2 * t] = (int8_t)((int32_t)((((uint32_t)wa[at >> 3] >> (at & 7u)) & mask) ^ o) -
+                             (int32_t)o);
+        wu[2 * t + 1] = (int8_t)((int32_t)((((uint32_t)wb[at >> 3] >> (at & 7u)) & mask) ^ o) -
+                                 (int32_t)o);
+    }
+    for (g = 0; g < used; g += 4) { /* up to four words of columns a pass */
+        const uint32_t *x = xp + g;
+        const int8_t *w = wu, *const w_end = wu + 2 * kc;
+        const int32_t nw = used - g < 4 ? used - g : 4;
+        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0, b0 = 0, b1 = 0, b2 = 0, b3 = 0, a[4], b[4];
+        int32_t va[16], vb[16];
+        if (nw > 2) { /* four words (the patch is zero past its columns) */
+            for (; w < w_end; w += 2, x += wpt) {
+                const uint32_t u = (uint32_t)(int32_t)w[0], v = (uint32_t)(int32_t)w[1];
+                a0 += x[0] * u;
+                a1 += x[1] * u;
+                a2 += x[2] * u;
+                a3 += x[3] * u;
+                b0 += x[0] * v;
+                b1 += x[1] * v;
+                b2 += x[2] * v;
+                b3 += x[3] * v;
+            }
+        } else {
+            for (; w < w_end; w += 2, x += wpt) {
+                const uint32_t u = (uint32_t)(int32_t)w[0], v = (uint32_t)(int32_t)w[1];
+                a0 += x[0] * u;
+                b0 += x[0] * v;
+                if (nw > 1) {
+                    a1 += x[1] * u;
+                    b1 += x[1] * v;
+                }
+            }
+        }
+        a[0] = a0, a[1] = a1, a[2] = a2, a[3] = a3;
+        b[0] = b0, b[1] = b1, b[2] = b2, b[3] = b3;
+        mico_px_lanes(a, b, nw, lanes, va, vb);
+        for (k = 0; k < nw * lanes && g * lanes + k < 4 * nq; k++) {
+            const int32_t col = g * lanes + k;
+            ta[col] = (int32_t)((uint32_t)ta[col] + (uint32_t)va[k]);
+            tb[col] = (int32_t)((uint32_t)tb[col] + (uint32_t)vb[k]);
+        }
+    }
+}
+
+/* The word and pixel-lane kernels, linked only by programs that call
+ * mico_qconv2d_tiled_sub (layers of 4- or 2-bit weights): mico_qconv2d_im2col takes them
+ * through this table, NULL for the other entry points. */
+struct MicoConvCtx;
+typedef struct MicoConvWordsS {
+    void (*mp4)(const uint16_t *, const uint16_t *, const uint32_t *, int32_t, int32_t, int32_t,
+                int32_t *, int32_t *, const int32_t *);
+    void (*mp2)(const uint16_t *, const uint16_t *, const uint32_t *, int32_t, int32_t, int32_t,
+                int32_t *, int32_t *, const int32_t *);
+    void (*px)(const uint8_t *, const uint8_t *, const uint32_t *, int32_t, int32_t, int32_t,
+               int32_t *, int32_t *, uint32_t, uint32_t, int32_t);
+    void (*mp_words)(const int16_t *, int32_t, int32_t, int32_t, uint32_t *, int32_t *);
+    void (*px_words)(const int16_t *, int32_t, int32_t, int32_t, uint32_t *);
+    void (*plan)(struct MicoConvCtx *, int32_t);
+} MicoConvWords;
+
+/* n codes of the row starting at element `row` (width codes) from column ix0, columns outside
+ * [0, width) as 0, like mico_unpack_padded; 1-, 2- and 4-bit codes (fields inside a byte) are
+ * read field by field here, which costs less than the run reader's setup on the short spans
+ * of a patch. */
+static void mico_patch_span(const void *in, size_t row, int32_t width, int32_t ix0, int32_t n,
+                            MicoFmt f, int16_t *dst)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const uint8_t *q = (const uint8_t *)in;
+    int32_t i;
+    size_t bit;
+    if (f.bits != 4 && f.bits != 2 && f.bits != 1) {
+        mico_unpack_padded(in, row, width, ix0, n, 0, f, dst);
+        return;
+    }
+    bit = (row + (size_t)(ix0 > 0 ? ix0 : 0)) * m.bits;
+    for (i = 0; i < n; i++) {
+        const int32_t ix = ix0 + i;
+        if (ix < 0 || ix >= width) {
+            dst[i] = 0;
+            continue;
+        }
+        const uint32_t field = ((uint32_t)q[bit >> 3] >> (bit & 7u)) & m.mask;
+        dst[i] = (int16_t)((int32_t)((field ^ m.x) << m.sh) - m.o);
+        bit += m.bits;
+    }
+}
+
 /* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
  * columns per tap; padding and the columns np .. pp - 1 are zeros. */
@@ -230,11 +559,10 @@ static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_
             for (kx0 = 0; kx0 < kw;) { /* taps whose row span fits tmp: unpacked once */
                 const int32_t nk = (MICO_CONV_TMP - (seg - 1) * sw - 1) / dw + 1;
                 const int32_t kx1 = kw - kx0 < nk ? kw : kx0 + nk;
-                mico_unpack_padded(in,
-                                   (size_t)(ic0 + r / p->k_h) * in_plane +
-                                       (size_t)iy * (size_t)p->in_w,
-                                   p->in_w, ox * sw - p->pad_w + kx0 * dw,
-                                   (seg - 1) * sw + (kx1 - 1 - kx0) * dw + 1, 0, p->in_fmt, tmp);
+                mico_patch_span(in,
+                                (size_t)(ic0 + r / p->k_h) * in_plane + (size_t)iy * (size_t)p->in_w,
+                                p->in_w, ox * sw - p->pad_w + kx0 * dw,
+                                (seg - 1) * sw + (kx1 - 1 - kx0) * dw + 1, p->in_fmt, tmp);
                 for (kx = kx0; kx < kx1; kx++, dst += pp) {
                     const int16_t *src = tmp + (kx - kx0) * dw;
                     for (t = 0; t < seg; t++, src += sw) {
@@ -249,7 +577,7 @@ static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_
 }
 
 /* What the im2col loops share. */
-typedef struct {
+typedef struct MicoConvCtx {
     const MicoConv2d *p;
     void *out;
     MicoMk mk;     /* the micro-kernel */
@@ -260,7 +588,66 @@ typedef struct {
     int32_t period; /* channels oc and oc + period start rows at the same bit of a byte */
     int8_t *wrow;   /* two unpacked weight rows (at the end of the patch buffer) */
     int32_t multi; /* several chunks: sums wait in the tile, four per channel */
+    const struct MicoConvWordsS *words; /* the word and pixel-lane kernels, or NULL */
+    int32_t mp;                 /* rows and chunks of whole words (or halfwords) */
+    const uint32_t *xw;         /* the chunk's words for those kernels */
+    int32_t mpv;                /* the word kernels take the layer */
+    int32_t px; /* pixel lanes: columns a word (2 or 4), or 0 */
 } MicoConvCtx;
+
+/* Which kernels of the table take the layer (c: its geometry; kc: taps of a chunk): the word
+ * kernels for rows and chunks of whole words (4 bits, aligned) or halfwords (2 bits) whose
+ * lanes the codes fit; else pixel lanes for rows mico_mk_packed reads field by field (not
+ * whole bytes: the lanes pay there; a whole-byte row costs it less than decoding the row). */
+static void mico_conv_words_plan(MicoConvCtx *c, int32_t kc)
+{
+    const MicoConv2d *p = c->p;
+    const int32_t wb = p->w_bits;
+    c->mp = MICO_CONV_MP && (wb == 4 || wb == 2) && (c->k_all * wb) % (8 * wb) == 0 &&
+            (kc * wb) % (8 * wb) == 0 && ((uintptr_t)p->weight & (uintptr_t)(wb - 1)) == 0 &&
+            (kc + 32 / wb - 1) / (32 / wb) * 4 * c->pp <= MICO_CONV_XW;
+    c->mpv = c->mp ? mico_conv_mp_kind(p->in_fmt, kc, wb) : 0;
+    c->px = c->mpv || !c->fused || kc * c->pp / 2 > MICO_CONV_XW ||
+                    (c->period == 1 && (kc * wb) % 8 == 0)
+                ? 0
+                : mico_conv_px_kind(p->in_fmt, kc, wb);
+}
+
+static const MicoConvWords mico_conv_words = {mico_mk_mp4,        mico_mk_mp2,
+                                              mico_mk_px,         mico_conv_mp_words,
+                                              mico_conv_px_words, mico_conv_words_plan};
+
+/* mico_rq_run_fast, with the case it leaves to mico_rq_apply's 64-bit rescaling -- a shift of
+ * at most 32 (large output scales: 2-bit outputs, say) on codes of at most 16 bits -- in a loop
+ * of its own: with m >= 2 (H + 1) (H: the largest magnitude the clamp lets through), a
+ * magnitude of at least 2^(shift - 1) rounds to at least m / 2 > H and is clamped; a smaller
+ * one, shifted left by 33 - shift, fits 32 bits and rounds through the high word of one
+ * 32 x 32 product: round(mag m / 2^shift) = (floor(mag m 2^(33 - shift) / 2^32) + 1) >> 1. */
+static MICO_NOINLINE void mico_conv_rq(const MicoRq *q, int32_t *v, int32_t n)
+{
+    const int32_t lo = q->lo, hi = q->hi, big = hi > -lo ? hi : -lo;
+    const uint32_t m = (uint32_t)q->m, sh = (uint32_t)q->shift;
+    int32_t i;
+    if (!q->scaled || q->binary || q->shift > 32 || lo < -32768 || hi > 32767 ||
+        (uint64_t)m < 2u * ((uint64_t)(uint32_t)big + 1u)) {
+        mico_rq_run_fast(q, v, n);
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        const int32_t r = q->relu && v[i] < 0 ? 0 : v[i];
+        const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        int32_t y;
+        if (mag >= 1u << (sh - 1u)) {
+            y = r < 0 ? lo : hi;
+        } else {
+            const uint32_t t = (uint32_t)(((uint64_t)(mag << (33u - sh)) * m) >> 32);
+            const int32_t qv = (int32_t)((t + 1u) >> 1);
+            y = r < 0 ? -qv : qv;
+            y = y < lo ? lo : y > hi ? hi : y;
+        }
+        v[i] = y;
+    }
+}
 
 /* Channels oc0 .. oc1 - 1 over one patch (taps of kernel rows r0 .. r0 + kc / k_w - 1 of
  * pixels pix0 .. pix0 + np - 1); the last chunk requantizes and stores. Channels go in pairs:
@@ -301,21 +688,31 @@ static MICO_NOINLINE void mico_conv_chunk(const MicoConvCtx *c, const int16_t *p
                 t[k][j] = p->bias[ocs[k]];
             }
         }
-        (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
-                                     (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
+        if (fused && c->mpv) { /* words of several products a multiply */
+            (wb == 4 ? c->words->mp4 : c->words->mp2)((const uint16_t *)wp[0],
+                                                      (const uint16_t *)wp[1], c->xw,
+                                                      kc * wb / 16, c->pp, nq, t[0], t[1], cs);
+        } else if (fused && c->px) { /* pixel lanes */
+            c->words->px((const uint8_t *)wp[0], (const uint8_t *)wp[1], c->xw, kc, c->pp, nq,
+                         t[0], t[1], (uint32_t)(at % (size_t)per), (uint32_t)wb, c->px);
+        } else {
+            (fused ? c->mk : mico_mk_w8)(wp[0], wp[1], patch, kc, c->pp, nq, t[0], t[1],
+                                         (uint32_t)(at % (size_t)per), cs, (uint32_t)wb);
+        }
         /* next: i + 1 within the first half of a block of 2 * period paired channels */
         next = !fused ? i + 2 : (i - oc0) % (2 * c->period) == c->period - 1 ? i + c->period + 1
                                                                              : i + 1;
         for (k = 0; last && k < 2 - (ocs[1] == i); k++) { /* requantize and store */
             const MicoRq rq = mico_rq(&p->out, ocs[k]);
-            mico_rq_run_fast(&rq, t[k], np);
+            (rq.shift > 32 ? mico_rq_run_fast : mico_conv_rq)(&rq, t[k], np);
             mico_pack(c->out, (size_t)ocs[k] * (size_t)c->npix + (size_t)pix0, t[k], np,
                       p->out.fmt);
         }
     }
 }
 
-static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out)
+static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *in, void *out,
+                                                const MicoConvWords *words, uint32_t *xw)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, wb = p->w_bits;
@@ -352,13 +749,21 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
     c.multi = rpc < rows;
     if (!c.multi) { /* one chunk: each channel pair finishes at once */
         c.pp = (room / c.k_all) & ~3;
-        c.pp = c.pp < 12 ? c.pp : 12;
+        c.pp = c.pp < 32 ? c.pp : 32; /* the tile holds two channels of pixels */
         oct = opg;
     } else { /* the partial sums of 8 channels wait in the tile */
         c.pp = 4;
         oct = 8;
     }
     cs = tile + (c.multi ? 4 * oct : 2 * c.pp);
+    /* whole aligned words: every row, and every chunk (rpc kernel rows), of 32-bit words */
+    /* rows and chunks of whole words (4 bits) or halfwords (2 bits), the words in xw */
+    c.words = words;
+    c.mp = c.mpv = c.px = 0;
+    if (words != NULL) {
+        words->plan(&c, rpc * kw);
+    }
+    c.xw = xw;
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += oct) {
             const int32_t oc1 = oc0 + oct < (g + 1) * opg ? oc0 + oct : (g + 1) * opg;
@@ -366,13 +771,13 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                 const int32_t np = c.npix - pix0 < c.pp ? c.npix - pix0 : c.pp;
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
-                    int32_t j, t;
                     mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
-                    for (j = 0; j < c.pp; j++) { /* column sums (for 4-, 2-, 1-bit weights) */
-                        cs[j] = 0;
-                        for (t = 0; wb < 8 && t < (r1 - r0) * kw; t++) {
-                            cs[j] += patch[t * c.pp + j];
-                        }
+                    if (c.mpv) { /* the words, and the column sums */
+                        words->mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
+                    } else if (c.px) { /* pixel words (no column sums: weights as they are) */
+                        words->px_words(patch, (r1 - r0) * kw, c.pp, c.px, xw);
+                    } else if (wb < 8) { /* column sums (for 4-, 2-, 1-bit weights) */
+                        mico_conv_colsums(patch, (r1 - r0) * kw, c.pp, cs);
                     }
                     mico_conv_chunk(&c, patch, cs, tile, oc0, oc1, r0, (r1 - r0) * kw,
                                     r1 == rows, pix0, np);
@@ -2408,7 +2813,14 @@ void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out)
 
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
 {
-    mico_qconv2d_im2col(p, in, out);
+    mico_qconv2d_im2col(p, in, out, NULL, NULL);
+}
+
+/* The im2col path with the word and pixel-lane kernels (4- and 2-bit weights). */
+void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out)
+{
+    uint32_t xw[MICO_CONV_XW]; /* the chunk's words (on this path's stack only) */
+    mico_qconv2d_im2col(p, in, out, &mico_conv_words, xw);
 }
 
 /* W8A8 layers: the byte paths (about 7 KB of code, linked only by programs that call this),
@@ -2419,13 +2831,13 @@ void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out)
         (mico_qconv2d_s8_pw(p, in, out) || mico_qconv2d_s8(p, in, out))) {
         return; /* W8A8: bytes as they are */
     }
-    mico_qconv2d_im2col(p, in, out);
+    mico_qconv2d_im2col(p, in, out, NULL, NULL);
 }
 
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out)
 {
     if (!mico_qconv2d_dw(p, in, out)) {
-        mico_qconv2d_im2col(p, in, out);
+        mico_qconv2d_im2col(p, in, out, NULL, NULL);
     }
 }
 
@@ -2438,6 +2850,8 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_depthwise3x3(p, in, out);
     } else if (p->w_bits == 8 && p->in_fmt.bits == 8) {
         mico_qconv2d_tiled_s8(p, in, out);
+    } else if (p->w_bits == 4 || p->w_bits == 2) {
+        mico_qconv2d_tiled_sub(p, in, out);
     } else {
         mico_qconv2d_tiled(p, in, out);
     }

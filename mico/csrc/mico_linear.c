@@ -4,7 +4,9 @@
  * A chunk of up to MICO_LIN_K input codes is unpacked once into int16 on the stack; then each
  * pair of output features takes a dot product of that chunk with its two weight rows, reading
  * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
- * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise.
+ * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise. Rows of
+ * 4- or 2-bit weights that span whole 32-bit words are read a word at a time, two or four
+ * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2).
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *
@@ -94,6 +96,206 @@ static MICO_NOINLINE void mico_dot2_w1(const int16_t *x, const uint8_t *wa, cons
     *sa = (int32_t)((uint32_t)*sa + 2u * (uint32_t)a - (uint32_t)xsum);
     *sb = (int32_t)((uint32_t)*sb + 2u * (uint32_t)b - (uint32_t)xsum);
 }
+
+/* ---------------------------------------------- several products per multiply (4-, 2-bit) */
+
+/* Weights of 4 or 2 bits read a 32-bit word (8 or 16 taps of a row) at a time, two or four
+ * products per multiply. Field f of a word is taken as w' = f ^ o (o = 2^(bits-1)), the weight
+ * plus o, in [0, 2^bits); the codes x of the chunk are packed once into words xw so that one
+ * multiply sums products of matching taps in one lane:
+ *  - 4 bits, 16-bit lanes: (v >> 4j) & 0x000f000f holds the weights of taps j and j + 4 of
+ *    the word's 8 (j < 4) in its two halves; xw = x[j + 4] + x[j] * 2^16 (mod 2^32, codes of
+ *    either sign); their product's high half gains x[j] w'[j] + x[j + 4] w'[j + 4]. The low
+ *    halves' sum L and the high halves' sum H are each at most 15 sum |x| in magnitude: below
+ *    2^15 (mico_lin_mp_ok), the sum L + 2^16 H (mod 2^32) gives L (its low half, sign
+ *    extended) and H.
+ *  - 2 bits, byte lanes: (v >> 2j) & 0x03030303 holds taps j, j + 4, j + 8, j + 12 in its
+ *    bytes; xw = x[j + 12] + x[j + 8] 2^8 + x[j + 4] 2^16 + x[j] 2^24: bits 24..31 of the
+ *    product hold the sum of the four products of matching taps (at most 12 max x, below 256
+ *    for codes in [0, 21]) above lanes of at most 9 max x that never carry into them. Each
+ *    product's top byte is added on its own.
+ * Words are read little-endian, at 4-byte aligned addresses (the caller checks both). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_LIN_MP 1
+#else
+#define MICO_LIN_MP 0
+#endif
+
+/* *sa, *sb += sum over nw words of rows wa, wb of w' x (4-bit weights, 16-bit lanes). */
+static MICO_NOINLINE void mico_dot2_mp4(const uint32_t *xw, const uint32_t *wa,
+                                        const uint32_t *wb, int32_t nw, int32_t *sa,
+                                        int32_t *sb)
+{
+    const uint32_t m = 0x000f000fu;
+    const uint32_t *const end = wa + nw;
+    uint32_t a = 0, b = 0, lo;
+    for (; wa < end; xw += 4) {
+        const uint32_t va = *wa++ ^ 0x88888888u, vb = *wb++ ^ 0x88888888u;
+        const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];
+        a += x0 * (va & m) + x1 * ((va >> 4) & m) + x2 * ((va >> 8) & m) + x3 * ((va >> 12) & m);
+        b += x0 * (vb & m) + x1 * ((vb >> 4) & m) + x2 * ((vb >> 8) & m) + x3 * ((vb >> 12) & m);
+    }
+    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
+    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
+    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
+    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
+}
+
+/* The same for 2-bit weights (byte lanes): TOP(t) the top byte of a product t, as a sum of
+ * non-negative products (codes in [0, 21]) or, with codes of either sign (|x| <= 10: the top
+ * byte's sum in [-120, 120], the lanes below it less than 2^23 in magnitude), rounded: those
+ * lanes' sign taken off by 2^23, and the sum sign extended. */
+#define MICO_LIN_MP2(NAME, TOP)                                                             \
+    static MICO_NOINLINE void NAME(const uint32_t *xw, const uint32_t *wa, const uint32_t *wb, \
+                                   int32_t nw, int32_t *sa, int32_t *sb)                    \
+    {                                                                                       \
+        const uint32_t m = 0x03030303u;                                                     \
+        const uint32_t *const end = wa + nw;                                                \
+        uint32_t a = 0, b = 0;                                                              \
+        for (; wa < end; xw += 4) {                                                         \
+            const uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;              \
+            const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];                  \
+            a += TOP(x0 * (va & m)) + TOP(x1 * ((va >> 2) & m)) + TOP(x2 * ((va >> 4) & m)) + \
+                 TOP(x3 * ((va >> 6) & m));                                                 \
+            b += TOP(x0 * (vb & m)) + TOP(x1 * ((vb >> 2) & m)) + TOP(x2 * ((vb >> 4) & m)) + \
+                 TOP(x3 * ((vb >> 6) & m));                                                 \
+        }                                                                                   \
+        *sa = (int32_t)((uint32_t)*sa + a);                                                 \
+        *sb = (int32_t)((uint32_t)*sb + b);                                                 \
+    }
+#define MICO_LIN_TOP_U(t) ((t) >> 24)
+#define MICO_LIN_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
+MICO_LIN_MP2(mico_dot2_mp2, MICO_LIN_TOP_U)
+MICO_LIN_MP2(mico_dot2_mp2s, MICO_LIN_TOP_S)
+
+/* 2-bit weights on wider codes (8 bits, say), 16-bit lanes as for 4 bits: (v >> 2j) &
+ * 0x00030003 holds the weights of taps j and j + 8 of the word's 16 (j < 8), xw = x[j + 8] +
+ * x[j] 2^16; exact while 3 sum |x| < 2^15 (the chunk's length bounds it). */
+static MICO_NOINLINE void mico_dot2_mp2w(const uint32_t *xw, const uint32_t *wa,
+                                         const uint32_t *wb, int32_t nw, int32_t *sa,
+                                         int32_t *sb)
+{
+    const uint32_t m = 0x00030003u;
+    const uint32_t *const end = wa + nw;
+    uint32_t a = 0, b = 0, lo;
+    int32_t j;
+    for (; wa < end; xw += 8) {
+        uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;
+        for (j = 0; j < 8; j++, va >>= 2, vb >>= 2) {
+            a += xw[j] * (va & m);
+            b += xw[j] * (vb & m);
+        }
+    }
+    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
+    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
+    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
+    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
+}
+
+/* The variant of the word kernels codes of format f take with wb-bit weights, from the codes'
+ * range (every field value counted), and the chunk length *kstep that keeps their lanes exact:
+ * 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes for [-10, 10], 3: 16-bit
+ * lanes (mico_dot2_mp2w) for others; 4 bits, 1: 16-bit lanes. 16-bit lanes hold chunks of
+ * up to 2^15 / ((2^bits - 1) max |x|) taps (whole words); 0: not even a word (the bytes). */
+static int mico_lin_mp_kind(MicoFmt f, int32_t wb, int32_t *kstep)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t amax = hi > -lo ? hi : -lo;
+    const int32_t per = 32 / wb; /* taps of a word */
+    int32_t k;
+    *kstep = MICO_LIN_K;
+    if (wb == 2 && lo >= 0 && hi <= 21) {
+        return 1;
+    }
+    if (wb == 2 && amax <= 10) {
+        return 2;
+    }
+    k = 32767 / ((wb == 4 ? 15 : 3) * (amax > 0 ? amax : 1)) / per * per; /* 16-bit lanes */
+    *kstep = k < MICO_LIN_K ? k : MICO_LIN_K;
+    return k < per ? 0 : wb == 4 ? 1 : 3;
+}
+
+/* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
+ * 16 for 2-bit ones) for mico_dot2_mp<wb> (wb 3: for mico_dot2_mp2w). */
+static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
+                                            uint32_t *xw)
+{
+    int32_t i, j;
+    if (wb == 3) { /* 2-bit weights in 16-bit lanes: taps j and j + 8 of 16 */
+        for (i = 0; i < nt; i += 16, x += 16) {
+            for (j = 0; j < 8; j++) {
+                *xw++ = (uint32_t)(int32_t)x[j + 8] + ((uint32_t)(int32_t)x[j] << 16);
+            }
+        }
+        return;
+    }
+    for (i = 0; i < nt; i += 4 * (8 / wb), x += 4 * (8 / wb)) {
+        for (j = 0; j < 4; j++) {
+            if (wb == 4) {
+                *xw++ = (uint32_t)(int32_t)x[j + 4] + ((uint32_t)(int32_t)x[j] << 16);
+            } else { /* lanes of either sign, mod 2^32 */
+                *xw++ = (uint32_t)(int32_t)x[j + 12] + ((uint32_t)(int32_t)x[j + 8] << 8) +
+                        ((uint32_t)(int32_t)x[j + 4] << 16) + ((uint32_t)(int32_t)x[j] << 24);
+            }
+        }
+    }
+}
+
+/* mico_linear_chunk with the word kernels (variant mpv of mico_lin_mp_layer, x as the words
+ * xw of mico_lin_mp_words): pairs of rows, the kernels' sums of w' x less o x (the sum of x). */
+static MICO_NOINLINE void mico_lin_mp_pairs(const MicoLinear *p, const uint32_t *xw, int mpv,
+                                            int32_t k0, int32_t kc, int32_t o0, int32_t o1,
+                                            int32_t xsum, int32_t *acc)
+{
+    const int32_t wb = p->w_bits;
+    const uint32_t off = (wb == 4 ? 8u : 2u) * (uint32_t)xsum;
+    const size_t f = (size_t)p->in_features;
+    int32_t o;
+    for (o = o0; o < o1; o += 2) {
+        const int32_t ob = o + 1 < o1 ? o + 1 : o; /* an odd count: the last one twice */
+        const uint32_t *const a =
+            (const uint32_t *)(const void *)(p->weight + ((size_t)o * f + (size_t)k0) * (size_t)wb / 8u);
+        const uint32_t *const b =
+            (const uint32_t *)(const void *)(p->weight + ((size_t)ob * f + (size_t)k0) * (size_t)wb / 8u);
+        int32_t sa = acc[o - o0], sb = acc[ob - o0];
+        if (wb == 4) {
+            mico_dot2_mp4(xw, a, b, kc / 8, &sa, &sb);
+        } else {
+            (mpv == 3   ? mico_dot2_mp2w
+             : mpv == 2 ? mico_dot2_mp2s
+                        : mico_dot2_mp2)(xw, a, b, kc / 16, &sa, &sb);
+        }
+        acc[o - o0] = (int32_t)((uint32_t)sa - off);
+        acc[ob - o0] = (int32_t)((uint32_t)sb - off);
+    }
+}
+
+/* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
+ * for none: rows (and chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned
+ * addresses. */
+static int mico_lin_mp_layer(const MicoLinear *p, int32_t *kstep)
+{
+    const int32_t wb = p->w_bits, nf = p->in_features, per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
+    if (!MICO_LIN_MP || per_word == 0 || nf % per_word != 0 ||
+        ((uintptr_t)p->weight & 3u) != 0 || p->in_fmt.bits > 8) {
+        return 0;
+    }
+    return mico_lin_mp_kind(p->in_fmt, wb, kstep);
+}
+
+/* The word kernels, linked only by programs that call mico_qlinear_sub (layers of 4- or
+ * 2-bit weights): mico_qlinear_rows takes them through this table, NULL for mico_qlinear. */
+typedef struct {
+    void (*pairs)(const MicoLinear *, const uint32_t *, int, int32_t, int32_t, int32_t, int32_t,
+                  int32_t, int32_t *);
+    void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
+    int (*kind)(const MicoLinear *p, int32_t *kstep);
+} MicoLinWords;
+
+static const MicoLinWords mico_lin_words = {mico_lin_mp_pairs, mico_lin_mp_words,
+                                            mico_lin_mp_layer};
 
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
@@ -290,13 +492,22 @@ static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *
     }
 }
 
-void mico_qlinear(const MicoLinear *p, const void *in, void *out)
+/* The body of mico_qlinear (words NULL) and mico_qlinear_sub (the word kernels): inlined in
+ * each, so that mico_qlinear's copy carries no trace of the word kernels. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *out,
+                                     const MicoLinWords *words)
 {
     const int32_t wb = p->w_bits, nf = p->in_features;
     /* every weight row (and chunk) starts on a byte boundary */
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
+    int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
+    const int mp = words != NULL ? words->kind(p, &kstep) : 0;
     int16_t x[MICO_LIN_K];
+    uint32_t xw[MICO_LIN_K / 2];
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
     if (p->in_fmt.bits > 8) {
@@ -312,14 +523,19 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
             for (j = 0; j < o1 - o0; j++) {
                 acc[j] = p->bias[o0 + j];
             }
-            for (k0 = 0; k0 < nf; k0 += MICO_LIN_K) {
-                const int32_t kc = nf - k0 < MICO_LIN_K ? nf - k0 : MICO_LIN_K;
+            for (k0 = 0; k0 < nf; k0 += kstep) {
+                const int32_t kc = nf - k0 < kstep ? nf - k0 : kstep;
                 int32_t xsum = 0;
                 mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
-                mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
+                if (mp) { /* the word kernels */
+                    words->words(x, kc, mp == 3 ? 3 : wb, xw);
+                    words->pairs(p, xw, mp, k0, kc, o0, o1, xsum, acc);
+                } else {
+                    mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
+                }
             }
             for (j = 0; j < o1 - o0;) { /* one multiplier, or one per output */
                 const int32_t len = p->out.n_mult > 1 ? 1 : o1 - o0;
@@ -330,6 +546,16 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
             mico_pack(out, y_base + (size_t)o0, acc, o1 - o0, p->out.fmt);
         }
     }
+}
+
+void mico_qlinear(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, NULL);
+}
+
+void mico_qlinear_sub(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, &mico_lin_words);
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of

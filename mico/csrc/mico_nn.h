@@ -438,6 +438,9 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
+/* mico_qconv2d_tiled with the word and pixel-lane kernels of 4- and 2-bit weights (linked only
+ * by programs that call it). */
+void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
 /* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
  * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;
@@ -474,6 +477,9 @@ void mico_qconv2d_dwp_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
  * l is unused (the lanes' signature). */
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
+/* mico_qlinear with rows of 4- and 2-bit weights read a word at a time (linked only by
+ * programs that call it). */
+void mico_qlinear_sub(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
 /* Host kernels (mico_host_gemm.c, for targets with the `xautovec` capability): convolutions

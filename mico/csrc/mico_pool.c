@@ -11,7 +11,9 @@
  *    before it writes output i, and never reads an input that only an earlier output needed
  *    after writing a later output.
  *
- * 2-D pooling: for each output row and run of up to MICO_POOL_OUT outputs, the input rows of
+ * Max pooling (targets other than the host kernels): each output takes the largest field of
+ * its window read in place (mico_maxpool_fields). Average pooling (and max pooling on the
+ * host kernels), 2-D pooling: for each output row and run of up to MICO_POOL_OUT outputs, the input rows of
  * the windows are unpacked once (only the columns the run needs) and folded into one int32 row
  * (column max or sum), then each output reduces its columns of that row. Stack: about 1 KB. */
 #include "mico_nn.h"
@@ -283,12 +285,138 @@ static void mico_pool2d(const MicoPoolGeom *g, int is_max, int include_pad, Mico
     }
 }
 
+#ifndef MICO_HOST_KERNELS
+/* Max pooling on the fields of codes (1 to 8 bits; those of 3, 5, 6, 7 bits may span two
+ * bytes) or int32 values: a field f stands for the code ((f ^ x) << sh) - o (mico_field_map),
+ * increasing in f ^ x (int32: v ^ 2^31 as unsigned), so the window's largest code is that of
+ * its largest f ^ x, read in place (no unpacking into rows); each output reads its
+ * window's taps inside the image (padding never wins). Runs of up to MICO_POOL_OUT outputs of
+ * one channel (across its rows) are stored together once their inputs were read, in order
+ * (the in-place contract above holds: a store only comes later than it would row by row). */
+/* n fields v of the output from element o on: bytes when they span whole ones (fields of 1,
+ * 2, 4 or 8 bits), else codes packed; int32 values stored. */
+static MICO_NOINLINE void mico_maxpool_store(void *out, size_t o, int32_t *v, int32_t n,
+                                             MicoFmt f)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    const uint32_t bits = m.bits;
+    int32_t i;
+    if (bits > 8u) { /* int32 values (fields v ^ 2^31) */
+        for (i = 0; i < n; i++) {
+            ((int32_t *)out)[o + (size_t)i] = (int32_t)((uint32_t)v[i] ^ 0x80000000u);
+        }
+        return;
+    }
+    if ((8u % bits) == 0u && (o * bits) % 8u == 0u && ((size_t)n * bits) % 8u == 0u) {
+        uint8_t *dst = (uint8_t *)out + o * bits / 8u;
+        for (i = 0; i < n;) {
+            uint32_t byte = 0, at;
+            for (at = 0; at < 8u; at += bits) {
+                byte |= (uint32_t)v[i++] << at;
+            }
+            *dst++ = (uint8_t)byte;
+        }
+        return;
+    }
+    for (i = 0; i < n; i++) {
+        v[i] = (int32_t)(((uint32_t)v[i] ^ m.x) << m.sh) - m.o;
+    }
+    mico_pack(out, o, v, n, f);
+}
+
+/* The field at bit `bit` of q (b bits; int32 values: b 32), in its low bits: of 3, 5, 6 or 7
+ * bits it may span two bytes. */
+static uint32_t mico_maxpool_field(const uint8_t *q, size_t bit, uint32_t b)
+{
+    uint32_t f;
+    if (b > 8u) {
+        return (uint32_t)((const int32_t *)(const void *)q)[bit >> 5];
+    }
+    f = q[bit >> 3];
+    if ((bit & 7u) + b > 8u) {
+        f |= (uint32_t)q[(bit >> 3) + 1u] << 8;
+    }
+    return f >> (bit & 7u);
+}
+
+static MICO_NOINLINE void mico_maxpool_fields(const MicoMaxPool2d *p, const void *in, void *out)
+{
+    const MicoFieldMap m = mico_field_map(p->fmt);
+    const uint8_t *q = (const uint8_t *)in;
+    const int32_t in_h = p->in_h, in_w = p->in_w, out_w = p->out_w, k_h = p->k_h, k_w = p->k_w;
+    const int32_t sw = p->stride_w, pw = p->pad_w, dh = p->dil_h, dw = p->dil_w;
+    const uint32_t bits = m.bits, mask = m.mask, step = (uint32_t)dw * bits;
+    const uint32_t x = bits > 8u ? 0x80000000u : m.x; /* int32: signed order */
+    const int inside = bits <= 8u && 8u % bits == 0u; /* fields inside a byte */
+    const size_t row_bits = (size_t)in_w * bits, plane_bits = (size_t)in_h * row_bits;
+    int32_t vals[MICO_POOL_OUT];
+    size_t o = 0;
+    int32_t c, oy, ox0, ox, ky, kx, nv = 0;
+    for (c = 0; c < p->channels; c++) {
+        for (oy = 0; oy < p->out_h; oy++) {
+            const int32_t iy0 = oy * p->stride_h - p->pad_h;
+            int32_t ky0 = 0, ky1 = k_h; /* window rows inside the image */
+            while (ky0 < k_h && iy0 + ky0 * dh < 0) {
+                ky0++;
+            }
+            while (ky1 > ky0 && iy0 + (ky1 - 1) * dh >= in_h) {
+                ky1--;
+            }
+            for (ox0 = 0; ox0 < out_w;) {
+                const int32_t n = out_w - ox0 < MICO_POOL_OUT - nv ? out_w - ox0
+                                                                    : MICO_POOL_OUT - nv;
+                for (ox = ox0; ox < ox0 + n; ox++) {
+                    const int32_t ix0 = ox * sw - pw;
+                    int32_t kx0 = 0, kx1 = k_w; /* window columns inside the image */
+                    uint32_t best = 0;
+                    while (kx0 < k_w && ix0 + kx0 * dw < 0) {
+                        kx0++;
+                    }
+                    while (kx1 > kx0 && ix0 + (kx1 - 1) * dw >= in_w) {
+                        kx1--;
+                    }
+                    for (ky = ky0; ky < ky1; ky++) {
+                        size_t bit = (size_t)c * plane_bits + (size_t)(iy0 + ky * dh) * row_bits +
+                                     (size_t)(ix0 + kx0 * dw) * bits;
+                        for (kx = kx0; inside && kx < kx1; kx++, bit += step) {
+                            const uint32_t f = (((uint32_t)q[bit >> 3] >> (bit & 7u)) & mask) ^ x;
+                            best = f > best ? f : best;
+                        }
+                        for (kx = kx0; !inside && kx < kx1; kx++, bit += step) {
+                            const uint32_t f = (mico_maxpool_field(q, bit, bits) & mask) ^ x;
+                            best = f > best ? f : best;
+                        }
+                    }
+                    vals[nv++] = (int32_t)(best ^ (bits > 8u ? 0u : x)); /* the output's field */
+                }
+                ox0 += n;
+                if (nv == MICO_POOL_OUT) {
+                    mico_maxpool_store(out, o, vals, nv, p->fmt);
+                    o += (size_t)nv;
+                    nv = 0;
+                }
+            }
+        }
+        if (nv > 0) { /* the channel's last run */
+            mico_maxpool_store(out, o, vals, nv, p->fmt);
+            o += (size_t)nv;
+            nv = 0;
+        }
+    }
+}
+#endif
+
 void mico_maxpool2d(const MicoMaxPool2d *p, const void *in, void *out)
 {
     const MicoPoolGeom g = {p->channels, p->in_h,     p->in_w,     p->out_h, p->out_w,
                             p->k_h,      p->k_w,      p->stride_h, p->stride_w,
                             p->pad_h,    p->pad_w,    p->dil_h,    p->dil_w};
+#ifndef MICO_HOST_KERNELS
+    (void)g;
+    mico_maxpool_fields(p, in, out);
+#else
     mico_pool2d(&g, 1, 0, p->fmt, NULL, p->fmt, in, out);
+#endif
 }
 
 void mico_avgpool2d(const MicoAvgPool2d *p, const void *in, void *out)

@@ -83,7 +83,7 @@ def test_model_sizes_count_the_model_not_libc(trained_cnn, calibration_batches, 
     assert sizes["ram"] >= project.arena.size  # the arena is in .bss
     assert sizes["rodata"] >= project.weight_bytes  # packed weights are const data
     assert sizes["flash"] == sizes["text"] + sizes["rodata"] + sizes["data"]
-    assert sizes["flash"] < 14_000  # no libc in it
+    assert sizes["flash"] < 20_000  # no libc in it (the 4- and 2-bit word kernels: ~18 KB)
 
 
 def test_model_sizes_link_only_the_kernel_paths_the_model_calls(
