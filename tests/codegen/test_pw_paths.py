@@ -38,7 +38,7 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 W1, W2, W4, W8 = (QFormat(b, True) for b in (1, 2, 4, 8))
 WT = QFormat.for_bits(TERNARY, True)
 A1, A2, A3, A4, A5, A8 = (QFormat(b, False) for b in (1, 2, 3, 4, 5, 8))
-S4, S8 = QFormat(4, True), QFormat(8, True)
+S2, S4, S8 = QFormat(2, True), QFormat(4, True), QFormat(8, True)
 
 
 def _conv(w_fmt, a_fmt, seed, *, in_c, out_c=None, hw=(8, 8), k=1, **kw):
@@ -77,8 +77,8 @@ def fields() -> list:
 def offsets() -> list:
     """Signed and asymmetric codes (o W_c from the bias) with weights of every width, binary
     ones too; 264 output channels of signed codes (more than the path keeps weight sums for:
-    the rows path); weights extracted once per call (32 channels of 32 taps at 4 bits) and
-    once per block (64 x 64)."""
+    the rows path); signed 2-bit codes on 8-bit lanes (the rows path too); weights extracted
+    once per call (32 channels of 32 taps at 4 bits) and once per block (64 x 64)."""
     layers = [
         _conv(w, a, 300 + i, in_c=21, hw=(6, 6), extreme=i % 2 == 1)
         for i, (w, a) in enumerate(
@@ -89,6 +89,10 @@ def offsets() -> list:
     layers.append(_conv(W4, S4, 310, in_c=16, out_c=264, hw=(4, 8)))
     layers.append(_conv(W4, A4, 311, in_c=32, out_c=32, hw=(8, 8)))
     layers.append(_conv(W4, S4, 312, in_c=64, out_c=64, hw=(8, 8)))
+    # signed 2-bit codes on 8-bit lanes (2-bit weights in 4 groups, 4-bit ones in 2): the
+    # offset path once summed them wrongly (dscnn's ternary grid case); they keep the rows
+    # path's signed lanes
+    layers += [_conv(w, S2, 313 + i, in_c=64, out_c=64, hw=(25, 5)) for i, w in enumerate((W2, W4))]
     return layers
 
 
