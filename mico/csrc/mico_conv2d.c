@@ -2616,12 +2616,14 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     const int centered = l->s == 16 && p->w_bits != 1 &&
                          (uint32_t)taps * q_w * (1u << p->in_fmt.bits) < 32768u;
     int32_t pix0, j, b;
-    /* offset codes (o != 0) only with centered lanes: with uncentered ones (8-bit lanes:
-     * 2-bit weights of 4 groups, 4-bit weights of 2) the offset sums came out wrong (the
-     * c_backend grid's ternary and mixed cases of dscnn, shufflenetv2, mobilenetv2), so those
-     * layers keep the rows path's signed lanes */
+    /* pointwise layers take offset codes (o != 0) only with centered lanes: with uncentered
+     * ones (8-bit lanes: 2-bit weights of 4 groups, 4-bit weights of 2) their offset sums came
+     * out wrong (the c_backend grid's ternary and mixed cases of dscnn, shufflenetv2,
+     * mobilenetv2), so those layers keep the rows path's signed lanes; the patch path's are
+     * right (its own unpacking, mico_pw_patch) */
     if ((!pointwise && !patched) || p->groups != 1 || p->in_fmt.bits > 8 || fm.sh != 0 ||
-        taps * xs > MICO_PW_BUF || (o != 0u && (p->out_c > MICO_PW_WSUMS || !centered)) ||
+        taps * xs > MICO_PW_BUF || (o != 0u && p->out_c > MICO_PW_WSUMS) ||
+        (o != 0u && pointwise && !centered) ||
         (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
         return 0;
     }

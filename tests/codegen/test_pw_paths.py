@@ -93,6 +93,9 @@ def offsets() -> list:
     # offset path once summed them wrongly (dscnn's ternary grid case); they keep the rows
     # path's signed lanes
     layers += [_conv(w, S2, 313 + i, in_c=64, out_c=64, hw=(25, 5)) for i, w in enumerate((W2, W4))]
+    # the patch path keeps offset codes on 8-bit lanes (its own unpacking sums them right)
+    layers.append(_conv(W2, S2, 315, in_c=7, out_c=32, hw=(10, 9), k=3, pad=1))
+    layers.append(_conv(W4, S2, 316, in_c=2, out_c=32, hw=(12, 11), k=5, stride=2, pad=2))
     return layers
 
 
