@@ -32,6 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from c_backend import (
     CALIBRATION_BATCH_SIZE,
     CALIBRATION_BATCHES,
+    mixed,
+    plan_text,
     quantized,
     random_inputs,
     uniform,
@@ -113,6 +115,16 @@ output levels are too many thresholds, and a multiply per output stays cheaper; 
 conv (one input plane, the lanes' patch path, 3.65) is now above W8A8's byte tile (3.00).
 """
 BITS = {"W8A8": 8, "W4A4": 4, "W2A2": 2}
+#: the plans a run can measure: the uniform ones and c_backend's seeded mixed plan of DS-CNN
+PLAN_NAMES = (*BITS, "mixed")
+
+
+def plan_of(name: str, n_layers: int, seed: int) -> tuple[list[float], list[float]]:
+    """Per-layer (weight, activation) widths of a plan name: uniform, or ``mixed``, the seeded
+    random plan ``benchmarks/c_backend.py`` measures DS-CNN's ``mixed`` row with."""
+    if name == "mixed":
+        return mixed(n_layers, seed, "dscnn")
+    return uniform(n_layers, BITS[name], BITS[name])
 
 
 def kernel_calls(source: str) -> dict[str, str]:
@@ -135,14 +147,13 @@ def measure(plan_name: str, seed: int) -> dict[str, Any]:
     """One plan's per-node figures (and the host agreement check)."""
     torch.manual_seed(seed)
     base = from_zoo("dscnn").eval()
-    bits = BITS[plan_name]
     example = base.example_input()
     shape = tuple(example.shape[1:])
     calib = [
         torch.from_numpy(random_inputs(shape, CALIBRATION_BATCH_SIZE, seed + 100 + i))
         for i in range(CALIBRATION_BATCHES)
     ]
-    qmodel, _ = quantized(base, uniform(base.n_layers, bits, bits), "static", calib)
+    qmodel, plan = quantized(base, plan_of(plan_name, base.n_layers, seed), "static", calib)
     with tempfile.TemporaryDirectory(prefix="mico-dscnn-layers-") as tmp:
         compiled = compile_model(
             qmodel, example, Path(tmp) / "m", name="m", mode="static", calibration=calib
@@ -176,6 +187,7 @@ def measure(plan_name: str, seed: int) -> dict[str, Any]:
     macs = sum(n["macs"] for n in nodes)
     return {
         "plan": plan_name,
+        "plan_bits": plan_text(plan),
         "exact_host": exact,
         "macs": macs,
         "instructions": costs.total,
@@ -259,7 +271,7 @@ def markdown(data: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--plans", nargs="+", default=["W8A8"], choices=sorted(BITS))
+    parser.add_argument("--plans", nargs="+", default=["W8A8"], choices=PLAN_NAMES)
     parser.add_argument("--label", default="now")
     parser.add_argument("--note", default="")
     parser.add_argument("--seed", type=int, default=0)

@@ -2572,20 +2572,22 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
         /* the multiplier as a high-word product: shifts above 32 as they are; others as
          * M = m 2^(33 - shift - k) < 2^32 with shift 33 on the sums scaled by 2^k (weights
          * and constants), the same rounding (mico_rescale), while the scaled lanes fit and
-         * the scaled accumulator stays far inside int32 */
+         * the scaled accumulator stays far inside int32. Multipliers above 1 (narrow weights
+         * and codes into wider outputs: 2-bit weights on 4-bit codes into 8 bits) need k
+         * above 3; the lanes' 16 bits bound it (the span check below) */
         m = (uint32_t)rq.m;
         sh = (uint32_t)rq.shift - 32u;
         k = 0;
         if (rq.shift <= 32) {
             const int32_t e = 33 - rq.shift;
-            while (k < 3 && k < e && ((uint64_t)(uint32_t)rq.m << (e - k)) > 0xffffffffu) {
+            while (k < 15 && k < e && ((uint64_t)(uint32_t)rq.m << (e - k)) > 0xffffffffu) {
                 k++;
             }
             m = (uint32_t)((uint64_t)(uint32_t)rq.m << (e - k));
             sh = 1u;
             fits = ((uint64_t)(uint32_t)rq.m << (e - k)) <= 0xffffffffu &&
                    (((uint32_t)(p->bias[ch] < 0 ? -p->bias[ch] : p->bias[ch]) |
-                     (uint32_t)(pos - neg) << 9) < 0x10000000u);
+                     (uint32_t)(pos - neg) << 9) < (k <= 3 ? 0x10000000u : 0x7ffe0000u >> k));
         }
         fits = fits && ((uint32_t)(pos - neg) * umax << k) <= 0xffffu && !rq.binary;
         /* words of K lanes with the outputs by table: the lanes unscaled (the pairs, if the

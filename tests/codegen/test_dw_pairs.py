@@ -83,7 +83,22 @@ def _edges() -> list:
         layer = _layer(8, 8, a=QFormat(2, False), o=QFormat(2, False), wb=2, seed=seed)
         layer.shift = np.full_like(layer.shift, 20)
         layer.m = np.full_like(layer.m, int(scale * 2**20))
-        small_shift.append(layer)  # k = 0, 1, 3; above 4: one output at a time
+        small_shift.append(layer)  # k = 0, 1, 3, 7
+    # multipliers above 4 (narrow weights and codes into 8-bit outputs, as DS-CNN's mixed
+    # plan has): sums scaled by 2^4 and more, with biases each side of the bound that keeps
+    # the scaled accumulator inside int32 (0x7ffe0000 >> k), and 4-bit codes whose scaled
+    # sums no longer fit 16 bits (one output at a time)
+    for seed, scale, bias in (
+        (54, 5.6, 0x7FFE000 - 1),
+        (55, 5.6, -0x7FFE000),
+        (56, 300.0, 0),
+        (57, 5.6, 0x1FFF0000),
+    ):
+        layer = _layer(25, 5, a=A4, o=QFormat(8, False), wb=2, c=3, seed=seed)
+        layer.shift = np.full_like(layer.shift, 20)
+        layer.m = np.full_like(layer.m, int(scale * 2**20))
+        layer.bias[0] = bias
+        small_shift.append(layer)
     wide = _layer(10, 12, a=QFormat(8, False), wb=8, extreme=True, seed=50)
     too_big = [
         _layer(40, 40, seed=51),  # rows longer than the pitch
