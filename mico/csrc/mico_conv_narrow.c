@@ -1,5 +1,5 @@
 /* W8A8 convolutions as register tiles on bytes (mico_qconv2d_narrow_s8): groups == 1, 8-bit
- * weights, 8-bit activation codes in and out, and either few taps (in_c * k_h * k_w <=
+ * weights, 8-bit activation codes in (out: 1..8 bits, not binary), and either few taps (in_c * k_h * k_w <=
  * MICO_NW_TAPS: a network's first layer, e.g. dscnn's 10x4 conv on one MFCC plane, 40 taps
  * for 64 output channels) or a 1x1 kernel (pointwise layers).
  *
@@ -28,8 +28,11 @@
  *    below: about 1.35 instructions per MAC in the loop); there shifts of 32 or less are taken
  *    too (pre-shifted sums, or the plain requantization).
  * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
- * 8 KB. Layers it does not take (other widths or groups, too many taps or weights, shifts of
- * 32 or less, unscaled outputs) go to mico_qconv2d_tiled_s8. Not in place (not depthwise). */
+ * 9 KB. Outputs of fewer than 8 bits (an 8-bit layer feeding a narrower one, as mixed plans
+ * have) are requantized as bytes into a staging area, a patch's channels at a time, then
+ * packed (mico_nw_codes: about 4 instructions a code). Layers it does not take (other widths
+ * or groups, too many taps or weights, shifts of 32 or less, unscaled outputs) go to
+ * mico_qconv2d_tiled_s8. Not in place (not depthwise). */
 #include "mico_nn.h"
 
 #define MICO_NW_TAPS 64    /* taps (in_c * k_h * k_w) at most */
@@ -775,6 +778,33 @@ static MICO_NOINLINE void mico_nw_quad4(const uint8_t *r0, int32_t taps, uint32_
     }
 }
 
+/* n output codes staged as bytes (two's complement when signed) stored as the b-bit fields
+ * (code & mask, lowest bits first) of elements start.. of the packed output (outputs of
+ * fewer than 8 bits); the bits of the first and last bytes outside the run are kept. */
+static MICO_NOINLINE void mico_nw_codes(void *out, size_t start, const uint8_t *v, int32_t n,
+                                        uint32_t b)
+{
+    const uint32_t mask = (1u << b) - 1u;
+    const size_t bit = start * (size_t)b;
+    uint8_t *q = (uint8_t *)out + (bit >> 3);
+    uint32_t used = (uint32_t)(bit & 7u);
+    uint32_t acc = (uint32_t)*q & ((1u << used) - 1u);
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        acc |= ((uint32_t)v[i] & mask) << used;
+        used += b;
+        if (used >= 8u) {
+            *q++ = (uint8_t)acc;
+            acc >>= 8;
+            used -= 8u;
+        }
+    }
+    if (used) {
+        const uint32_t keep = (1u << used) - 1u;
+        *q = (uint8_t)(((uint32_t)*q & ~keep) | (acc & keep));
+    }
+}
+
 /* The layer; 0 (nothing done) when this path does not take it. Layers of at most
  * MICO_NW_PTAPS taps run over patches (a pointwise layer's: runs of its input planes copied,
  * about 2 instructions a byte against the 64 channels that read it) with taps padded to a
@@ -785,8 +815,11 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
 {
     uint32_t wq[MICO_NW_WEIGHTS / 4]; /* words: the quads' weights, read as bytes */
     uint32_t pwords[MICO_NW_PTAPS * MICO_NW_PIX / 4]; /* the patch (words: the packed one) */
+    uint32_t swords[MICO_NW_CB * MICO_NW_PIX / 4]; /* outputs of fewer than 8 bits, staged */
     int8_t *const patch = (int8_t *)pwords;
+    uint8_t *const stage = (uint8_t *)swords;
     MicoNwRq rq[MICO_NW_CB];
+    MicoConv2d ps; /* outputs of fewer than 8 bits: a patch's outputs as a layer of 8-bit ones */
     const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
     const int32_t c4 = (p->out_c + 3) & ~3;
     const int relu = p->out.relu && p->out.lo <= 0 && p->out.hi >= 0;
@@ -796,11 +829,16 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
     const int32_t tp = patched ? (taps + 7) & ~7 : taps; /* taps of the weight table */
     int32_t c, t, pix0, c0, cb, j, wmax = 0, chunk = 0;
     int fast = 1;
+    const int narrow = p->out.fmt.bits < 8; /* staged as bytes per patch, then packed */
     if (p->groups != 1 || p->w_bits != 8 || p->in_fmt.bits != 8 || p->in_fmt.zero != 0 ||
-        p->out.fmt.bits != 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
-        (!pointwise && !patched) || tp * c4 > MICO_NW_WEIGHTS || npix < 1) {
+        p->out.fmt.bits > 8 || p->out.fmt.zero != 0 || p->out.n_mult == 0 || taps < 1 ||
+        (!pointwise && !patched) || (narrow && !patched) ||
+        (p->out.fmt.bits == 1 && p->out.fmt.is_signed) || tp * c4 > MICO_NW_WEIGHTS ||
+        npix < 1) {
         return 0;
     }
+    ps = *p;
+    ps.out_h = 1;
     for (c = 0; c < (p->out.n_mult > 1 ? p->out_c : 1); c++) {
         fast = fast && p->out.shift[c] > 32;
     }
@@ -870,8 +908,21 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
             } else {
                 mico_nw_pack_u8(patch, tp);
             }
+            ps.out_w = npix - pix0 < MICO_NW_LPIX ? npix - pix0 : MICO_NW_LPIX;
             for (c0 = 0; c0 < c4; c0 += 4) {
                 mico_nw_rq(p, c0, rq, (uint32_t)(taps * wmax * (p->in_fmt.is_signed ? 128 : 255)));
+                if (narrow) { /* channel quads of ps.out_w pixels in the staging bytes */
+                    ps.out_c = p->out_c - c0;
+                    ps.out.m = p->out.n_mult > 1 ? p->out.m + c0 : p->out.m;
+                    ps.out.shift = p->out.n_mult > 1 ? p->out.shift + c0 : p->out.shift;
+                    mico_nw_lblock(&ps, (const int8_t *)wq + c0 * tp, pwords, tp, chunk, rq, 0,
+                                   0, stage, relu);
+                    for (j = 0; j < 4 && c0 + j < p->out_c; j++) {
+                        mico_nw_codes(out, (size_t)(c0 + j) * (size_t)npix + (size_t)pix0,
+                                      stage + j * ps.out_w, ps.out_w, (uint32_t)p->out.fmt.bits);
+                    }
+                    continue;
+                }
                 mico_nw_lblock(p, (const int8_t *)wq + c0 * tp, pwords, tp, chunk, rq, c0, pix0,
                                out, relu);
             }
@@ -893,6 +944,21 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
             }
             if (p->in_fmt.is_signed) {
                 mico_nw_flip(pwords, tp * MICO_NW_PIX / 4);
+            }
+            if (narrow) { /* the block's channels over the patch's n pixels, staged */
+                ps.out_w = n;
+                ps.out_c = (p->out_c < ce ? p->out_c : ce) - cb;
+                ps.out.m = p->out.n_mult > 1 ? p->out.m + cb : p->out.m;
+                ps.out.shift = p->out.n_mult > 1 ? p->out.shift + cb : p->out.shift;
+                for (c0 = cb; c0 < ce; c0 += 4) {
+                    mico_nw_tiles(&ps, (const int8_t *)wq + c0 * tp, tp, (const uint8_t *)patch,
+                                  rq + (c0 - cb), c0 - cb, 0, n, stage, relu);
+                }
+                for (c0 = cb; c0 < ce && c0 < p->out_c; c0++) {
+                    mico_nw_codes(out, (size_t)c0 * (size_t)npix + (size_t)pix0,
+                                  stage + (c0 - cb) * n, n, (uint32_t)p->out.fmt.bits);
+                }
+                continue;
             }
             for (c0 = cb; c0 < ce; c0 += 4) {
                 mico_nw_tiles(p, (const int8_t *)wq + c0 * tp, tp, (const uint8_t *)patch,

@@ -87,6 +87,35 @@ def _byte_tile_edges() -> list:
     return layers
 
 
+def _narrow_outputs() -> list:
+    """Outputs of fewer than 8 bits (an 8-bit layer feeding a narrower one, as mixed plans
+    have: staged as bytes per patch, then packed): unsigned 1..7 bits, signed 2..7 without a
+    ReLU, on the byte tiles (DS-CNN's pointwise and first layers, odd channels and pixels so
+    that channel planes start inside a byte, two channel blocks) and on the small weights'
+    lanes (per-channel multipliers with shifts of 32 or less, the plain requantization: each
+    quad's own channels), and a layer of more taps than a patch (handed on)."""
+    w4 = QFormat(4, True)
+    layers = []
+    for bits in range(1, 8):
+        layers.append(_layer(64, 64, (25, 5), 1, signed=False, o_fmt=QFormat(bits, False),
+                             seed=60 + bits))  # fmt: skip
+        if bits > 1:
+            layers.append(_layer(37, 13, (3, 7), 1, relu=False, o_fmt=QFormat(bits, True),
+                                 seed=70 + bits))  # fmt: skip
+    first = _layer(1, 64, (49, 10), 4, stride=2, pad=1, o_fmt=QFormat(4, False), seed=80)
+    first.weight = np.random.default_rng(81).integers(-127, 128, size=(64, 1, 10, 4))
+    shifted = _layer(64, 12, 5, 1, signed=False, w_fmt=w4, o_fmt=QFormat(3, False), seed=82)
+    shifted.shift = np.full_like(shifted.shift, 12)  # sums past 2^11: not pre-shifted
+    shifted.m = np.arange(len(shifted.m)) % 5 + 1  # every channel its own multiplier
+    layers += [
+        first,
+        _layer(56, 70, 5, 1, signed=False, o_fmt=QFormat(2, False), seed=83),  # two blocks
+        _layer(24, 6, 9, 1, w_fmt=TERNARY_FMT, relu=False, o_fmt=QFormat(4, True), seed=84),
+        shifted,
+    ]
+    return layers
+
+
 def _large(*args, **kwargs):
     return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
 
@@ -127,7 +156,9 @@ def test_narrow_conv_bit_exact(monkeypatch):
         _layer(130, 8, 5, 1, signed=False, seed=19),  # more taps than a patch: planes in place
         _layer(57, 67, 4, 1, signed=False, seed=20),  # taps padded to 64: the table too large
     ]
-    layers += _small_weights() + _byte_tile_edges()
+    layers += _small_weights() + _byte_tile_edges() + _narrow_outputs()
+    planes = _layer(130, 9, 5, 1, signed=False, o_fmt=QFormat(4, False), seed=85)
+    layers.append(planes)  # (more taps than a patch, outputs packed: handed on)
     small_shift = _layer(1, 4, 6, 3, seed=10)
     small_shift.shift = np.minimum(small_shift.shift, 30)
     small_shift.m = np.minimum(small_shift.m, 2**29)
@@ -153,6 +184,7 @@ def test_narrow_conv_rv32_bit_exact(monkeypatch):
     monkeypatch.setattr(kernels_rv32, "widened_to_s8", _bytes)
     layers = [
         *_byte_tile_edges(),
+        *_narrow_outputs(),
         _layer(1, 64, 12, 3, stride=2, pad=1, seed=1),
         _layer(3, 5, 7, 3, relu=False, o_fmt=QFormat(8, True), seed=9),
         _layer(130, 8, 5, 1, signed=False, seed=19),  # planes in place
