@@ -158,7 +158,10 @@ def parse_readelf(name: str, listing: str) -> ObjectFile:
             if s:
                 ndx = s.group(6)
                 symbols[int(s.group(1))] = (
-                    s.group(7), int(ndx) if ndx.isdigit() else -1, s.group(5), int(s.group(2), 16)
+                    s.group(7),
+                    int(ndx) if ndx.isdigit() else -1,
+                    s.group(5),
+                    int(s.group(2), 16),
                 )
             continue
         if current is not None:
@@ -439,9 +442,7 @@ def _kernel(source: str) -> ObjectFile:
     return read_object(obj, source.removesuffix(".c") + ".o")
 
 
-_MAP_SECTION = re.compile(
-    r"^ (\.\S+)\s*\n?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+(\S.*)$", re.M
-)
+_MAP_SECTION = re.compile(r"^ (\.\S+)\s*\n?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+(\S.*)$", re.M)
 
 
 def map_sections(text: str) -> list[tuple[str, int, str]]:
@@ -582,8 +583,9 @@ def program_flash(graph: Any, name: str = "model", align: int = 8) -> ProgramFla
         part = "model" if owner == obj.name else "kernels" if owner in kernel_names else "libraries"
         parts[part] += size
     padding = closure.flash - sum(parts.values())  # alignment between sections
-    return ProgramFlash(sum(project_flash(graph, align).values()), parts["model"],
-                        parts["kernels"] + padding, parts["libraries"], runtime().flash)  # fmt: skip
+    constants = sum(project_flash(graph, align).values())
+    return ProgramFlash(constants, parts["model"], parts["kernels"] + padding,
+                        parts["libraries"], runtime().flash)  # fmt: skip
 
 
 def _caller_main(name: str) -> str:
