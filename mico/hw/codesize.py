@@ -436,10 +436,15 @@ def kernel_object(source: str) -> Path:
     return obj
 
 
-@lru_cache(maxsize=64)
 def _kernel(source: str) -> ObjectFile:
-    obj = kernel_object(source)
-    return read_object(obj, source.removesuffix(".c") + ".o")
+    """The parsed object of kernel ``source`` as it is now (an edited source is another
+    object, so a long-lived process never reads a stale one)."""
+    return _read_kernel(kernel_object(source), source.removesuffix(".c") + ".o")
+
+
+@lru_cache(maxsize=128)
+def _read_kernel(path: Path, name: str) -> ObjectFile:
+    return read_object(path, name)
 
 
 _MAP_SECTION = re.compile(r"^ (\.\S+)\s*\n?\s+0x([0-9a-f]+)\s+0x([0-9a-f]+)\s+(\S.*)$", re.M)
