@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mico.errors import BuildError, PlanError
+from mico.errors import BuildError, CompileError, PlanError
 from mico.hw import codesize
 from mico.pipeline import lower_model, quantize_ptq
 from mico.quant import QuantPlan
@@ -79,8 +79,14 @@ def test_closure_counts_what_the_entry_points_reach_once(tmp_path):
     assert both.flash == _linked(tmp_path, ["entry_a", "entry_b"])
     sizes = {s.name: s.size for s in both.sections}
     assert both.flash < sum(sizes.values()) + sizes[".text.shared_helper"]  # not twice
-    with pytest.raises(Exception, match="entry point 'nowhere'"):
+    with pytest.raises(CompileError, match="entry point 'nowhere'"):
         graph.closure(["nowhere"])
+
+
+def test_kernel_entry_points_link_their_own_code():
+    check = codesize.kernel_bytes(["mico_first_nonfinite"], ["mico_check.c"])
+    assert ".text.mico_first_nonfinite" in {s.name for s in check.sections}
+    assert check.by_object == {"mico_check.o": check.flash} and check.flash > 0
 
 
 def _graph(model, batches, plan):
