@@ -98,6 +98,8 @@ def _search_setup(config: RunConfig, model: nn.Module, train_loader: Any, test_l
     probe = MiCoEval(model, 1, train_loader, test_loader, None, objective=search["objective"])
     checker = RandomSearcher(probe, qtypes=search["bits"])
     full = [8] * (2 * probe.n_layers)
+    if any(b.cost == "flash" for b in budgets):  # kernel code can make fewer bits cost more
+        probe.check_cost_falls_with_bits("flash", checker.qtypes)
     for b in budgets:
         checker._check_budget(b.cost, b.resolve(checker.cost(full, b.cost)))
     return budgets

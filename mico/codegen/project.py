@@ -638,6 +638,26 @@ def project_flash(graph: Graph, align: int = 8) -> dict[str, int]:
     return dict(_emit_nodes(graph, align)[1].flash)
 
 
+def model_sources(
+    graph: Graph, name: str = "model", align: int = 8
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The files that compile to ``<name>.c``'s object as :func:`emit_c_project` writes them
+    (``<name>.c``, its headers and mico's headers), the kernel sources of ``mico/csrc`` it
+    links and the handlers' own kernel files: what a flash estimate compiles, no project
+    written."""
+    _check(graph, name, align)
+    arena, ctx, body, _, _ = _emit_nodes(graph, align)
+    files = {
+        f"{name}.h": _header(name, graph, arena),
+        f"{name}.c": _source(name, graph, ctx, body),
+        f"{name}_weights.h": _weights_header(name, ctx),
+    }
+    kernel_dir = resources.files("mico.csrc")
+    for header in HEADERS:
+        files[header] = (kernel_dir / header).read_text()
+    return files, sorted(ctx.kernels), sorted(ctx.extra_kernels)
+
+
 def emit_c_project(
     graph: Graph,
     directory: str | Path,

@@ -14,6 +14,22 @@ from mico.errors import PlanError
 DEFAULT_QTYPES = (2, 4, 6, 8)
 
 
+def refuse_rising_cost(
+    cost: str, budget: float, qtypes: Sequence[Any], cheapest: float, cost_at: Any
+) -> None:
+    """Raise when the scheme of the fewest bits (``cheapest``) is over ``budget`` but a wider
+    uniform scheme (``cost_at(q)``) is not: the cost rises at fewer bits (``flash``: the code
+    of sub-byte kernel paths), which the searchers' repairs (lowering widths) cannot handle."""
+    fits = [q for q in qtypes[1:] if cost_at(q) <= budget]
+    if fits:
+        raise PlanError(
+            f"the {cost} budget {budget:g} is below the scheme of {qtypes[0]} bits everywhere "
+            f"({cheapest:g}) but not of {fits[0]} bits: {cost} does not fall with fewer bits for "
+            f"this model, and the searchers assume it does; search only the widths where it "
+            f"does, e.g. --bits {','.join(str(q) for q in fits)}"
+        )
+
+
 class QSearcher:
     """The seed's searcher base: an evaluator, initial samples and the bit choices."""
 
@@ -44,6 +60,8 @@ class QSearcher:
         low = [self.qtypes[0]] * (2 * self.n)
         cheapest = self.cost(low, constraint_type)
         if cheapest > constraint_value:
+            wider = lambda q: self.cost([q] * (2 * self.n), constraint_type)  # noqa: E731
+            refuse_rising_cost(constraint_type, constraint_value, self.qtypes, cheapest, wider)
             raise PlanError(
                 f"the {constraint_type} budget {constraint_value:g} is below the cheapest scheme "
                 f"of bit-widths {self.qtypes} ({cheapest:g} at {self.qtypes[0]} bits everywhere); "

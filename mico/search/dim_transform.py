@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from mico.errors import PlanError
-from mico.search.base import DEFAULT_QTYPES, QSearcher
+from mico.search.base import DEFAULT_QTYPES, QSearcher, refuse_rising_cost
 
 FIXED = -1  # group index of a scheme position held at a fixed width
 NOT_COSTS = ("f", "constraint", "ptq_acc", "qat_acc")  # eval_* methods that are not costs
@@ -316,6 +316,9 @@ class SpaceSearcher(QSearcher):
     def _check_budget(self, constraint_type: str, constraint_value: float) -> None:
         cheapest = self.cost_of([0] * self.dim, constraint_type)
         if cheapest > constraint_value:
+            refuse_rising_cost(constraint_type, constraint_value, self.qtypes, cheapest,
+                               lambda q: self.cost_of([self.qtypes.index(q)] * self.dim,
+                                                      constraint_type))  # fmt: skip
             held = f" with layers held at {self.dim_trans.fixed}" if self.dim_trans.fixed else ""
             raise PlanError(
                 f"the {constraint_type} budget {constraint_value:g} is below the cheapest scheme "

@@ -4,7 +4,9 @@ Each evaluation starts from fresh weights (the pretrained checkpoint), so one ev
 leaks into the next. Objectives: ``ptq_acc`` (calibrate, then test) and ``qat_acc`` (calibrate,
 fine-tune ``epochs``, then test). Costs: ``bops``, ``size`` (flash bytes of the emitted C
 project's constants: packed weights, biases, scales, tables, as ``mico compile`` reports them),
-``macs``, ``latency`` (BitFusion cycles) and ``ram`` (bytes of
+``flash`` (the whole program's flash on rv32: constants, the run function, the kernel code it
+links and the runtime, predicted from the compiled objects' section graph, see
+:mod:`mico.hw.codesize`), ``macs``, ``latency`` (BitFusion cycles) and ``ram`` (bytes of
 the static arena the emitted C project plans in the evaluator's mode, computed by the code
 generator's planner on the lowered graph, without any C compiler).
 
@@ -37,7 +39,7 @@ from mico.train.checkpoint import load_checkpoint
 from mico.train.loop import accuracy, fit
 
 OBJECTIVES = ("ptq_acc", "qat_acc")
-CONSTRAINTS = ("bops", "size", "macs", "latency", "ram")
+CONSTRAINTS = ("bops", "size", "flash", "macs", "latency", "ram")
 #: latency targets: bitfusion is analytic; the others run the scheme's C program (measured:
 #: rv32 instructions under qemu -icount, host instructions under callgrind, VexRiscv cycles)
 #: or ask the target's fitted proxy (mode "proxy", see mico profile)
@@ -132,6 +134,7 @@ class MiCoEval:
         #: set by :mod:`mico.search.study`: runs each objective evaluation as a study trial
         self.trial_runner: Callable[[list[Any]], float] | None = None
         self._deployed_costs: dict[str, tuple[int, dict[str, int]]] = {}
+        self._program_flash: dict[str, Any] = {}
         self._key_fields: dict[str, str] | None = None
 
     # ----------------------------------------------------------------- models
@@ -226,7 +229,7 @@ class MiCoEval:
         """Flash bytes of the constants of the C project ``mico compile`` emits for this scheme
         in the evaluator's mode: packed weights, biases, requantization scales and the other
         tables (lookup tables, shapes) — the ``flash`` figure compile reports. Code is not
-        counted. See :meth:`flash_bytes` for the split."""
+        counted (:meth:`eval_flash` counts it). See :meth:`flash_bytes` for the split."""
         return float(sum(self.flash_bytes(qscheme).values()))
 
     def flash_bytes(self, qscheme: Sequence[Any]) -> dict[str, int]:
@@ -234,6 +237,30 @@ class MiCoEval:
         ``params``), from the code generator's emission of the lowered graph (no file is
         written, no compiler runs)."""
         return dict(self._deployed(qscheme)[1])
+
+    def eval_flash(self, qscheme: Sequence[Any]) -> float:
+        """Flash bytes of the scheme's whole C program on rv32 (the evaluator's mode): its
+        constants, its run function, the kernel code and tables the run function links (with
+        the picolibc / libgcc functions they call) and the runtime every program links.
+
+        Sub-byte kernel paths link much more code than W8A8 ones, so a scheme whose constants
+        fit a device may not fit as a program; this is the figure a device's flash must hold.
+        Predicted without linking (:func:`mico.hw.codesize.program_flash`: the closure of
+        ``<name>_run`` over the objects' section graph, within 0.2 % of the linked ELF on the
+        zoo models). Needs the rv32 toolchain (a :class:`~mico.errors.BuildError` says what
+        to install); see :meth:`program_flash` for the split."""
+        return float(self.program_flash(qscheme).total)
+
+    def program_flash(self, qscheme: Sequence[Any]) -> Any:
+        """The scheme's rv32 program flash by part (a :class:`mico.hw.codesize.ProgramFlash`:
+        constants, model object, kernels, libraries, runtime), remembered per scheme."""
+        key = self.scheme_key(qscheme)
+        if key not in self._program_flash:
+            from mico.hw.codesize import program_flash, require_tools
+
+            require_tools()  # before lowering: a missing toolchain is said at once
+            self._program_flash[key] = program_flash(self._lowered(qscheme))
+        return self._program_flash[key]
 
     def eval_macs(self, qscheme: Sequence[Any]) -> float:
         return float(self._costs(qscheme).macs)
@@ -308,8 +335,16 @@ class MiCoEval:
         are slower at fewer bits that is false, so say so with the figures."""
         if self.latency_target == "bitfusion" and self.latency_mode == "measured":
             return  # the analytic model falls with the widths by construction
+        self.check_cost_falls_with_bits("latency", qtypes)
+
+    def check_cost_falls_with_bits(self, cost: str, qtypes: Sequence[Any]) -> None:
+        """Refuse a search under a ``cost`` budget (``latency`` or ``flash``) when that cost
+        does not fall with fewer bits for this model (uniform schemes): the searchers assume
+        it does. Kernel code makes ``flash`` rise at fewer bits on models whose sub-byte paths
+        link more code than their constants save (DS-CNN: 83 KB at W8A8, 136 KB at W2A2)."""
         widths = sorted(qtypes)
-        costs = {q: self.eval_latency([q] * (2 * self.n_layers)) for q in widths}
+        value = self.eval_latency if cost == "latency" else getattr(self, f"eval_{cost}")
+        costs = {q: value([q] * (2 * self.n_layers)) for q in widths}
         for low, high in itertools.pairwise(widths):
             if costs[low] > costs[high]:
                 keep = [widths[-1]]  # from the widest down, each narrower one cheaper
@@ -317,11 +352,15 @@ class MiCoEval:
                     if costs[q] <= costs[keep[0]]:
                         keep.insert(0, q)
                 figures = ", ".join(f"W{q}A{q} {costs[q]:,.0f}" for q in widths)
+                what = (f"latency on {self.latency_target} ({self.latency_mode})"
+                        if cost == "latency" else f"{cost} on rv32")  # fmt: skip
+                other = "Search only the widths where it does"
+                if cost == "latency":
+                    other = "Search with --latency-target bitfusion, or only the widths that do"
                 raise PlanError(
-                    f"latency on {self.latency_target} ({self.latency_mode}) does not fall with "
-                    f"fewer bits for this model ({figures}); the searchers assume fewer bits "
-                    "cost less. Search with --latency-target bitfusion, or only the widths that "
-                    f"do: --bits {','.join(str(q) for q in keep)}"
+                    f"{what} does not fall with fewer bits for this model ({figures}); the "
+                    f"searchers assume fewer bits cost less. {other}: --bits "
+                    f"{','.join(str(q) for q in keep)}"
                 )
 
     def _measured_latency(self, qscheme: Sequence[Any], target: str) -> float:

@@ -66,7 +66,7 @@ def test_bad_arguments(trained) -> None:
     model, train_loader, test_loader, ckpt = trained
     with pytest.raises(PlanError, match="objective must be one of ptq_acc, qat_acc"):
         MiCoEval(model, 1, train_loader, test_loader, ckpt, objective="acc")
-    with pytest.raises(PlanError, match="constraint must be one of bops, size, macs"):
+    with pytest.raises(PlanError, match="constraint must be one of bops, size, flash, macs"):
         MiCoEval(model, 1, train_loader, test_loader, ckpt, constraint="latency_mico")
     evaluator = MiCoEval(model, 1, train_loader, test_loader, ckpt)
     with pytest.raises(PlanError, match="flat qscheme needs 6 bit-widths"):

@@ -27,7 +27,7 @@ def test_budget_parsing():
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("flops=3", "must be COST=VALUE with COST one of bops, size, macs, latency, ram"),
+        ("flops=3", "must be COST=VALUE with COST one of bops, size, flash, macs, latency, ram"),
         ("bops=lots", "is not a number with an optional unit"),
         ("size=4XB", "(b, k, m, g, kb, mb, kib, mib or %)"),
         ("bops=-5", "is not a number"),
