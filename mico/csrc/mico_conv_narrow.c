@@ -30,7 +30,7 @@
  * Bit-identical to mico_qconv2d (exact int32 sums, the same requantization). Stack: about
  * 9 KB. Outputs of fewer than 8 bits (an 8-bit layer feeding a narrower one, as mixed plans
  * have) are requantized as bytes into a staging area, a patch's channels at a time, then
- * packed (mico_nw_codes: about 4 instructions a code). Layers it does not take (other widths
+ * packed (mico_nw_codes: 2- and 4-bit codes a byte at a time). Layers it does not take (other widths
  * or groups, too many taps or weights, shifts of 32 or less, unscaled outputs) go to
  * mico_qconv2d_tiled_s8. Not in place (not depthwise). */
 #include "mico_nn.h"
@@ -789,8 +789,23 @@ static MICO_NOINLINE void mico_nw_codes(void *out, size_t start, const uint8_t *
     uint8_t *q = (uint8_t *)out + (bit >> 3);
     uint32_t used = (uint32_t)(bit & 7u);
     uint32_t acc = (uint32_t)*q & ((1u << used) - 1u);
-    int32_t i;
-    for (i = 0; i < n; i++) {
+    int32_t i = 0;
+    if (b == 4u) { /* a byte of two codes at a time (used stays as it is) */
+        for (; i + 2 <= n; i += 2) {
+            acc |= (((uint32_t)v[i] & 15u) | ((uint32_t)v[i + 1] & 15u) << 4) << used;
+            *q++ = (uint8_t)acc;
+            acc >>= 8;
+        }
+    } else if (b == 2u) { /* four codes */
+        for (; i + 4 <= n; i += 4) {
+            acc |= (((uint32_t)v[i] & 3u) | ((uint32_t)v[i + 1] & 3u) << 2 |
+                    ((uint32_t)v[i + 2] & 3u) << 4 | ((uint32_t)v[i + 3] & 3u) << 6)
+                   << used;
+            *q++ = (uint8_t)acc;
+            acc >>= 8;
+        }
+    }
+    for (; i < n; i++) {
         acc |= ((uint32_t)v[i] & mask) << used;
         used += b;
         if (used >= 8u) {
