@@ -490,10 +490,14 @@ LINEAR_S8_MIN_MACS = 8192
 SUB_WORD_BITS = (2, 4)
 #: W8A8 convolutions with few taps (a first layer) or pointwise ones take the 4-channel x
 #: 4-pixel byte tiles of mico_conv_narrow.c (figures: benchmarks/results/dscnn_layers.md); its
-#: limits: taps of a patch (pointwise layers need none), taps x channels (rounded up to 4)
+#: limits: taps of a patch (pointwise layers need none), taps x channels (rounded up to 4);
+#: a layer with a patch needs NARROW_MIN_CHANNELS output channels to repay building it (a
+#: LeNet-5 first conv, 1 -> 6 channels 5x5, runs 6.83 instructions per MAC on the tiles
+#: against 5.19 on mico_qconv2d_tiled_s8; 2 -> 16 3x3: 4.84 against 5.06)
 NARROW_CONV = "mico_qconv2d_narrow_s8"
 NARROW_MAX_TAPS = 64
 NARROW_MAX_WEIGHTS = 4096
+NARROW_MIN_CHANNELS = 8
 
 
 def conv2d_kernel(
@@ -521,7 +525,7 @@ def conv2d_kernel(
     if (
         w_bits == in_bits == 8
         and groups == 1
-        and (taps <= NARROW_MAX_TAPS or tuple(kernel) == (1, 1))
+        and (tuple(kernel) == (1, 1) or (taps <= NARROW_MAX_TAPS and out_c >= NARROW_MIN_CHANNELS))
         and taps * ((out_c + 3) // 4 * 4) <= NARROW_MAX_WEIGHTS
         and macs is not None  # (a caller that does not know the size keeps mico_conv2d.c's)
         and macs >= CONV_S8_MIN_MACS

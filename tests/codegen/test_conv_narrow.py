@@ -116,8 +116,11 @@ def _narrow_outputs() -> list:
     return layers
 
 
-def _large(*args, **kwargs):
-    return conv2d_kernel(*args, **{**kwargs, "macs": 10**9})
+def _large(in_bits, groups, in_c, out_c, *args, **kwargs):
+    """The generator's choice for a large layer, of any channel count: the kernel's own
+    cases include patched layers of fewer channels than the generator sends it."""
+    out = max(out_c, emitters.NARROW_MIN_CHANNELS)
+    return conv2d_kernel(in_bits, groups, in_c, out, *args, **{**kwargs, "macs": 10**9})
 
 
 def _bytes(*args, in_c=None, weight=None, **kwargs):
@@ -207,3 +210,7 @@ def test_narrow_conv_choice():
     assert conv2d_kernel(8, 1, 1, 64, (9, 9), 1, w_bits=8, macs=100_000) != NARROW_CONV
     assert conv2d_kernel(8, 1, 1, 64, (3, 3), 1, w_bits=4, macs=100_000) != NARROW_CONV
     assert conv2d_kernel(8, 1, 1, 8, (3, 3), 1, w_bits=8, macs=1_000) != NARROW_CONV
+    # a patch of few output channels does not repay building it (LeNet-5's first conv)
+    assert conv2d_kernel(8, 1, 1, 6, (5, 5), 1, w_bits=8, macs=86_400) != NARROW_CONV
+    assert conv2d_kernel(8, 1, 2, 8, (3, 3), 1, w_bits=8, macs=86_400) == NARROW_CONV
+    assert conv2d_kernel(8, 1, 32, 4, (1, 1), 1, w_bits=8, macs=86_400) == NARROW_CONV
