@@ -2615,16 +2615,14 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
      * u < 2^a): weights without their offset, no column sums */
     const int centered = l->s == 16 && p->w_bits != 1 &&
                          (uint32_t)taps * q_w * (1u << p->in_fmt.bits) < 32768u;
+    /* the lanes sum unsigned fields u < 2^bits: with offset codes (o != 0) they hold l->nu
+     * taps between flushes, not the signed lanes' l->n (signed codes: |x| <= 2^(bits-1) - 1,
+     * u up to 2^bits - 1, more than twice as much) */
+    const int32_t n = o != 0u ? l->nu : l->n;
     int32_t pix0, j, b;
-    /* pointwise layers take offset codes (o != 0) only with centered lanes: with uncentered
-     * ones (8-bit lanes: 2-bit weights of 4 groups, 4-bit weights of 2) their offset sums came
-     * out wrong (the c_backend grid's ternary and mixed cases of dscnn, shufflenetv2,
-     * mobilenetv2), so those layers keep the rows path's signed lanes; the patch path's are
-     * right (its own unpacking, mico_pw_patch) */
     if ((!pointwise && !patched) || p->groups != 1 || p->in_fmt.bits > 8 || fm.sh != 0 ||
         taps * xs > MICO_PW_BUF || (o != 0u && p->out_c > MICO_PW_WSUMS) ||
-        (o != 0u && pointwise && !centered) ||
-        (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
+        (!centered && n < 1) || (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
         return 0;
     }
     if (o != 0u) {
@@ -2653,7 +2651,7 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             if (!kept) {
                 xfn(w + (size_t)b * (size_t)taps, taps, centered, wx);
             }
-            fn(kept ? wx + b * per : wx, buf.b, taps, pp, l->n, start, tile.t, centered);
+            fn(kept ? wx + b * per : wx, buf.b, taps, pp, n, start, tile.t, centered);
             mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile.t,
                           fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
                           centered ? 32768u : 0u, o != 0u ? ws + b * f : NULL);
