@@ -2585,7 +2585,8 @@ static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int
  * im2col patch (mico_pw_patch), built once per block of pixels for every channel: DS-CNN's
  * first conv (one input plane, 40 taps, rows of 5 outputs). Returns 0 (nothing done) for a
  * layer it does not take (more than 64 taps, codes of more than 8 bits or binary ones, offset
- * codes on more than MICO_PW_WSUMS channels, a patch's rows beyond the scratch). Stack: about
+ * codes on more than MICO_PW_WSUMS channels, uncentered lanes that hold no tap, a patch's rows
+ * beyond the scratch). Stack: about
  * 10 KB (9.7 KB here, the lane weights included; was 11 KB). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoPwXFn xfn, MicoPwFn fn, int32_t npx,

@@ -77,7 +77,7 @@ def fields() -> list:
 def offsets() -> list:
     """Signed and asymmetric codes (o W_c from the bias) with weights of every width, binary
     ones too; 264 output channels of signed codes (more than the path keeps weight sums for:
-    the rows path); signed 2-bit codes on 8-bit lanes (the rows path too); weights extracted
+    the rows path); signed 2-bit codes on 8-bit lanes in several segments; weights extracted
     once per call (32 channels of 32 taps at 4 bits) and once per block (64 x 64)."""
     layers = [
         _conv(w, a, 300 + i, in_c=21, hw=(6, 6), extreme=i % 2 == 1)
@@ -89,11 +89,11 @@ def offsets() -> list:
     layers.append(_conv(W4, S4, 310, in_c=16, out_c=264, hw=(4, 8)))
     layers.append(_conv(W4, A4, 311, in_c=32, out_c=32, hw=(8, 8)))
     layers.append(_conv(W4, S4, 312, in_c=64, out_c=64, hw=(8, 8)))
-    # signed 2-bit codes on 8-bit lanes (2-bit weights in 4 groups, 4-bit ones in 2): the
-    # offset path once summed them wrongly (dscnn's ternary grid case); they keep the rows
-    # path's signed lanes
+    # signed 2-bit codes on 8-bit lanes (2-bit weights in 4 groups, 4-bit ones in 2): flushed
+    # every n taps (the signed lanes' bound, not nu) their fields carried between lanes
+    # (dscnn's ternary grid case)
     layers += [_conv(w, S2, 313 + i, in_c=64, out_c=64, hw=(25, 5)) for i, w in enumerate((W2, W4))]
-    # the patch path keeps offset codes on 8-bit lanes (its own unpacking sums them right)
+    # offset codes on 8-bit lanes, 3x3 and 5x5 kernels of several input channels
     layers.append(_conv(W2, S2, 315, in_c=7, out_c=32, hw=(10, 9), k=3, pad=1))
     layers.append(_conv(W4, S2, 316, in_c=2, out_c=32, hw=(12, 11), k=5, stride=2, pad=2))
     return layers
