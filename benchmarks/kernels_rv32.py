@@ -269,8 +269,7 @@ def _layer_code(
             words = pack_lanes(layer.weight.reshape(out_c, -1), w_fmt)
             lines.append(_array("uint32_t", w, words))
             lines.append(f"static const MicoLanes {lp} = {{ .s = {lanes['s']}, "
-                         f".n = {lanes['n']}, .is_signed = {lanes['is_signed']}, "
-                         f".nu = {lanes['nu']} }};")  # fmt: skip
+                         f".n = {lanes['n']}, .is_signed = {lanes['is_signed']} }};")  # fmt: skip
         else:
             lines.append(_array("uint8_t", w, pack(layer.weight, w_fmt)))
         common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {w_fmt.bits}, "

@@ -266,7 +266,7 @@ def _lane_word_bits(channels: int, bits: int) -> int:
 
 
 #: the fields of a lanes plan that make its MicoLanes struct
-LANES_FIELDS = ("s", "n", "is_signed", "nu")
+LANES_FIELDS = ("s", "n", "is_signed")
 
 
 #: taps (in_c k_h k_w) the pointwise lanes path takes (mico_conv_pw in mico_conv2d.c)
@@ -288,10 +288,9 @@ def narrow_small_cost(w_max: int, a_max: int, taps: int) -> float:
 
 def pointwise_lanes_cost(w_fmt: QFormat, a_fmt: QFormat, taps: int, n: int, s: int) -> float:
     """Estimated rv32 instructions per MAC of mico_conv_pw (lanes of ``s`` bits, flushed every
-    ``n`` taps: the plan's ``nu``, the path summing the codes' unsigned fields): 1.35 a MAC in
-    its register tile, about 24 instructions an output around it (requantization and store,
-    unpacking, flush), 0.1 a MAC for each further flush (16-bit lanes whose sums fit 15 bits
-    take one)."""
+    ``n`` taps): 1.35 a MAC in its register tile, about 24 instructions an output around it
+    (requantization and store, unpacking, flush), 0.1 a MAC for each further flush (16-bit
+    lanes whose sums fit 15 bits take one)."""
     q_w = 1 if w_fmt.bits == 1 else 1 << (w_fmt.bits - 1)
     centered = s == 16 and w_fmt.bits != 1 and taps * q_w * (1 << a_fmt.bits) < 32768
     segments = 1 if centered else -(-taps // max(n, 1))
@@ -331,7 +330,7 @@ def widened_to_s8(
     w_max = max(-w_fmt.qmin, w_fmt.qmax) if weight is None else int(np.abs(weight).max(initial=0))
     a_max = max(-a_fmt.qmin, a_fmt.qmax)
     lw_fmt = QFormat(plan["w_bits"], True) if plan["w_bits"] != w_fmt.bits else w_fmt
-    lanes = pointwise_lanes_cost(lw_fmt, a_fmt, in_c, plan["nu"], plan["s"])
+    lanes = pointwise_lanes_cost(lw_fmt, a_fmt, in_c, plan["n"], plan["s"])
     return narrow_small_cost(w_max, a_max, in_c) <= lanes
 
 

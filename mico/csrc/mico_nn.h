@@ -310,9 +310,6 @@ typedef struct {
     int32_t s;         /* lane width: 4, 8 or 16 bits (G = s / bits field groups per word) */
     int32_t n;         /* taps summed in the lanes between flushes */
     int32_t is_signed; /* lanes hold signed sums (signed activation codes) */
-    int32_t nu; /* taps between flushes of lanes summing the codes' unsigned fields u = x + o,
-                 * u < 2^bits (mico_conv_pw; signed codes' fields reach 2^bits - 1, more than
-                 * twice their largest magnitude, so nu can be below n); 0: none fit */
 } MicoLanes;
 
 /* mico_lanes_block: tile[c * pp + j] += lane sums of the F channels of one block; then

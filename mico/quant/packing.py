@@ -118,12 +118,6 @@ def longest_run(offsets: np.ndarray, budget: int) -> int:
     return lo
 
 
-def field_max(a_fmt: QFormat) -> int:
-    """The largest unsigned field u = x + o of codes ``a_fmt`` (o = 2^(b-1) for signed codes,
-    the zero point for asymmetric ones, 0 for unsigned): 2^b - 1, whatever the codes' range."""
-    return 2**a_fmt.bits - 1
-
-
 def lane_plan(
     w_fmt: QFormat,
     a_fmt: QFormat,
@@ -147,11 +141,9 @@ def lane_plan(
     be short (:func:`pad_lane_rows`): the padding's share is added to the estimate, and its rows
     bound n like the others. ``with_cost``: the plan carries its estimate as ``cost`` (a float).
 
-    ``nu``: the same bound for the pointwise path (mico_conv_pw), which multiplies the codes'
-    unsigned fields u = x + o in [0, 2^b) (:func:`field_max`) in unsigned lanes: n * max u *
-    max w' < 2^s. Signed codes are symmetric (|x| <= 2^(b-1) - 1) while their fields reach
-    2^b - 1, more than twice max|x|: the signed lanes' n would overflow the field lanes (2-bit
-    codes: fields up to 3, |x| up to 1). 0 when no tap fits.
+    The pointwise path (mico_conv_pw) multiplies signed and asymmetric codes as unsigned
+    fields u = x - qmin <= qmax - qmin <= 2 max|x| in unsigned lanes (twice the signed lanes'
+    range), so the same n holds for it.
     """
     b = w_fmt.bits
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:
@@ -159,7 +151,6 @@ def lane_plan(
     w_max = 1 if b == 1 else 2**b - 1
     negative = a_fmt.negative  # signed or asymmetric codes: signed lane sums
     x_max = max(a_fmt.qmax, -a_fmt.qmin)
-    u_max = field_max(a_fmt)
     rows = None if weight is None else pad_lane_rows(weight, w_fmt)
     offsets = None if rows is None else lane_offsets(rows, w_fmt)
     if channels is None and weight is not None:
@@ -177,13 +168,9 @@ def lane_plan(
             n = max(n, longest_run(offsets, cap // x_max))
         if n < 1:
             continue
-        nu = (2**s - 1) // (u_max * w_max)
-        if offsets is not None:
-            nu = max(nu, longest_run(offsets, (2**s - 1) // u_max))
         cost = lane_cost(b, groups, n, negative, pixels) * waste
         if best is None or cost < best[0]:
-            best = (cost, {"s": s, "n": min(n, LANE_RUN_UNBOUNDED), "is_signed": int(negative),
-                           "nu": min(nu, LANE_RUN_UNBOUNDED)})  # fmt: skip
+            best = (cost, {"s": s, "n": min(n, LANE_RUN_UNBOUNDED), "is_signed": int(negative)})
     bar = PLAIN_LINEAR_COST if pixels == 1 else PLAIN_INNER_COST
     if best is None or best[0] >= bar:
         return None

@@ -229,7 +229,7 @@ def test_lane_plan_bound_from_the_weights():
     plain = lane_plan(W2, A2)
     plan = lane_plan(W2, A2, weight=w)
     assert plain is not None and plan is not None
-    assert plain == {"s": 8, "n": 28, "is_signed": 0, "nu": 28}
+    assert plain == {"s": 8, "n": 28, "is_signed": 0}
     assert plan["s"] == 8 and plan["n"] >= 32
     for w_fmt, a_fmt, shape in ((W4, A4, (8, 40)), (W2, QFormat(4, True), (16, 50)),
                                 (W1, A8, (32, 70)), (WT, A4, (16, 45))):  # fmt: skip

@@ -171,7 +171,7 @@ def test_linear_blocks(chosen):
 def test_lane_cost_picks_the_cheaper_width():
     """The estimate ranks what the kernels measure: W2A4 takes 8-bit lanes (flushes every 5
     taps) rather than 16-bit ones; W4A4 16-bit lanes; W8A8 none (the byte paths)."""
-    assert lane_plan(QFormat(2, True), A4) == {"s": 8, "n": 5, "is_signed": 0, "nu": 5}
+    assert lane_plan(QFormat(2, True), A4) == {"s": 8, "n": 5, "is_signed": 0}
     assert lane_plan(W4, A4)["s"] == 16  # type: ignore[index]
     assert lane_plan(QFormat(8, True), QFormat(8, False)) is None
     assert lane_cost(2, 4, 28, False) < lane_cost(4, 4, 291, False) < 2.0

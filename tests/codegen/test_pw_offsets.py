@@ -1,12 +1,13 @@
 """Offset codes on the pointwise lanes path (mico_conv2d.c mico_conv_pw): signed and
-asymmetric activations are multiplied as their unsigned fields u = x + o, u < 2^b, so a lane
-holds fewer taps than the signed lanes' bound from max|x| allows (signed codes are symmetric:
-|x| <= 2^(b-1) - 1 while u reaches 2^b - 1). The plan's ``nu`` (mico.quant.packing.lane_plan)
-is that bound; with the signed lanes' n the 8-bit lanes of DS-CNN's ternary pointwise layers
-carried into their neighbours.
+asymmetric activations are multiplied as unsigned fields u = x + o in unsigned lanes flushed
+every n taps, the plan's bound for signed sums of |x| in lanes of half the range
+(mico.quant.packing.lane_plan). That holds while u <= 2 max|x|: o = -qmin (mico_pw_offset),
+u in [0, qmax - qmin]. Signed codes are symmetric (|x| <= 2^(b-1) - 1); with o = 2^(b-1)
+(mico_field_map's) their fields reached 2^b - 1 (2-bit codes: 3 = 3 max|x|) and the 8-bit
+lanes of DS-CNN's ternary pointwise layers carried into their neighbours.
 
-- the rule: every run of ``nu`` taps of every channel, times the largest field, fits an
-  unsigned lane, where the signed lanes' n does not (2-bit codes);
+- the rule: every run of n taps of every channel, times the largest field qmax - qmin, fits an
+  unsigned lane, where fields of 2^b - 1 do not (2-bit codes);
 - seeded random pointwise layers (and single-plane layers of narrow rows: the im2col patch),
   signed and asymmetric codes of 1..8 bits against weights of 1..8 bits and ternary ones, on
   8- and 16-bit lanes, reductions of one segment and of several, columns of the largest
@@ -20,7 +21,7 @@ import pytest
 
 from mico.codegen.emitters import lanes_plan, widened_to_s8
 from mico.quant.arithmetic import TERNARY, QFormat
-from mico.quant.packing import LANE_RUN_UNBOUNDED, field_max, lane_offsets, lane_plan
+from mico.quant.packing import LANE_RUN_UNBOUNDED, lane_offsets, lane_plan
 from mico.targets import rv32
 from tests.codegen.test_lanes_pointwise import kernels_rv32
 from tests.codegen.test_pw_paths import _sanitized_run, needs_gcc
@@ -44,35 +45,30 @@ def _windows(offsets: np.ndarray, n: int) -> np.ndarray:
 
 
 def test_offset_fields_bound_the_lanes():
-    """Signed 2-bit codes on 2-bit weights: 8-bit lanes hold 42 taps of |x| <= 1 in signed
-    sums, but only 28 of fields u <= 3; with weights, every run of nu taps times the largest
-    field fits 2^s - 1 and a run of nu + 1 does not (nu is the longest); for unsigned codes
-    (o = 0) nu is n."""
+    """The fields u = x - qmin of every offset format span at most twice max|x|, so every run
+    of the plan's n taps, times qmax - qmin, fits the unsigned lane (random weights of every
+    width, every offset format); the fields x + 2^(b-1) of signed 2-bit codes (up to 3) did
+    not: 42 taps of 3 x 3 overflow an 8-bit lane."""
+    rng = np.random.default_rng(5)
     s2 = QFormat(2, True)
     plan = lane_plan(W2, s2)
-    assert plan == {"s": 8, "n": 42, "is_signed": 1, "nu": 28}
-    assert plan["n"] * field_max(s2) * 3 > 2**8 - 1  # the signed lanes' n overflows u lanes
-    rng = np.random.default_rng(5)
+    assert plan == {"s": 8, "n": 42, "is_signed": 1}
+    assert plan["n"] * (s2.qmax - s2.qmin) * 3 <= 2**8 - 1 < plan["n"] * (2**s2.bits - 1) * 3
     checked = 0
     for a_fmt in _offset_fmts(rng):
+        u_max, x_max = a_fmt.qmax - a_fmt.qmin, max(a_fmt.qmax, -a_fmt.qmin)
+        assert u_max <= 2 * x_max
         for w_fmt in W_FMTS:
             codes = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=(32, 64))
             if w_fmt.binary:
                 codes = rng.choice([-1, 1], size=(32, 64))
             got = lane_plan(w_fmt, a_fmt, weight=codes)
-            if got is None or got["nu"] >= LANE_RUN_UNBOUNDED:
+            if got is None or got["n"] >= LANE_RUN_UNBOUNDED:
                 continue
-            cap, offs = 2 ** got["s"] - 1, lane_offsets(codes, w_fmt)
-            if got["nu"] >= 1:
-                assert _windows(offs, got["nu"]).max() * field_max(a_fmt) <= cap
-            assert _windows(offs, got["nu"] + 1).max() * field_max(a_fmt) > cap
+            offs = lane_offsets(codes, w_fmt)
+            assert _windows(offs, got["n"]).max() * u_max <= 2 ** got["s"] - 1
             checked += 1
     assert checked >= 10
-    for bits in range(1, 9):
-        a_fmt = QFormat(bits, False)
-        for w_fmt in W_FMTS:
-            got = lane_plan(w_fmt, a_fmt)
-            assert got is None or got["nu"] == got["n"]
 
 
 def _layer(rng: np.random.Generator, w_fmt, a_fmt, seed: int, *, in_c, out_c, hw, k=1, **kw):
@@ -128,15 +124,14 @@ def _on_bytes(layer) -> bool:
 
 def test_random_layers_cover_the_bounds():
     """The layers reach what the rule is about: 8- and 16-bit lanes whose reductions take
-    several segments of nu taps, and 8-bit lanes where nu is below the signed lanes' n."""
+    several segments of n taps."""
     layers = random_layers()
     multi = {
         p["s"]
         for layer, p in zip(layers, _plans(layers), strict=True)
-        if p is not None and layer.taps > p["nu"]
+        if p is not None and layer.taps > p["n"]
     }
     assert {8, 16} <= multi
-    assert any(p is not None and p["s"] == 8 and p["nu"] < p["n"] for p in _plans(layers))
 
 
 @needs_gcc
@@ -158,7 +153,7 @@ def test_random_offset_layers_rv32():
     layers = [
         layer
         for layer, p in zip(every, _plans(every), strict=True)
-        if p is not None and p["s"] == 8 and layer.taps > p["nu"]
+        if p is not None and p["s"] == 8 and layer.taps > p["n"]
     ][:8]
     assert layers
     for layer, ((kernel, _, out),) in zip(
