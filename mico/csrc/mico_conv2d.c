@@ -2437,39 +2437,45 @@ static inline uint32_t mico_pw_nib2(uint32_t v)
 /* Rows of 32 fields of b bits (8, 4 or 2) into bytes, a word at a time: row r (MICO_PW_PX
  * bytes apart in dst) from bit bit0 + r step of the word-aligned tensor in, word i of a row
  * from its aligned words src[i] (k = 0) or src[i] and src[i + 1] (from bit k), fields xor xr
- * (x in every field), each byte less d (0 or 1 in every byte: no byte is below it, so none
- * borrows): about 2.6 instructions a 4-bit field, against about 4.6 a field at a time. */
+ * (x in every field), each byte less D (mico_pw_words: 0; mico_pw_words1: 1, for signed codes,
+ * whose xor'd fields are never 0, so no byte borrows): about 2.6 instructions a 4-bit field,
+ * against about 4.6 a field at a time. Two functions: the unsigned codes' loops without the
+ * subtraction. */
 #define MICO_PW_WORD(I) (k == 0u ? src[I] : (src[I] >> k) | (src[(I) + 1] << (32u - k)))
-static MICO_NOINLINE void mico_pw_words(const void *in, size_t bit0, size_t step, int32_t rows,
-                                        uint32_t b, uint32_t xr, uint32_t d, uint8_t *dst)
-{
-    int32_t r;
-    uint32_t i;
-    for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {
-        const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;
-        const uint32_t k = (uint32_t)(bit0 % 32u);
-        uint32_t *const row = (uint32_t *)(void *)dst;
-        if (b == 8u) {
-            for (i = 0; i < 8u; i++) {
-                row[i] = (MICO_PW_WORD(i) ^ xr) - d;
-            }
-        } else if (b == 4u) {
-            for (i = 0; i < 4u; i++) {
-                const uint32_t v = MICO_PW_WORD(i) ^ xr;
-                row[2u * i] = mico_pw_nib4(v & 0xffffu) - d;
-                row[2u * i + 1u] = mico_pw_nib4(v >> 16) - d;
-            }
-        } else {
-            for (i = 0; i < 2u; i++) {
-                const uint32_t v = MICO_PW_WORD(i) ^ xr;
-                row[4u * i] = mico_pw_nib2(v & 0xffu) - d;
-                row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu) - d;
-                row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu) - d;
-                row[4u * i + 3u] = mico_pw_nib2(v >> 24) - d;
-            }
-        }
+#define MICO_PW_WORDS_FN(NAME, D)                                                           \
+    static MICO_NOINLINE void NAME(const void *in, size_t bit0, size_t step, int32_t rows,  \
+                                   uint32_t b, uint32_t xr, uint8_t *dst)                   \
+    {                                                                                       \
+        int32_t r;                                                                          \
+        uint32_t i;                                                                         \
+        for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {                       \
+            const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;                  \
+            const uint32_t k = (uint32_t)(bit0 % 32u);                                      \
+            uint32_t *const row = (uint32_t *)(void *)dst;                                  \
+            if (b == 8u) {                                                                  \
+                for (i = 0; i < 8u; i++) {                                                  \
+                    row[i] = (MICO_PW_WORD(i) ^ xr) - (D);                                  \
+                }                                                                           \
+            } else if (b == 4u) {                                                           \
+                for (i = 0; i < 4u; i++) {                                                  \
+                    const uint32_t v = MICO_PW_WORD(i) ^ xr;                                \
+                    row[2u * i] = mico_pw_nib4(v & 0xffffu) - (D);                          \
+                    row[2u * i + 1u] = mico_pw_nib4(v >> 16) - (D);                         \
+                }                                                                           \
+            } else {                                                                        \
+                for (i = 0; i < 2u; i++) {                                                  \
+                    const uint32_t v = MICO_PW_WORD(i) ^ xr;                                \
+                    row[4u * i] = mico_pw_nib2(v & 0xffu) - (D);                            \
+                    row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu) - (D);                \
+                    row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu) - (D);               \
+                    row[4u * i + 3u] = mico_pw_nib2(v >> 24) - (D);                         \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
     }
-}
+MICO_PW_WORDS_FN(mico_pw_words, 0u)
+MICO_PW_WORDS_FN(mico_pw_words1, 0x01010101u)
+#undef MICO_PW_WORDS_FN
 #undef MICO_PW_WORD
 
 /* The fields u = x - qmin of the codes (mico_pw_offset: signed codes x + 2^(b-1) - 1, which
@@ -2497,7 +2503,8 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
     if (words) { /* every row whose words lie within the tensor (all but maybe the last) */
         const size_t last = ((size_t)(n_ic - 1) * (size_t)npix + (size_t)pix0) * b;
         const int32_t n = (last / 32u + b + (last % 32u != 0u)) * 4u <= bytes ? n_ic : n_ic - 1;
-        mico_pw_words(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr, d * 0x01010101u, buf);
+        (d ? mico_pw_words1 : mico_pw_words)(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr,
+                                             buf);
         i = n;
     }
     for (; i < n_ic; i++) {
