@@ -2479,18 +2479,19 @@ MICO_PW_WORDS_FN(mico_pw_words1, 0x01010101u)
 #undef MICO_PW_WORD
 
 /* The fields u = x - qmin of the codes (mico_pw_offset: signed codes x + 2^(b-1) - 1, which
- * is field ^ x less 1, asymmetric ones their stored field; sh = 0) of pixels [pix0, pix0 + np)
- * of each of the n_ic input planes (npix codes each) into the rows of buf (MICO_PW_PX bytes
- * apart), the columns from np to the row's end zero: a whole row (np = MICO_PW_PX) of 8-, 4-
- * or 2-bit fields of a word-aligned tensor on a little-endian target a word at a time
- * (mico_pw_words) when the words it reads lie within the tensor, any other a field at a
- * time. */
+ * is field ^ x less 1 or field + qmax mod 2^b, asymmetric ones their stored field; sh = 0) of
+ * pixels [pix0, pix0 + np) of each of the n_ic input planes (npix codes each) into the rows
+ * of buf (MICO_PW_PX bytes apart), the columns from np to the row's end zero: a whole row
+ * (np = MICO_PW_PX) of 8-, 4- or 2-bit fields of a word-aligned tensor on a little-endian
+ * target a word at a time (mico_pw_words) when the words it reads lie within the tensor, any
+ * other a field at a time. */
 static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix, int32_t pix0,
                                          int32_t np, int32_t n_ic, uint8_t *buf)
 {
     const MicoFieldMap fm = mico_field_map(f);
     const uint32_t b = (uint32_t)f.bits, mask = (1u << b) - 1u, x = fm.x;
     const uint32_t d = (uint32_t)fm.o - mico_pw_offset(f); /* 1 for signed codes, else 0 */
+    const uint32_t c = x - d; /* a field at a time: u = (field + c) mod 2^b (signed: qmax) */
     const size_t bytes = ((size_t)n_ic * (size_t)npix * b + 7u) / 8u;
     const int words = MICO_PW_LE && np == MICO_PW_PX && (b == 8u || b == 4u || b == 2u) &&
                       ((uintptr_t)in & 3u) == 0u;
@@ -2518,7 +2519,7 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
                     v |= (uint32_t)*p8++ << have;
                     have += 8u;
                 }
-                row[j] = (uint8_t)(((v & mask) ^ x) - d);
+                row[j] = (uint8_t)((v + c) & mask);
                 v >>= b;
                 have -= b;
             }
