@@ -2408,6 +2408,18 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
 #define MICO_PW_LE 0
 #endif
 
+/* The offset o of the fields u = x + o the pointwise lanes multiply: -qmin, so that u spans
+ * [0, qmax - qmin], at most twice max|x|, and the plan's n (taps of signed sums of |x| in
+ * lanes of half the range) holds for the unsigned lanes too. Signed codes are symmetric
+ * (|x| <= 2^(b-1) - 1: mico's formats never hold -2^(b-1)): 2^(b-1) - 1, one less than
+ * mico_field_map's o (with that o, 2-bit fields reached 3 = 3 max|x| and 8-bit lanes carried
+ * into their neighbours); asymmetric codes their zero point. */
+static inline uint32_t mico_pw_offset(MicoFmt f)
+{
+    const MicoFieldMap fm = mico_field_map(f);
+    return f.is_signed && f.bits > 1 ? (uint32_t)fm.o - 1u : (uint32_t)fm.o;
+}
+
 /* Fields of 4 bits (the low half of v) to bytes: halves to halfwords, nibbles to bytes. */
 static inline uint32_t mico_pw_nib4(uint32_t v)
 {
@@ -2425,52 +2437,61 @@ static inline uint32_t mico_pw_nib2(uint32_t v)
 /* Rows of 32 fields of b bits (8, 4 or 2) into bytes, a word at a time: row r (MICO_PW_PX
  * bytes apart in dst) from bit bit0 + r step of the word-aligned tensor in, word i of a row
  * from its aligned words src[i] (k = 0) or src[i] and src[i + 1] (from bit k), fields xor xr
- * (x in every field): about 2.6 instructions a 4-bit field, against about 4.6 a field at a
- * time. */
+ * (x in every field), each byte less D (mico_pw_words: 0; mico_pw_words1: 1, for signed codes,
+ * whose xor'd fields are never 0, so no byte borrows): about 2.6 instructions a 4-bit field,
+ * against about 4.6 a field at a time. Two functions: the unsigned codes' loops without the
+ * subtraction. */
 #define MICO_PW_WORD(I) (k == 0u ? src[I] : (src[I] >> k) | (src[(I) + 1] << (32u - k)))
-static MICO_NOINLINE void mico_pw_words(const void *in, size_t bit0, size_t step, int32_t rows,
-                                        uint32_t b, uint32_t xr, uint8_t *dst)
-{
-    int32_t r;
-    uint32_t i;
-    for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {
-        const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;
-        const uint32_t k = (uint32_t)(bit0 % 32u);
-        uint32_t *const row = (uint32_t *)(void *)dst;
-        if (b == 8u) {
-            for (i = 0; i < 8u; i++) {
-                row[i] = MICO_PW_WORD(i) ^ xr;
-            }
-        } else if (b == 4u) {
-            for (i = 0; i < 4u; i++) {
-                const uint32_t v = MICO_PW_WORD(i) ^ xr;
-                row[2u * i] = mico_pw_nib4(v & 0xffffu);
-                row[2u * i + 1u] = mico_pw_nib4(v >> 16);
-            }
-        } else {
-            for (i = 0; i < 2u; i++) {
-                const uint32_t v = MICO_PW_WORD(i) ^ xr;
-                row[4u * i] = mico_pw_nib2(v & 0xffu);
-                row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu);
-                row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu);
-                row[4u * i + 3u] = mico_pw_nib2(v >> 24);
-            }
-        }
+#define MICO_PW_WORDS_FN(NAME, D)                                                           \
+    static MICO_NOINLINE void NAME(const void *in, size_t bit0, size_t step, int32_t rows,  \
+                                   uint32_t b, uint32_t xr, uint8_t *dst)                   \
+    {                                                                                       \
+        int32_t r;                                                                          \
+        uint32_t i;                                                                         \
+        for (r = 0; r < rows; r++, bit0 += step, dst += MICO_PW_PX) {                       \
+            const uint32_t *const src = (const uint32_t *)in + bit0 / 32u;                  \
+            const uint32_t k = (uint32_t)(bit0 % 32u);                                      \
+            uint32_t *const row = (uint32_t *)(void *)dst;                                  \
+            if (b == 8u) {                                                                  \
+                for (i = 0; i < 8u; i++) {                                                  \
+                    row[i] = (MICO_PW_WORD(i) ^ xr) - (D);                                  \
+                }                                                                           \
+            } else if (b == 4u) {                                                           \
+                for (i = 0; i < 4u; i++) {                                                  \
+                    const uint32_t v = MICO_PW_WORD(i) ^ xr;                                \
+                    row[2u * i] = mico_pw_nib4(v & 0xffffu) - (D);                          \
+                    row[2u * i + 1u] = mico_pw_nib4(v >> 16) - (D);                         \
+                }                                                                           \
+            } else {                                                                        \
+                for (i = 0; i < 2u; i++) {                                                  \
+                    const uint32_t v = MICO_PW_WORD(i) ^ xr;                                \
+                    row[4u * i] = mico_pw_nib2(v & 0xffu) - (D);                            \
+                    row[4u * i + 1u] = mico_pw_nib2((v >> 8) & 0xffu) - (D);                \
+                    row[4u * i + 2u] = mico_pw_nib2((v >> 16) & 0xffu) - (D);               \
+                    row[4u * i + 3u] = mico_pw_nib2(v >> 24) - (D);                         \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
     }
-}
+MICO_PW_WORDS_FN(mico_pw_words, 0u)
+MICO_PW_WORDS_FN(mico_pw_words1, 0x01010101u)
+#undef MICO_PW_WORDS_FN
 #undef MICO_PW_WORD
 
-/* The fields u = field ^ x (a code plus its offset o, mico_field_map: signed codes x +
- * 2^(b-1), asymmetric ones their stored field; sh = 0) of pixels [pix0, pix0 + np) of each of
- * the n_ic input planes (npix codes each) into the rows of buf (MICO_PW_PX bytes apart), the
- * columns from np to the row's end zero: a whole row (np = MICO_PW_PX) of 8-, 4- or 2-bit
- * fields of a word-aligned tensor on a little-endian target a word at a time (mico_pw_words)
- * when the words it reads lie within the tensor, any other a field at a time. */
+/* The fields u = x - qmin of the codes (mico_pw_offset: signed codes x + 2^(b-1) - 1, which
+ * is field ^ x less 1 or field + qmax mod 2^b, asymmetric ones their stored field; sh = 0) of
+ * pixels [pix0, pix0 + np) of each of the n_ic input planes (npix codes each) into the rows
+ * of buf (MICO_PW_PX bytes apart), the columns from np to the row's end zero: a whole row
+ * (np = MICO_PW_PX) of 8-, 4- or 2-bit fields of a word-aligned tensor on a little-endian
+ * target a word at a time (mico_pw_words) when the words it reads lie within the tensor, any
+ * other a field at a time. */
 static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix, int32_t pix0,
                                          int32_t np, int32_t n_ic, uint8_t *buf)
 {
     const MicoFieldMap fm = mico_field_map(f);
     const uint32_t b = (uint32_t)f.bits, mask = (1u << b) - 1u, x = fm.x;
+    const uint32_t d = (uint32_t)fm.o - mico_pw_offset(f); /* 1 for signed codes, else 0 */
+    const uint32_t c = x - d; /* a field at a time: u = (field + c) mod 2^b (signed: qmax) */
     const size_t bytes = ((size_t)n_ic * (size_t)npix * b + 7u) / 8u;
     const int words = MICO_PW_LE && np == MICO_PW_PX && (b == 8u || b == 4u || b == 2u) &&
                       ((uintptr_t)in & 3u) == 0u;
@@ -2483,7 +2504,8 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
     if (words) { /* every row whose words lie within the tensor (all but maybe the last) */
         const size_t last = ((size_t)(n_ic - 1) * (size_t)npix + (size_t)pix0) * b;
         const int32_t n = (last / 32u + b + (last % 32u != 0u)) * 4u <= bytes ? n_ic : n_ic - 1;
-        mico_pw_words(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr, buf);
+        (d ? mico_pw_words1 : mico_pw_words)(in, (size_t)pix0 * b, (size_t)npix * b, n, b, xr,
+                                             buf);
         i = n;
     }
     for (; i < n_ic; i++) {
@@ -2497,7 +2519,7 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
                     v |= (uint32_t)*p8++ << have;
                     have += 8u;
                 }
-                row[j] = (uint8_t)((v & mask) ^ x);
+                row[j] = (uint8_t)((v + c) & mask);
                 v >>= b;
                 have -= b;
             }
@@ -2595,7 +2617,7 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     const int32_t nblk = (p->out_c + f - 1) / f, npix = p->out_h * p->out_w;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
     const MicoFieldMap fm = mico_field_map(p->in_fmt);
-    const uint32_t o = (uint32_t)fm.o; /* x = u - o */
+    const uint32_t o = mico_pw_offset(p->in_fmt); /* x = u - o */
     const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
                           p->pad_h == 0 && p->pad_w == 0;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
@@ -2616,14 +2638,8 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
     const int centered = l->s == 16 && p->w_bits != 1 &&
                          (uint32_t)taps * q_w * (1u << p->in_fmt.bits) < 32768u;
     int32_t pix0, j, b;
-    /* pointwise layers take offset codes (o != 0) only with centered lanes: with uncentered
-     * ones (8-bit lanes: 2-bit weights of 4 groups, 4-bit weights of 2) their offset sums came
-     * out wrong (the c_backend grid's ternary and mixed cases of dscnn, shufflenetv2,
-     * mobilenetv2), so those layers keep the rows path's signed lanes; the patch path's are
-     * right (its own unpacking, mico_pw_patch) */
     if ((!pointwise && !patched) || p->groups != 1 || p->in_fmt.bits > 8 || fm.sh != 0 ||
         taps * xs > MICO_PW_BUF || (o != 0u && p->out_c > MICO_PW_WSUMS) ||
-        (o != 0u && pointwise && !centered) ||
         (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
         return 0;
     }

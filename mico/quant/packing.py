@@ -140,6 +140,10 @@ def lane_plan(
     ``channels`` (else the rows of ``weight``): the output channels, whose last block of F may
     be short (:func:`pad_lane_rows`): the padding's share is added to the estimate, and its rows
     bound n like the others. ``with_cost``: the plan carries its estimate as ``cost`` (a float).
+
+    The pointwise path (mico_conv_pw) multiplies signed and asymmetric codes as unsigned
+    fields u = x - qmin <= qmax - qmin <= 2 max|x| in unsigned lanes (twice the signed lanes'
+    range), so the same n holds for it.
     """
     b = w_fmt.bits
     if b not in LANE_WEIGHT_BITS or not w_fmt.signed or a_fmt.bits > 8:

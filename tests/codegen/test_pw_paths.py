@@ -11,6 +11,12 @@ narrow weights on 8-bit codes (emitters.widened_to_s8):
   weight sums for (the rows path then);
 - lane weights extracted once per call (they fit 2 KB) and once per block (they do not);
 - 16-bit lanes of 8 field groups (ternary and 2-bit weights on 8-bit codes);
+- signed and asymmetric codes as fields u = x - qmin (mico_pw_offset): they span qmax - qmin
+  <= 2 max|x| and the unsigned lanes twice the signed lanes' range, so the plan's n holds
+  (with fields x + 2^(b-1), signed 2-bit codes reached 3 = 3 max|x| and 8-bit lanes carried
+  into their neighbours: DS-CNN's ternary grid case); seeded random layers of every offset
+  format against every weight width, 8- and 16-bit lanes in several segments, columns of the
+  largest fields;
 - layers of one group and at most 64 taps over rows too narrow for the rows path (one input
   plane: DS-CNN's 10 x 4 first conv, other kernels, strides, dilation, padding), short last
   blocks, every output width of the store, extremes.
@@ -28,8 +34,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mico.codegen.emitters import widened_to_s8
+from mico.codegen.emitters import lanes_plan, widened_to_s8
 from mico.quant.arithmetic import TERNARY, QFormat
+from mico.quant.packing import LANE_RUN_UNBOUNDED, lane_offsets, lane_plan
 from mico.targets import rv32
 from tests.codegen.test_lanes_pointwise import kernels_rv32
 
@@ -37,6 +44,7 @@ needs_gcc = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
 W1, W2, W4, W8 = (QFormat(b, True) for b in (1, 2, 4, 8))
 WT = QFormat.for_bits(TERNARY, True)
+W_FMTS = (W1, WT, W2, W4, W8)
 A1, A2, A3, A4, A5, A8 = (QFormat(b, False) for b in (1, 2, 3, 4, 5, 8))
 S2, S4, S8 = QFormat(2, True), QFormat(4, True), QFormat(8, True)
 
@@ -77,7 +85,7 @@ def fields() -> list:
 def offsets() -> list:
     """Signed and asymmetric codes (o W_c from the bias) with weights of every width, binary
     ones too; 264 output channels of signed codes (more than the path keeps weight sums for:
-    the rows path); signed 2-bit codes on 8-bit lanes (the rows path too); weights extracted
+    the rows path); signed 2-bit codes on 8-bit lanes in several segments; weights extracted
     once per call (32 channels of 32 taps at 4 bits) and once per block (64 x 64)."""
     layers = [
         _conv(w, a, 300 + i, in_c=21, hw=(6, 6), extreme=i % 2 == 1)
@@ -89,11 +97,11 @@ def offsets() -> list:
     layers.append(_conv(W4, S4, 310, in_c=16, out_c=264, hw=(4, 8)))
     layers.append(_conv(W4, A4, 311, in_c=32, out_c=32, hw=(8, 8)))
     layers.append(_conv(W4, S4, 312, in_c=64, out_c=64, hw=(8, 8)))
-    # signed 2-bit codes on 8-bit lanes (2-bit weights in 4 groups, 4-bit ones in 2): the
-    # offset path once summed them wrongly (dscnn's ternary grid case); they keep the rows
-    # path's signed lanes
+    # signed 2-bit codes on 8-bit lanes (2-bit weights in 4 groups, 4-bit ones in 2): flushed
+    # every n taps (the signed lanes' bound, not nu) their fields carried between lanes
+    # (dscnn's ternary grid case)
     layers += [_conv(w, S2, 313 + i, in_c=64, out_c=64, hw=(25, 5)) for i, w in enumerate((W2, W4))]
-    # the patch path keeps offset codes on 8-bit lanes (its own unpacking sums them right)
+    # offset codes on 8-bit lanes, 3x3 and 5x5 kernels of several input channels
     layers.append(_conv(W2, S2, 315, in_c=7, out_c=32, hw=(10, 9), k=3, pad=1))
     layers.append(_conv(W4, S2, 316, in_c=2, out_c=32, hw=(12, 11), k=5, stride=2, pad=2))
     return layers
@@ -133,12 +141,78 @@ def patched() -> list:
     return layers
 
 
+def _offset_fmts(rng: np.random.Generator) -> list[QFormat]:
+    """Signed codes of 1..8 bits and asymmetric ones of 2..8 bits (a random zero point)."""
+    fmts = [QFormat(b, True) for b in range(1, 9)]
+    fmts += [QFormat.asymmetric(b, int(rng.integers(1, 2**b))) for b in range(2, 9)]
+    return fmts
+
+
+def _windows(offsets: np.ndarray, n: int) -> np.ndarray:
+    """Sums of w' over every run of n consecutive taps (the whole rows when shorter)."""
+    n = min(n, offsets.shape[1])
+    return np.lib.stride_tricks.sliding_window_view(offsets, n, axis=1).sum(axis=2)
+
+
+def _layer(rng: np.random.Generator, w_fmt, a_fmt, seed: int, *, in_c, out_c, hw, k=1, **kw):
+    """A random layer whose first pixels of every plane hold the largest field (x = qmax) and
+    whose weights lean to their largest offset weight: lanes near their bound."""
+    layer = kernels_rv32.random_layer(
+        "conv", w_fmt, a_fmt, in_c=in_c, out_c=out_c, hw=hw, k=k, seed=seed, **kw
+    )
+    flat = layer.x.reshape(in_c, -1)
+    flat[:, : int(rng.integers(1, 6))] = a_fmt.qmax
+    if not w_fmt.binary:
+        heavy = rng.random(layer.weight.shape) < rng.uniform(0.3, 0.9)
+        layer.weight = np.where(heavy, w_fmt.qmax, layer.weight)
+    return layer
+
+
+def random_layers() -> list:
+    """Pointwise layers of every offset format against every weight width (random taps up to
+    the path's 64, random planes of one or two blocks of pixels), and single-plane layers of
+    narrow rows (the im2col patch: 8 x 8 and 4 x 4 kernels); those that take the lanes."""
+    rng = np.random.default_rng(2027)
+    layers = []
+    for i, a_fmt in enumerate(_offset_fmts(rng)):
+        for j, w_fmt in enumerate(W_FMTS):
+            if (i + j) % 2:
+                continue  # half of the grid: the build stays short
+            in_c = int(rng.choice([9, 24, 40, 64]))
+            hw = (int(rng.integers(2, 6)), int(rng.integers(5, 10)))
+            layers.append(_layer(rng, w_fmt, a_fmt, 7000 + 10 * i + j, in_c=in_c,
+                                 out_c=32 // w_fmt.bits, hw=hw))  # fmt: skip
+    for i, (w_fmt, a_fmt, k) in enumerate(((W2, QFormat(2, True), 8), (WT, QFormat(2, True), 8),
+                                           (W4, QFormat(3, True), 8),
+                                           (W2, QFormat.asymmetric(2, 2), 8),
+                                           (W4, QFormat(4, True), 4))):  # fmt: skip
+        layers.append(_layer(rng, w_fmt, a_fmt, 7500 + i, in_c=1, out_c=32, hw=(13, 7 + k - 1),
+                             k=k))  # fmt: skip
+    return [layer for layer, plan in zip(layers, _plans(layers), strict=True)
+            if plan is not None and not layer.binary() and not _on_bytes(layer)]  # fmt: skip
+
+
+def _plans(layers: list) -> list[dict | None]:
+    return [
+        lanes_plan(layer.w_fmt, layer.a_fmt, layer.weight.shape[0], weight=layer.weight)
+        for layer in layers
+    ]
+
+
+def _on_bytes(layer) -> bool:
+    """Whether a pointwise layer of 8-bit codes takes the W8A8 bytes (emitters.widened_to_s8)."""
+    k = layer.weight.shape[2:]
+    return widened_to_s8(layer.w_fmt, layer.a_fmt, k, (1, 1), (0, 0), in_c=layer.x.shape[0],
+                         weight=layer.weight)  # fmt: skip
+
+
 CASES = {
     "words": words,
     "fields": fields,
     "offsets": offsets,
     "eight_groups": eight_groups,
     "patched": patched,
+    "random_offsets": random_layers,
 }
 
 
@@ -214,11 +288,58 @@ def test_narrow_weights_on_bytes_choice():
     assert not widened_to_s8(W4, A8, *one, macs=1000, in_c=32)
 
 
+def test_offset_fields_bound_the_lanes():
+    """The fields u = x - qmin of every offset format span at most twice max|x|, so every run
+    of the plan's n taps, times qmax - qmin, fits the unsigned lane (random weights of every
+    width, every offset format); the fields x + 2^(b-1) of signed 2-bit codes (up to 3) did
+    not: 42 taps of 3 x 3 overflow an 8-bit lane."""
+    rng = np.random.default_rng(5)
+    s2 = QFormat(2, True)
+    plan = lane_plan(W2, s2)
+    assert plan == {"s": 8, "n": 42, "is_signed": 1}
+    assert plan["n"] * (s2.qmax - s2.qmin) * 3 <= 2**8 - 1 < plan["n"] * (2**s2.bits - 1) * 3
+    checked = 0
+    for a_fmt in _offset_fmts(rng):
+        u_max, x_max = a_fmt.qmax - a_fmt.qmin, max(a_fmt.qmax, -a_fmt.qmin)
+        assert u_max <= 2 * x_max
+        for w_fmt in W_FMTS:
+            codes = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=(32, 64))
+            if w_fmt.binary:
+                codes = rng.choice([-1, 1], size=(32, 64))
+            got = lane_plan(w_fmt, a_fmt, weight=codes)
+            if got is None or got["n"] >= LANE_RUN_UNBOUNDED:
+                continue
+            offs = lane_offsets(codes, w_fmt)
+            assert _windows(offs, got["n"]).max() * u_max <= 2 ** got["s"] - 1
+            checked += 1
+    assert checked >= 10
+
+
+def test_random_layers_cover_the_bounds():
+    """The layers reach what the rule is about: 8- and 16-bit lanes whose reductions take
+    several segments of n taps, and the patch."""
+    layers = random_layers()
+    multi = {
+        p["s"]
+        for layer, p in zip(layers, _plans(layers), strict=True)
+        if p is not None and layer.taps > p["n"]
+    }
+    assert {8, 16} <= multi
+    assert sum(layer.weight.shape[2] > 1 for layer in layers) >= 4
+
+
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
 def test_rv32_bit_exact():
     """The same paths built for rv32imac."""
-    layers = [words()[1], words()[7], offsets()[3], eight_groups()[0], patched()[0],
-              patched()[3]]  # fmt: skip
+    every = random_layers()  # signed 2-bit codes on 8-bit lanes in several segments
+    multi = [
+        layer
+        for layer, p in zip(every, _plans(every), strict=True)
+        if p["s"] == 8 and layer.taps > p["n"] and layer.a_fmt == QFormat(2, True)
+    ]
+    layers = [words()[1], words()[7], offsets()[3], offsets()[9], eight_groups()[0],
+              patched()[0], patched()[3], *multi[:3]]  # fmt: skip
+    assert len(multi) >= 2
     for layer, ((kernel, _, out),) in zip(
         layers, kernels_rv32.run_layers(layers, "rv32", ("chosen",)), strict=True
     ):
