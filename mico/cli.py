@@ -401,6 +401,16 @@ PatchOpt = Annotated[
 ]
 
 
+PreferOpt = Annotated[
+    str,
+    typer.Option(
+        "--prefer",
+        help="speed: the fast kernel paths (more code); size: the plain kernels only (the "
+        "least flash, every layer slower).",
+    ),
+]
+
+
 @app.command("compile")
 @_friendly_errors
 def compile_cmd(
@@ -423,6 +433,7 @@ def compile_cmd(
     force: ForceOpt = False,
     weights_file: WeightsFileOpt = False,
     patch: PatchOpt = "off",
+    prefer: PreferOpt = "speed",
 ) -> None:
     """Quantize (zoo model + plan) or load (checkpoint) a model and write its C project.
 
@@ -437,7 +448,7 @@ def compile_cmd(
     options = _deploy_options(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         force=force, model_args=model_args, input_shape=input_shape,
-        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch,
+        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch, prefer=prefer,
     )  # fmt: skip
     compiled, _ = compile_from_options(options, log=_log(quiet))
     project = compiled.project
@@ -449,6 +460,8 @@ def compile_cmd(
         f"{where}(weights {project.flash['weights']} B), arena {project.arena.size} B (lower bound "
         f"{project.arena.lower_bound} B)"
     )
+    if project.prefer == "size":
+        typer.echo("kernels: the plain ones only (--prefer size: least flash, every layer slower)")
     if project.patch and project.patch.get("patched"):
         p = project.patch
         typer.echo(
@@ -494,6 +507,7 @@ def verify_cmd(
     ] = False,
     weights_file: WeightsFileOpt = False,
     patch: PatchOpt = "off",
+    prefer: PreferOpt = "speed",
 ) -> None:
     """Compile, build, run the samples on each target and compare with the Python reference.
 
@@ -508,7 +522,7 @@ def verify_cmd(
         model, checkpoint, plan, mode, out, name, dataset, samples, seed, per_channel,
         targets=tuple(target or ["host"]), cc=cc, sanitize=sanitize, force=force,
         model_args=model_args, input_shape=input_shape, per_layer=per_layer,
-        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch,
+        act_asymmetric=act_asymmetric, weights_file=weights_file, patch=patch, prefer=prefer,
     )  # fmt: skip
     result = run_verify(options, log=_log(quiet))
     if quiet:  # the summary: one line per target

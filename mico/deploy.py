@@ -65,6 +65,7 @@ class DeployOptions:
     per_layer: bool = False  # verify: count every node of sample 0 (host, rv32, vexriscv)
     weights_file: bool = False  # constants in <name>.bin, loaded at run time (not compiled in)
     patch: str = "off"  # "auto": the first layers in row bands when that lowers the arena
+    prefer: str = "speed"  # "size": the plain kernels only (least flash, slower)
 
 
 @dataclass
@@ -219,10 +220,12 @@ def compile_from_options(
 ) -> tuple[CompiledModel, np.ndarray]:
     """Load, calibrate (static mode) and compile; return the project and the samples."""
     from mico.atomic import check_output_dir
+    from mico.codegen.linked_paths import check_preference
     from mico.codegen.project import check_model_name
     from mico.quant import calibrate
 
     check_model_name(options.name)  # before any work
+    check_preference(options.prefer)
     check_output_dir(options.out_dir, force=options.force)
     model, zoo_name = load_model(options)
     samples = samples_for(model, zoo_name, options, log)
@@ -250,6 +253,7 @@ def compile_from_options(
             weights_file=options.weights_file,
             isa_extensions=generation_extensions(options.targets),
             patch=options.patch,
+            prefer=options.prefer,
         )
     except MicoError as exc:
         deployable = list(DEPLOYABLE_MODELS)

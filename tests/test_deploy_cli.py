@@ -67,6 +67,7 @@ def test_verify_static_mode_is_bit_exact(tmp_path):
     [
         (["compile", "small_cnn", "--mode", "fast"], "unknown mode 'fast'"),
         (["compile", "nosuchmodel"], "unknown model 'nosuchmodel'"),
+        (["compile", "small_cnn", "--prefer", "fast"], "unknown kernel preference 'fast'"),
         (["compile", "small_cnn", "--plan", "9/8"], "outside the allowed range"),
         (["verify", "small_cnn", "--target", "arm"], "unknown target 'arm'"),
         (["compile"], "give a zoo model name or --checkpoint"),

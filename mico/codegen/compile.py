@@ -265,6 +265,7 @@ def compile_model(
     weights_file: bool = False,
     isa_extensions: Sequence[str] = (),
     patch: str = "off",
+    prefer: str = "speed",
 ) -> CompiledModel:
     """Lower ``model`` (quantized or float) and write its C project into ``out_dir``.
 
@@ -278,19 +279,23 @@ def compile_model(
     path (Zbb: ``cpop`` in the binary layers); other targets still build the project.
     ``patch``: ``"auto"`` runs the first high-resolution layers in row bands when that lowers
     the arena (:mod:`mico.codegen.patch_plan`; ``project.patch`` reports the arena with and
-    without and the recomputed MACs), ``"off"`` keeps whole tensors.
+    without and the recomputed MACs), ``"off"`` keeps whole tensors. ``prefer``: ``"speed"``
+    (the fast kernel paths) or ``"size"`` (the plain kernels only: least flash, slower).
     """
     check_model_name(name)
+    from mico.codegen.linked_paths import check_preference
     from mico.codegen.patch_plan import check_patch_mode
 
     check_patch_mode(patch)
+    check_preference(prefer)
     final = check_output_dir(out_dir, force=force)
     graph, folded = lower(model, example, mode, calibration, fuse)
     with atomic_directory(final, force=force, command="compile_model") as tmp:
         bundled = sample_inputs if sample_inputs is not None else example
         project = emit_c_project(graph, tmp, name, align=align, sample_inputs=bundled,
                                  weights_file=weights_file,
-                                 isa_extensions=isa_extensions, patch=patch)  # fmt: skip
+                                 isa_extensions=isa_extensions, patch=patch,
+                                 prefer=prefer)  # fmt: skip
         if extras is not None:
             extras(CompiledModel(project, graph, mode, folded))
     project = dataclasses.replace(project, directory=final)

@@ -14,7 +14,7 @@ import numpy as np
 
 from mico.codegen import binary_plan, dwconv_plan
 from mico.codegen.context import EmitContext
-from mico.codegen.linked_paths import gate_macs
+from mico.codegen.linked_paths import gate_macs, prefers_size
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Node, Value
@@ -461,7 +461,8 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         return _call(ctx, HOST_CONV, params, x, out)
     if binary:
         return _binary_call(ctx, node, "mico_qconv2d", params, taps)
-    dw = dwconv_plan.node_plan(node)  # depthwise 3x3: pixel lanes (mico_dwconv.c)
+    # depthwise 3x3: pixel lanes, byte or pair paths (mico_dwconv.c), unless preferring size
+    dw = None if prefers_size(ctx) else dwconv_plan.node_plan(node)
     if dw is not None:
         return dwconv_plan.emit_call(ctx, node, params, dw)
     if lanes is not None:
@@ -470,7 +471,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
     in_bits = fmt_of(x)[0]
     kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1],
-                           w_bits=w_bits, macs=macs)  # fmt: skip
+                           w_bits=w_bits, macs=macs, words=not prefers_size(ctx))  # fmt: skip
     if kernel == NARROW_CONV:
         ctx.need("mico_conv_narrow.c")
     return _call(ctx, kernel, params, x, out)
@@ -509,13 +510,15 @@ def conv2d_kernel(
     dil_w: int,
     w_bits: int | None = None,
     macs: int | None = None,
+    words: bool = True,
 ) -> str:
     """The path ``mico_qconv2d`` takes for a layer, as the entry point to call.
 
     Calling the path directly (not the dispatcher) lets the linker drop the paths a model does
     not use: a model without depthwise layers carries no depthwise kernel, one without W8A8
     layers of :data:`CONV_S8_MIN_MACS` MACs or more no byte path, one without 4- or 2-bit
-    weights (:data:`SUB_WORD_BITS`) no word kernels.
+    weights (:data:`SUB_WORD_BITS`) no word kernels. ``words=False`` (a program preferring
+    size): no word kernels either.
     """
     if in_bits > 8:
         return "mico_qconv2d_elementwise"
@@ -533,16 +536,18 @@ def conv2d_kernel(
         return NARROW_CONV
     if w_bits == in_bits == 8 and (macs is None or macs >= CONV_S8_MIN_MACS):
         return "mico_qconv2d_tiled_s8"
-    if w_bits in SUB_WORD_BITS:
+    if w_bits in SUB_WORD_BITS and words:
         return "mico_qconv2d_tiled_sub"
     return "mico_qconv2d_tiled"
 
 
-def linear_kernel(w_bits: int, in_fmt: QFormat | None, macs: int | None = None) -> str:
+def linear_kernel(
+    w_bits: int, in_fmt: QFormat | None, macs: int | None = None, words: bool = True
+) -> str:
     """``mico_qlinear_s8`` for a W8A8 layer of :data:`LINEAR_S8_MIN_MACS` MACs or more (any
     size when ``macs`` is None) with symmetric or unsigned input codes (what its byte path
-    takes), ``mico_qlinear_sub`` for 4- or 2-bit weights on codes (:data:`SUB_WORD_BITS`),
-    else ``mico_qlinear``."""
+    takes), ``mico_qlinear_sub`` for 4- or 2-bit weights on codes (:data:`SUB_WORD_BITS`;
+    not with ``words=False``, a program preferring size), else ``mico_qlinear``."""
     if (
         w_bits == 8
         and in_fmt is not None
@@ -551,7 +556,7 @@ def linear_kernel(w_bits: int, in_fmt: QFormat | None, macs: int | None = None) 
         and (macs is None or macs >= LINEAR_S8_MIN_MACS)
     ):
         return "mico_qlinear_s8"
-    if w_bits in SUB_WORD_BITS and in_fmt is not None and in_fmt.bits <= 8:
+    if w_bits in SUB_WORD_BITS and words and in_fmt is not None and in_fmt.bits <= 8:
         return "mico_qlinear_sub"
     return "mico_qlinear"
 
@@ -605,7 +610,8 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
-    return _call(ctx, linear_kernel(w_bits, x.qformat, macs), params, x, out)
+    kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
+    return _call(ctx, kernel, params, x, out)
 
 
 def _pool_geometry(node: Node) -> dict[str, int]:

@@ -20,8 +20,29 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from mico.errors import ConfigError
+
 #: the MAC count the size gates see for a node on a path its program links anyway
 UNGATED_MACS = 1 << 62
+
+#: what a program's kernel paths are chosen for: ``speed`` (the fast paths, each behind its
+#: size gate) or ``size`` (the plain kernels only: the least code, every layer slower)
+PREFERENCES = ("speed", "size")
+
+
+def check_preference(prefer: str) -> None:
+    """Refuse a preference that is not one of :data:`PREFERENCES`."""
+    if prefer not in PREFERENCES:
+        raise ConfigError(
+            f"unknown kernel preference {prefer!r}: use 'speed' (the fast kernel paths) or "
+            "'size' (the plain kernels: least flash)"
+        )
+
+
+def prefers_size(ctx: Any) -> bool:
+    """Whether the program being emitted takes the plain kernels only (``prefer="size"``)."""
+    return getattr(ctx, "prefer", "speed") == "size"
+
 
 #: the ops whose emit rules have size-gated paths
 GATED_OPS = ("mico.qconv2d", "mico.qlinear")
@@ -48,8 +69,11 @@ def ungated_layers(nodes: Iterable[Any], extensions: Sequence[str] = ()) -> froz
 
 
 def gate_macs(ctx: Any, node: Any, macs: int) -> int:
-    """The MAC count a node's size gates see: ``macs``, or :data:`UNGATED_MACS` for a node on a
-    linked path (``ctx.ungated``) or in a probe that lifts every gate (``ctx.ungate_all``)."""
+    """The MAC count a node's size gates see: ``macs``, :data:`UNGATED_MACS` for a node on a
+    linked path (``ctx.ungated``) or in a probe that lifts every gate (``ctx.ungate_all``), 0
+    (no fast path reached) when the program prefers size."""
+    if prefers_size(ctx):
+        return 0
     if getattr(ctx, "ungate_all", False) or node.name in getattr(ctx, "ungated", ()):
         return UNGATED_MACS
     return macs

@@ -54,6 +54,8 @@ class CProject:
     #: patch-based execution of the first layers (mico.codegen.patch_plan): chosen or not, the
     #: arena with and without, the recomputed MACs
     patch: dict[str, Any] | None = None
+    #: what the kernel paths were chosen for (mico.codegen.linked_paths.PREFERENCES)
+    prefer: str = "speed"
 
     @property
     def weight_bytes(self) -> int:
@@ -581,22 +583,30 @@ def _bundled_inputs(graph: Graph, samples: Any) -> tuple[np.ndarray, str]:
 
 
 def _emit_nodes(
-    graph: Graph, align: int, isa_extensions: Sequence[str] = (), patch: str = "off"
+    graph: Graph,
+    align: int,
+    isa_extensions: Sequence[str] = (),
+    patch: str = "off",
+    prefer: str = "speed",
 ) -> tuple[ArenaPlan, EmitContext, list[str], list[dict], dict[str, Any]]:
     """Plan the arena and run every node's emit rule: the project's contents, before files.
     ``patch="auto"`` runs the first layers in row bands when that lowers the arena
-    (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen."""
+    (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen.
+    ``prefer="size"``: the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
     from mico.codegen import patch_plan
-    from mico.codegen.linked_paths import ungated_layers
+    from mico.codegen.linked_paths import check_preference, ungated_layers
 
     patch_plan.check_patch_mode(patch)
+    check_preference(prefer)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
     arena = patches.arena if patches is not None else plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
     ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
+    ctx.prefer = prefer
     # small layers take the fast paths the program's other layers link anyway
-    ctx.ungated = ungated_layers(graph.nodes, ctx.isa_extensions)
+    if prefer == "speed":
+        ctx.ungated = ungated_layers(graph.nodes, ctx.isa_extensions)
     ctx.need(INPUT_CHECK)
     body: list[str] = []
     schedule: list[dict] = []
@@ -632,10 +642,10 @@ def _emit_nodes(
     return arena, ctx, body, schedule, summary
 
 
-def project_flash(graph: Graph, align: int = 8) -> dict[str, int]:
+def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[str, int]:
     """The flash bytes by kind (weights, bias, scales, params) of the project
     :func:`emit_c_project` writes for ``graph``: the same emission, no file written."""
-    return dict(_emit_nodes(graph, align)[1].flash)
+    return dict(_emit_nodes(graph, align, prefer=prefer)[1].flash)
 
 
 def model_sources(
@@ -667,6 +677,7 @@ def emit_c_project(
     weights_file: bool = False,
     isa_extensions: Sequence[str] = (),
     patch: str = "off",
+    prefer: str = "speed",
 ) -> CProject:
     """Write ``graph`` (lowered, integer-only) as a C project into ``directory``.
 
@@ -679,9 +690,11 @@ def emit_c_project(
     pick ISA-specific kernel paths: ``zbb`` gives binary layers one ``cpop`` per word.
     ``patch``: ``"auto"`` runs the first layers in row bands when that lowers the arena
     (:mod:`mico.codegen.patch_plan`), ``"off"`` keeps whole tensors.
+    ``prefer``: ``"speed"`` (the fast kernel paths, each behind its size gate) or ``"size"``
+    (the plain kernels only: the least code in flash, every layer slower).
     """
     _check(graph, name, align)
-    arena, ctx, body, schedule, patched = _emit_nodes(graph, align, isa_extensions, patch)
+    arena, ctx, body, schedule, patched = _emit_nodes(graph, align, isa_extensions, patch, prefer)
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     kernel_dir = resources.files("mico.csrc")
@@ -725,6 +738,7 @@ def emit_c_project(
         "flash": ctx.flash,
         "weights_file": weights_info,
         "patch": patched,
+        "prefer": prefer,
     }
     manifest["outputs"] = getattr(graph, "output_segments", None) or [
         {"name": "output", "shape": list(y.type.shape[1:]), "offset": 0, "size": y.type.numel}
@@ -746,4 +760,5 @@ def emit_c_project(
         OUTPUT_TYPES[y.type.dtype][1],
         None if layout is None else f"{name}.bin",
         patched,
+        prefer,
     )
