@@ -463,7 +463,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         return _binary_call(ctx, node, "mico_qconv2d", params, taps)
     dw = dwconv_plan.node_plan(node)  # depthwise 3x3: pixel lanes (mico_dwconv.c)
     if dw is not None:
-        return dwconv_plan.emit_call(ctx, node, params, dw)
+        return dwconv_plan.emit_call(ctx, node, params, dw, w_bits)
     if lanes is not None:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)
