@@ -616,7 +616,8 @@ MICO_DWL_EACH(MICO_DWL_ENTRY)
  *    and a channel beyond that goes one output at a time (mico_dw8_plain).
  * Reading the whole plane before storing any of its outputs keeps the in-place contract of
  * mico_conv2d.c in any output order. Layers this path does not take (a plane too large for
- * the buffer, unscaled or binary outputs) go to the pixel lanes. */
+ * the buffer, unscaled or binary outputs; mico.codegen.dwconv_plan.dw8_plan gives it none)
+ * go to mico_qconv2d_depthwise3x3 (the pixel lanes are not linked for them). */
 
 #define MICO_DW8_PITCH 64 /* bytes per buffer row (a padded row of the plane) */
 #define MICO_DW8_ROWS 52  /* buffer rows (the padded plane's other side): 3.3 KB of stack */
@@ -903,18 +904,17 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
                                                {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
-        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
         (void)l;                                                                                  \
         if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
-            mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
+            mico_qconv2d_depthwise3x3(p, in, out);                                                \
         }                                                                                         \
     }
 MICO_DW8_ENTRY(1)
 MICO_DW8_ENTRY(2)
 
 /* ------------------------------------------------------------------------------------------
- * Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f<1|2>): codes of 1..8 bits in and
- * out (signed, unsigned or asymmetric; not binary), two outputs per multiply.
+ * Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f<1|2>[_form]): codes of 1..8 bits
+ * in and out (signed, unsigned or asymmetric; not binary), two outputs per multiply.
  *
  * The byte path above, with each 32-bit word of the channel's buffer holding two pixels in
  * 16-bit lanes: the pixel of buffer row r (low half) and the one of row r + D (high half),
@@ -943,8 +943,15 @@ MICO_DW8_ENTRY(2)
  * the in-place contract of the byte path holds. A multiplier whose shift is 32 or less is
  * rewritten with shift 33 on sums scaled by 2^k (k <= 3: scales below 4, small biases); a
  * channel outside that goes one output at a time too. Layers this path does not take
- * (planes too large for the buffers, unscaled or binary outputs) go to the pixel lanes
- * (symmetric codes) or mico_qconv2d_depthwise3x3 (asymmetric ones).
+ * (planes too large for the buffers, unscaled or binary outputs), or not of the form of the
+ * entry point called, go to mico_qconv2d_depthwise3x3.
+ *
+ * Each form (the pairs' read, words of K lanes, the outputs by thresholds or table, rows of 5)
+ * has its own entry point (MICO_DWP_FORM; mico.codegen.dwconv_plan.dwp_form names it), whose
+ * table of functions holds that form's only: a program links the plane functions, reads and
+ * builders of its layers' forms, not the whole path. Choices that depend on a channel's data
+ * (the span of its sums, its table) stay in the kernel; a channel whose choice would need a
+ * function the form left out takes the pairs.
  *
  * Planes of short rows (unpacked at once) at stride 1 whose codes pad with 0 (unsigned, no
  * zero point) take more lanes a word when a channel's sums allow: 4 lanes of 8 bits or 3 of
@@ -1414,8 +1421,8 @@ MICO_DWP_PLANEKN(mico_dwp_k4_4s2, 4, 2)
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
  * src[y * in_w + x], gathered once into W = sum_x u_x 2^(6 x); buffer word (r, pad_h + y) is W
  * moved by pad_w - r lanes (its lanes 0..4). */
-static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int32_t in_w,
-                                          int32_t pad_h, int32_t pad_w, MicoDwpWord *buf)
+static MICO_DWL_INLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int32_t in_w,
+                                            int32_t pad_h, int32_t pad_w, MicoDwpWord *buf)
 {
     /* row r: W << l_r >> r_r (pad_w - r lanes; pad_w <= 2 along a plane of 5 columns) */
     const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
@@ -1445,9 +1452,9 @@ static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int3
 /* mico_dwp_build5 from the packed codes (b = 1, 2, 4 bits, the plane's first code at bit
  * `bit`), without unpacking the plane: a row's in_w codes read from a bit stream (only the
  * bytes that hold them), their fields moved 6 bits apart. */
-static MICO_NOINLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int32_t in_h,
-                                           int32_t in_w, uint32_t b, int32_t pad_h,
-                                           int32_t pad_w, MicoDwpWord *buf)
+static MICO_DWL_INLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int32_t in_h,
+                                             int32_t in_w, uint32_t b, int32_t pad_h,
+                                             int32_t pad_w, MicoDwpWord *buf)
 {
     const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
     const uint32_t l1 = pad_w > 1 ? 6u * (uint32_t)(pad_w - 1) : 0u, r1 = pad_w < 1 ? 6u : 0u;
@@ -1535,10 +1542,10 @@ static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, in
 
 /* mico_dwp_buildk for 3 and 4 lanes, unsigned codes (hk = 0) or signed (hk: 2^(b-1) in
  * every lane). */
-static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
-                                         int32_t n_line, int32_t n_x, int32_t first,
-                                         const MicoDwp *d, uint32_t k, uint32_t hk,
-                                         MicoDwpWord *row)
+static MICO_DWL_INLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
+                                           int32_t n_line, int32_t n_x, int32_t first,
+                                           const MicoDwp *d, uint32_t k, uint32_t hk,
+                                           MicoDwpWord *row)
 {
     if (k == 3u && hk) {
         mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, hk, row, 3u);
@@ -1819,10 +1826,10 @@ static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_
     }
 }
 
-static MICO_NOINLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t row_bits,
-                                         int32_t first, int32_t step, int32_t n_line,
-                                         int32_t rows, int32_t n, uint32_t b, uint32_t hxx,
-                                         uint32_t pad_byte, MicoDwpWord *dst)
+static MICO_DWL_INLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t row_bits,
+                                           int32_t first, int32_t step, int32_t n_line,
+                                           int32_t rows, int32_t n, uint32_t b, uint32_t hxx,
+                                           uint32_t pad_byte, MicoDwpWord *dst)
 {
     if (b == 2u) {
         mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 2u);
@@ -1908,10 +1915,10 @@ static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t
  * low lane and first + r + step in its high one, u_pad for a line outside 0..n_line-1; words
  * dst[r pitch + x], x < n_x. Two byte loads, a shift, an or and a store a word (rows of 5 at
  * constant offsets), where the halfword spreads take two passes. */
-static MICO_NOINLINE void mico_dwp_spread2(const uint8_t *src, int32_t srow, int32_t scol,
-                                           int32_t first, int32_t step, int32_t n_line,
-                                           int32_t rows, int32_t n_x, uint32_t hx, uint32_t upad,
-                                           MicoDwpWord *dst)
+static MICO_DWL_INLINE void mico_dwp_spread2(const uint8_t *src, int32_t srow, int32_t scol,
+                                             int32_t first, int32_t step, int32_t n_line,
+                                             int32_t rows, int32_t n_x, uint32_t hx, uint32_t upad,
+                                             MicoDwpWord *dst)
 {
     int32_t r, x;
     for (r = 0; r < rows; r++, dst += MICO_DWP_PITCH) {
@@ -2121,10 +2128,10 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
     }
 }
 
-static MICO_NOINLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
-                                         int32_t first, int32_t n_line, int32_t n,
-                                         const MicoDwp *d, MicoDwpWord *row, uint32_t k,
-                                         uint32_t b)
+static MICO_DWL_INLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
+                                           int32_t first, int32_t n_line, int32_t n,
+                                           const MicoDwp *d, MicoDwpWord *row, uint32_t k,
+                                           uint32_t b)
 {
     if (k == 3u && b == 4u) {
         mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u);
@@ -2298,30 +2305,25 @@ static void mico_dwp_kbuild_a(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t
  * program links only the functions of its layers' forms. A channel whose choice (the span of
  * its sums, its table) would need a plane function left out takes the pairs, which requantize
  * any channel. */
-typedef struct MicoDwpForm MicoDwpForm;
-typedef int (*MicoDwpKRun)(MicoDwpK *kc, const MicoDwpForm *f, MicoDwpWord *buf, size_t at,
-                           const uint32_t *w, int32_t neg, int32_t pos, uint32_t k, int fits,
-                           uint32_t acc0, uint32_t m, uint32_t sh, int relu, uint8_t *o);
 typedef void (*MicoDwpKBuild)(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl);
-struct MicoDwpForm {
+typedef struct {
     int32_t code;
     MicoDwpFill fill;          /* the pairs' buffer */
     MicoDwpPlane pairs[3];     /* the pairs' plane functions [relu]; [2]: by thresholds */
     MicoDwpPlane pairs5[2];    /* rows of 5 outputs, one tile a buffer row [relu] */
-    MicoDwpKRun k;             /* words of K lanes (mico_dwp_k; NULL: the pairs only) */
     MicoDwpKBuild kbuild;      /* their buffer of 3 or 4 lanes */
     MicoDwpKBuild kbuild5;     /* of 5 lanes */
     MicoDwpPlane k3[4], k4[4]; /* [relu]: 0, 1 requantized, 2 by thresholds, 3 by table */
     MicoDwpPlane k5[3];        /* [relu] */
     MicoDwpPlane r5[2][4];     /* rows of 5 outputs, one tile a buffer row: [4 lanes][relu] */
     MicoDwpPlane ks[2][2][2];  /* [stride 2][by thresholds][4 lanes]; else 4-bit outputs packed */
-};
+} MicoDwpForm;
 
 /* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
  * (scaled by 2^k) fits 3 lanes or more and the form has the plane function: the buffer built,
  * the plane function of K lanes run; returns 0 (nothing done) otherwise, the buffer then ready
  * for the pairs (its padding restored where words of K lanes were). */
-static MICO_NOINLINE int mico_dwp_k(MicoDwpK *kc, const MicoDwpForm *f, MicoDwpWord *buf,
+static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, const MicoDwpForm *f, MicoDwpWord *buf,
                                     size_t at, const uint32_t *w, int32_t neg, int32_t pos,
                                     uint32_t k, int fits, uint32_t acc0, uint32_t m, uint32_t sh,
                                     int relu, uint8_t *o)
@@ -2418,9 +2420,11 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
 
 /* The layer through the plane functions of stride sf along a buffer row of form f; 0 (nothing
  * done) when this path does not take it or f is not the layer's form. f NULL: nothing done,
- * 1 + the layer's form code returned (0: not taken). */
-static MICO_NOINLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
-                                      void *out, const MicoDwpForm *f, int32_t sf)
+ * 1 + the layer's form code returned (0: not taken). with_k (a constant): words of K lanes
+ * (mico_dwp_k), the body of the forms that have them (mico_dwp_m), or none (mico_dwp_p). */
+static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
+                                        void *out, const MicoDwpForm *f, int32_t sf,
+                                        const int with_k)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -2512,7 +2516,7 @@ static MICO_NOINLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, c
     r5 = sf == 1 && g->ss == 1 && g->n_fast == 5;
     code = MICO_DWP_CODE(rows2 ? 2 : short_rows ? 1 : 0, multi, kc.multi5,
                          levels ? 1 : !multi || !lvl ? 0 : nib ? 3 : 2, r5);
-    if (f == NULL || (f->code >= 0 && f->code != code)) {
+    if (f == NULL || (f->code >= 0 && f->code != code) || (multi && !with_k)) {
         return f == NULL ? 1 + code : 0;
     }
     rd.in = (const uint8_t *)in;
@@ -2630,10 +2634,10 @@ static MICO_NOINLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, c
             mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
         }
         packed4 = nib && lut_ch;
-        if (multi && f->k(&kc, f, buf, b < 8u ? 0u : plane, w, neg, pos,
-                          lut_ch ? 0u : (uint32_t)k, lut_ch || fits, acc0, m, sh,
-                          packed4 ? 4 : lut_ch ? 3 : relu,
-                          packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u : o)) {
+        if (with_k && multi &&
+            mico_dwp_k(&kc, f, buf, b < 8u ? 0u : plane, w, neg, pos, lut_ch ? 0u : (uint32_t)k,
+                       lut_ch || fits, acc0, m, sh, packed4 ? 4 : lut_ch ? 3 : relu,
+                       packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u : o)) {
             if (packed4) { /* words of K lanes, stored packed */
                 continue;
             }
@@ -2670,9 +2674,28 @@ static MICO_NOINLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, c
     return 1;
 }
 
+/* (flattened: the small helpers it calls once a channel, such as mico_rq, inlined) */
+#if defined(__GNUC__)
+#define MICO_DWP_FLAT __attribute__((flatten))
+#else
+#define MICO_DWP_FLAT
+#endif
+static MICO_DWP_FLAT MICO_NOINLINE int32_t mico_dwp_p(const MicoConv2d *p, const uint8_t *lvl,
+                                                      const void *in, void *out,
+                                                      const MicoDwpForm *f, int32_t sf)
+{
+    return mico_dwp(p, lvl, in, out, f, sf, 0);
+}
+static MICO_DWP_FLAT MICO_NOINLINE int32_t mico_dwp_m(const MicoConv2d *p, const uint8_t *lvl,
+                                                      const void *in, void *out,
+                                                      const MicoDwpForm *f, int32_t sf)
+{
+    return mico_dwp(p, lvl, in, out, f, sf, 1);
+}
+
 int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t sf)
 {
-    return mico_dwp(p, l ? l->lvl : NULL, NULL, NULL, NULL, sf) - 1;
+    return mico_dwp_p(p, l ? l->lvl : NULL, NULL, NULL, NULL, sf) - 1;
 }
 
 MICO_DWP_PLANE(mico_dwp_p1_0, 1, 0)
@@ -2692,6 +2715,10 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
 #define MICO_DWP_IF_(C, X) MICO_DWP_IF##C(X)
 #define MICO_DWP_IF0(X) NULL
 #define MICO_DWP_IF1(X) X
+#define MICO_DWP_SEL(C, A, B) MICO_DWP_SEL_(C, A, B)
+#define MICO_DWP_SEL_(C, A, B) MICO_DWP_SEL##C(A, B)
+#define MICO_DWP_SEL0(A, B) B
+#define MICO_DWP_SEL1(A, B) A
 #define MICO_DWP_AND(A, B) MICO_DWP_AND_(A, B)
 #define MICO_DWP_AND_(A, B) MICO_DWP_AND##A##B
 #define MICO_DWP_AND00 0
@@ -2712,7 +2739,7 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
 #define MICO_DWP_KB_s mico_dwp_kbuild_s
 #define MICO_DWP_KB_r mico_dwp_kbuild_p
 #define MICO_DWP_KB_a mico_dwp_kbuild_a
-#define MICO_DWP_FORM(SF, NAME, RD, K, K5, Q, T, L, N, R5, P, CODE)                              \
+#define MICO_DWP_FORM(SF, NAME, RD, K, K5, Q, T, L, N, R5, P, CODE)                               \
     void mico_qconv2d_dwp_f##SF##NAME(const MicoConv2d *p, const MicoDwLanes *l, const void *in,  \
                                       void *out)                                                  \
     {                                                                                             \
@@ -2722,16 +2749,15 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
             {MICO_DWP_IF(P, mico_dwp_p##SF##_0), MICO_DWP_IF(P, mico_dwp_p##SF##_1),              \
              MICO_DWP_IF(T, mico_dwp_p##SF##_2)},                                                 \
             {MICO_DWP_IF(R5, mico_dwp_p5_0), MICO_DWP_IF(R5, mico_dwp_p5_1)},                     \
-            MICO_DWP_IF(K, mico_dwp_k),                                                           \
             MICO_DWP_IF(K, MICO_DWP_KB_##RD),                                                     \
             MICO_DWP_IF(MICO_DWP_AND(K5, MICO_DWP_OR(Q, T)), mico_dwp_kbuild5),                   \
-            {MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_0),                       \
-             MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_1),                       \
-             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k3_2),      \
-             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k3_3)},                      \
+            {MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_0),                                      \
+             MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_1),                                      \
+             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k3_2),                     \
+             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k3_3)},                                     \
             {MICO_DWP_IF(Q, mico_dwp_k4_0), MICO_DWP_IF(Q, mico_dwp_k4_1),                        \
-             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k4_2),      \
-             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k4_3)},                      \
+             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k4_2),                     \
+             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k4_3)},                                     \
             {MICO_DWP_IF(MICO_DWP_AND(K5, Q), mico_dwp_k5_0),                                     \
              MICO_DWP_IF(MICO_DWP_AND(K5, Q), mico_dwp_k5_1),                                     \
              MICO_DWP_IF(MICO_DWP_AND(K5, T), mico_dwp_k5_2)},                                    \
@@ -2749,7 +2775,7 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
               {MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), MICO_DWP_S2_##SF), mico_dwp_k3_2s2),  \
                MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), MICO_DWP_S2_##SF),                    \
                            mico_dwp_k4_2s2)}}}};                                                  \
-        if (!mico_dwp(p, l ? l->lvl : NULL, in, out, &form, SF)) {                                \
+        if (!MICO_DWP_SEL(K, mico_dwp_m, mico_dwp_p)(p, l ? l->lvl : NULL, in, out, &form, SF)) { \
             mico_qconv2d_depthwise3x3(p, in, out);                                                \
         }                                                                                         \
     }

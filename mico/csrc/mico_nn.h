@@ -462,7 +462,8 @@ MICO_DWL_DECLARE(4) MICO_DWL_DECLARE(6) MICO_DWL_DECLARE(8) MICO_DWL_DECLARE(12)
 MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
 /* Depthwise 3x3 on bytes (mico_dwconv.c): 8-bit codes in and out, register tiles of 4 outputs
  * along the rows (or columns) of a padded copy of each channel plane, stride 1 or 2 along them
- * (f1 / f2); other layers go to mico_qconv2d_dwl_s32. l is unused (the lanes' signature). */
+ * (f1 / f2); other layers (which mico.codegen.dwconv_plan.dw8_plan does not give it) go to
+ * mico_qconv2d_depthwise3x3. l is unused (the lanes' signature). */
 void mico_qconv2d_dw8_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 /* Depthwise 3x3 on pairs of output lines (mico_dwconv.c): codes of 1..8 bits in and out, two

@@ -156,8 +156,11 @@ def _linked(tmp_path: Path, layer) -> tuple[str, set[str]]:
     return entry, names
 
 
-@pytest.mark.skipif(shutil.which(RV32_CC) is None, reason="needs the rv32 toolchain "
-                    "(apt-get install gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf)")
+@pytest.mark.skipif(
+    shutil.which(RV32_CC) is None,
+    reason="needs the rv32 toolchain "
+    "(apt-get install gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf)",
+)
 def test_a_program_links_only_its_forms(tmp_path):
     """DS-CNN's W4A4 depthwise form (words of 5 lanes, outputs by table, rows of 5) links its
     table plane functions and none of the requantizing words, the packed rows' reads, the
@@ -166,17 +169,18 @@ def test_a_program_links_only_its_forms(tmp_path):
     dscnn = test_dw_lut._layer(25, 5, c=4, seed=22)
     entry, names = _linked(tmp_path / "a", dscnn)
     assert entry == "mico_qconv2d_dwp_f1_s_k5_l_r5_x"
-    assert {"mico_dwp_k", "mico_dwp_k3_3r5", "mico_dwp_k4_3r5", "mico_dwp_lut"} <= names
+    assert {"mico_dwp_m", "mico_dwp_k3_3r5", "mico_dwp_k4_3r5", "mico_dwp_lut"} <= names
+    assert {"mico_dwp_fill_s", "mico_dwp_kbuild_s"} <= names
     unused = {"mico_dwp_k3_0", "mico_dwp_k4_0", "mico_dwp_k5_0", "mico_dwp_k3_0r5",
-              "mico_dwp_readk", "mico_dwp_read2", "mico_dwp_read", "mico_dwp_k4_4s2",
-              "mico_dwp_k3_4", "mico_dwp_p1_0", "mico_dwp_p1_2", "mico_dwp_k5_2",
-              "mico_qconv2d_dwp_f1", "mico_dwl"}  # fmt: skip
+              "mico_dwp_kbuild_p", "mico_dwp_fill_r", "mico_dwp_fill_g", "mico_dwp_k4_4s2",
+              "mico_dwp_k3_4", "mico_dwp_p1_0", "mico_dwp_p1_2", "mico_dwp_k5_2", "mico_dwp_p",
+              "mico_dwp_kbuild5", "mico_qconv2d_dwp_f1", "mico_dwl"}  # fmt: skip
     assert not unused & names, unused & names
     pairs = test_dw_lut._layer(16, 16, wb=8, c=3, seed=16)
     entry, names = _linked(tmp_path / "b", pairs)
     assert entry.startswith("mico_qconv2d_dwp_f1_r_") and "_k" not in entry
-    assert {"mico_dwp", "mico_dwp_read2"} <= names
-    assert not {"mico_dwp_k", "mico_dwp_k3_3", "mico_dwp_build", "mico_dwp_build5"} & names
+    assert {"mico_dwp_p", "mico_dwp_fill_r", "mico_dwp_p1_0"} <= names
+    assert not {"mico_dwp_m", "mico_dwp_k3_3", "mico_dwp_kbuild_s", "mico_dwp_kbuild5"} & names
 
 
 def test_dscnn_form_bit_exact_in_one_entry(monkeypatch):
