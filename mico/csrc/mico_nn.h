@@ -475,7 +475,8 @@ void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
  * entry's form goes to mico_qconv2d_depthwise3x3 too. The suffix: the pairs' read (_g field by
  * field, _s short rows as bytes, _r rows of whole bytes), words of K lanes (_k; _k5: of 5 lanes
  * too), the outputs (_q requantized, _t by thresholds, _l by table, _n by table stored packed),
- * rows of 5 outputs (_r5), no requantizing words of K lanes (_x: every channel has its table).
+ * rows of 5 outputs (_r5; not with rows of whole bytes, whose planes are too tall for the
+ * buffer), no requantizing words of K lanes (_x: every channel has its table).
  * X(sf, suffix, read, K, K5, Q, T, L, N, R5, P, code): the functions each form has (mico_dwconv.c,
  * MICO_DWP_FORM); mico_qconv2d_dwp_f1 / _f2: any form (the kernel choosing, every function
  * linked). */
@@ -505,17 +506,11 @@ void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
     X(1, _s_k5_l_r5, s, 1, 1, 1, 0, 1, 0, 1, 0, 109) \
     X(1, _s_k5_l_r5_x, s, 1, 1, 0, 0, 1, 0, 1, 0, 109) \
     X(1, _r_q, r, 0, 0, 0, 0, 0, 0, 0, 1, 2) \
-    X(1, _r_q_r5, r, 0, 0, 0, 0, 0, 0, 1, 0, 66) \
     X(1, _r_t, r, 0, 0, 0, 1, 0, 0, 0, 1, 18) \
-    X(1, _r_t_r5, r, 0, 0, 0, 1, 0, 0, 1, 0, 82) \
     X(1, _r_k_q, r, 1, 0, 1, 0, 0, 0, 0, 1, 6) \
-    X(1, _r_k_q_r5, r, 1, 0, 1, 0, 0, 0, 1, 0, 70) \
     X(1, _r_k_t, r, 1, 0, 1, 1, 0, 0, 0, 1, 22) \
-    X(1, _r_k_t_r5, r, 1, 0, 1, 1, 0, 0, 1, 0, 86) \
     X(1, _r_k_l, r, 1, 0, 1, 0, 1, 0, 0, 1, 38) \
     X(1, _r_k_l_x, r, 1, 0, 0, 0, 1, 0, 0, 1, 38) \
-    X(1, _r_k_l_r5, r, 1, 0, 1, 0, 1, 0, 1, 0, 102) \
-    X(1, _r_k_l_r5_x, r, 1, 0, 0, 0, 1, 0, 1, 0, 102) \
     X(1, _r_k_n, r, 1, 0, 1, 0, 0, 1, 0, 1, 54) \
     X(1, _r_k_n_x, r, 1, 0, 0, 0, 0, 1, 0, 1, 54) \
     X(2, _g_q, g, 0, 0, 0, 0, 0, 0, 0, 1, 0) \

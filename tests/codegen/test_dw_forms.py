@@ -44,14 +44,37 @@ def _all_layers() -> list:
 
 def _forms() -> list:
     """Layers of the forms the other cases leave out: transposed rows of 5 outputs (read field
-    by field), 4-bit outputs stored packed at stride 2 without the requantizing words."""
+    by field), 4-bit outputs stored packed at stride 2, 8-bit codes in short rows of 5 with
+    outputs by thresholds, short rows at stride 2, words of K (and 5) lanes requantized and by
+    table, with a channel whose levels are too far apart for its table (requantized words) or
+    none, signed codes by table (no 5 lanes), rows of whole bytes by table (3-bit outputs) and
+    stored packed, with such a channel."""
     lay = test_dw_lut._layer
-    return [
+    a8, o8, s4 = QFormat(8, False), QFormat(8, False), QFormat(4, True)
+    layers = [
         lay(5, 40, a=QFormat(3, False), o=QFormat(3, False), wb=3, c=2, seed=200),
         lay(5, 40, a=A2, o=A2, wb=3, c=2, seed=201),
         lay(32, 32, wb=2, c=2, stride=2, seed=202),
         lay(16, 16, wb=2, c=2, seed=203),
+        lay(25, 5, a=a8, o=A2, wb=4, c=2, seed=204),  # _s_t_r5
+        lay(9, 7, c=2, stride=2, seed=205),  # f2 _s_q
+        lay(20, 4, o=o8, c=2, seed=206),  # _s_k5_q (transposed)
+        lay(20, 7, o=o8, c=2, seed=207),  # _s_k_q
+        lay(20, 4, c=2, seed=208),  # _s_k5_l_x
+        lay(25, 5, a=s4, o=A4, c=2, seed=209),  # _s_k_l_r5_x
     ]
+    far = [  # one channel's levels 300 lane values apart: no table for it
+        lay(20, 7, c=3, seed=210),  # _s_k_l
+        lay(20, 4, c=3, seed=211),  # _s_k5_l
+        lay(25, 5, c=3, seed=212),  # _s_k5_l_r5
+        lay(25, 5, a=s4, o=A4, c=3, seed=213),  # _s_k_l_r5
+        lay(16, 16, o=QFormat(3, False), c=3, seed=214),  # _r_k_l
+        lay(16, 16, c=3, seed=215),  # _r_k_n
+    ]
+    for layer in far:
+        layer.weight[1] = 7
+        layer.m[1], layer.shift[1] = 2**36 // 300, 36
+    return layers + far
 
 
 def _mirror(layer) -> tuple[int, str]:
@@ -93,7 +116,7 @@ def _header_forms() -> dict[str, int]:
 
 def test_mirror_agrees_with_the_kernel(monkeypatch, tmp_path):
     """On every pair-path test layer the kernel takes, the generator's form code is the
-    kernel's, and its entry point exists with that code; the layers cover most forms."""
+    kernel's, and its entry point exists with that code; the layers meet every form."""
     layers = _all_layers()
     codes = _kernel_codes(layers, monkeypatch, tmp_path)
     forms = _header_forms()
@@ -107,16 +130,13 @@ def test_mirror_agrees_with_the_kernel(monkeypatch, tmp_path):
             case = (layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride, name)
             assert mine == code == forms[name], (case, mine, code)
             seen.add(name)
-    assert len(seen) >= 25, sorted(set(forms) - seen)
-    # the stride-2 forms and DS-CNN's (W4A4: words of 5 lanes, tables, rows of 5)
-    assert {"mico_qconv2d_dwp_f2_r_k_t", "mico_qconv2d_dwp_f2_r_k_n"} <= seen
-    assert "mico_qconv2d_dwp_f1_s_k5_l_r5_x" in seen
+    assert seen == set(forms), sorted(set(forms) - seen)  # every form met
 
 
 def test_forms_of_the_header():
     """Each listed form's code is the one its name says, every name distinct."""
     forms = _header_forms()
-    assert len(forms) == 47
+    assert len(forms) == 41
     for name, code in forms.items():
         suffix = name.split("_f", 1)[1][1:]
         parts = suffix.strip("_").split("_")
@@ -181,6 +201,19 @@ def test_a_program_links_only_its_forms(tmp_path):
     assert entry.startswith("mico_qconv2d_dwp_f1_r_") and "_k" not in entry
     assert {"mico_dwp_p", "mico_dwp_fill_r", "mico_dwp_p1_0"} <= names
     assert not {"mico_dwp_m", "mico_dwp_k3_3", "mico_dwp_kbuild_s", "mico_dwp_kbuild5"} & names
+
+
+def test_forms_bit_exact(monkeypatch):
+    """The layers of the forms the other tests leave out equal the reference through their
+    form's entry point and the plain kernel."""
+    layers = _forms()
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            case = (kernel, layer.a_fmt, layer.o_fmt, layer.x.shape, layer.stride)
+            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
+        assert results[0][0] == f"mico_qconv2d_dwp_f{layer.stride}{_mirror(layer)[1]}"
 
 
 def test_dscnn_form_bit_exact_in_one_entry(monkeypatch):
