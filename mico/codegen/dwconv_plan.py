@@ -286,8 +286,9 @@ def dwb_plan(
     """The bit-sliced path of a depthwise 3x3 layer (``mico_qconv2d_dwbs``: 2-bit unsigned
     codes in, weights in {-1, 0, 1}, 1- or 2-bit unsigned codes out, stride 1 or 2, padding 1), or
     None when the kernel would not take it (mirrors ``mico_dwb_shape`` and its weight check;
-    a bias within 32 of the int32 limits sends the kernel to the pair path itself).
-    ``sliced = 1`` marks the plan; ``s = q = 0``: no pixel lanes."""
+    a bias within 32 of the int32 limits sends the kernel to mico_qconv2d_depthwise3x3).
+    ``sliced = 1`` marks the plan, ``stride`` names its entry point; ``s = q = 0``: no pixel
+    lanes."""
     w = np.asarray(weight)
     if a_fmt is None or out_fmt is None or w.ndim != 4 or w.shape[1:] != (1, 3, 3):
         return None
@@ -311,7 +312,7 @@ def dwb_plan(
         ok = ok and out_h * out_w <= DWB_PIXELS
     else:
         ok = False
-    return {"s": 0, "q": 0, "sliced": 1} if ok else None
+    return {"s": 0, "q": 0, "sliced": 1, "stride": st[0]} if ok else None
 
 
 def _dwb_estimate(in_hw: tuple[int, int], out_hw: tuple[int, int], stride) -> int:
@@ -546,9 +547,10 @@ def _lane_plan(
 def dw_kernel(plan: dict[str, int], form: str = "") -> str:
     """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set; of the pair
     path: ``pair`` set too, ``form`` the suffix of its form, :func:`dwp_form`, or none: the
-    entry point of any form; of the bit-sliced path: ``sliced`` set)."""
+    entry point of any form; of the bit-sliced path: ``sliced`` set, the entry point of its
+    ``stride``, or of either)."""
     if plan.get("sliced"):
-        return "mico_qconv2d_dwbs"
+        return f"mico_qconv2d_dwbs_s{plan['stride']}" if plan.get("stride") else "mico_qconv2d_dwbs"
     if plan.get("pair"):
         return f"mico_qconv2d_dwp_f{plan['sf']}{form}"
     if plan.get("sf"):

@@ -3416,3 +3416,21 @@ void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in
     }
     mico_qconv2d_depthwise3x3(p, in, out);
 }
+
+/* One stride each (the generator's entry points): a program links mico_dwb or mico_dwb2 only. */
+void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (p->stride_w == 1 && mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
+        mico_dwb(p, l->thr, in, out);
+    } else {
+        mico_qconv2d_depthwise3x3(p, in, out);
+    }
+}
+void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (p->stride_w == 2 && mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
+        mico_dwb2(p, l->thr, in, out);
+    } else {
+        mico_qconv2d_depthwise3x3(p, in, out);
+    }
+}

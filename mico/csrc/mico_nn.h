@@ -532,10 +532,13 @@ MICO_DWP_FORMS(MICO_DWP_DECLARE)
  * mirrored by mico.codegen.dwconv_plan.dwp_form), -1 when the pair path does not take it. */
 int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t sf);
 /* Depthwise 3x3 bit-sliced (mico_dwconv.c): 2-bit unsigned codes in, weights in {-1, 0, 1},
- * 1- or 2-bit unsigned codes out, stride 1, padding 1; other layers go to
- * mico_qconv2d_depthwise3x3.
- * l is unused (the lanes' signature). */
+ * 1- or 2-bit unsigned codes out, stride 1 or 2, padding 1 (l->thr: the generator's
+ * thresholds, or NULL); other layers go to mico_qconv2d_depthwise3x3. _s1 / _s2: one stride
+ * each (what mico.codegen.dwconv_plan.dw_kernel emits: a program links that stride's kernel
+ * only). */
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4- and 2-bit weights read a word at a time (linked only by
  * programs that call it). */

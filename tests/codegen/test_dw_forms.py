@@ -21,7 +21,7 @@ import pytest
 from mico.codegen.dwconv_plan import dwp_form, dwp_levels
 from mico.codegen.makefile import RV32_ARCH, RV32_GC, RV32_SECTIONS
 from mico.ir.ops.mico_ops import out_spec
-from mico.quant.arithmetic import QFormat
+from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen import test_dw_lut, test_dw_pairs
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
@@ -172,7 +172,7 @@ def _linked(tmp_path: Path, layer) -> tuple[str, set[str]]:
     nm = subprocess.run(["riscv64-unknown-elf-nm", str(elf)], check=True, capture_output=True,
                         text=True).stdout  # fmt: skip
     names = {line.split()[-1].split(".")[0] for line in nm.splitlines() if line.strip()}
-    entry = re.search(r"(mico_qconv2d_dwp_f\w+)\(", program).group(1)
+    entry = re.search(r"(mico_qconv2d_dw\w+)\(", program).group(1)
     return entry, names
 
 
@@ -185,7 +185,8 @@ def test_a_program_links_only_its_forms(tmp_path):
     """DS-CNN's W4A4 depthwise form (words of 5 lanes, outputs by table, rows of 5) links its
     table plane functions and none of the requantizing words, the packed rows' reads, the
     stride-2 or packed-store planes, the pairs' other reads; a pairs-only form (16 x 16 planes
-    of 8-bit codes, rows read for both lanes at once) links no words of K lanes at all."""
+    of 8-bit codes, rows read for both lanes at once) links no words of K lanes at all; the
+    bit-sliced path's stride-1 entry point not the stride-2 kernel."""
     dscnn = test_dw_lut._layer(25, 5, c=4, seed=22)
     entry, names = _linked(tmp_path / "a", dscnn)
     assert entry == "mico_qconv2d_dwp_f1_s_k5_l_r5_x"
@@ -201,6 +202,11 @@ def test_a_program_links_only_its_forms(tmp_path):
     assert entry.startswith("mico_qconv2d_dwp_f1_r_") and "_k" not in entry
     assert {"mico_dwp_p", "mico_dwp_fill_r", "mico_dwp_p1_0"} <= names
     assert not {"mico_dwp_m", "mico_dwp_k3_3", "mico_dwp_kbuild_s", "mico_dwp_kbuild5"} & names
+    # the bit-sliced path at stride 1 (DS-CNN W2A2) links its own kernel only, no pair path
+    sliced = test_dw_lut._layer(25, 5, a=A2, o=A2, wb=TERNARY, c=3, seed=24)
+    entry, names = _linked(tmp_path / "c", sliced)
+    assert entry == "mico_qconv2d_dwbs_s1" and "mico_dwb" in names
+    assert not {"mico_dwb2", "mico_dwp_p", "mico_dwp_m", "mico_dwl"} & names
 
 
 def test_forms_bit_exact(monkeypatch):
