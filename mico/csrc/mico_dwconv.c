@@ -2304,14 +2304,14 @@ static void mico_dwp_kbuild_a(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t
  * -1: any) and the functions of that form, NULL where the form leaves one out, so that a
  * program links only the functions of its layers' forms. A channel whose choice (the span of
  * its sums, its table) would need a plane function left out takes the pairs, which requantize
- * any channel. */
+ * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are). */
 typedef void (*MicoDwpKBuild)(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl);
 typedef struct {
     int32_t code;
     MicoDwpFill fill;          /* the pairs' buffer */
     MicoDwpPlane pairs[3];     /* the pairs' plane functions [relu]; [2]: by thresholds */
     MicoDwpPlane pairs5[2];    /* rows of 5 outputs, one tile a buffer row [relu] */
-    MicoDwpKBuild kbuild;      /* their buffer of 3 or 4 lanes */
+    MicoDwpKBuild kbuild;      /* words of 3 or 4 lanes: their buffer (NULL: pairs only) */
     MicoDwpKBuild kbuild5;     /* of 5 lanes */
     MicoDwpPlane k3[4], k4[4]; /* [relu]: 0, 1 requantized, 2 by thresholds, 3 by table */
     MicoDwpPlane k5[3];        /* [relu] */
