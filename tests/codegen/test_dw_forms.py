@@ -211,7 +211,7 @@ def test_a_program_links_only_its_forms(tmp_path):
 
 def test_forms_bit_exact(monkeypatch):
     """The layers of the forms the other tests leave out equal the reference through their
-    form's entry point and the plain kernel."""
+    form's entry point, the plain kernel and the entry point of any form."""
     layers = _forms()
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
@@ -220,6 +220,12 @@ def test_forms_bit_exact(monkeypatch):
             case = (kernel, layer.a_fmt, layer.o_fmt, layer.x.shape, layer.stride)
             assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
         assert results[0][0] == f"mico_qconv2d_dwp_f{layer.stride}{_mirror(layer)[1]}"
+    # and through the entry points of any form (the kernel choosing, every function linked)
+    monkeypatch.setattr(kernels_rv32, "dwp_form", lambda *args: (-1, ""))
+    any_form = kernels_rv32.run_layers(layers, paths=("chosen",))
+    for layer, results in zip(layers, any_form, strict=True):
+        assert results[0][0] == f"mico_qconv2d_dwp_f{layer.stride}"
+        assert np.array_equal(results[0][2], layer.reference().ravel())
 
 
 def test_dscnn_form_bit_exact_in_one_entry(monkeypatch):
