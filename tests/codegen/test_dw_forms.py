@@ -235,3 +235,55 @@ def test_dscnn_form_bit_exact_in_one_entry(monkeypatch):
     (chosen, _, out), _ = kernels_rv32.run_layer(layer)
     assert chosen == "mico_qconv2d_dwp_f1_s_k5_l_r5_x"
     assert np.array_equal(out, layer.reference().ravel())
+
+
+def test_generated_dscnn_calls_its_form(tmp_path):
+    """End to end: dscnn at W4A4 emits its depthwise layers' form (words of 5 lanes, outputs
+    by table, rows of 5), the kernel's own code for each call (no hand-over), and the program
+    equals the Python reference."""
+    import torch
+
+    from mico.codegen import emit_c_project
+    from mico.execute import run_graph
+    from mico.ir import extract_ir
+    from mico.models import from_zoo
+    from mico.passes import lower_static
+    from mico.quant import calibrate, fuse_model
+    from mico.targets import host
+
+    torch.manual_seed(3)
+    model = from_zoo("dscnn")
+    n = model.n_layers
+    model.set_qscheme([[4] * n, [8] + [4] * (n - 1)], act_mode="static")
+    example = model.example_input()
+    gen = torch.Generator().manual_seed(3)
+    model = fuse_model(model, example).eval()
+    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
+    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
+    project = emit_c_project(graph, tmp_path / "c", "m")
+    source = (project.directory / "m.c").read_text()
+    calls = re.findall(r"(mico_qconv2d_dwp_f1\w*)\(&(\w+), &(\w+),", source)
+    assert [c[0] for c in calls] == ["mico_qconv2d_dwp_f1_s_k5_l_r5_x"] * 4
+    checks = "".join(
+        f'    printf("form %d\\n", (int)mico_qconv2d_dwp_code(&{p}, &{lanes}, 1));\n'
+        for _, p, lanes in calls
+    )
+    (project.directory / "m.c").write_text(
+        source
+        + "\n#include <stdio.h>\nvoid m_forms(void);\nvoid m_forms(void)\n{\n"
+        + checks
+        + "}\n"
+    )
+    (tmp_path / "forms.c").write_text("void m_forms(void);\nint main(void)\n{\n    m_forms();\n}\n")
+    sources = [str(f) for f in project.directory.glob("*.c") if f.name != "main.c"]
+    exe = tmp_path / "forms"
+    subprocess.run(["gcc", "-std=c99", "-O1", "-I", str(project.directory), *sources,
+                    str(tmp_path / "forms.c"), "-o", str(exe), "-lm"], check=True)  # fmt: skip
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    assert [int(v) for v in re.findall(r"form (-?\d+)", out)] == [_header_forms()[calls[0][0]]] * 4
+    (project.directory / "m.c").write_text(source)
+    host.build(project)
+    samples = torch.randn((2, *example.shape[1:]), generator=gen)
+    reference = run_graph(graph, samples)[0].numpy()
+    c_out = host.run(project, samples.numpy())
+    assert np.array_equal(c_out.reshape(reference.shape), reference)
