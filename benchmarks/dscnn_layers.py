@@ -68,7 +68,7 @@ copy of each plane into its padded buffer.
 
 ## Where the rest goes (sub-byte depthwise)
 
-The 4- and 2-bit depthwise layers take the pair path (`mico_qconv2d_dwp_f1`): two output
+The 4- and 2-bit depthwise layers take the pair path (`mico_qconv2d_dwp_f1_*`): two output
 lines per 32-bit word in 16-bit lanes, so a 2-word tile does 4 word loads, 6 multiplies and 6
 adds per buffer row for 12 MACs (the byte tile: 6 byte loads, 12 multiplies and 12 adds for
 12), about 14 instructions of taps per output against W8A8's 25. What keeps the layer above

@@ -30,7 +30,13 @@ from pathlib import Path
 import numpy as np
 
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
-from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_thresholds, dwp_levels
+from mico.codegen.dwconv_plan import (
+    dw_kernel,
+    dw_lane_plan,
+    dwb_thresholds,
+    dwp_form,
+    dwp_levels,
+)
 from mico.codegen.emitters import (
     conv2d_kernel,
     lanes_kernel,
@@ -260,8 +266,9 @@ def _layer_code(
                           f"&{tag}p_bin, {tag}thr, {tag}x, y"))  # fmt: skip
             continue
         if path == "chosen" and dw is not None:
-            lines += _dw_code(layer, tag, dw, out)
-            calls.append((dw_kernel(dw), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
+            code, form = _dw_code(layer, tag, dw, out)
+            lines += code
+            calls.append((dw_kernel(dw, form), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
             continue
         w, p, lp = f"{tag}w_{path}", f"{tag}p_{path}", f"{tag}l_{path}"
         if lanes is not None:  # at the plan's weight width (wider for a layer of few channels)
@@ -347,13 +354,14 @@ def _binary_code(layer: Layer, tag: str, out: str) -> list[str]:
     return lines
 
 
-def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
-    """Constants of a depthwise layer through pixel lanes (plainly packed weights); the
-    bit-sliced path gets its thresholds from the generator's function, as a compile does."""
+def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> tuple[list[str], str]:
+    """Constants of a depthwise layer through pixel lanes (plainly packed weights), and the
+    suffix of the pair path's entry point of its form (:func:`dwp_form`); the bit-sliced path
+    gets its thresholds from the generator's function, as a compile does."""
     in_c, h, wd = layer.x.shape
     oh, ow = layer.out_hw
     s, pd = layer.stride, layer.pad
-    lines, fields = [], f".s = {dw['s']}, .q = {dw['q']}"
+    lines, fields, form = [], f".s = {dw['s']}, .q = {dw['q']}", ""
     if dw.get("sliced"):
         spec = out_spec(layer.o_fmt, 1.0, list(layer.m), list(layer.shift))
         thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
@@ -365,6 +373,8 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
         if lvl is not None:
             lines.append(_array("uint8_t", f"{tag}lvl_dw", lvl))
             fields += f", .lvl = {tag}lvl_dw"
+        _, form = dwp_form(layer.a_fmt, layer.o_fmt, (h, wd), (oh, ow), (s, s), dw["sf"],
+                           layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl)  # fmt: skip
     return [
         *lines,
         _array("uint8_t", f"{tag}w_dw", pack(layer.weight, layer.w_fmt)),
@@ -374,7 +384,7 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> list[str]:
         f".stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, .dil_h = 1, .dil_w = 1, "
         f".groups = {in_c}, .in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {layer.w_fmt.bits}, "
         f".weight = {tag}w_dw, .bias = {tag}bias, .out = {out} }};",
-    ]
+    ], form
 
 
 def layers_program(

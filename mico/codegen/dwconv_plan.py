@@ -206,6 +206,67 @@ def dwp_plan(
     return best
 
 
+def dwp_form(
+    a_fmt: QFormat,
+    out_fmt: QFormat,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    sf: int,
+    w_bits: int,
+    out_range: tuple[int, int],
+    lvl: np.ndarray | None = None,
+) -> tuple[int, str]:
+    """The form of a pair-path layer at stride ``sf`` along the buffer rows: its code
+    (``mico_dwp``'s, which the entry point checks) and the suffix of its entry point
+    (``mico_qconv2d_dwp_f<sf><suffix>``, the ``MICO_DWP_FORMS`` of ``mico_nn.h``), so that a
+    program links only the plane functions its layers' forms use.
+
+    Mirrors the kernel's choices from the layer's geometry and formats: the buffer's
+    orientation (:func:`_dwp_cost`), the pairs' read (rows of whole bytes, short rows as bytes,
+    or field by field), words of K lanes (short rows at stride 1 of codes and weights of at most
+    4 bits, or rows of whole bytes of 2- and 4-bit unsigned codes), of 5 lanes (planes of at
+    most 5 columns), the outputs (by thresholds for at most 4 codes; by table where the
+    generator gave ``lvl``, stored packed for 4-bit codes of even rows), rows of 5 outputs.
+    ``w_bits``: the stored weight width (``MicoConv2d.w_bits``); ``out_range``: the outputs'
+    ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`. A form whose every channel has its
+    table leaves out the requantizing words of K lanes (``_x``)."""
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    sh, sw = (int(v) for v in stride)
+    lo, hi = (int(v) for v in out_range)
+    big = 2**31 - 1
+    cost_n = _dwp_cost(out_w, out_h) if sw == sf else big
+    cost_t = _dwp_cost(out_h, out_w) if sh == sf else big
+    trans = cost_t < cost_n
+    n_fast, ss = (out_h, sw) if trans else (out_w, sh)
+    b, signed = int(a_fmt.bits), bool(a_fmt.signed)
+    in_plane = in_h * in_w
+    short = in_w < 8 and in_plane <= DWP_BYTES
+    rows2 = not short and not trans and b in (1, 2, 4, 8) and (in_w * b) % 8 == 0
+    rows2 = rows2 and (in_plane * b) % 8 == 0
+    upad = 2 ** (b - 1) if signed else int(getattr(a_fmt, "zero", 0))
+    table = lvl is not None and 4 <= hi - lo <= 15 and lo >= 0
+    levels = 0 <= hi <= 3
+    multi = short and sf == 1 and ss == 1 and (upad == 0 or signed) and w_bits <= 4 and b <= 4
+    packed = not multi and rows2 and ss == sf and upad == 0 and b in (2, 4)
+    packed = packed and (sf == 1 or table or levels) and (w_bits <= 4 or (sf == 2 and levels))
+    multi = multi or packed
+    nib = packed and table and out_fmt.bits == 4 and not out_fmt.signed
+    nib = nib and not getattr(out_fmt, "zero", 0) and not trans and out_w % 2 == 0
+    k5 = multi and sh == sw == 1 and in_w <= 5 and out_w <= 5 and out_h + 2 <= DWP_PITCH
+    k5 = k5 and b < 8 and not signed
+    r5 = sf == 1 and ss == 1 and n_fast == 5
+    out = 1 if levels else 0 if not (multi and table) else 3 if nib else 2
+    rd = 2 if rows2 else 1 if short else 0
+    code = rd | int(multi) << 2 | int(k5) << 3 | out << 4 | int(r5) << 6
+    suffix = "_" + "gsr"[rd] + ("_k5" if k5 else "_k" if multi else "") + "_" + "qtln"[out]
+    suffix += "_r5" if r5 else ""
+    if multi and sf == 1 and out >= 2:  # (a channel without its table: requantized)
+        t1 = np.asarray(lvl).reshape(-1, hi - lo + 1)[:, :2]
+        suffix += "" if ((t1[:, 0] == 0xFF) & (t1[:, 1] == 0xFF)).any() else "_x"
+    return code, suffix
+
+
 #: pixels of a plane and of a row the bit-sliced path takes (MICO_DWB_WORDS * 32 in
 #: mico_dwconv.c; rows of at most 64 codes, not a multiple of 32)
 DWB_PIXELS = 1024
@@ -225,8 +286,9 @@ def dwb_plan(
     """The bit-sliced path of a depthwise 3x3 layer (``mico_qconv2d_dwbs``: 2-bit unsigned
     codes in, weights in {-1, 0, 1}, 1- or 2-bit unsigned codes out, stride 1 or 2, padding 1), or
     None when the kernel would not take it (mirrors ``mico_dwb_shape`` and its weight check;
-    a bias within 32 of the int32 limits sends the kernel to the pair path itself).
-    ``sliced = 1`` marks the plan; ``s = q = 0``: no pixel lanes."""
+    a bias within 32 of the int32 limits sends the kernel to mico_qconv2d_depthwise3x3).
+    ``sliced = 1`` marks the plan, ``stride`` names its entry point; ``s = q = 0``: no pixel
+    lanes."""
     w = np.asarray(weight)
     if a_fmt is None or out_fmt is None or w.ndim != 4 or w.shape[1:] != (1, 3, 3):
         return None
@@ -250,7 +312,7 @@ def dwb_plan(
         ok = ok and out_h * out_w <= DWB_PIXELS
     else:
         ok = False
-    return {"s": 0, "q": 0, "sliced": 1} if ok else None
+    return {"s": 0, "q": 0, "sliced": 1, "stride": st[0]} if ok else None
 
 
 def _dwb_estimate(in_hw: tuple[int, int], out_hw: tuple[int, int], stride) -> int:
@@ -482,13 +544,15 @@ def _lane_plan(
     return best[0] * out_h * 1.0, best[1]
 
 
-def dw_kernel(plan: dict[str, int]) -> str:
+def dw_kernel(plan: dict[str, int], form: str = "") -> str:
     """The entry point of a pixel-lanes layer (or of the byte path: ``sf`` set; of the pair
-    path: ``pair`` set too; of the bit-sliced path: ``sliced`` set)."""
+    path: ``pair`` set too, ``form`` the suffix of its form, :func:`dwp_form`, or none: the
+    entry point of any form; of the bit-sliced path: ``sliced`` set, the entry point of its
+    ``stride``, or of either)."""
     if plan.get("sliced"):
-        return "mico_qconv2d_dwbs"
+        return f"mico_qconv2d_dwbs_s{plan['stride']}" if plan.get("stride") else "mico_qconv2d_dwbs"
     if plan.get("pair"):
-        return f"mico_qconv2d_dwp_f{plan['sf']}"
+        return f"mico_qconv2d_dwp_f{plan['sf']}{form}"
     if plan.get("sf"):
         return f"mico_qconv2d_dw8_f{plan['sf']}"
     return f"mico_qconv2d_dwl_s{plan['s']}"
@@ -511,9 +575,13 @@ def node_plan(node: Node) -> dict[str, int] | None:
     )  # fmt: skip
 
 
-def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -> list[str]:
-    """The call of a pixel-lanes layer (``params``: its ``MicoConv2d``, plainly packed weights)."""
+def emit_call(
+    ctx: EmitContext, node: Node, params: str, plan: dict[str, int], w_bits: int
+) -> list[str]:
+    """The call of a pixel-lanes layer (``params``: its ``MicoConv2d``, plainly packed weights
+    of ``w_bits`` bits; the pair path's entry point of the layer's form)."""
     fields = f".s = {plan['s']}, .q = {plan['q']}"
+    form = ""
     if plan.get("sliced"):  # the thresholds of the bit-sliced path, from the generator
         a = node.attrs
         thr = dwb_thresholds(
@@ -521,6 +589,8 @@ def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -
         )
         fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
     if plan.get("pair"):  # outputs of 5..16 codes by table (dwp_levels)
+        from mico.ir.ops.mico_ops import code_range
+
         a = node.attrs
         lvl = dwp_levels(
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
@@ -528,8 +598,13 @@ def emit_call(ctx: EmitContext, node: Node, params: str, plan: dict[str, int]) -
         )  # fmt: skip
         if lvl is not None:
             fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
+        x, out, spec = node.inputs[0], node.output, a.get("requant") or {}
+        _, form = dwp_form(
+            x.qformat, out.qformat, tuple(x.type.shape[2:]), tuple(out.type.shape[2:]),
+            a["stride"], plan["sf"], w_bits, spec.get("clamp") or code_range(out.qformat), lvl,
+        )  # fmt: skip
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold
     x, out = ctx.buffer(node.inputs[0]), ctx.buffer(node.output)
-    return [f"{dw_kernel(plan)}(&{params}, &{sym}, {x}, {out});"]
+    return [f"{dw_kernel(plan, form)}(&{params}, &{sym}, {x}, {out});"]

@@ -464,7 +464,7 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     # depthwise 3x3: pixel lanes, byte or pair paths (mico_dwconv.c), unless preferring size
     dw = None if prefers_size(ctx) else dwconv_plan.node_plan(node)
     if dw is not None:
-        return dwconv_plan.emit_call(ctx, node, params, dw)
+        return dwconv_plan.emit_call(ctx, node, params, dw, w_bits)
     if lanes is not None:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)

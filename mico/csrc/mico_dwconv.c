@@ -616,7 +616,8 @@ MICO_DWL_EACH(MICO_DWL_ENTRY)
  *    and a channel beyond that goes one output at a time (mico_dw8_plain).
  * Reading the whole plane before storing any of its outputs keeps the in-place contract of
  * mico_conv2d.c in any output order. Layers this path does not take (a plane too large for
- * the buffer, unscaled or binary outputs) go to the pixel lanes. */
+ * the buffer, unscaled or binary outputs; mico.codegen.dwconv_plan.dw8_plan gives it none)
+ * go to mico_qconv2d_depthwise3x3 (the pixel lanes are not linked for them). */
 
 #define MICO_DW8_PITCH 64 /* bytes per buffer row (a padded row of the plane) */
 #define MICO_DW8_ROWS 52  /* buffer rows (the padded plane's other side): 3.3 KB of stack */
@@ -903,18 +904,17 @@ static MICO_NOINLINE int mico_dw8(const MicoConv2d *p, const void *in, void *out
     {                                                                                             \
         static MicoDw8Plane const fns[2][2] = {{mico_dw8_u##SF##_0, mico_dw8_u##SF##_1},          \
                                                {mico_dw8_s##SF##_0, mico_dw8_s##SF##_1}};         \
-        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
         (void)l;                                                                                  \
         if (!mico_dw8(p, in, out, fns, SF)) {                                                     \
-            mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
+            mico_qconv2d_depthwise3x3(p, in, out);                                                \
         }                                                                                         \
     }
 MICO_DW8_ENTRY(1)
 MICO_DW8_ENTRY(2)
 
 /* ------------------------------------------------------------------------------------------
- * Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f<1|2>): codes of 1..8 bits in and
- * out (signed, unsigned or asymmetric; not binary), two outputs per multiply.
+ * Depthwise 3x3 on pairs of output lines (mico_qconv2d_dwp_f<1|2>[_form]): codes of 1..8 bits
+ * in and out (signed, unsigned or asymmetric; not binary), two outputs per multiply.
  *
  * The byte path above, with each 32-bit word of the channel's buffer holding two pixels in
  * 16-bit lanes: the pixel of buffer row r (low half) and the one of row r + D (high half),
@@ -943,8 +943,15 @@ MICO_DW8_ENTRY(2)
  * the in-place contract of the byte path holds. A multiplier whose shift is 32 or less is
  * rewritten with shift 33 on sums scaled by 2^k (k <= 3: scales below 4, small biases); a
  * channel outside that goes one output at a time too. Layers this path does not take
- * (planes too large for the buffers, unscaled or binary outputs) go to the pixel lanes
- * (symmetric codes) or mico_qconv2d_depthwise3x3 (asymmetric ones).
+ * (planes too large for the buffers, unscaled or binary outputs), or not of the form of the
+ * entry point called, go to mico_qconv2d_depthwise3x3.
+ *
+ * Each form (the pairs' read, words of K lanes, the outputs by thresholds or table, rows of 5)
+ * has its own entry point (MICO_DWP_FORM; mico.codegen.dwconv_plan.dwp_form names it), whose
+ * table of functions holds that form's only: a program links the plane functions, reads and
+ * builders of its layers' forms, not the whole path. Choices that depend on a channel's data
+ * (the span of its sums, its table) stay in the kernel; a channel whose choice would need a
+ * function the form left out takes the pairs.
  *
  * Planes of short rows (unpacked at once) at stride 1 whose codes pad with 0 (unsigned, no
  * zero point) take more lanes a word when a channel's sums allow: 4 lanes of 8 bits or 3 of
@@ -1414,8 +1421,8 @@ MICO_DWP_PLANEKN(mico_dwp_k4_4s2, 4, 2)
  * one line group: lane j of buffer row r holds padded column r + j): a row y of the plane,
  * src[y * in_w + x], gathered once into W = sum_x u_x 2^(6 x); buffer word (r, pad_h + y) is W
  * moved by pad_w - r lanes (its lanes 0..4). */
-static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int32_t in_w,
-                                          int32_t pad_h, int32_t pad_w, MicoDwpWord *buf)
+static MICO_DWL_INLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int32_t in_w,
+                                            int32_t pad_h, int32_t pad_w, MicoDwpWord *buf)
 {
     /* row r: W << l_r >> r_r (pad_w - r lanes; pad_w <= 2 along a plane of 5 columns) */
     const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
@@ -1445,9 +1452,9 @@ static MICO_NOINLINE void mico_dwp_build5(const uint8_t *src, int32_t in_h, int3
 /* mico_dwp_build5 from the packed codes (b = 1, 2, 4 bits, the plane's first code at bit
  * `bit`), without unpacking the plane: a row's in_w codes read from a bit stream (only the
  * bytes that hold them), their fields moved 6 bits apart. */
-static MICO_NOINLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int32_t in_h,
-                                           int32_t in_w, uint32_t b, int32_t pad_h,
-                                           int32_t pad_w, MicoDwpWord *buf)
+static MICO_DWL_INLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int32_t in_h,
+                                             int32_t in_w, uint32_t b, int32_t pad_h,
+                                             int32_t pad_w, MicoDwpWord *buf)
 {
     const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
     const uint32_t l1 = pad_w > 1 ? 6u * (uint32_t)(pad_w - 1) : 0u, r1 = pad_w < 1 ? 6u : 0u;
@@ -1535,10 +1542,10 @@ static MICO_DWL_INLINE void mico_dwp_buildk(const uint8_t *src, int32_t srow, in
 
 /* mico_dwp_buildk for 3 and 4 lanes, unsigned codes (hk = 0) or signed (hk: 2^(b-1) in
  * every lane). */
-static MICO_NOINLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
-                                         int32_t n_line, int32_t n_x, int32_t first,
-                                         const MicoDwp *d, uint32_t k, uint32_t hk,
-                                         MicoDwpWord *row)
+static MICO_DWL_INLINE void mico_dwp_build(const uint8_t *src, int32_t srow, int32_t scol,
+                                           int32_t n_line, int32_t n_x, int32_t first,
+                                           const MicoDwp *d, uint32_t k, uint32_t hk,
+                                           MicoDwpWord *row)
 {
     if (k == 3u && hk) {
         mico_dwp_buildk(src, srow, scol, n_line, n_x, first, d, hk, row, 3u);
@@ -1819,10 +1826,10 @@ static MICO_DWL_INLINE void mico_dwp_read2k(const uint8_t *in, size_t bit, size_
     }
 }
 
-static MICO_NOINLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t row_bits,
-                                         int32_t first, int32_t step, int32_t n_line,
-                                         int32_t rows, int32_t n, uint32_t b, uint32_t hxx,
-                                         uint32_t pad_byte, MicoDwpWord *dst)
+static MICO_DWL_INLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t row_bits,
+                                           int32_t first, int32_t step, int32_t n_line,
+                                           int32_t rows, int32_t n, uint32_t b, uint32_t hxx,
+                                           uint32_t pad_byte, MicoDwpWord *dst)
 {
     if (b == 2u) {
         mico_dwp_read2k(in, bit, row_bits, first, step, n_line, rows, n, hxx, pad_byte, dst, 2u);
@@ -1903,51 +1910,15 @@ static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t
     }
 }
 
-/* One line of nj codes (made u by ^ hx, src[j sj]) into halfwords d[j HJ]. */
-#define MICO_DWP_SPREAD_LINE(HJ)                                                                 \
-    do {                                                                                          \
-        const uint8_t *sp = src;                                                                  \
-        uint16_t *d = h;                                                                          \
-        for (j = 0; j + 4 <= nj; j += 4, d += 4 * (HJ), sp += 4 * sj) {                           \
-            d[0] = (uint16_t)(sp[0] ^ hx);                                                        \
-            d[HJ] = (uint16_t)(sp[sj] ^ hx);                                                      \
-            d[2 * (HJ)] = (uint16_t)(sp[2 * sj] ^ hx);                                            \
-            d[3 * (HJ)] = (uint16_t)(sp[3 * sj] ^ hx);                                            \
-        }                                                                                         \
-        for (; j < nj; j++, d += (HJ), sp += sj) {                                                \
-            *d = (uint16_t)(*sp ^ hx);                                                            \
-        }                                                                                         \
-    } while (0)
-
-/* A block of codes (made u by ^ hx), src[i si + j sj] into halfword `half` of the buffer
- * words dst[i di + j dj], i < ni, j < nj: along the buffer's rows (dj 1, di the pitch) or
- * its columns (dj the pitch, di 1). */
-static MICO_NOINLINE void mico_dwp_spread(const uint8_t *src, int32_t si, int32_t sj, int32_t ni,
-                                          int32_t nj, int32_t dj, uint32_t hx, MicoDwpWord *dst,
-                                          int half)
-{
-    uint16_t *h = &dst[0].h[half];
-    int32_t i, j;
-    if (dj == 1) {
-        for (i = 0; i < ni; i++, src += si, h += 2 * MICO_DWP_PITCH) {
-            MICO_DWP_SPREAD_LINE(2);
-        }
-    } else {
-        for (i = 0; i < ni; i++, src += si, h += 2) {
-            MICO_DWP_SPREAD_LINE(2 * MICO_DWP_PITCH);
-        }
-    }
-}
-
 /* Both lanes of the pairs' buffer rows 0..rows-1 at once from codes as bytes (planes of short
  * rows: src[line * srow + x * scol], made u by ^ hx): buffer row r takes line first + r in its
  * low lane and first + r + step in its high one, u_pad for a line outside 0..n_line-1; words
  * dst[r pitch + x], x < n_x. Two byte loads, a shift, an or and a store a word (rows of 5 at
  * constant offsets), where the halfword spreads take two passes. */
-static MICO_NOINLINE void mico_dwp_spread2(const uint8_t *src, int32_t srow, int32_t scol,
-                                           int32_t first, int32_t step, int32_t n_line,
-                                           int32_t rows, int32_t n_x, uint32_t hx, uint32_t upad,
-                                           MicoDwpWord *dst)
+static MICO_DWL_INLINE void mico_dwp_spread2(const uint8_t *src, int32_t srow, int32_t scol,
+                                             int32_t first, int32_t step, int32_t n_line,
+                                             int32_t rows, int32_t n_x, uint32_t hx, uint32_t upad,
+                                             MicoDwpWord *dst)
 {
     int32_t r, x;
     for (r = 0; r < rows; r++, dst += MICO_DWP_PITCH) {
@@ -2157,10 +2128,10 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
     }
 }
 
-static MICO_NOINLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
-                                         int32_t first, int32_t n_line, int32_t n,
-                                         const MicoDwp *d, MicoDwpWord *row, uint32_t k,
-                                         uint32_t b)
+static MICO_DWL_INLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
+                                           int32_t first, int32_t n_line, int32_t n,
+                                           const MicoDwp *d, MicoDwpWord *row, uint32_t k,
+                                           uint32_t b)
 {
     if (k == 3u && b == 4u) {
         mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u);
@@ -2240,19 +2211,123 @@ static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
     kc->unpacked = 1;
 }
 
-/* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
- * (scaled by 2^k) fits 3 lanes or more: the buffer built, the plane function of K lanes run;
- * returns 0 (nothing done) otherwise, the buffer then ready for the pairs (its padding
- * restored where words of K lanes were). */
-static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at, const uint32_t *w,
-                                    int32_t neg, int32_t pos, uint32_t k, int fits, uint32_t acc0,
-                                    uint32_t m, uint32_t sh, int relu, uint8_t *o)
+/* The buffer of kl = 3 or 4 lanes of a channel (its bytes from kc->src + at): from the codes
+ * as bytes (planes of short rows, mico_dwp_build) or from the packed rows (mico_dwp_readk). */
+static MICO_NOINLINE void mico_dwp_kbuild_s(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl)
 {
-    static MicoDwpPlane const fns3[4] = {mico_dwp_k3_0, mico_dwp_k3_1, mico_dwp_k3_2,
-                                         mico_dwp_k3_3};
-    static MicoDwpPlane const fns4[4] = {mico_dwp_k4_0, mico_dwp_k4_1, mico_dwp_k4_2,
-                                         mico_dwp_k4_3};
-    static MicoDwpPlane const fns5[3] = {mico_dwp_k5_0, mico_dwp_k5_1, mico_dwp_k5_2};
+    if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
+        mico_dwp_k_unpack(kc);
+    }
+    mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
+                   &kc->dk[kl - 3], (uint32_t)kl, kc->hx * (kl == 3 ? 0x100401u : 0x01010101u),
+                   buf + kc->pf);
+}
+static MICO_NOINLINE void mico_dwp_kbuild_p(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl)
+{
+    (void)at;
+    mico_dwp_readk(kc->in, kc->bit, (size_t)kc->in_w * kc->b, kc->first, kc->n_line, kc->n_x,
+                   &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b);
+}
+/* The buffer of 5 lanes (the plane transposed): from the codes as bytes, or straight from the
+ * packed codes (1- and 2-bit codes). */
+static MICO_NOINLINE void mico_dwp_kbuild5(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
+                                           int32_t kl)
+{
+    (void)kl;
+    if (kc->unpacked) {
+        mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
+    } else {
+        mico_dwp_build5p(kc->in, kc->bit, kc->in_h, kc->in_w, kc->b, kc->pad_h, kc->pad_w, buf);
+    }
+}
+
+/* What the pairs' buffer of a channel is read from (mico_dwp's layer, for MicoDwpForm.fill). */
+typedef struct {
+    const uint8_t *in;    /* the packed input */
+    const uint8_t *stage; /* a channel's plane unpacked (short rows of codes below 8 bits) */
+    uint32_t b, hx, upad, hxx, pad_byte;
+    int32_t in_w, ps, span_rows, slow_in, rows, n, trans, lo;
+    int32_t kind; /* the read of the layer: 0 field by field, 1 short rows, 2 rows of bytes */
+} MicoDwpIn;
+
+/* The pairs' buffer of the channel whose first code is `plane` (buf: its first padded column),
+ * each lane's rows of the plane: rows that start on a byte, both lanes a word at a time
+ * (mico_dwp_read2); short rows from the codes as bytes, both lanes at once (mico_dwp_spread2);
+ * any other plane field by field, one lane at a time (mico_dwp_read). */
+typedef void (*MicoDwpFill)(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf);
+static MICO_NOINLINE void mico_dwp_fill_r(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
+{
+    mico_dwp_read2(r->in, plane * r->b, (size_t)r->in_w * r->b, -r->ps, r->span_rows, r->slow_in,
+                   r->rows, r->n, r->b, r->hxx, r->pad_byte, buf);
+}
+static MICO_NOINLINE void mico_dwp_fill_s(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
+{
+    mico_dwp_spread2(r->b < 8u ? r->stage : r->in + plane, r->trans ? 1 : r->in_w,
+                     r->trans ? r->in_w : 1, -r->ps, r->span_rows, r->slow_in, r->rows, r->n,
+                     r->hx, r->upad, buf);
+}
+static MICO_NOINLINE void mico_dwp_fill_g(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
+{
+    int32_t lane;
+    for (lane = 0; lane < 2; lane++) {
+        const int32_t first = lane * r->span_rows - r->ps;
+        const int32_t r0 = first < 0 ? -first : 0;
+        const int32_t r1 = r->slow_in - first < r->rows ? r->slow_in - first : r->rows;
+        MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH;
+        const int half = lane ? 1 - r->lo : r->lo;
+        if (r1 <= r0 || r->n <= 0) {
+            continue;
+        }
+        if (r->trans) {
+            mico_dwp_read(r->in, (plane + (size_t)(first + r0)) * r->b, (size_t)r->in_w * r->b,
+                          r->n, r1 - r0, r->b, r->hx, d0, half, MICO_DWP_PITCH);
+        } else {
+            mico_dwp_read(r->in, (plane + (size_t)(first + r0) * (size_t)r->in_w) * r->b,
+                          (size_t)r->in_w * r->b, r1 - r0, r->n, r->b, r->hx, d0, half, 1);
+        }
+    }
+}
+
+/* The read of the layer's kind (the entry points of any form). */
+static void mico_dwp_fill_a(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
+{
+    (r->kind == 2 ? mico_dwp_fill_r : r->kind == 1 ? mico_dwp_fill_s : mico_dwp_fill_g)(r, plane,
+                                                                                       buf);
+}
+static void mico_dwp_kbuild_a(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl)
+{
+    (kc->packed ? mico_dwp_kbuild_p : mico_dwp_kbuild_s)(kc, buf, at, kl);
+}
+
+/* A form of the pair path (an entry point mico_qconv2d_dwp_f<sf>_<form>, chosen by
+ * mico.codegen.dwconv_plan.dwp_form): the form code of the layers it takes (mico_dwp_code;
+ * -1: any) and the functions of that form, NULL where the form leaves one out, so that a
+ * program links only the functions of its layers' forms. A channel whose choice (the span of
+ * its sums, its table) would need a plane function left out takes the pairs, which requantize
+ * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are). */
+typedef void (*MicoDwpKBuild)(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl);
+typedef struct {
+    int32_t code;
+    MicoDwpFill fill;          /* the pairs' buffer */
+    MicoDwpPlane pairs[3];     /* the pairs' plane functions [relu]; [2]: by thresholds */
+    MicoDwpPlane pairs5[2];    /* rows of 5 outputs, one tile a buffer row [relu] */
+    MicoDwpKBuild kbuild;      /* words of 3 or 4 lanes: their buffer (NULL: pairs only) */
+    MicoDwpKBuild kbuild5;     /* of 5 lanes */
+    MicoDwpPlane k3[4], k4[4]; /* [relu]: 0, 1 requantized, 2 by thresholds, 3 by table */
+    MicoDwpPlane k5[3];        /* [relu] */
+    MicoDwpPlane r5[2][4];     /* rows of 5 outputs, one tile a buffer row: [4 lanes][relu] */
+    MicoDwpPlane ks[2][2][2];  /* [stride 2][by thresholds][4 lanes]; else 4-bit outputs packed */
+} MicoDwpForm;
+
+/* A channel (its bytes from kc->src + at) through words of K lanes when the span of its sums
+ * (scaled by 2^k) fits 3 lanes or more and the form has the plane function: the buffer built,
+ * the plane function of K lanes run; returns 0 (nothing done) otherwise, the buffer then ready
+ * for the pairs (its padding restored where words of K lanes were). */
+static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, const MicoDwpForm *f, MicoDwpWord *buf,
+                                    size_t at, const uint32_t *w, int32_t neg, int32_t pos,
+                                    uint32_t k, int fits, uint32_t acc0, uint32_t m, uint32_t sh,
+                                    int relu, uint8_t *o)
+{
     const uint32_t span = (uint32_t)(pos - neg) * kc->umax << k;
     const uint32_t bb = (acc0 + (uint32_t)neg * kc->umax) << k;
     /* each lane started at -lo, lo = umax * neg: lanes of u (unsigned codes, u_pad = 0; signed
@@ -2266,6 +2341,7 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                                                         : 2; /* signed: 3 lanes (one padding) */
     int32_t cls, i, t;
     uint32_t ws[9];
+    MicoDwpPlane fn = NULL;
     kl = kl == 5 && (kc->layout == 1 || relu >= 3) ? 4 : kl; /* 3 or 4 lanes kept while the
                                                              * channel fits; tables: 4 lanes */
     /* (stride 2: 4-bit outputs stored packed by table, or outputs by thresholds, only) */
@@ -2273,6 +2349,21 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
                  !(relu == 1 && kc->levels && kl < 5 && span < (kl == 3 ? 0x200u : 0x80u))
              ? 2
              : kl;
+    if (kl != 2) { /* the plane function; the pairs when the form has none */
+        if (relu == 1 && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
+            relu = 2; /* outputs by thresholds */
+        }
+        if (kl == 5) {
+            fn = f->k5[relu];
+        } else if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed */
+            fn = f->ks[kc->sf == 2][relu == 2][kl == 4];
+        } else if (kc->dk[kl - 3].g.n_fast == 5 && (kl == 3 || relu >= 2)) { /* rows of 5 */
+            fn = f->r5[kl == 4][relu]; /* (4 lanes requantized: not taken here) */
+        } else {
+            fn = (kl == 3 ? f->k3 : f->k4)[relu];
+        }
+        kl = fn == NULL ? 2 : kl;
+    }
     cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
@@ -2291,110 +2382,28 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, MicoDwpWord *buf, size_t at,
     if (kl == 2) {
         return 0;
     }
-    if (relu == 1 && kc->levels && span < (kl == 3 ? 0x200u : kl == 4 ? 0x80u : 0x20u)) {
+    if (relu == 2) {
         static const uint32_t ls[3] = {10u, 8u, 6u}, ones[3] = {0x100401u, 0x01010101u,
                                                                 0x01041041u};
         mico_dwp_levels(kl == 5 ? &kc->d5 : &kc->dk[kl - 3], span, bb, m, sh, (uint32_t)kc->hi,
                         ls[kl - 3], ones[kl - 3]);
-        relu = 2;
     }
     if (kl == 5) {
-        if (kc->unpacked) {
-            mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
-        } else { /* straight from the packed codes */
-            mico_dwp_build5p(kc->in, kc->bit, kc->in_h, kc->in_w, kc->b, kc->pad_h, kc->pad_w,
-                             buf);
-        }
+        f->kbuild5(kc, buf, at, kl);
         for (t = 0; t < 9; t++) { /* the plane transposed: w[3 c + r] is tap (r, c) */
             ws[t] = (kc->trans ? w[t] : w[t % 3 * 3 + t / 3]) << k;
         }
-        fns5[relu](buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
+        fn(buf, ws, (lane0 * 0x01041041u) << k, bb, m, sh, &kc->d5, o);
         return 1;
     }
-    if (kc->packed) { /* rows of whole bytes: the words from the packed codes */
-        mico_dwp_readk(kc->in, kc->bit, (size_t)kc->in_w * kc->b, kc->first, kc->n_line,
-                       kc->n_x, &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b);
-    } else {
-        if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
-            mico_dwp_k_unpack(kc);
-        }
-        mico_dwp_build(kc->src + at, kc->srow, kc->scol, kc->n_line, kc->n_x, kc->first,
-                       &kc->dk[kl - 3], (uint32_t)kl,
-                       kc->hx * (kl == 3 ? 0x100401u : 0x01010101u), buf + kc->pf);
-    }
+    f->kbuild(kc, buf, at, kl);
     for (t = 0; k && t < 9; t++) {
         ws[t] = w[t] << k;
     }
-    if (kc->sf == 2 || relu == 4) { /* stride 2, or 4-bit codes stored packed (relu 4) */
-        static MicoDwpPlane const fnk[2][2][2] = {
-            {{mico_dwp_k3_4, mico_dwp_k4_4}, {mico_dwp_k3_2, mico_dwp_k4_2}},
-            {{mico_dwp_k3_4s2, mico_dwp_k4_4s2}, {mico_dwp_k3_2s2, mico_dwp_k4_2s2}}};
-        fnk[kc->sf == 2][relu == 2][kl == 4](
-            buf, k ? ws : w, (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
-            &kc->dk[kl - 3], o);
-        return 1;
-    }
-    if (kc->dk[kl - 3].g.n_fast == 5 && (kl == 3 || relu >= 2)) { /* rows of 5: one tile */
-        static MicoDwpPlane const fn5[2][4] = { /* (4 lanes requantized: not taken here) */
-            {mico_dwp_k3_0r5, mico_dwp_k3_1r5, mico_dwp_k3_2r5, mico_dwp_k3_3r5},
-            {NULL, NULL, mico_dwp_k4_2r5, mico_dwp_k4_3r5}};
-        fn5[kl == 4][relu](buf, k ? ws : w,
-                           (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
-                           &kc->dk[kl - 3], o);
-        return 1;
-    }
-    (kl == 3 ? fns3 : fns4)[relu](buf, k ? ws : w,
-                                  (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k,
-                                  bb, m, sh, &kc->dk[kl - 3], o);
+    fn(buf, k ? ws : w, (lane0 * (kl == 3 ? 0x100401u : 0x01010101u)) << k, bb, m, sh,
+       &kc->dk[kl - 3], o);
     return 1;
 }
-
-/* The pairs' buffer of a channel (inside mico_dwp): each lane's rows of the plane. */
-#define MICO_DWP_PAIRS()                                                                         \
-    do {                                                                                          \
-        if (rows2) { /* both lanes a word at a time, from rows that start on a byte */             \
-            mico_dwp_read2((const uint8_t *)in, plane * b, (size_t)in_w * b, -ps, span_rows,      \
-                           slow_in, d.rows,                                                       \
-                           fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf, b,      \
-                           hxx, pad_byte, buf + pf);                                              \
-            break;                                                                                \
-        }                                                                                         \
-        if (short_rows) { /* both lanes a word at a time, from the codes as bytes */              \
-            mico_dwp_spread2(b < 8u ? stage : (const uint8_t *)in + plane, trans ? 1 : in_w,      \
-                             trans ? in_w : 1, -ps, span_rows, slow_in, d.rows,                   \
-                             fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf, hx,   \
-                             upad, buf + pf);                                                     \
-            break;                                                                                \
-        }                                                                                         \
-        for (lane = 0; lane < 2; lane++) {                                                        \
-            const int32_t first = lane * span_rows - ps;                                          \
-            const int32_t r0 = first < 0 ? -first : 0;                                            \
-            const int32_t r1 = slow_in - first < d.rows ? slow_in - first : d.rows;               \
-            const int32_t n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;      \
-            MicoDwpWord *const d0 = buf + r0 * MICO_DWP_PITCH + pf;                               \
-            const int half = lane ? 1 - lo : lo;                                                  \
-            if (r1 <= r0 || n <= 0) {                                                             \
-                continue;                                                                         \
-            }                                                                                     \
-            if (short_rows) {                                                                     \
-                const int32_t srow = trans ? 1 : in_w, scol = trans ? in_w : 1;                   \
-                const uint8_t *const s0 = (b < 8u ? stage : (const uint8_t *)in + plane) +        \
-                                          (size_t)(first + r0) * (size_t)srow;                    \
-                if (n >= r1 - r0) {                                                               \
-                    mico_dwp_spread(s0, srow, scol, r1 - r0, n, 1, hx, d0, half);                 \
-                } else {                                                                          \
-                    mico_dwp_spread(s0, scol, srow, n, r1 - r0, MICO_DWP_PITCH, hx, d0, half);    \
-                }                                                                                 \
-            } else if (trans) {                                                                   \
-                mico_dwp_read((const uint8_t *)in, (plane + (size_t)(first + r0)) * b,            \
-                              (size_t)in_w * b, n, r1 - r0, b, hx, d0, half, MICO_DWP_PITCH);     \
-            } else {                                                                              \
-                mico_dwp_read((const uint8_t *)in,                                                \
-                              (plane + (size_t)(first + r0) * (size_t)in_w) * b,                  \
-                              (size_t)in_w * b, r1 - r0, n, b, hx, d0, half, 1);                  \
-            }                                                                                     \
-        }                                                                                         \
-    } while (0)
 
 /* Estimated instructions of a plane (mico.codegen.dwconv_plan mirrors it): pairs of output
  * lines of 8-output tiles and lone pairs. */
@@ -2403,10 +2412,19 @@ static int32_t mico_dwp_cost(int32_t n_fast, int32_t n_slow)
     return ((n_slow + 1) >> 1) * (100 * (n_fast >> 1) + 56 * (n_fast & 1) + 24);
 }
 
-/* The layer through the plane functions of stride sf along a buffer row ([relu]); 0 (nothing
- * done) when this path does not take it. */
-static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
-                                  void *out, MicoDwpPlane const fns[3], int32_t sf)
+/* The form code of a layer (mico.codegen.dwconv_plan.dwp_form mirrors it): the pairs' read
+ * (0 field by field, 1 short rows as bytes, 2 rows of whole bytes) | words of K lanes << 2 |
+ * of 5 lanes too << 3 | the outputs << 4 (0 requantized, 1 by thresholds, 2 by table, 3 by
+ * table stored packed) | rows of 5 outputs << 6. */
+#define MICO_DWP_CODE(RD, K, K5, OUT, R5) ((RD) | (K) << 2 | (K5) << 3 | (OUT) << 4 | (R5) << 6)
+
+/* The layer through the plane functions of stride sf along a buffer row of form f; 0 (nothing
+ * done) when this path does not take it or f is not the layer's form. f NULL: nothing done,
+ * 1 + the layer's form code returned (0: not taken). with_k (a constant): words of K lanes
+ * (mico_dwp_k), the body of the forms that have them (mico_dwp_m), or none (mico_dwp_p). */
+static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const void *in,
+                                        void *out, const MicoDwpForm *f, int32_t sf,
+                                        const int with_k)
 {
     MicoDwpWord buf[MICO_DWP_PITCH * MICO_DWP_ROWS];
     uint32_t stage_words[MICO_DWP_BYTES / 4];
@@ -2422,10 +2440,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     const int lo = mico_dwp_low_half();
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
-    int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, span_rows, lane;
-    int short_rows, multi, levels, rows2, nib;
+    int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, code;
+    int short_rows, multi, levels, rows2, nib, r5;
     int32_t n_lvl;
-    uint32_t hxx, pad_byte;
+    MicoDwpIn rd;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
         of.bits > 8 || (of.is_signed && of.bits == 1) || p->k_h != 3 || p->k_w != 3 ||
@@ -2468,13 +2486,6 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
      * buffer row read at once (mico_dwp_read2) */
     rows2 = !short_rows && !trans && (b == 1u || b == 2u || b == 4u || b == 8u) &&
             ((size_t)in_w * b) % 8u == 0u && ((size_t)in_plane * b) % 8u == 0u;
-    hxx = b == 8u ? hx : hx * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
-    pad_byte = b == 8u ? upad : upad * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
-    for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
-        buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
-    }
-    span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
-    d.lut = lut;
     /* outputs of 5..16 codes by table where the generator gave the channels' levels */
     n_lvl = g->hi - g->lo;
     lvl = n_lvl >= 4 && n_lvl <= 15 && g->lo >= 0 ? lvl : NULL;
@@ -2497,16 +2508,43 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
      * outputs a byte, stored packed by the plane functions (MICO_DWP_PLANEKN) */
     nib = kc.packed && lvl && of.bits == 4 && !of.is_signed && !of.zero && !trans &&
           !(p->out_w & 1);
+    /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word (the
+     * plane transposed: one line group; its codes unpacked) */
+    kc.multi5 = multi && p->stride_h == 1 && p->stride_w == 1 && in_w <= 5 && p->out_w <= 5 &&
+                p->out_h + 2 <= MICO_DWP_PITCH && b < 8u && !af.is_signed;
+    /* rows of 5 outputs at stride 1: one tile a buffer row */
+    r5 = sf == 1 && g->ss == 1 && g->n_fast == 5;
+    code = MICO_DWP_CODE(rows2 ? 2 : short_rows ? 1 : 0, multi, kc.multi5,
+                         levels ? 1 : !multi || !lvl ? 0 : nib ? 3 : 2, r5);
+    if (f == NULL || (f->code >= 0 && f->code != code) || (multi && !with_k)) {
+        return f == NULL ? 1 + code : 0;
+    }
+    rd.in = (const uint8_t *)in;
+    rd.stage = stage;
+    rd.b = b;
+    rd.hx = hx;
+    rd.upad = upad;
+    rd.hxx = b == 8u ? hx : hx * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
+    rd.pad_byte = b == 8u ? upad : upad * (b == 4u ? 0x11u : b == 2u ? 0x55u : 0xffu);
+    rd.in_w = in_w;
+    rd.ps = ps;
+    rd.span_rows = d.half * g->ss; /* D: buffer rows between a word's two lanes */
+    rd.slow_in = slow_in;
+    rd.rows = d.rows;
+    rd.n = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+    rd.trans = trans;
+    rd.lo = lo;
+    rd.kind = code & 3;
+    for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
+        buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
+    }
+    d.lut = lut;
     if (multi) {
         for (i = 0; i < 2; i++) {
             kc.dk[i] = d;
             kc.dk[i].half = (g->n_slow + 2 + i) / (3 + i);
             kc.dk[i].rows = (kc.dk[i].half - 1) * g->ss + 3;
         }
-        /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word
-         * (the plane transposed: one line group; its codes unpacked) */
-        kc.multi5 = p->stride_h == 1 && p->stride_w == 1 && in_w <= 5 && p->out_w <= 5 &&
-                    p->out_h + 2 <= MICO_DWP_PITCH && b < 8u && !af.is_signed;
         kc.d5 = d;
         kc.d5.g.n_fast = p->out_h;
         kc.d5.g.n_slow = p->out_w;
@@ -2519,7 +2557,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
         kc.srow = trans ? 1 : in_w;
         kc.scol = trans ? in_w : 1;
         kc.n_line = slow_in;
-        kc.n_x = fast_in < MICO_DWP_PITCH - pf ? fast_in : MICO_DWP_PITCH - pf;
+        kc.n_x = rd.n;
         kc.first = -ps;
         kc.pf = pf;
         kc.in_h = in_h;
@@ -2560,7 +2598,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
             mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
         }
         if (!multi) { /* (layers of K lanes: once the channel's lanes are known) */
-            MICO_DWP_PAIRS();
+            f->fill(&rd, plane, buf + pf);
         }
         if (direct) {
             o = (uint8_t *)out + (size_t)ch * (size_t)out_plane;
@@ -2598,11 +2636,10 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
             mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
         }
         packed4 = nib && lut_ch;
-        if (multi && mico_dwp_k(&kc, buf, b < 8u ? 0u : plane, w, neg, pos,
-                                lut_ch ? 0u : (uint32_t)k, lut_ch || fits, acc0, m, sh,
-                                packed4 ? 4 : lut_ch ? 3 : relu,
-                                packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u
-                                        : o)) {
+        if (with_k && multi &&
+            mico_dwp_k(&kc, f, buf, b < 8u ? 0u : plane, w, neg, pos, lut_ch ? 0u : (uint32_t)k,
+                       lut_ch || fits, acc0, m, sh, packed4 ? 4 : lut_ch ? 3 : relu,
+                       packed4 ? (uint8_t *)out + (size_t)ch * (size_t)out_plane / 2u : o)) {
             if (packed4) { /* words of K lanes, stored packed */
                 continue;
             }
@@ -2611,7 +2648,7 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                 mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
             }
             if (multi) {
-                MICO_DWP_PAIRS();
+                f->fill(&rd, plane, buf + pf);
             }
             if (fits) {
                 const uint32_t bb = (acc0 + (uint32_t)neg * umax) << k;
@@ -2620,14 +2657,13 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
                 for (t = 0; k && t < 9; t++) {
                     ws[t] = w[t] << k;
                 }
-                if (relu && levels && span < 0x8000u) { /* outputs by thresholds */
+                if (relu && levels && span < 0x8000u && f->pairs[2]) { /* by thresholds */
                     mico_dwp_levels(&d, span, bb, m, sh, (uint32_t)g->hi, 16u, 0x10001u);
-                    fns[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
-                } else if (sf == 1 && g->ss == 1 && g->n_fast == 5) { /* rows of 5: one tile */
-                    (relu ? mico_dwp_p5_1 : mico_dwp_p5_0)(buf, k ? ws : w, binit, bb, m, sh, &d,
-                                                           o);
+                    f->pairs[2](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                } else if (r5 && f->pairs5[0]) { /* rows of 5: one tile */
+                    f->pairs5[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 } else {
-                    fns[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
+                    f->pairs[relu](buf, k ? ws : w, binit, bb, m, sh, &d, o);
                 }
             } else {
                 mico_dwp_plain(&d, buf, w, acc0, &rq, o);
@@ -2640,27 +2676,113 @@ static MICO_NOINLINE int mico_dwp(const MicoConv2d *p, const uint8_t *lvl, const
     return 1;
 }
 
-#define MICO_DWP_ENTRY(SF)                                                                       \
-    MICO_DWP_PLANE(mico_dwp_p##SF##_0, SF, 0)                                                     \
-    MICO_DWP_PLANE(mico_dwp_p##SF##_1, SF, 1)                                                     \
-    MICO_DWP_PLANET(mico_dwp_p##SF##_2, SF)                                                       \
-    void mico_qconv2d_dwp_f##SF(const MicoConv2d *p, const MicoDwLanes *l, const void *in,        \
-                                void *out)                                                        \
+/* (flattened: the small helpers it calls once a channel, such as mico_rq, inlined) */
+#if defined(__GNUC__)
+#define MICO_DWP_FLAT __attribute__((flatten))
+#else
+#define MICO_DWP_FLAT
+#endif
+static MICO_DWP_FLAT MICO_NOINLINE int32_t mico_dwp_p(const MicoConv2d *p, const uint8_t *lvl,
+                                                      const void *in, void *out,
+                                                      const MicoDwpForm *f, int32_t sf)
+{
+    return mico_dwp(p, lvl, in, out, f, sf, 0);
+}
+static MICO_DWP_FLAT MICO_NOINLINE int32_t mico_dwp_m(const MicoConv2d *p, const uint8_t *lvl,
+                                                      const void *in, void *out,
+                                                      const MicoDwpForm *f, int32_t sf)
+{
+    return mico_dwp(p, lvl, in, out, f, sf, 1);
+}
+
+int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t sf)
+{
+    return mico_dwp_p(p, l ? l->lvl : NULL, NULL, NULL, NULL, sf) - 1;
+}
+
+MICO_DWP_PLANE(mico_dwp_p1_0, 1, 0)
+MICO_DWP_PLANE(mico_dwp_p1_1, 1, 1)
+MICO_DWP_PLANET(mico_dwp_p1_2, 1)
+MICO_DWP_PLANE(mico_dwp_p2_0, 2, 0)
+MICO_DWP_PLANE(mico_dwp_p2_1, 2, 1)
+MICO_DWP_PLANET(mico_dwp_p2_2, 2)
+
+/* A form's entry point: the layer through mico_dwp with the form's functions, or when this
+ * path does not take it (or it is not the form's), mico_qconv2d_depthwise3x3. The flags (0 or
+ * 1) say which functions the form has: RD the pairs' read (g, s, r), K words of K lanes, K5
+ * of 5 lanes, Q their requantizing plane functions, T outputs by thresholds, L by table, N by
+ * table stored packed, R5 rows of 5 outputs, P rows of other lengths; CODE the form code (-1:
+ * any). */
+#define MICO_DWP_IF(C, X) MICO_DWP_IF_(C, X)
+#define MICO_DWP_IF_(C, X) MICO_DWP_IF##C(X)
+#define MICO_DWP_IF0(X) NULL
+#define MICO_DWP_IF1(X) X
+#define MICO_DWP_SEL(C, A, B) MICO_DWP_SEL_(C, A, B)
+#define MICO_DWP_SEL_(C, A, B) MICO_DWP_SEL##C(A, B)
+#define MICO_DWP_SEL0(A, B) B
+#define MICO_DWP_SEL1(A, B) A
+#define MICO_DWP_AND(A, B) MICO_DWP_AND_(A, B)
+#define MICO_DWP_AND_(A, B) MICO_DWP_AND##A##B
+#define MICO_DWP_AND00 0
+#define MICO_DWP_AND01 0
+#define MICO_DWP_AND10 0
+#define MICO_DWP_AND11 1
+#define MICO_DWP_OR(A, B) MICO_DWP_OR_(A, B)
+#define MICO_DWP_OR_(A, B) MICO_DWP_OR##A##B
+#define MICO_DWP_OR00 0
+#define MICO_DWP_OR01 1
+#define MICO_DWP_OR10 1
+#define MICO_DWP_OR11 1
+#define MICO_DWP_S1_1 1 /* stride 1 along the buffer rows */
+#define MICO_DWP_S1_2 0
+#define MICO_DWP_S2_1 0
+#define MICO_DWP_S2_2 1
+#define MICO_DWP_KB_g NULL
+#define MICO_DWP_KB_s mico_dwp_kbuild_s
+#define MICO_DWP_KB_r mico_dwp_kbuild_p
+#define MICO_DWP_KB_a mico_dwp_kbuild_a
+#define MICO_DWP_FORM(SF, NAME, RD, K, K5, Q, T, L, N, R5, P, CODE)                               \
+    void mico_qconv2d_dwp_f##SF##NAME(const MicoConv2d *p, const MicoDwLanes *l, const void *in,  \
+                                      void *out)                                                  \
     {                                                                                             \
-        static MicoDwpPlane const fns[3] = {mico_dwp_p##SF##_0, mico_dwp_p##SF##_1,              \
-                                            mico_dwp_p##SF##_2};                                  \
-        static const MicoDwLanes one = {32, 0, 0, 0};                                             \
-        if (mico_dwp(p, l ? l->lvl : NULL, in, out, fns, SF)) {                                   \
-            return;                                                                               \
-        }                                                                                         \
-        if (p->in_fmt.zero || p->out.fmt.zero) {                                                  \
+        static const MicoDwpForm form = {                                                         \
+            CODE,                                                                                 \
+            mico_dwp_fill_##RD,                                                                   \
+            {MICO_DWP_IF(P, mico_dwp_p##SF##_0), MICO_DWP_IF(P, mico_dwp_p##SF##_1),              \
+             MICO_DWP_IF(T, mico_dwp_p##SF##_2)},                                                 \
+            {MICO_DWP_IF(R5, mico_dwp_p5_0), MICO_DWP_IF(R5, mico_dwp_p5_1)},                     \
+            MICO_DWP_IF(K, MICO_DWP_KB_##RD),                                                     \
+            MICO_DWP_IF(MICO_DWP_AND(K5, MICO_DWP_OR(Q, T)), mico_dwp_kbuild5),                   \
+            {MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_0),                                      \
+             MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_1),                                      \
+             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k3_2),                     \
+             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k3_3)},                                     \
+            {MICO_DWP_IF(Q, mico_dwp_k4_0), MICO_DWP_IF(Q, mico_dwp_k4_1),                        \
+             MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), P), mico_dwp_k4_2),                     \
+             MICO_DWP_IF(MICO_DWP_AND(L, P), mico_dwp_k4_3)},                                     \
+            {MICO_DWP_IF(MICO_DWP_AND(K5, Q), mico_dwp_k5_0),                                     \
+             MICO_DWP_IF(MICO_DWP_AND(K5, Q), mico_dwp_k5_1),                                     \
+             MICO_DWP_IF(MICO_DWP_AND(K5, T), mico_dwp_k5_2)},                                    \
+            {{MICO_DWP_IF(MICO_DWP_AND(R5, Q), mico_dwp_k3_0r5),                                  \
+              MICO_DWP_IF(MICO_DWP_AND(R5, Q), mico_dwp_k3_1r5),                                  \
+              MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_AND(K, T)), mico_dwp_k3_2r5),                 \
+              MICO_DWP_IF(MICO_DWP_AND(R5, L), mico_dwp_k3_3r5)},                                 \
+             {NULL, NULL, MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_AND(K, T)), mico_dwp_k4_2r5),     \
+              MICO_DWP_IF(MICO_DWP_AND(R5, L), mico_dwp_k4_3r5)}},                                \
+            {{{MICO_DWP_IF(MICO_DWP_AND(N, MICO_DWP_S1_##SF), mico_dwp_k3_4),                     \
+               MICO_DWP_IF(MICO_DWP_AND(N, MICO_DWP_S1_##SF), mico_dwp_k4_4)},                    \
+              {NULL, NULL}},                                                                      \
+             {{MICO_DWP_IF(MICO_DWP_AND(N, MICO_DWP_S2_##SF), mico_dwp_k3_4s2),                   \
+               MICO_DWP_IF(MICO_DWP_AND(N, MICO_DWP_S2_##SF), mico_dwp_k4_4s2)},                  \
+              {MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), MICO_DWP_S2_##SF), mico_dwp_k3_2s2),  \
+               MICO_DWP_IF(MICO_DWP_AND(MICO_DWP_AND(K, T), MICO_DWP_S2_##SF),                    \
+                           mico_dwp_k4_2s2)}}}};                                                  \
+        if (!MICO_DWP_SEL(K, mico_dwp_m, mico_dwp_p)(p, l ? l->lvl : NULL, in, out, &form, SF)) { \
             mico_qconv2d_depthwise3x3(p, in, out);                                                \
-        } else {                                                                                  \
-            mico_qconv2d_dwl_s32(p, &one, in, out);                                               \
         }                                                                                         \
     }
-MICO_DWP_ENTRY(1)
-MICO_DWP_ENTRY(2)
+
+MICO_DWP_FORMS(MICO_DWP_FORM)
 
 /* ------------------------------------------------------------------------------------------
  * Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs): 2-bit unsigned activations (no zero point),
@@ -2689,7 +2811,7 @@ MICO_DWP_ENTRY(2)
  * The plane is read before any of its outputs is written, and the output stream is written in
  * whole words of completed outputs: the in-place contract holds. Stack: 1.8 KB (stride 2:
  * 2.2 KB). Layers this path does not take (and any weight outside {-1, 0, 1}, any bias within
- * 32 of the int32 limits) go to mico_qconv2d_dwp_f1 / _f2. */
+ * 32 of the int32 limits) go to mico_qconv2d_depthwise3x3. */
 #define MICO_DWB_WORDS 32 /* words of a plane: 1,024 pixels */
 #define MICO_DWB_NB 40    /* words of one copy (the plane and the zero words around it) */
 
@@ -3294,9 +3416,23 @@ void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in
         }
         return;
     }
-    if (p->stride_w == 2) {
-        mico_qconv2d_dwp_f2(p, l, in, out);
+    mico_qconv2d_depthwise3x3(p, in, out);
+}
+
+/* One stride each (the generator's entry points): a program links mico_dwb or mico_dwb2 only. */
+void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (p->stride_w == 1 && mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
+        mico_dwb(p, l->thr, in, out);
     } else {
-        mico_qconv2d_dwp_f1(p, l, in, out);
+        mico_qconv2d_depthwise3x3(p, in, out);
+    }
+}
+void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (p->stride_w == 2 && mico_dwb_shape(p) && mico_dwb_weights_ok(p)) {
+        mico_dwb2(p, l->thr, in, out);
+    } else {
+        mico_qconv2d_depthwise3x3(p, in, out);
     }
 }

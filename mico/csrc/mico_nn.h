@@ -462,20 +462,83 @@ MICO_DWL_DECLARE(4) MICO_DWL_DECLARE(6) MICO_DWL_DECLARE(8) MICO_DWL_DECLARE(12)
 MICO_DWL_DECLARE(16) MICO_DWL_DECLARE(32)
 /* Depthwise 3x3 on bytes (mico_dwconv.c): 8-bit codes in and out, register tiles of 4 outputs
  * along the rows (or columns) of a padded copy of each channel plane, stride 1 or 2 along them
- * (f1 / f2); other layers go to mico_qconv2d_dwl_s32. l is unused (the lanes' signature). */
+ * (f1 / f2); other layers (which mico.codegen.dwconv_plan.dw8_plan does not give it) go to
+ * mico_qconv2d_depthwise3x3. l is unused (the lanes' signature). */
 void mico_qconv2d_dw8_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 /* Depthwise 3x3 on pairs of output lines (mico_dwconv.c): codes of 1..8 bits in and out, two
- * outputs per multiply in 16-bit lanes of a padded copy of each channel plane, stride 1 or 2
- * along its rows (f1 / f2), when every channel's window sums fit the lanes
- * (mico.codegen.dwconv_plan); other layers go to mico_qconv2d_dwl_s32 (asymmetric codes:
- * mico_qconv2d_depthwise3x3). l is unused (the lanes' signature). */
-void mico_qconv2d_dwp_f1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
-void mico_qconv2d_dwp_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+ * outputs per multiply in 16-bit lanes (or K in words of K lanes) of a padded copy of each
+ * channel plane, stride 1 or 2 along its rows (f1 / f2), when every channel's window sums fit
+ * the lanes (mico.codegen.dwconv_plan); other layers go to mico_qconv2d_depthwise3x3. One entry
+ * point per form (mico_qconv2d_dwp_f<sf><suffix>, chosen by mico.codegen.dwconv_plan.dwp_form),
+ * so that a program links the plane functions of its layers' forms only; a layer not of the
+ * entry's form goes to mico_qconv2d_depthwise3x3 too. The suffix: the pairs' read (_g field by
+ * field, _s short rows as bytes, _r rows of whole bytes), words of K lanes (_k; _k5: of 5 lanes
+ * too), the outputs (_q requantized, _t by thresholds, _l by table, _n by table stored packed),
+ * rows of 5 outputs (_r5; not with rows of whole bytes, whose planes are too tall for the
+ * buffer), no requantizing words of K lanes (_x: every channel has its table).
+ * X(sf, suffix, read, K, K5, Q, T, L, N, R5, P, code): the functions each form has (mico_dwconv.c,
+ * MICO_DWP_FORM); mico_qconv2d_dwp_f1 / _f2: any form (the kernel choosing, every function
+ * linked). */
+#define MICO_DWP_FORMS(X) \
+    X(1, _g_q, g, 0, 0, 0, 0, 0, 0, 0, 1, 0) \
+    X(1, _g_q_r5, g, 0, 0, 0, 0, 0, 0, 1, 0, 64) \
+    X(1, _g_t, g, 0, 0, 0, 1, 0, 0, 0, 1, 16) \
+    X(1, _g_t_r5, g, 0, 0, 0, 1, 0, 0, 1, 0, 80) \
+    X(1, _s_q, s, 0, 0, 0, 0, 0, 0, 0, 1, 1) \
+    X(1, _s_q_r5, s, 0, 0, 0, 0, 0, 0, 1, 0, 65) \
+    X(1, _s_t, s, 0, 0, 0, 1, 0, 0, 0, 1, 17) \
+    X(1, _s_t_r5, s, 0, 0, 0, 1, 0, 0, 1, 0, 81) \
+    X(1, _s_k_q, s, 1, 0, 1, 0, 0, 0, 0, 1, 5) \
+    X(1, _s_k_q_r5, s, 1, 0, 1, 0, 0, 0, 1, 0, 69) \
+    X(1, _s_k_t, s, 1, 0, 1, 1, 0, 0, 0, 1, 21) \
+    X(1, _s_k_t_r5, s, 1, 0, 1, 1, 0, 0, 1, 0, 85) \
+    X(1, _s_k_l, s, 1, 0, 1, 0, 1, 0, 0, 1, 37) \
+    X(1, _s_k_l_x, s, 1, 0, 0, 0, 1, 0, 0, 1, 37) \
+    X(1, _s_k_l_r5, s, 1, 0, 1, 0, 1, 0, 1, 0, 101) \
+    X(1, _s_k_l_r5_x, s, 1, 0, 0, 0, 1, 0, 1, 0, 101) \
+    X(1, _s_k5_q, s, 1, 1, 1, 0, 0, 0, 0, 1, 13) \
+    X(1, _s_k5_q_r5, s, 1, 1, 1, 0, 0, 0, 1, 0, 77) \
+    X(1, _s_k5_t, s, 1, 1, 1, 1, 0, 0, 0, 1, 29) \
+    X(1, _s_k5_t_r5, s, 1, 1, 1, 1, 0, 0, 1, 0, 93) \
+    X(1, _s_k5_l, s, 1, 1, 1, 0, 1, 0, 0, 1, 45) \
+    X(1, _s_k5_l_x, s, 1, 1, 0, 0, 1, 0, 0, 1, 45) \
+    X(1, _s_k5_l_r5, s, 1, 1, 1, 0, 1, 0, 1, 0, 109) \
+    X(1, _s_k5_l_r5_x, s, 1, 1, 0, 0, 1, 0, 1, 0, 109) \
+    X(1, _r_q, r, 0, 0, 0, 0, 0, 0, 0, 1, 2) \
+    X(1, _r_t, r, 0, 0, 0, 1, 0, 0, 0, 1, 18) \
+    X(1, _r_k_q, r, 1, 0, 1, 0, 0, 0, 0, 1, 6) \
+    X(1, _r_k_t, r, 1, 0, 1, 1, 0, 0, 0, 1, 22) \
+    X(1, _r_k_l, r, 1, 0, 1, 0, 1, 0, 0, 1, 38) \
+    X(1, _r_k_l_x, r, 1, 0, 0, 0, 1, 0, 0, 1, 38) \
+    X(1, _r_k_n, r, 1, 0, 1, 0, 0, 1, 0, 1, 54) \
+    X(1, _r_k_n_x, r, 1, 0, 0, 0, 0, 1, 0, 1, 54) \
+    X(2, _g_q, g, 0, 0, 0, 0, 0, 0, 0, 1, 0) \
+    X(2, _g_t, g, 0, 0, 0, 1, 0, 0, 0, 1, 16) \
+    X(2, _s_q, s, 0, 0, 0, 0, 0, 0, 0, 1, 1) \
+    X(2, _s_t, s, 0, 0, 0, 1, 0, 0, 0, 1, 17) \
+    X(2, _r_q, r, 0, 0, 0, 0, 0, 0, 0, 1, 2) \
+    X(2, _r_t, r, 0, 0, 0, 1, 0, 0, 0, 1, 18) \
+    X(2, _r_k_t, r, 1, 0, 0, 1, 0, 0, 0, 1, 22) \
+    X(2, _r_k_l, r, 1, 0, 0, 0, 0, 0, 0, 1, 38) \
+    X(2, _r_k_n, r, 1, 0, 0, 0, 0, 1, 0, 1, 54) \
+    X(1, , a, 1, 1, 1, 1, 1, 1, 1, 1, -1) \
+    X(2, , a, 1, 0, 0, 1, 0, 1, 0, 1, -1)
+#define MICO_DWP_DECLARE(SF, NAME, ...)                                                     \
+    void mico_qconv2d_dwp_f##SF##NAME(const MicoConv2d *p, const MicoDwLanes *l, const void *in, \
+                                      void *out);
+MICO_DWP_FORMS(MICO_DWP_DECLARE)
+/* The form code of a layer at stride sf along the buffer rows (mico_dwp_code in mico_dwconv.c,
+ * mirrored by mico.codegen.dwconv_plan.dwp_form), -1 when the pair path does not take it. */
+int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t sf);
 /* Depthwise 3x3 bit-sliced (mico_dwconv.c): 2-bit unsigned codes in, weights in {-1, 0, 1},
- * 1- or 2-bit unsigned codes out, stride 1, padding 1; other layers go to mico_qconv2d_dwp_f1.
- * l is unused (the lanes' signature). */
+ * 1- or 2-bit unsigned codes out, stride 1 or 2, padding 1 (l->thr: the generator's
+ * thresholds, or NULL); other layers go to mico_qconv2d_depthwise3x3. _s1 / _s2: one stride
+ * each (what mico.codegen.dwconv_plan.dw_kernel emits: a program links that stride's kernel
+ * only). */
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4- and 2-bit weights read a word at a time (linked only by
  * programs that call it). */

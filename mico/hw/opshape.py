@@ -137,14 +137,22 @@ def emitted_kernel(
     return calls[-1], lane_s, lane_n
 
 
-#: kernel entry points whose names carry their parameters, and the path they belong to
-_FAMILIES = ((re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"), (re.compile(r"^dwl_s\d+$"), "dwlanes"))
+#: kernel entry points whose names carry their parameters, and the path they belong to (the
+#: depthwise pair path's forms and the bit-sliced path's strides: one path each)
+_FAMILIES = (
+    (re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"),
+    (re.compile(r"^dwl_s\d+$"), "dwlanes"),
+    (re.compile(r"^dwp_f1(_|$)"), "dwp_f1"),
+    (re.compile(r"^dwp_f2(_|$)"), "dwp_f2"),
+    (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
+)
 
 
 def kernel_path(kernel: str) -> str:
     """The path label of an entry point: ``mico_qconv2d_tiled_s8`` -> ``tiled_s8``,
     ``mico_qlinear`` -> ``linear``, ``mico_qconv2d_lanes_w4g2`` -> ``lanes``,
-    ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qlinear_bin_cpop`` -> ``bin_cpop``; a name
+    ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` -> ``dwp_f1``,
+    ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qlinear_bin_cpop`` -> ``bin_cpop``; a name
     it does not know is its own label (without the ``mico_qconv2d_`` / ``mico_q`` prefix)."""
     name = kernel.removeprefix("mico_qconv2d_")
     if name == kernel:

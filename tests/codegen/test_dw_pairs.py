@@ -282,10 +282,10 @@ def test_plan_picks_the_pair_path():
     than 16 bits, planes wider than the buffer and dilation are declined."""
     a4, a2, a8 = QFormat(4, False), QFormat(2, False), QFormat(8, False)
     assert dw_kernel(_plan(4, a4, a4, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
-    assert dw_kernel(_plan(2, a2, a2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(2, a2, a2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs_s1"
     assert dw_kernel(_plan(4, a4, a4, (16, 16), (16, 16))) == "mico_qconv2d_dwp_f1"
     assert dw_kernel(_plan(4, a4, a4, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
-    assert dw_kernel(_plan(2, a2, a2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(2, a2, a2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs_s1"
     assert dw_kernel(_plan(2, a2, a2, (16, 16), (14, 14), pad=0)) == "mico_qconv2d_dwp_f1"
     assert dw_kernel(_plan(8, a8, a8, (25, 5), (25, 5))) == "mico_qconv2d_dw8_f1"
     # the paths inside the pair kernel: signed codes (words of 3 lanes), 2-bit outputs by

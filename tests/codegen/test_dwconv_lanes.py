@@ -158,7 +158,7 @@ def test_rv32_bit_exact_and_fewer_instructions():
 
 
 def test_generated_dscnn_takes_pixel_lanes(tmp_path):
-    """End to end: dscnn at W2A2 emits the bit-sliced path (mico_qconv2d_dwbs: 2-bit codes
+    """End to end: dscnn at W2A2 emits the bit-sliced path (mico_qconv2d_dwbs_s1: 2-bit codes
     in and out, ternary weights, stride 1, padding 1) for its depthwise layers and the program
     (ASan + UBSan) equals the Python reference."""
     import torch
@@ -181,7 +181,7 @@ def test_generated_dscnn_takes_pixel_lanes(tmp_path):
     calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
     graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
     project = emit_c_project(graph, tmp_path / "c", "m")
-    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwbs(") == 4
+    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwbs_s1(") == 4
     host.build(project, sanitize=True)
     samples = torch.randn((2, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()

@@ -98,12 +98,12 @@ def _declined() -> list:
 
 
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
-    """The bit-sliced entry point, whatever the plan would choose."""
-    return {"s": 0, "q": 0, "sliced": 1}
+    """The bit-sliced entry point of the layer's stride, whatever the plan would choose."""
+    return {"s": 0, "q": 0, "sliced": 1, "stride": int(stride[1])}
 
 
 def test_sliced_path_bit_exact(monkeypatch):
-    """Every case (one C program) equals the reference through mico_qconv2d_dwbs."""
+    """Every case (one C program) equals the reference through mico_qconv2d_dwbs_s1 / _s2."""
     layers = _sliced_cases() + _declined()
     for layer in _sliced_cases():
         args = ((layer.stride,) * 2, (layer.pad,) * 2, (1, 1))
@@ -115,7 +115,7 @@ def test_sliced_path_bit_exact(monkeypatch):
         for kernel, _, out in results:
             case = (kernel, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride, layer.pad)
             assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
-        assert results[0][0] == "mico_qconv2d_dwbs"
+        assert results[0][0] == f"mico_qconv2d_dwbs_s{layer.stride}"
 
 
 def test_sliced_path_sanitized(monkeypatch):
@@ -152,23 +152,24 @@ def test_plan_picks_the_sliced_path():
     2 the pair path's words of 4 lanes, by estimate); wider codes,
     signed or asymmetric codes, weights outside {-1, 0, 1}, padding 0, rows of 32 codes (64 at
     stride 2) and planes above 1,024 pixels keep the others."""
-    assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, O1, (16, 16), (16, 16))) == "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs_s1"
+    assert dw_kernel(_plan(A2, A2, (16, 16), (16, 16))) == "mico_qconv2d_dwbs_s1"
+    assert dw_kernel(_plan(A2, O1, (16, 16), (16, 16))) == "mico_qconv2d_dwbs_s1"
     a4 = QFormat(4, False)
-    assert dw_kernel(_plan(a4, a4, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, a4, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(QFormat(2, True), A2, (25, 5), (25, 5))) != "mico_qconv2d_dwbs"
+    assert not dw_kernel(_plan(a4, a4, (25, 5), (25, 5))).startswith("mico_qconv2d_dwbs")
+    assert not dw_kernel(_plan(A2, a4, (25, 5), (25, 5))).startswith("mico_qconv2d_dwbs")
+    signed = dw_kernel(_plan(QFormat(2, True), A2, (25, 5), (25, 5)))
+    assert not signed.startswith("mico_qconv2d_dwbs")
     asym = QFormat(2, False, 1)
-    assert dw_kernel(_plan(asym, A2, (8, 8), (8, 8))) != "mico_qconv2d_dwbs"
+    assert not dw_kernel(_plan(asym, A2, (8, 8), (8, 8))).startswith("mico_qconv2d_dwbs")
     # stride 2: the pair path's words of 4 lanes from the packed rows where its estimate is
     # lower (rows of whole bytes: 32 x 32), else bit-sliced (rows of 31 codes)
     assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
-    assert dw_kernel(_plan(A2, A2, (31, 31), (16, 16), stride=2)) == "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (8, 64), (4, 32), stride=2)) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (16, 32), (16, 32))) != "mico_qconv2d_dwbs"
-    assert dw_kernel(_plan(A2, A2, (40, 30), (40, 30))) != "mico_qconv2d_dwbs"
+    assert dw_kernel(_plan(A2, A2, (31, 31), (16, 16), stride=2)) == "mico_qconv2d_dwbs_s2"
+    assert not dw_kernel(_plan(A2, A2, (8, 64), (4, 32), stride=2)).startswith("mico_qconv2d_dwbs")
+    assert not dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)).startswith("mico_qconv2d_dwbs")
+    assert not dw_kernel(_plan(A2, A2, (16, 32), (16, 32))).startswith("mico_qconv2d_dwbs")
+    assert not dw_kernel(_plan(A2, A2, (40, 30), (40, 30))).startswith("mico_qconv2d_dwbs")
     w2 = np.full((2, 1, 3, 3), -2)
     assert dwb_plan(w2, A2, A2, (8, 8), (8, 8), (1, 1), (1, 1), (1, 1)) is None
 
@@ -217,12 +218,12 @@ def test_sliced_path_in_place(monkeypatch):
     program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
     n_bytes = max((lay.x.size * 2 + 7) // 8 for lay in layers)
     program = program.replace("static uint8_t y[", f"static uint8_t y[{n_bytes} + ", 1)
-    for i in range(len(layers)):
-        call = f"mico_qconv2d_dwbs(&L{i}_p_dw, &L{i}_l_dw, L{i}_x, y);"
+    for i, layer in enumerate(layers):
+        entry = f"mico_qconv2d_dwbs_s{layer.stride}"
+        call = f"{entry}(&L{i}_p_dw, &L{i}_l_dw, L{i}_x, y);"
         assert program.count(call) == 1
         program = program.replace(
-            call,
-            f"memcpy(y, L{i}_x, sizeof L{i}_x); mico_qconv2d_dwbs(&L{i}_p_dw, &L{i}_l_dw, y, y);",
+            call, f"memcpy(y, L{i}_x, sizeof L{i}_x); {entry}(&L{i}_p_dw, &L{i}_l_dw, y, y);"
         )
     _check_sanitized(program, layers, "-O1")
 

@@ -43,6 +43,10 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qconv2d_lanes_w4g2") == "lanes"
     assert kernel_path("mico_qlinear_lanes_w2g4") == "lanes"
     assert kernel_path("mico_qconv2d_dwl_s8") == "dwlanes"
+    assert kernel_path("mico_qconv2d_dwp_f1_s_k5_l_r5_x") == "dwp_f1"  # a form of the path
+    assert kernel_path("mico_qconv2d_dwp_f2_r_k_n") == "dwp_f2"
+    assert kernel_path("mico_qconv2d_dwp_f1") == "dwp_f1"
+    assert kernel_path("mico_qconv2d_dwbs_s2") == "dwbs"
     assert kernel_path("mico_qconv2d_bin_cpop") == "bin_cpop"
     assert kernel_path("mico_qlinear_bin_swar") == "bin_swar"
     assert kernel_path("mico_qconv2d_some_new_path") == "some_new_path"  # a path added later
