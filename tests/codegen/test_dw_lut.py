@@ -17,9 +17,6 @@ that leave lanes empty, unsigned outputs without a ReLU."""
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -27,6 +24,7 @@ import pytest
 from mico.codegen.dwconv_plan import DWP_LUT, dw_kernel, dw_lane_plan, dwp_levels
 from mico.ir.ops.mico_ops import finish, out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.dw_sanitized import check_sanitized
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -219,20 +217,4 @@ def test_packed_stores_sanitized(monkeypatch):
     n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
     assert f"y[{n_bytes + 4}]" in program
     program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
-    with tempfile.TemporaryDirectory(prefix="mico-dwlut-asan-") as tmp:
-        work = Path(tmp)
-        (work / "main.c").write_text(program)
-        kernels_rv32._sources(work)
-        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
-        sources.append(str(work / "mico_conv2d.c"))
-        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
-        cmd = ["gcc", "-std=c99", "-O1", *flags, "-I", str(work), *sources, "-o", str(work / "m")]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    tokens = run.stdout.split()
-    marks = [i for i, token in enumerate(tokens) if token == "instret"]
-    for layer, i in zip(layers, marks, strict=True):
-        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
-        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
-        assert np.array_equal(out, layer.reference().ravel())
+    check_sanitized(program, layers, "-O1")

@@ -14,15 +14,13 @@ kernel's per-channel guard); planes too large for the buffer (the kernel's fallb
 from __future__ import annotations
 
 import shutil
-import subprocess
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_plan, pair_span
 from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.dw_sanitized import check_sanitized
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -247,23 +245,7 @@ def test_pair_path_sanitized(monkeypatch):
     n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
     assert f"y[{n_bytes + 4}]" in program
     program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
-    with tempfile.TemporaryDirectory(prefix="mico-dwp-asan-") as tmp:
-        work = Path(tmp)
-        (work / "main.c").write_text(program)
-        kernels_rv32._sources(work)  # the headers and kernels; only these three are built
-        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
-        sources.append(str(work / "mico_conv2d.c"))  # mico_qconv2d_depthwise3x3, the fallback
-        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
-        cmd = ["gcc", "-std=c99", "-O0", *flags, "-I", str(work), *sources, "-o", str(work / "m")]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    tokens = run.stdout.split()
-    marks = [i for i, token in enumerate(tokens) if token == "instret"]
-    for layer, i in zip(layers, marks, strict=True):
-        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
-        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
-        assert np.array_equal(out, layer.reference().ravel())
+    check_sanitized(program, layers, "-O0")
 
 
 def _plan(weight_bits, a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):

@@ -14,7 +14,6 @@ codes, 64 at stride 2, padding 0, 4-bit codes)."""
 from __future__ import annotations
 
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -23,6 +22,7 @@ import pytest
 
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_plan, dwb_thresholds
 from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.dw_sanitized import check_sanitized
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -136,7 +136,7 @@ def test_sliced_path_sanitized(monkeypatch):
     n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
     assert f"y[{n_bytes + 4}]" in program
     program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
-    _check_sanitized(program, layers, "-O0")
+    check_sanitized(program, layers, "-O0")
 
 
 def _plan(a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
@@ -225,26 +225,4 @@ def test_sliced_path_in_place(monkeypatch):
         program = program.replace(
             call, f"memcpy(y, L{i}_x, sizeof L{i}_x); {entry}(&L{i}_p_dw, &L{i}_l_dw, y, y);"
         )
-    _check_sanitized(program, layers, "-O1")
-
-
-def _check_sanitized(program: str, layers: list, opt: str) -> None:
-    """Build ``program`` with the depthwise kernels under ASan + UBSan at ``opt``, run it, and
-    hold every layer's output to the reference."""
-    with tempfile.TemporaryDirectory(prefix="mico-dwb-san-") as tmp:
-        work = Path(tmp)
-        (work / "main.c").write_text(program)
-        kernels_rv32._sources(work)
-        sources = [str(work / f) for f in ("main.c", "mico_nn_run.c", "mico_dwconv.c")]
-        sources.append(str(work / "mico_conv2d.c"))
-        flags = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g"]
-        cmd = ["gcc", "-std=c99", opt, *flags, "-I", str(work), *sources, "-o", str(work / "m")]
-        subprocess.run(cmd, check=True, capture_output=True, text=True)
-        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-3000:]
-    tokens = run.stdout.split()
-    marks = [i for i, token in enumerate(tokens) if token == "instret"]
-    for layer, i in zip(layers, marks, strict=True):
-        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
-        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
-        assert np.array_equal(out, layer.reference().ravel()), (layer.x.shape, layer.o_fmt)
+    check_sanitized(program, layers, "-O1")

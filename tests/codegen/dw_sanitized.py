@@ -1,0 +1,35 @@
+"""The depthwise kernels' layer programs (benchmarks/kernels_rv32.py) built under ASan and
+UBSan and held to the Python reference: one helper for the depthwise tests."""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from tests.codegen.test_dwconv_lanes import kernels_rv32
+
+SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
+
+
+def check_sanitized(program: str, layers: list, opt: str) -> None:
+    """Build ``program`` with the depthwise kernels (and mico_conv2d.c, their fallback) under
+    ASan + UBSan at ``opt``, run it, and hold every layer's output to the reference."""
+    with tempfile.TemporaryDirectory(prefix="mico-dw-san-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text(program)
+        kernels_rv32._sources(work)  # the headers and kernels; only these are built
+        names = ("main.c", "mico_nn_run.c", "mico_dwconv.c", "mico_conv2d.c")
+        sources = [str(work / f) for f in names]
+        cmd = ["gcc", "-std=c99", opt, *SANITIZE, "-I", str(work), *sources, "-o", str(work / "m")]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        run = subprocess.run([str(work / "m")], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    tokens = run.stdout.split()
+    marks = [i for i, token in enumerate(tokens) if token == "instret"]
+    for layer, i in zip(layers, marks, strict=True):
+        raw = np.frombuffer(bytes.fromhex(tokens[i + 2]), dtype=np.uint8)
+        out = kernels_rv32.unpack(raw, layer.reference().size, layer.o_fmt)
+        assert np.array_equal(out, layer.reference().ravel()), (layer.x.shape, layer.o_fmt)
