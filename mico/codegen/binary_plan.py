@@ -37,6 +37,10 @@ MAX_WORDS = 288
 #: layers of fewer MACs keep the other kernels: the popcount path adds about 7 KB of code to a
 #: program (the lanes' rule, emitters.LANES_MIN_MACS, for the same reason)
 MIN_MACS = 32768
+#: ... and linear layers from this many: their popcount kernel is about 1.5 KB of rv32 code
+#: (as emitters.LINEAR_S8_MIN_MACS for the W8A8 byte path); a 256 -> 64 layer (16,384 MACs)
+#: ran 7.11 rv32 instructions per MAC on the plain kernel, above W8A8's 3.69
+LINEAR_MIN_MACS = 8192
 
 
 #: the bit-sliced depthwise path's limits (mico_binary.c: MICO_BDW_WORDS words of a plane,
@@ -105,17 +109,19 @@ def takes_binary(
     k_w: int = 1,
     macs: int | None = None,
     depthwise: bool = False,
+    min_macs: int | None = None,
 ) -> bool:
     """Whether a layer of these formats and shape takes the popcount kernels.
 
     Binary weights, 1-bit activations (not asymmetric: 1-bit codes never are), one group, unit
     column dilation, kernel rows of at most 32 taps, rows of at most :data:`MAX_WORDS` words
-    and, when ``macs`` is given, at least :data:`MIN_MACS` of them. ``depthwise``: the layer
+    and, when ``macs`` is given, at least ``min_macs`` of them (:data:`MIN_MACS`; linear
+    layers :data:`LINEAR_MIN_MACS`). ``depthwise``: the layer
     is a depthwise one of a shape :func:`depthwise_sliced` accepts (then any group count).
     """
     if w_fmt is None or a_fmt is None or not w_fmt.binary:
         return False
-    if macs is not None and macs < MIN_MACS:
+    if macs is not None and macs < (MIN_MACS if min_macs is None else min_macs):
         return False
     if depthwise:
         return a_fmt.bits == 1 and not a_fmt.zero

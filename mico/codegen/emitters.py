@@ -569,8 +569,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     macs = gate_macs(ctx, node, rows * in_features * out_features)
     host = host_kernels(ctx, x)
     binary = not host and binary_plan.takes_binary(
-        node.inputs[1].qformat, x.qformat, in_features, macs=macs
-    )
+        node.inputs[1].qformat, x.qformat, in_features, macs=macs,
+        min_macs=binary_plan.LINEAR_MIN_MACS,
+    )  # fmt: skip
     lanes = (
         None
         if binary or host

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mico.codegen import binary_plan
 from mico.codegen.binary_plan import (
     MAX_WORDS,
     MIN_MACS,
@@ -137,6 +138,10 @@ def test_which_layers_take_the_popcount_kernels():
     assert not takes_binary(W1, U1, 32 * MAX_WORDS + 1)
     assert takes_binary(W1, U1, 144, macs=MIN_MACS)  # small layers keep the other kernels
     assert not takes_binary(W1, U1, 144, macs=MIN_MACS - 1)
+    # linear layers from LINEAR_MIN_MACS (their kernel is a fraction of the conv path's code)
+    linear = binary_plan.LINEAR_MIN_MACS
+    assert takes_binary(W1, U1, 256, macs=linear, min_macs=linear)
+    assert not takes_binary(W1, U1, 256, macs=linear - 1, min_macs=linear)
 
 
 # ----------------------------------------------------------------------------- kernels on host
