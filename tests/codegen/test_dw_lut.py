@@ -24,7 +24,7 @@ import pytest
 from mico.codegen.dwconv_plan import DWP_LUT, dw_kernel, dw_lane_plan, dwp_levels
 from mico.ir.ops.mico_ops import finish, out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
-from tests.codegen.dw_sanitized import check_sanitized
+from tests.codegen.dw_sanitized import check_sanitized, tight_program
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -213,8 +213,5 @@ def test_packed_stores_sanitized(monkeypatch):
     layers = [_layer(16, 16, c=2, seed=40), _layer(28, 28, c=2, stride=2, seed=41),
               _fallbacks()[1]]  # fmt: skip
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    program = kernels_rv32.layers_program(layers, ("chosen",))
-    n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
-    assert f"y[{n_bytes + 4}]" in program
-    program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
+    program = tight_program(layers)
     check_sanitized(program, layers, "-O1")

@@ -20,7 +20,7 @@ import pytest
 
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_plan, pair_span
 from mico.quant.arithmetic import TERNARY, QFormat
-from tests.codegen.dw_sanitized import check_sanitized
+from tests.codegen.dw_sanitized import check_sanitized, tight_program
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -241,10 +241,7 @@ def test_pair_path_sanitized(monkeypatch):
     ] + [_layer(5, 5, a=QFormat(b, True), o=QFormat(b, True), c=3, relu=False, seed=70 + b)
          for b in (3, 5, 8)]  # fmt: skip
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    program = kernels_rv32.layers_program(layers, ("chosen",))
-    n_bytes = max((lay.reference().size * lay.o_fmt.bits + 7) // 8 for lay in layers)
-    assert f"y[{n_bytes + 4}]" in program
-    program = program.replace(f"y[{n_bytes + 4}]", f"y[{n_bytes}]")  # no slack past the end
+    program = tight_program(layers)
     check_sanitized(program, layers, "-O0")
 
 
