@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mico.cli import ForceOpt, _friendly_errors, app
+from mico.cli import ForceOpt, PreferOpt, _friendly_errors, app
 
 
 @app.command("run")
@@ -265,6 +265,7 @@ def tune(
         str,
         typer.Option(help="measured (run the scheme's C) or proxy (the target's fitted proxy)."),
     ] = "measured",
+    prefer: PreferOpt = "speed",
     epochs: Annotated[int, typer.Option(min=0, max=10_000, help="FP32 training first.")] = 5,
     dataset: Annotated[str | None, typer.Option(help="Data set (default: the model's).")] = None,
     seed: Annotated[int, typer.Option(min=0, max=2**32 - 1, help="Seed of data and search.")] = 0,
@@ -402,7 +403,7 @@ def tune(
             f"{tuple(split.input_shape)}; pick one with --dataset"
         )
     train_loader, test_loader = split.loaders(64, seed=seed)
-    latency = {"latency_target": latency_target, "latency_mode": latency_mode}
+    latency = {"latency_target": latency_target, "latency_mode": latency_mode, "prefer": prefer}
     probe = MiCoEval(net, 1, train_loader, test_loader, None, **latency)
     from mico.search.tune import parse_fixed_layers, parse_space
     from mico.search.tune import searcher as make_searcher

@@ -43,7 +43,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
         "act_asymmetric",
     ),
     "search": ("strategy", "trials", "budget", "objective", "bits"),
-    "compile": ("mode", "name"),
+    "compile": ("mode", "name", "prefer"),
     "verify": ("samples",),
 }
 
@@ -70,6 +70,7 @@ class RunConfig:
     search: dict[str, Any] | None = None
     mode: str = "static"
     c_name: str = "model"
+    prefer: str = "speed"  # the kernels: "speed" (fast paths) or "size" (plain: least flash)
     targets: tuple[str, ...] = ("host",)
     samples: int = 32
     source: Path | None = None
@@ -237,6 +238,9 @@ def parse_run_config(raw: Any, source: Path | None = None) -> RunConfig:
     comp = check.section(raw, "compile")
     cfg.mode = check.choice("compile.mode", comp.get("mode", "static"), MODES)
     cfg.c_name = str(comp.get("name", "model"))
+    from mico.codegen.linked_paths import PREFERENCES
+
+    cfg.prefer = check.choice("compile.prefer", comp.get("prefer", "speed"), PREFERENCES)
 
     target = raw.get("target", "host")
     targets = [target] if isinstance(target, str) else target

@@ -95,7 +95,8 @@ def _search_setup(config: RunConfig, model: nn.Module, train_loader: Any, test_l
 
     search = config.search or {}
     budgets = parse_budgets(search["budget"])
-    probe = MiCoEval(model, 1, train_loader, test_loader, None, objective=search["objective"])
+    probe = MiCoEval(model, 1, train_loader, test_loader, None, objective=search["objective"],
+                     prefer=config.prefer)  # fmt: skip
     checker = RandomSearcher(probe, qtypes=search["bits"])
     full = [8] * (2 * probe.n_layers)
     if any(b.cost == "flash" for b in budgets):  # kernel code can make fewer bits cost more
@@ -124,8 +125,8 @@ def _run_search(
     search = config.search or {}
     log(f"      searching bit-widths: {search['strategy']}, {search['trials']} trial(s), "
         f"budget {search['budget']}")  # fmt: skip
-    evaluator = MiCoEval(copy.deepcopy(model), 1, train_loader,
-                         test_loader, None, objective=search["objective"])  # fmt: skip
+    evaluator = MiCoEval(copy.deepcopy(model), 1, train_loader, test_loader, None,
+                         objective=search["objective"], prefer=config.prefer)  # fmt: skip
     result = tune(evaluator, budgets, search["strategy"], search["trials"], search["bits"],
                   config.seed, log=lambda m: log("      " + m))  # fmt: skip
     plan = as_plan(list(result.best_scheme), names)
@@ -217,10 +218,12 @@ def run_config(
             calibration=batches,
             extras=_write_compile_report,
             sample_inputs=samples,
+            prefer=config.prefer,
         )
         log(f"[4/5] building and running on {', '.join(config.targets)}")
         options = DeployOptions(
-            targets=config.targets, rtol=0.0 if config.mode == "static" else 1e-5
+            targets=config.targets, rtol=0.0 if config.mode == "static" else 1e-5,
+            prefer=config.prefer,
         )
         result = verify_compiled(compiled, samples, options, log=lambda m: log("      " + m))
         from mico.targets import host
@@ -235,6 +238,7 @@ def run_config(
             "dataset": dataset,
             "plan": plan.to_string(),
             "mode": config.mode,
+            "prefer": config.prefer,
             "fp32_accuracy": fp32_acc,
             "quantized_python_accuracy": q_acc,
             "c_accuracy": top1(c_out, labels),

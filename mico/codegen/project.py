@@ -649,14 +649,14 @@ def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[s
 
 
 def model_sources(
-    graph: Graph, name: str = "model", align: int = 8
+    graph: Graph, name: str = "model", align: int = 8, prefer: str = "speed"
 ) -> tuple[dict[str, str], list[str], list[str]]:
     """The files that compile to ``<name>.c``'s object as :func:`emit_c_project` writes them
     (``<name>.c``, its headers and mico's headers), the kernel sources of ``mico/csrc`` it
     links and the handlers' own kernel files: what a flash estimate compiles, no project
-    written."""
+    written. ``prefer`` as for :func:`emit_c_project`."""
     _check(graph, name, align)
-    arena, ctx, body, _, _ = _emit_nodes(graph, align)
+    arena, ctx, body, _, _ = _emit_nodes(graph, align, prefer=prefer)
     files = {
         f"{name}.h": _header(name, graph, arena),
         f"{name}.c": _source(name, graph, ctx, body),

@@ -553,12 +553,15 @@ class ProgramFlash:
         return self.total - self.constants
 
 
-def model_object(graph: Any, name: str = "model", align: int = 8) -> tuple[ObjectFile, list[str]]:
-    """The scheme's ``<name>.c`` (as :func:`mico.codegen.project.emit_c_project` writes it)
-    compiled for rv32 in a scratch folder, and the kernel sources it links."""
+def model_object(
+    graph: Any, name: str = "model", align: int = 8, prefer: str = "speed"
+) -> tuple[ObjectFile, list[str]]:
+    """The scheme's ``<name>.c`` (as :func:`mico.codegen.project.emit_c_project` writes it,
+    with the kernel preference ``prefer``) compiled for rv32 in a scratch folder, and the
+    kernel sources it links."""
     from mico.codegen.project import model_sources
 
-    files, kernels, extra = model_sources(graph, name, align)
+    files, kernels, extra = model_sources(graph, name, align, prefer)
     if extra:
         raise CompileError(
             f"the flash estimate compiles mico's kernels only; this graph also needs the "
@@ -574,13 +577,18 @@ def model_object(graph: Any, name: str = "model", align: int = 8) -> tuple[Objec
         return read_object(Path(tmp, f"{name}.o")), kernels
 
 
-def program_flash(graph: Any, name: str = "model", align: int = 8) -> ProgramFlash:
-    """The rv32 flash of the program ``mico compile`` emits for the lowered ``graph``: its
-    run function's closure (model object, kernels, library functions) and the runtime."""
+def program_flash(
+    graph: Any, name: str = "model", align: int = 8, prefer: str = "speed"
+) -> ProgramFlash:
+    """The rv32 flash of the program ``mico compile --prefer P`` emits for the lowered
+    ``graph``: its run function's closure (model object, kernels, library functions) and the
+    runtime. ``prefer="size"`` links the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
+    from mico.codegen.linked_paths import check_preference
     from mico.codegen.project import project_flash
 
+    check_preference(prefer)
     require_tools()
-    obj, kernels = model_object(graph, name, align)
+    obj, kernels = model_object(graph, name, align, prefer)
     closure = kernel_graph(kernels, [obj]).closure([f"{name}_run"])
     kernel_names = {_kernel(k).name for k in kernels if k.endswith(".c")}
     parts = {"model": 0, "kernels": 0, "libraries": 0}
@@ -588,7 +596,7 @@ def program_flash(graph: Any, name: str = "model", align: int = 8) -> ProgramFla
         part = "model" if owner == obj.name else "kernels" if owner in kernel_names else "libraries"
         parts[part] += size
     padding = closure.flash - sum(parts.values())  # alignment between sections
-    constants = sum(project_flash(graph, align).values())
+    constants = sum(project_flash(graph, align, prefer).values())
     return ProgramFlash(constants, parts["model"], parts["kernels"] + padding,
                         parts["libraries"], runtime().flash)  # fmt: skip
 
@@ -608,17 +616,21 @@ int main(void)
 
 
 def linked_flash(
-    graph: Any, name: str = "model", align: int = 8, main: str | None = None
+    graph: Any, name: str = "model", align: int = 8, main: str | None = None,
+    prefer: str = "speed",
 ) -> ProgramFlash:
     """What :func:`program_flash` predicts, measured: the program linked for rv32 (``main``:
     the C source of its ``main``, default one that runs the model once) and its linker map
     read back, each input section's linked bytes given to its part (``runtime``: the ELF's
-    flash less the other parts, so ``total`` is the ELF's flash)."""
+    flash less the other parts, so ``total`` is the ELF's flash; ``prefer``: the program's
+    kernel preference)."""
+    from mico.codegen.linked_paths import check_preference
     from mico.codegen.project import model_sources, project_flash
     from mico.targets.rv32 import SIZE_TOOL, _section_totals
 
+    check_preference(prefer)
     require_tools()
-    files, kernels, _ = model_sources(graph, name, align)
+    files, kernels, _ = model_sources(graph, name, align, prefer)
     objects = {str(kernel_object(k)): "kernels" for k in kernels if k.endswith(".c")}
     cc, flags = build_command()
     with tempfile.TemporaryDirectory(prefix="mico-codesize-") as tmp:
@@ -642,6 +654,6 @@ def linked_flash(
             parts["kernels"] += size
         elif "(" in owner and (_member_name(owner), section) not in base:
             parts["libraries"] += size
-    return ProgramFlash(sum(project_flash(graph, align).values()), parts["model"],
+    return ProgramFlash(sum(project_flash(graph, align, prefer).values()), parts["model"],
                         parts["kernels"], parts["libraries"],
                         totals["flash"] - sum(parts.values()))  # fmt: skip

@@ -85,7 +85,11 @@ class MiCoEval:
         cache: Any = None,
         data_name: str | None = None,
         model_name: str | None = None,
+        prefer: str = "speed",
     ) -> None:
+        from mico.codegen.linked_paths import check_preference
+
+        check_preference(prefer)
         if objective not in OBJECTIVES:
             raise PlanError(f"objective must be one of {', '.join(OBJECTIVES)}; got {objective!r}")
         if constraint not in CONSTRAINTS:
@@ -104,6 +108,16 @@ class MiCoEval:
             raise PlanError(
                 f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {latency_mode!r}"
             )
+        if prefer == "size" and latency_mode == "proxy" and _latency_kind(latency_target) != (
+            "bitfusion"
+        ):
+            raise PlanError(
+                "a latency proxy predicts the fast kernel paths of a program preferring speed; "
+                "with --prefer size measure latency instead (--latency-mode measured)"
+            )
+        #: the kernel preference of the programs the costs count (mico.codegen.linked_paths):
+        #: "speed" (the fast paths) or "size" (the plain kernels only: least flash)
+        self.prefer = prefer
         self.latency_target = latency_target
         self.latency_mode = latency_mode
         self._latency: dict[tuple[str, str, str], float] = {}
@@ -248,7 +262,9 @@ class MiCoEval:
         Predicted without linking (:func:`mico.hw.codesize.program_flash`: the closure of
         ``<name>_run`` over the objects' section graph, within 0.2 % of the linked ELF on the
         zoo models). Needs the rv32 toolchain (a :class:`~mico.errors.BuildError` says what
-        to install); see :meth:`program_flash` for the split."""
+        to install); see :meth:`program_flash` for the split. The program is the one of the
+        evaluator's kernel preference (``prefer="size"``: the plain kernels only, whose code
+        does not grow at fewer bits)."""
         return float(self.program_flash(qscheme).total)
 
     def program_flash(self, qscheme: Sequence[Any]) -> Any:
@@ -259,7 +275,7 @@ class MiCoEval:
             from mico.hw.codesize import program_flash, require_tools
 
             require_tools()  # before lowering: a missing toolchain is said at once
-            self._program_flash[key] = program_flash(self._lowered(qscheme))
+            self._program_flash[key] = program_flash(self._lowered(qscheme), prefer=self.prefer)
         return self._program_flash[key]
 
     def eval_macs(self, qscheme: Sequence[Any]) -> float:
@@ -280,7 +296,8 @@ class MiCoEval:
             from mico.codegen.project import project_flash
 
             graph = self._lowered(qscheme)
-            self._deployed_costs[key] = (plan_graph(graph).size, project_flash(graph))
+            flash = project_flash(graph, prefer=self.prefer)
+            self._deployed_costs[key] = (plan_graph(graph).size, flash)
         return self._deployed_costs[key]
 
     def eval_latency(
@@ -355,6 +372,9 @@ class MiCoEval:
                 what = (f"latency on {self.latency_target} ({self.latency_mode})"
                         if cost == "latency" else f"{cost} on rv32")  # fmt: skip
                 other = "Search only the widths where it does"
+                if cost == "flash" and self.prefer == "speed":
+                    other = ("Search with --prefer size (the plain kernels: the least flash, "
+                             "every layer slower), or only the widths where it does")  # fmt: skip
                 if cost == "latency":
                     other = "Search with --latency-target bitfusion, or only the widths that do"
                 raise PlanError(
@@ -380,7 +400,8 @@ class MiCoEval:
         with tempfile.TemporaryDirectory(prefix="mico-latency-") as tmp:
             compiled = compile_model(model, self.example[:1], Path(tmp) / "c", "model",
                                      self.mode, calibration=batches,
-                                     isa_extensions=generation_extensions(target))  # fmt: skip
+                                     isa_extensions=generation_extensions(target),
+                                     prefer=self.prefer)  # fmt: skip
             project = compiled.project
             kind = _latency_kind(target)
             if kind == "rv32":

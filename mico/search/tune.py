@@ -355,11 +355,13 @@ def compile_best(evaluator: Any, scheme: list[Any], directory: Path, samples: An
     log(f"compiling the best plan ({evaluator.mode} mode) into {directory}")
     compiled = compile_model(model, example, directory, "model", evaluator.mode,
                              calibration=evaluator._calibration, force=True,
-                             extras=_write_compile_report, sample_inputs=samples)  # fmt: skip
+                             extras=_write_compile_report, sample_inputs=samples,
+                             prefer=getattr(evaluator, "prefer", "speed"))  # fmt: skip
     origin = f"{len(samples)} test samples of {evaluator.data_name}"
     options = DeployOptions(model=evaluator.model_name, plan=plan, mode=evaluator.mode,
                             out_dir=directory, samples=len(samples), targets=("host",),
-                            samples_origin=origin)  # fmt: skip
+                            samples_origin=origin,
+                            prefer=getattr(evaluator, "prefer", "speed"))  # fmt: skip
     result = verify_compiled(compiled, samples, options, log)
     write_verify_report(result, options)
     agreement = result.results[0].agreement

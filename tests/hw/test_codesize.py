@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from mico.errors import BuildError, CompileError, PlanError
+from mico.errors import BuildError, CompileError, ConfigError, PlanError
 from mico.hw import codesize
 from mico.pipeline import lower_model, quantize_ptq
 from mico.quant import QuantPlan
@@ -140,3 +140,43 @@ def test_flash_budget_refuses_code_that_does_not_fit(
         parse_budgets("code=1KB")
     with pytest.raises(PlanError, match=r"bops, size, flash, macs"):
         MiCoEval(trained_cnn, 1, train_loader, test_loader, None, constraint="code")
+
+
+def test_size_preferring_program_is_predicted_and_searchable(
+    trained_cnn, calibration_batches, digits_split
+):
+    """``prefer="size"`` (plain kernels only) is a program the flash cost predicts as well as
+    the fast one, whose code does not grow at fewer bits: the flash search that the fast
+    kernels make impossible on this model runs, and its plan fits the budget."""
+    graph = _graph(trained_cnn, calibration_batches, "conv1=2/2,conv2=2/2,fc=2/2")
+    small = codesize.program_flash(graph, "cnn", prefer="size")
+    linked = codesize.linked_flash(graph, "cnn", prefer="size")
+    assert abs(small.total - linked.total) <= 0.005 * linked.total
+    fast_program = codesize.program_flash(graph, "cnn")
+    assert small.kernels < 0.8 * fast_program.kernels  # 12.4 KB against 17.8 KB at W2A2
+    assert small.constants == fast_program.constants  # the same packed weights
+    train_loader, test_loader = digits_split.loaders(batch_size=64, seed=0)
+    ev = MiCoEval(trained_cnn, 1, train_loader, test_loader, None, constraint="flash",
+                  data_name="digits", prefer="size")  # fmt: skip
+    fast = MiCoEval(trained_cnn, 1, train_loader, test_loader, None, constraint="flash",
+                    data_name="digits")  # fmt: skip
+    w8, w4, w2 = [8] * 6, [4] * 6, [2] * 6
+    assert ev.eval_flash(w2) < ev.eval_flash(w4) < ev.eval_flash(w8)
+    assert ev.eval_flash(w2) < fast.eval_flash(w2)
+    ev.check_cost_falls_with_bits("flash", [2, 4, 8])  # no refusal
+    with pytest.raises(PlanError, match=r"Search with --prefer size"):
+        fast.check_cost_falls_with_bits("flash", [2, 8])
+    limit = (ev.eval_flash(w2) + ev.eval_flash(w8)) / 2
+    result = tune(ev, parse_budgets(f"flash={limit:.0f}"), "random", 3, [2, 4, 8], 0,
+                  lambda _m: None)  # fmt: skip
+    assert result.costs["flash"] <= limit
+    assert ev.eval_flash(list(result.best_scheme)) == result.costs["flash"]
+
+
+def test_unknown_preference_and_proxy_with_size_are_refused(digits_split, trained_cnn):
+    train_loader, test_loader = digits_split.loaders(batch_size=64, seed=0)
+    with pytest.raises(ConfigError, match=r"unknown kernel preference 'fast'"):
+        MiCoEval(trained_cnn, 1, train_loader, test_loader, None, prefer="fast")
+    with pytest.raises(PlanError, match=r"--prefer size measure latency instead"):
+        MiCoEval(trained_cnn, 1, train_loader, test_loader, None, prefer="size",
+                 latency_target="rv32", latency_mode="proxy")  # fmt: skip

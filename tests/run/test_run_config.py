@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 from mico.cli import app
 from mico.errors import ConfigError
 from mico.runconfig import load_run_config, parse_run_config
+from mico.targets.rv32 import available as rv32_available
 
 runner = CliRunner()
 
@@ -40,6 +41,7 @@ def test_defaults_are_filled_in():
         5,
         "ptq",
     )
+    assert cfg.prefer == "speed"
 
 
 @pytest.mark.parametrize(
@@ -49,6 +51,7 @@ def test_defaults_are_filled_in():
         ({"train": {"lr": float("nan")}}, "'train.lr': expected a number in (0.0, 10.0], got nan"),
         ({"train": {"epoch": 3}}, "'train.epoch': unknown field; fields: epochs, lr"),
         ({"compile": {"mode": "fast"}}, "'compile.mode': expected one of static, dynamic"),
+        ({"compile": {"prefer": "fast"}}, "'compile.prefer': expected one of speed, size"),
         ({"target": ["host", "arm"]}, "'target': expected one of host, rv32, rv64, got 'arm'"),
         ({"quantize": {"plan": 4}}, "'quantize.plan': expected 'W/A'"),
         ({"quantize": {"method": "awq"}}, "'quantize.method': expected one of ptq, qat"),
@@ -215,3 +218,25 @@ def test_an_impossible_search_budget_is_refused_before_training(tmp_path):
     result = runner.invoke(app, ["run", str(write(tmp_path, config)), "-o", str(out)])
     assert result.exit_code == 2 and "raise the budget to at least" in result.output
     assert "training" not in result.output and not out.exists()
+
+
+@pytest.mark.skipif(not rv32_available(), reason="rv32 toolchain missing (flash budget)")
+def test_a_flash_search_of_a_size_preferring_program(tmp_path):
+    """compile.prefer: size makes the search count the plain kernels' program, whose flash
+    falls with the widths (the fast kernels' does not on small_cnn: refused), and compiles
+    that program."""
+    # small_cnn's plain-kernel program: 25,190 B at W8A8, 24,568 at W4A4, 24,064 at W2A2
+    config = SEARCHED.replace('"bops=50%"', '"flash=24300"').replace(
+        "compile: {mode: static}", "compile: {mode: static, prefer: size}"
+    )
+    out = tmp_path / "run"
+    result = runner.invoke(app, ["run", str(write(tmp_path, config)), "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["prefer"] == "size"
+    assert metrics["search"]["costs"]["flash"] <= 24300
+    assert json.loads((out / "c" / "mico.json").read_text())["prefer"] == "size"
+    fast = config.replace("prefer: size", "prefer: speed")
+    refused = runner.invoke(app, ["run", str(write(tmp_path, fast, "fast.yaml")), "-o",
+                                  str(tmp_path / "fast")])  # fmt: skip
+    assert refused.exit_code == 2 and "Search with --prefer size" in refused.output

@@ -120,6 +120,13 @@ def test_impossible_budget_is_refused_before_training(tmp_path):
     assert "raise the budget to at least" in result.output and not out.exists()
 
 
+def test_unknown_kernel_preference_is_refused_before_training(tmp_path):
+    out = tmp_path / "t"
+    result = runner.invoke(app, ["tune", "small_cnn", "--prefer", "fast", "-o", str(out)])
+    assert result.exit_code == 2 and "unknown kernel preference 'fast'" in result.output
+    assert "training" not in result.output and not out.exists()
+
+
 def test_unknown_strategy_names_the_available_ones(tmp_path):
     result = runner.invoke(app, ["tune", "small_cnn", "--strategy", "annealing", "--epochs", "0",
                                  "-o", str(tmp_path / "t")])  # fmt: skip
