@@ -222,7 +222,8 @@ def run_config(
         )
         log(f"[4/5] building and running on {', '.join(config.targets)}")
         options = DeployOptions(
-            targets=config.targets, rtol=0.0 if config.mode == "static" else 1e-5,
+            targets=config.targets,
+            rtol=0.0 if config.mode == "static" else 1e-5,
             prefer=config.prefer,
         )
         result = verify_compiled(compiled, samples, options, log=lambda m: log("      " + m))

@@ -616,7 +616,10 @@ int main(void)
 
 
 def linked_flash(
-    graph: Any, name: str = "model", align: int = 8, main: str | None = None,
+    graph: Any,
+    name: str = "model",
+    align: int = 8,
+    main: str | None = None,
     prefer: str = "speed",
 ) -> ProgramFlash:
     """What :func:`program_flash` predicts, measured: the program linked for rv32 (``main``:

@@ -108,9 +108,8 @@ class MiCoEval:
             raise PlanError(
                 f"latency mode must be one of {', '.join(LATENCY_MODES)}; got {latency_mode!r}"
             )
-        if prefer == "size" and latency_mode == "proxy" and _latency_kind(latency_target) != (
-            "bitfusion"
-        ):
+        proxied = latency_mode == "proxy" and _latency_kind(latency_target) != "bitfusion"
+        if prefer == "size" and proxied:
             raise PlanError(
                 "a latency proxy predicts the fast kernel paths of a program preferring speed; "
                 "with --prefer size measure latency instead (--latency-mode measured)"
