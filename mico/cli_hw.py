@@ -102,7 +102,8 @@ def profile(
             "-j",
             min=1,
             max=64,
-            help="Programs measured at once (worker processes; --models on rv32, host, vexriscv).",
+            help="Programs measured at once (worker processes on rv32, host, vexriscv: "
+            "single-layer programs, then --models).",
         ),
     ] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
@@ -126,6 +127,7 @@ def profile(
     from mico.hw.modelprof import models_path, plan_text, profile_models
     from mico.hw.profile import (
         OP_KINDS,
+        SMALL_LAYER_MACS,
         bit_pairs,
         profile_path,
         read_profile,
@@ -164,14 +166,17 @@ def profile(
     if samples is None:
         samples = 0 if whole else 200
     layers_of_zoo = zoo and not whole
+    programs = measure.keyed is not None  # single-layer programs: small layers, W1A1 too
+    small = SMALL_LAYER_MACS if programs else None
     shapes = (
-        sample_shapes(kinds, samples, seed=seed, include_zoo=layers_of_zoo)
+        sample_shapes(kinds, samples, seed=seed, include_zoo=layers_of_zoo, max_macs=small)
         if samples or layers_of_zoo
         else []
     )
-    pairs = bit_pairs(widths)
+    pairs = bit_pairs(widths, measure.extra_pairs if bits is None else ())
     log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
-    result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed)
+    result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed,
+                         jobs=jobs)  # fmt: skip
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
     records = []
     names = _model_names(models if zoo or models else "none", target)
