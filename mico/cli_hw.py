@@ -126,6 +126,7 @@ def profile(
     from mico.hw.modelprof import TARGETS as MODEL_TARGETS
     from mico.hw.modelprof import models_path, plan_text, profile_models
     from mico.hw.profile import (
+        BINARY_ONLY_KINDS,
         OP_KINDS,
         SMALL_LAYER_MACS,
         bit_pairs,
@@ -173,10 +174,23 @@ def profile(
         if samples or layers_of_zoo
         else []
     )
-    pairs = bit_pairs(widths, measure.extra_pairs if bits is None else ())
-    log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
+    extra = measure.extra_pairs if bits is None else ()
+    pairs = bit_pairs(widths, extra)
+    # single-layer programs: linear layers at the extra pairs only (W1A1: the small binary
+    # layers the zoo lacks); the zoo's programs have the others, which measured alone misled
+    # the fit (one row of odd in-features looked like another's path)
+    binary_only = [s for s in shapes if programs and s.kind in BINARY_ONLY_KINDS]
+    shapes = [s for s in shapes if s not in binary_only]
+    log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs"
+        + (f" and {len(binary_only)} x {len(extra)}" if binary_only and extra else "")
+        + f" on {target} into {path}")  # fmt: skip
     result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed,
                          jobs=jobs)  # fmt: skip
+    if binary_only and extra:
+        more = run_profile(measure.measure, binary_only, list(extra), path, log=log,
+                           keyed=measure.keyed, jobs=jobs)  # fmt: skip
+        result.measured += more.measured
+        result.reused += more.reused
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
     records = []
     names = _model_names(models if zoo or models else "none", target)

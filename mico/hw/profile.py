@@ -177,6 +177,12 @@ def sample_shapes(
 SMALL_LAYER_MACS = 1 << 16
 
 
+#: kinds a program target samples at its extra pairs only (W1A1): the zoo's programs have its
+#: linear layers at the other widths, and sampled alone at those they misled the fit (harmlp's
+#: 561 in-features took the costs of sampled rows of another path: 36 -> 112 % left out)
+BINARY_ONLY_KINDS = ("linear",)
+
+
 def _shrink(shape: LayerShape, max_macs: int) -> LayerShape:
     """``shape`` with its channels halved (outputs first, a depthwise layer's both) until it
     has at most ``max_macs`` MACs; conv1d shapes are returned as they are."""
