@@ -8,7 +8,7 @@ import pytest
 
 from mico.hw import LayerShape, fit_proxy, layer_cycles, mape
 from mico.hw.measure import backend
-from mico.hw.opshape import op_from_layer
+from mico.hw.opshape import OpShape, op_from_layer
 from mico.hw.profile import bit_pairs, sample_shapes
 from mico.hw.proxy import (
     ARRAY_FEATURES,
@@ -249,3 +249,38 @@ def test_profile_fits_vexriscv_as_a_ratio_over_rv32_only_when_the_programs_match
     assert "mico profile --target rv32" in kind
     # other targets are always fitted directly
     assert fit_target_proxy([], rv32, "rv32", "instructions")[1] == "direct proxy"
+
+
+def test_path_traits_and_row_alignment_as_features() -> None:
+    """The depthwise pair forms' families and the popcount paths are features a line can use,
+    and a weight row that starts inside a byte is told from a row of whole words."""
+    from mico.hw.proxy import path_traits, row_alignment
+
+    assert path_traits("dwp_k5_tab") == (0.0, 2.0, 2.0)
+    assert path_traits("dwp_k_thr") == (0.0, 1.0, 1.0)
+    assert path_traits("dwp") == (0.0, 0.0, 0.0)
+    assert path_traits("bin_swar") == path_traits("dwbs") == (1.0, 0.0, 0.0)
+    assert path_traits("lanes") == (0.0, 0.0, 0.0)
+    odd = OpShape("fc", "linear", w_bits=4, macs=35904, in_channels=561, out_channels=64)
+    whole = OpShape("fc", "linear", w_bits=4, macs=4096, in_channels=64, out_channels=64)
+    assert (row_alignment(odd), row_alignment(whole)) == (2.0, 5.0)
+    named = dict(zip(FEATURES, features(odd), strict=True))
+    assert named["row_align"] == 2.0 and named["path_popcount"] == 0.0
+
+
+def test_single_layer_rows_train_but_do_not_score() -> None:
+    """Beside whole programs, the held-out score of an algorithm counts the programs' nodes
+    only; without programs every row counts."""
+    from mico.hw.proxy import _fit_kind
+
+    ops = [OpShape(f"l{i}", "linear", w_bits=8, in_bits=8, macs=100 * (i + 1),
+                   in_channels=10 + i, out_channels=10) for i in range(12)]  # fmt: skip
+    rows = [(op, 5.0 * op.macs * (1 + (i % 3))) for i, op in enumerate(ops)]
+    every = _fit_kind("linear", rows, 0, 0.2, every_fold=True)
+    programs = _fit_kind("linear", rows, 0, 0.2, scored=[i % 2 == 0 for i in range(12)],
+                         every_fold=True)  # fmt: skip
+    assert set(every.holdout_mape) == set(programs.holdout_mape) == {"forest", "xgboost",
+                                                                      "linear"}  # fmt: skip
+    assert every.holdout_mape != programs.holdout_mape
+    none = _fit_kind("linear", rows, 0, 0.2, scored=[False] * 12, every_fold=True)
+    assert none.holdout_mape == every.holdout_mape  # none named: every row counts
