@@ -370,8 +370,28 @@ class _Groups:
         return np.asarray(out, dtype=float)
 
 
+class _GroupedForest:
+    """A random forest on what the node's group mean (:class:`_Groups`: its kernel path, lane
+    width, 1-D or not, widths) leaves: the mean carries a path's cost per MAC to layers of
+    sizes its rows lack, where a forest on the ratio itself takes the nearest leaf's, often of
+    another path; the forest adds what the geometry changes around that mean."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.groups = _Groups(seed)
+        self.forest = _forest(seed)
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _GroupedForest:
+        self.groups.fit(x, y)
+        self.forest.fit(x, np.asarray(y, dtype=float) - self.groups.predict(x))
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.groups.predict(x) + self.forest.predict(x)
+
+
 #: the algorithms a proxy compares on held-out shapes
-ALGORITHMS = {"forest": _forest, "xgboost": _booster, "linear": _Linear}
+ALGORITHMS = {"forest": _forest, "xgboost": _booster, "linear": _Linear,
+              "grouped": _GroupedForest}  # fmt: skip
 #: every algorithm a kind may keep (``groups``: the ratio proxy's, :func:`fit_ratio_proxy`)
 ESTIMATORS: dict[str, Any] = {**ALGORITHMS, "groups": _Groups}
 #: what the ratio proxy compares, on held-out *models* (its first when a kind has one model)
@@ -609,9 +629,9 @@ def _kind_from_data(kind: str, entry: dict[str, Any], seed: int, feature_set: st
     elif entry["algorithm"] == "groups":
         table = {tuple(map(float, k)): (float(m), int(n)) for k, m, n in entry["table"]}
         estimator = _Groups(0, entry["levels"], table, entry["prior"])
-    else:
+    else:  # a forest (or a grouped one) refitted on its rows with its seed
         rows = [(list(x), float(y)) for x, y in entry["rows"]]
-        estimator = _forest(seed)
+        estimator = ESTIMATORS[entry["algorithm"]](seed)
         estimator.fit(np.array([x for x, _ in rows]), np.array([y for _, y in rows]))
     return KindModel(kind, entry["algorithm"], estimator, dict(entry["holdout_mape"]), rows,
                      feature_set)  # fmt: skip
