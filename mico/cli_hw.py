@@ -179,14 +179,15 @@ def profile(
     # single-layer programs: linear layers at the extra pairs only (W1A1: the small binary
     # layers the zoo lacks); the zoo's programs have the others, which measured alone misled
     # the fit (one row of odd in-features looked like another's path)
-    binary_only = [s for s in shapes if programs and s.kind in BINARY_ONLY_KINDS]
+    # (given --bits, or on a target without W1A1, they are measured at the widths asked for)
+    binary_only = [s for s in shapes if programs and extra and s.kind in BINARY_ONLY_KINDS]
     shapes = [s for s in shapes if s not in binary_only]
     log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs"
-        + (f" and {len(binary_only)} x {len(extra)}" if binary_only and extra else "")
+        + (f" and {len(binary_only)} x {len(extra)}" if binary_only else "")
         + f" on {target} into {path}")  # fmt: skip
     result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed,
                          jobs=jobs)  # fmt: skip
-    if binary_only and extra:
+    if binary_only:
         more = run_profile(measure.measure, binary_only, list(extra), path, log=log,
                            keyed=measure.keyed, jobs=jobs)  # fmt: skip
         result.measured += more.measured
