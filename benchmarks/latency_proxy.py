@@ -56,7 +56,10 @@ def _mixed(n: int) -> list[tuple[int, int]]:
 
 
 #: the algorithms of the per-kind tables (the ratio proxy's add ``groups``)
-ALGORITHM_COLUMNS = ("forest", "xgboost", "linear")
+ALGORITHM_COLUMNS = ("forest", "xgboost", "linear", "grouped")
+#: their column titles
+ALGORITHM_TITLES = {"groups": "groups", "forest": "random forest", "xgboost": "XGBoost",
+                    "linear": "linear", "grouped": "grouped forest"}  # fmt: skip
 #: plans of the program targets: fitted on all, the whole-model table shows every one
 PROGRAM_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
 #: op kinds of a program only vit_tiny has (attention): leave it out and no other model shows
@@ -419,9 +422,7 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
         "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "
         f"their own), MAPE on {held}:",
         "",
-        "| kind | kept | rows | "
-        + ("groups | " if groups else "")
-        + "random forest | XGBoost | linear |",
+        "| kind | kept | rows | " + " | ".join(ALGORITHM_TITLES[a] for a in algorithms) + " |",
         "|---|---|---:|" + "---:|" * len(algorithms),
     ]
     for kind, k in r["per_kind_holdout"].items():

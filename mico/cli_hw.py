@@ -102,7 +102,8 @@ def profile(
             "-j",
             min=1,
             max=64,
-            help="Programs measured at once (worker processes; --models on rv32, host, vexriscv).",
+            help="Programs measured at once (worker processes on rv32, host, vexriscv: "
+            "single-layer programs, then --models).",
         ),
     ] = 1,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Print only the summary.")] = False,
@@ -125,7 +126,9 @@ def profile(
     from mico.hw.modelprof import TARGETS as MODEL_TARGETS
     from mico.hw.modelprof import models_path, plan_text, profile_models
     from mico.hw.profile import (
+        BINARY_ONLY_KINDS,
         OP_KINDS,
+        SMALL_LAYER_MACS,
         bit_pairs,
         profile_path,
         read_profile,
@@ -164,14 +167,31 @@ def profile(
     if samples is None:
         samples = 0 if whole else 200
     layers_of_zoo = zoo and not whole
+    programs = measure.keyed is not None  # single-layer programs: small layers, W1A1 too
+    small = SMALL_LAYER_MACS if programs else None
     shapes = (
-        sample_shapes(kinds, samples, seed=seed, include_zoo=layers_of_zoo)
+        sample_shapes(kinds, samples, seed=seed, include_zoo=layers_of_zoo, max_macs=small)
         if samples or layers_of_zoo
         else []
     )
-    pairs = bit_pairs(widths)
-    log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs on {target} into {path}")
-    result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed)
+    extra = measure.extra_pairs if bits is None else ()
+    pairs = bit_pairs(widths, extra)
+    # single-layer programs: linear layers at the extra pairs only (W1A1: the small binary
+    # layers the zoo lacks); the zoo's programs have the others, which measured alone misled
+    # the fit (one row of odd in-features looked like another's path)
+    # (given --bits, or on a target without W1A1, they are measured at the widths asked for)
+    binary_only = [s for s in shapes if programs and extra and s.kind in BINARY_ONLY_KINDS]
+    shapes = [s for s in shapes if s not in binary_only]
+    log(f"profiling {len(shapes)} shapes x {len(pairs)} bit pairs"
+        + (f" and {len(binary_only)} x {len(extra)}" if binary_only else "")
+        + f" on {target} into {path}")  # fmt: skip
+    result = run_profile(measure.measure, shapes, pairs, path, log=log, keyed=measure.keyed,
+                         jobs=jobs)  # fmt: skip
+    if binary_only:
+        more = run_profile(measure.measure, binary_only, list(extra), path, log=log,
+                           keyed=measure.keyed, jobs=jobs)  # fmt: skip
+        result.measured += more.measured
+        result.reused += more.reused
     typer.echo(f"{path}: {result.measured} measured, {result.reused} already there")
     records = []
     names = _model_names(models if zoo or models else "none", target)

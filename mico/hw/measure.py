@@ -29,6 +29,9 @@ class Backend:
     #: program backends: the measurement that keys each row by its program
     #: (:data:`mico.hw.profile.KeyedMeasure`); None for analytic models
     keyed: Callable[..., Any] | None = None
+    #: (weight, activation) pairs measured besides every pair of ``bits`` (a program target
+    #: that runs binary layers: W1A1, whose popcount kernels no other pair shows)
+    extra_pairs: tuple[tuple[float | int, float | int], ...] = ()
 
 
 def bitfusion_backend(config: BitFusionConfig | None = None) -> Backend:

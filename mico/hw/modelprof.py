@@ -27,6 +27,7 @@ import torch
 from mico.errors import ConfigError, MicoError
 from mico.hw.keys import ProgramKey
 from mico.hw.opshape import OpShape, graph_op_shapes
+from mico.hw.profile import SCHEMA_VERSION
 
 #: the plans each zoo model is measured at by default: uniform widths and a mixed plan
 PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
@@ -70,7 +71,8 @@ class ModelRecord:
 
     def to_json(self) -> str:
         return json.dumps({
-            "model": self.model, "plan_name": self.plan_name, "release": self.release,
+            "version": SCHEMA_VERSION, "model": self.model, "plan_name": self.plan_name,
+            "release": self.release,
             "tail": self.tail, "seconds": self.seconds, "key": self.key.to_dict(),
             "nodes": [[op.to_dict(), value] for op, value in self.nodes],
         })  # fmt: skip
@@ -84,14 +86,36 @@ class ModelRecord:
                    ProgramKey.from_dict(data.get("key")))  # fmt: skip
 
 
+def record_version(line: str) -> int | None:
+    """The schema version a models file's line was written with (1 and 2 wrote none: 2), or
+    None when the line is not a JSON object."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    return int(data.get("version", 2)) if isinstance(data, dict) else None
+
+
 def read_records(path: Path) -> list[ModelRecord]:
-    """Every record of a models file (a damaged last line, from an interrupted run, skipped)."""
+    """Every record of a models file (a damaged last line, from an interrupted run, skipped).
+
+    A record of another schema version is refused (:class:`~mico.errors.ConfigError`): its
+    nodes carry the kernel path labels of that version (version 2 gave every form of the
+    depthwise pair path one label), which a fit must not mix with this version's."""
     if not path.is_file():
         return []
     records = []
     for number, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
             continue
+        version = record_version(line)
+        if version is not None and version != SCHEMA_VERSION:
+            raise ConfigError(
+                f"models profile {str(path)!r} line {number} is a record of schema version "
+                f"{version} (kernel path labels of that version); this mico reads version "
+                f"{SCHEMA_VERSION}: move the file away and measure the models again "
+                "(mico profile --target T writes them to a file of this version)"
+            )
         try:
             records.append(ModelRecord.from_json(line))
         except (ValueError, KeyError, TypeError):

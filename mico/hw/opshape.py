@@ -138,22 +138,45 @@ def emitted_kernel(
 
 
 #: kernel entry points whose names carry their parameters, and the path they belong to (the
-#: depthwise pair path's forms and the bit-sliced path's strides: one path each)
+#: bit-sliced path's strides: one path; the depthwise pair path: :func:`dwp_path`)
 _FAMILIES = (
     (re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"),
     (re.compile(r"^dwl_s\d+$"), "dwlanes"),
-    (re.compile(r"^dwp_f1(_|$)"), "dwp_f1"),
-    (re.compile(r"^dwp_f2(_|$)"), "dwp_f2"),
     (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
 )
+#: the depthwise pair path's entry points, ``dwp_f<sf>`` and the suffix of their form
+#: (:func:`mico.codegen.dwconv_plan.dwp_form`, ``MICO_DWP_FORMS`` in ``mico_nn.h``): the
+#: pairs' read, words of K lanes (``_k``, ``_k5``), the outputs (``q`` requantized, ``t`` by
+#: thresholds, ``l`` / ``n`` by table), rows of 5 outputs, the requantizing words left out
+_DWP = re.compile(r"^dwp_f(\d)(?:_([gsr]))?(_k5|_k)?(?:_([qtln]))?(_r5)?(_x)?$")
+#: the depthwise pair path's outputs as a path label says them
+_DWP_OUT = {"q": "", "t": "_thr", "l": "_tab", "n": "_tab"}
+
+
+def dwp_path(kernel: str) -> str | None:
+    """The path label of a depthwise pair-path entry point (None for any other name), by the
+    families whose costs differ most: words of K lanes or of 5 lanes against pairs
+    (``dwp_k``, ``dwp_k5``, ``dwp``), then outputs by thresholds or by table against
+    requantized ones (``_thr``, ``_tab``): ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` ->
+    ``dwp_k5_tab``, ``mico_qconv2d_dwp_f2_r_t`` -> ``dwp_thr``; an entry point of any form
+    (``mico_qconv2d_dwp_f1``) is ``dwp``."""
+    match = _DWP.match(kernel.removeprefix("mico_qconv2d_"))
+    if match is None:
+        return None
+    lanes, out = match.group(3) or "", match.group(4) or "q"
+    return "dwp" + lanes + _DWP_OUT[out]
 
 
 def kernel_path(kernel: str) -> str:
     """The path label of an entry point: ``mico_qconv2d_tiled_s8`` -> ``tiled_s8``,
     ``mico_qlinear`` -> ``linear``, ``mico_qconv2d_lanes_w4g2`` -> ``lanes``,
-    ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` -> ``dwp_f1``,
-    ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qlinear_bin_cpop`` -> ``bin_cpop``; a name
-    it does not know is its own label (without the ``mico_qconv2d_`` / ``mico_q`` prefix)."""
+    ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` -> ``dwp_k5_tab``
+    (:func:`dwp_path`), ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qlinear_bin_cpop`` ->
+    ``bin_cpop``; a name it does not know is its own label (without the ``mico_qconv2d_`` /
+    ``mico_q`` prefix)."""
+    pair = dwp_path(kernel)
+    if pair is not None:
+        return pair
     name = kernel.removeprefix("mico_qconv2d_")
     if name == kernel:
         name = kernel.removeprefix("mico_q")

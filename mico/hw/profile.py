@@ -23,7 +23,10 @@ from mico.errors import ConfigError
 from mico.hw.keys import ProgramKey
 from mico.hw.layers import KINDS, LayerShape
 
-SCHEMA_VERSION = 2
+#: 3: the depthwise pair path's forms carry path labels of their own in the models file's nodes
+#: (:func:`mico.hw.opshape.dwp_path`; version 2 labelled them all ``dwp_f1`` / ``dwp_f2``), and
+#: program targets' samples add W1A1 rows
+SCHEMA_VERSION = 3
 FIELDS = (
     "kind", "in_channels", "out_channels", "kh", "kw", "sh", "sw", "groups",
     "in_h", "in_w", "out_h", "out_w", "w_bits", "a_bits", "latency", "key",
@@ -133,9 +136,18 @@ def read_profile_rows(path: Path) -> list[tuple[LayerShape, float, ProgramKey]]:
 
 
 def sample_shapes(
-    kinds: Sequence[str], samples: int, seed: int = 0, include_zoo: bool = True
+    kinds: Sequence[str],
+    samples: int,
+    seed: int = 0,
+    include_zoo: bool = True,
+    max_macs: int | None = None,
 ) -> list[LayerShape]:
-    """Layer geometries: the zoo's real layers of these kinds, then Latin-hypercube samples."""
+    """Layer geometries: the zoo's real layers of these kinds, then Latin-hypercube samples.
+
+    ``max_macs``: the sampled conv2d, depthwise and linear layers' channels are halved until
+    they are at most this many MACs (:data:`SMALL_LAYER_MACS` for single-layer programs: the
+    zoo's programs have the large layers, the small ones are where kernel paths switch);
+    conv1d samples keep their own bound (:data:`CONV1D_MAX_MACS`)."""
     from scipy.stats import qmc
 
     unknown = [k for k in kinds if k not in KINDS]
@@ -148,7 +160,8 @@ def sample_shapes(
     per_kind = max(1, samples // max(1, len(kinds)))
     for kind in kinds:
         for u in sampler.random(per_kind):
-            shapes.append(_shape_from_unit(kind, u))
+            shape = _shape_from_unit(kind, u)
+            shapes.append(shape if max_macs is None else _shrink(shape, max_macs))
     seen, unique = set(), []
     for shape in shapes:
         key = _key(shape.with_bits(8, 8))
@@ -156,6 +169,41 @@ def sample_shapes(
             seen.add(key)
             unique.append(shape.with_bits(8, 8))
     return unique
+
+
+#: the most MACs of a conv2d, depthwise or linear layer sampled as a single-layer program:
+#: twice the conv popcount gate (32,768 MACs, :mod:`mico.codegen.binary_plan`), eight times the
+#: linear one (8,192), so that the samples straddle where small layers switch kernels
+SMALL_LAYER_MACS = 1 << 16
+
+
+#: kinds a program target samples at its extra pairs only (W1A1): the zoo's programs have its
+#: linear layers at the other widths, and sampled alone at those they misled the fit (harmlp's
+#: 561 in-features took the costs of sampled rows of another path: 36 -> 112 % left out)
+BINARY_ONLY_KINDS = ("linear",)
+
+
+def _shrink(shape: LayerShape, max_macs: int) -> LayerShape:
+    """``shape`` with its channels halved (outputs first, a depthwise layer's both) until it
+    has at most ``max_macs`` MACs; conv1d shapes are returned as they are."""
+    if shape.kind == "conv1d":
+        return shape
+    data = asdict(shape)
+    while LayerShape(**data).macs > max_macs:
+        if shape.kind == "dwconv2d":
+            if data["out_channels"] <= 1:
+                break
+            channels = max(1, data["out_channels"] // 2)
+            data.update(in_channels=channels, out_channels=channels, groups=channels)
+        elif data["out_channels"] > 4 and data["out_channels"] >= data["in_channels"]:
+            data["out_channels"] //= 2
+        elif data["in_channels"] > 1:
+            data["in_channels"] //= 2
+        elif data["out_channels"] > 1:
+            data["out_channels"] //= 2
+        else:
+            break
+    return LayerShape(**data)
 
 
 def _log_choice(u: float, low: int, high: int) -> int:
@@ -221,9 +269,13 @@ def zoo_layer_shapes(names: Iterable[str] | None = None) -> list[LayerShape]:
     return shapes
 
 
-def bit_pairs(bits: Sequence[float | int]) -> list[tuple[float | int, float | int]]:
-    """Every (weight, activation) pair of the target's bit-widths."""
-    return [(w, a) for w in bits for a in bits]
+def bit_pairs(
+    bits: Sequence[float | int], extra: Sequence[tuple[float | int, float | int]] = ()
+) -> list[tuple[float | int, float | int]]:
+    """Every (weight, activation) pair of the target's bit-widths, then the ``extra`` pairs
+    not among them (a program target's W1A1: :attr:`mico.hw.measure.Backend.extra_pairs`)."""
+    pairs = [(w, a) for w in bits for a in bits]
+    return pairs + [p for p in extra if p not in pairs]
 
 
 @dataclass
@@ -240,13 +292,15 @@ def run_profile(
     path: Path,
     log: Callable[[str], None] = print,
     keyed: KeyedMeasure | None = None,
+    jobs: int = 1,
 ) -> ProfileResult:
     """Measure every shape at every pair, appending to ``path``; rows already there are reused.
 
     ``keyed`` (program backends): rows are reused while their program is current
-    (:meth:`ProgramKey.fresh`), others measured again through it (see :data:`KeyedMeasure`).
-    Each row is flushed as soon as it is measured, so an interrupted profile loses at most the
-    measurement in flight.
+    (:meth:`ProgramKey.fresh`), others measured again through it (see :data:`KeyedMeasure`);
+    ``jobs`` of them at once in worker processes when it can be pickled (a program
+    backend's is). Each row is flushed as soon as it is measured, so an interrupted profile
+    loses at most the measurements in flight.
     """
     earlier: dict[tuple, list[tuple[ProgramKey, float]]] = {}
     for layer, latency, key in read_profile_rows(path):
@@ -255,27 +309,43 @@ def run_profile(
                                                     for key, _ in rows)}  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     new_file = not path.exists()
-    measured = reused = 0
+    todo: list[LayerShape] = []
+    for shape in shapes:
+        for w, a in pairs:
+            layer = shape.with_bits(w, a)
+            if _key(layer) not in done:
+                done.add(_key(layer))
+                todo.append(layer)
+    total = len(shapes) * len(pairs)
+    result = ProfileResult(path, 0, total - len(todo))
+    step = max(1, total // 10)
     with path.open("a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=FIELDS)
         if new_file:
             writer.writeheader()
-        total = len(shapes) * len(pairs)
-        step = max(1, total // 10)
-        for shape in shapes:
-            for w, a in pairs:
-                layer = shape.with_bits(w, a)
-                if _key(layer) in done:
-                    reused += 1
-                    continue
-                if keyed is None:
-                    writer.writerow(_row(layer, float(measure(layer))))
-                else:
-                    latency, program = keyed(layer, earlier.get(_key(layer), []))
-                    writer.writerow(_row(layer, float(latency), program))
-                handle.flush()
-                done.add(_key(layer))
-                measured += 1
-                if (measured + reused) % step == 0:
-                    log(f"  {measured + reused}/{total} layer x bit cases")
-    return ProfileResult(path, measured, reused)
+
+        def write(layer: LayerShape, latency: float, program: ProgramKey | None) -> None:
+            writer.writerow(_row(layer, float(latency), program))
+            handle.flush()
+            result.measured += 1
+            if (result.measured + result.reused) % step == 0:
+                log(f"  {result.measured + result.reused}/{total} layer x bit cases")
+
+        if keyed is not None and jobs > 1 and len(todo) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+                futures = {pool.submit(keyed, layer, earlier.get(_key(layer), [])): layer
+                           for layer in todo}  # fmt: skip
+                for future in as_completed(futures):
+                    latency, program = future.result()
+                    write(futures[future], latency, program)
+            return result
+        for layer in todo:
+            if keyed is None:
+                write(layer, measure(layer), None)
+            else:
+                write(layer, *keyed(layer, earlier.get(_key(layer), [])))
+    return result

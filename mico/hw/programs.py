@@ -13,6 +13,7 @@ resumable; ``mico profile --target rv32`` uses it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -36,6 +37,10 @@ PROGRAM_RUNNERS = ("host", "qemu-rv32", "verilator-vexriscv")
 #: the widths a program profile measures (each of them against each): BitFusion's, so that the
 #: proxies of different targets see the same pairs
 PROFILE_BITS = (2, 4, 8)
+#: pairs a program profile measures besides those, when the target runs them: binary layers
+#: take popcount kernels (from a size on, :mod:`mico.codegen.binary_plan`) that no other pair
+#: shows
+PROFILE_EXTRA_PAIRS = ((1, 1),)
 CALIBRATION_SAMPLES = 8
 
 
@@ -130,6 +135,14 @@ def measure_layer(shape: LayerShape, spec: TargetSpec, seed: int = 0) -> float:
     return measure_layer_keyed(shape, spec, (), seed)[0]
 
 
+def _measure_keyed(
+    spec: TargetSpec, shape: LayerShape, known: Sequence[tuple[ProgramKey, float]]
+) -> tuple[float, ProgramKey]:
+    """:func:`measure_layer_keyed` with the target first: a backend's ``keyed`` measurement as
+    a picklable partial, which ``mico profile --jobs`` runs in worker processes."""
+    return measure_layer_keyed(shape, spec, known)
+
+
 def kernels_hash() -> str:
     """A hash of all of mico's C kernels (what benchmarks record beside their figures; the
     profiles key each record by its own program instead, :mod:`mico.hw.keys`)."""
@@ -160,9 +173,11 @@ def program_backend(spec: TargetSpec) -> Backend:
     # the file is the target's, whatever the kernels
     identity = {"runner": spec.runner, "isa": spec.isa, "cost": spec.cost,
                 "extensions": sorted(spec.extensions), "records": "keyed"}  # fmt: skip
+    extra = tuple((w, a) for w, a in PROFILE_EXTRA_PAIRS
+                  if w in spec.weight_bits and a in spec.activation_bits)  # fmt: skip
     return Backend(
         spec.name, unit, lambda layer: measure_layer(layer, spec), bits, fingerprint(identity),
-        keyed=lambda layer, known: measure_layer_keyed(layer, spec, known),
+        keyed=functools.partial(_measure_keyed, spec), extra_pairs=extra,
     )  # fmt: skip
 
 

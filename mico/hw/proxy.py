@@ -32,7 +32,8 @@ FEATURES = (
     "kernel", "stride", "groups_ratio", "w_bits", "a_bits", "wa_bricks", "log_macs_per_brick",
     "log_ic_per_group", "log_oc_per_group", "log_out_pixels", "log_reduction",
     "log_reduction_per_brick", "in_signed", "out_bits", "path", "lane_s", "log_lane_n",
-    "log_out_per_lane_word", "log_in_plane", "one_d",
+    "log_out_per_lane_word", "log_in_plane", "one_d", "row_align", "path_popcount",
+    "path_k_lanes", "path_table",
 )  # fmt: skip
 #: features of the other nodes (quantize, pooling, add, ...; the target is log(latency / elements))
 OP_FEATURES = (
@@ -60,7 +61,9 @@ SHARED = {"conv1d": "conv2d"}
 #: rows alone: the 1-D rows' long rows and fallback paths pulled the 2-D predictions off,
 #: and the 1-D layers alone were too few to predict a model of them
 OWN_REGRESSOR_SHAPES = 20
-PROXY_VERSION = 3  # 3: the 1-D features, the BitFusion feature set, ratio proxies
+#: 3: the 1-D features, the BitFusion feature set, ratio proxies; 4: the weight rows'
+#: alignment and the kernel path's traits (depthwise pair forms, popcount)
+PROXY_VERSION = 4
 
 
 def _as_op(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> OpShape:
@@ -77,6 +80,26 @@ def path_code(path: str) -> float:
     if path in PATHS:
         return float(PATHS.index(path))
     return float(100 + zlib.crc32(path.encode()) % 1009)
+
+
+def path_traits(path: str) -> tuple[float, float, float]:
+    """What a kernel path label says of its inner loop, as features a line can use (a path's
+    own code, :func:`path_code`, only trees can split on): a popcount of bits (the binary
+    kernels, the depthwise bit-sliced path), words of K lanes (1) or of 5 lanes (2) of the
+    depthwise pair path, outputs by thresholds (1) or by table (2) of its forms
+    (:func:`mico.hw.opshape.dwp_path`)."""
+    popcount = float(path.startswith("bin_") or path == "dwbs")
+    lanes = 2.0 if path.startswith("dwp_k5") else 1.0 if path.startswith("dwp_k") else 0.0
+    table = 2.0 if path.endswith("_tab") else 1.0 if path.endswith("_thr") else 0.0
+    return popcount, lanes, table
+
+
+def row_alignment(op: OpShape) -> float:
+    """How a weight row of ``op`` is aligned, as the power of two dividing its bits (0 to 5:
+    a row of 561 4-bit weights starts inside a byte, 1 to 2 bits off, which the sub-byte
+    kernels unpack slowly; 5: rows of whole words)."""
+    row_bits = max(1, op.w_bits) * op.kh * op.kw * max(1, op.in_channels // max(1, op.groups))
+    return float(min(5, (row_bits & -row_bits).bit_length() - 1))
 
 
 def feature_set_of(target: str) -> str:
@@ -212,6 +235,8 @@ def features(
         math.log(max(1.0, words)),
         math.log(max(1.0, op.in_elements / max(1, op.in_channels))),
         float(op.kind == "conv1d"),
+        row_alignment(op),
+        *path_traits(op.path),
         *extra,
     ]
 
@@ -345,8 +370,28 @@ class _Groups:
         return np.asarray(out, dtype=float)
 
 
+class _GroupedForest:
+    """A random forest on what the node's group mean (:class:`_Groups`: its kernel path, lane
+    width, 1-D or not, widths) leaves: the mean carries a path's cost per MAC to layers of
+    sizes its rows lack, where a forest on the ratio itself takes the nearest leaf's, often of
+    another path; the forest adds what the geometry changes around that mean."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.groups = _Groups(seed)
+        self.forest = _forest(seed)
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _GroupedForest:
+        self.groups.fit(x, y)
+        self.forest.fit(x, np.asarray(y, dtype=float) - self.groups.predict(x))
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.groups.predict(x) + self.forest.predict(x)
+
+
 #: the algorithms a proxy compares on held-out shapes
-ALGORITHMS = {"forest": _forest, "xgboost": _booster, "linear": _Linear}
+ALGORITHMS = {"forest": _forest, "xgboost": _booster, "linear": _Linear,
+              "grouped": _GroupedForest}  # fmt: skip
 #: every algorithm a kind may keep (``groups``: the ratio proxy's, :func:`fit_ratio_proxy`)
 ESTIMATORS: dict[str, Any] = {**ALGORITHMS, "groups": _Groups}
 #: what the ratio proxy compares, on held-out *models* (its first when a kind has one model)
@@ -584,9 +629,9 @@ def _kind_from_data(kind: str, entry: dict[str, Any], seed: int, feature_set: st
     elif entry["algorithm"] == "groups":
         table = {tuple(map(float, k)): (float(m), int(n)) for k, m, n in entry["table"]}
         estimator = _Groups(0, entry["levels"], table, entry["prior"])
-    else:
+    else:  # a forest (or a grouped one) refitted on its rows with its seed
         rows = [(list(x), float(y)) for x, y in entry["rows"]]
-        estimator = _forest(seed)
+        estimator = ESTIMATORS[entry["algorithm"]](seed)
         estimator.fit(np.array([x for x, _ in rows]), np.array([y for _, y in rows]))
     return KindModel(kind, entry["algorithm"], estimator, dict(entry["holdout_mape"]), rows,
                      feature_set)  # fmt: skip
@@ -596,7 +641,7 @@ def _fit_kind(
     kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
     feature_set: str = "generic", chosen: str | None = None,
     labels: Sequence[str] | None = None, candidates: Sequence[str] | None = None,
-    keep: str | None = None,
+    keep: str | None = None, scored: Sequence[bool] | None = None, every_fold: bool = False,
 ) -> KindModel:  # fmt: skip
     """A forest, a boosted model and a line on one kind's rows; the one better on held-out
     shapes (``chosen``: that algorithm, fitted on every row without comparing, no held-out score:
@@ -608,7 +653,11 @@ def _fit_kind(
     made the score and the choice luck). ``labels`` (one per row, say the model a node belongs
     to): held out by label instead, every label once. ``candidates``: the algorithms compared
     (default :data:`ALGORITHMS`; the first is kept when none could be scored). ``keep``: the
-    algorithm kept whatever the scores (which are still reported)."""
+    algorithm kept whatever the scores (which are still reported). ``scored``: one per row,
+    whether its held-out prediction counts in the scores (all when None: a profile's
+    single-layer programs train the regressors but, beside whole programs, do not choose
+    them). ``every_fold``: score every fold whatever the number of shapes (a choice made on
+    one fold of a few hundred shapes changed with the draw of the fold)."""
 
     def xy(part: Sequence[tuple[OpShape, float]]) -> tuple[np.ndarray, np.ndarray]:
         x = np.array([_vector(op, feature_set) for op, _ in part], dtype=float)
@@ -618,7 +667,8 @@ def _fit_kind(
     names = tuple(candidates or ALGORITHMS)
     scores: dict[str, float] = {}
     if chosen is None:
-        scores = _held_out_scores(kind, rows, seed, holdout, xy, feature_set, labels, names)
+        scores = _held_out_scores(kind, rows, seed, holdout, xy, feature_set, labels, names,
+                                  scored, every_fold)  # fmt: skip
     best = chosen or keep or (min(scores, key=scores.get) if scores else names[0])  # type: ignore[arg-type]
     # refit the winner on every shape: the held-out score stays the reported error
     x_all, y_all = xy(rows)
@@ -634,10 +684,13 @@ def _fit_kind(
 def _held_out_scores(
     kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
     xy: Any, feature_set: str, labels: Sequence[str] | None = None,
-    names: Sequence[str] = tuple(ALGORITHMS),
+    names: Sequence[str] = tuple(ALGORITHMS), scored: Sequence[bool] | None = None,
+    every_fold: bool = False,
 ) -> dict[str, float]:  # fmt: skip
     """MAPE of each algorithm on shapes held out fold by fold (none under 5 shapes), or, given
-    ``labels``, on each label's rows held out in turn (none under 2 labels)."""
+    ``labels``, on each label's rows held out in turn (none under 2 labels); ``scored``: the
+    rows whose predictions count (all when None or when it names none)."""
+    counts = list(scored) if scored is not None and any(scored) else [True] * len(rows)
     if labels is not None:
         fold_keys = sorted(set(labels))
         if len(fold_keys) < 2:
@@ -653,13 +706,13 @@ def _held_out_scores(
         folds = max(2, min(len(shapes), round(1 / max(holdout, 1e-9))))
         fold_of = {key: i % folds for i, key in enumerate(shapes)}
         row_fold = [fold_of[_shape_key(op)] for op, _ in rows]
-        if len(shapes) >= FOLDED_UNDER:
+        if len(shapes) >= FOLDED_UNDER and not every_fold:
             folds = 1
     predicted: dict[str, list[float]] = {name: [] for name in names}
     measured: list[float] = []
     for fold in range(folds):
         train = [row for row, f in zip(rows, row_fold, strict=True) if f != fold]
-        test = [row for row, f in zip(rows, row_fold, strict=True) if f == fold]
+        test = [row for row, f, c in zip(rows, row_fold, counts, strict=True) if f == fold and c]
         if not train or not test:
             continue
         x_train, y_train = xy(train)
@@ -724,31 +777,34 @@ def fit_proxy(
     tags = list(labels) if labels is not None else [""] * len(profile)
     if len(tags) != len(profile):
         raise ValueError(f"{len(tags)} labels for {len(profile)} profile rows")
-    rows3 = [(_as_op(item, exts), float(y), tag)
-             for (item, y), tag in zip(profile, tags, strict=True)]  # fmt: skip
+    # (op, latency, label, scored): beside whole programs, single-layer rows train the
+    # regressors but are not scored (the choice of each kind's algorithm is the programs')
+    rows = [(_as_op(item, exts), float(y), tag, not models)
+            for (item, y), tag in zip(profile, tags, strict=True)]  # fmt: skip
     for record in models:
-        rows3 += [(op, float(v), record.model) for op, v in record.nodes if op.path != "alias"]
-    rows3 = [row for row in rows3 if row[1] > 0]
-    if not rows3:
+        rows += [(op, float(v), record.model, True) for op, v in record.nodes
+                 if op.path != "alias"]  # fmt: skip
+    rows = [row for row in rows if row[1] > 0]
+    if not rows:
         raise ConfigError(f"the {target} profile is empty; run mico profile --target {target}")
-    by_kind: dict[str, list[tuple[OpShape, float, str]]] = {}
+    by_kind: dict[str, list[tuple[OpShape, float, str, bool]]] = {}
     shapes: dict[str, set[tuple]] = {}
-    for op, _, _ in rows3:
-        shapes.setdefault(op.kind, set()).add(_shape_key(op))
+    for row in rows:
+        shapes.setdefault(row[0].kind, set()).add(_shape_key(row[0]))
     own = {kind for kind in SHARED if len(shapes.get(kind, ())) >= OWN_REGRESSOR_SHAPES}
-    for row in rows3:
+    for row in rows:
         kind = row[0].kind if row[0].kind in own else SHARED.get(row[0].kind, row[0].kind)
         by_kind.setdefault(kind, []).append(row)
     for kind in own:
         by_kind[kind] = by_kind[kind] + by_kind.get(SHARED[kind], [])
-    others = [row for row in rows3 if not row[0].is_mac]
+    others = [row for row in rows if not row[0].is_mac]
     if others:
         by_kind[OTHER] = others
     chosen = algorithms or {}
     kinds = {
-        kind: _fit_kind(kind, [(op, y) for op, y, _ in part], seed, holdout, features_used,
-                        chosen.get(kind), [t for _, _, t in part] if labels is not None else None,
-                        candidates, (keep or {}).get(kind))
+        kind: _fit_kind(kind, [(op, y) for op, y, _, _ in part], seed, holdout, features_used,
+                        chosen.get(kind), [r[2] for r in part] if labels is not None else None,
+                        candidates, (keep or {}).get(kind), [r[3] for r in part], bool(models))
         for kind, part in by_kind.items()
     }  # fmt: skip
     from mico.hw.keys import generator_hash, kernel_hashes

@@ -43,9 +43,16 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qconv2d_lanes_w4g2") == "lanes"
     assert kernel_path("mico_qlinear_lanes_w2g4") == "lanes"
     assert kernel_path("mico_qconv2d_dwl_s8") == "dwlanes"
-    assert kernel_path("mico_qconv2d_dwp_f1_s_k5_l_r5_x") == "dwp_f1"  # a form of the path
-    assert kernel_path("mico_qconv2d_dwp_f2_r_k_n") == "dwp_f2"
-    assert kernel_path("mico_qconv2d_dwp_f1") == "dwp_f1"
+    # the depthwise pair path: one label per family of forms (K lanes, 5 lanes or pairs;
+    # outputs by thresholds, by table or requantized), whatever the stride and the read
+    assert kernel_path("mico_qconv2d_dwp_f1_s_k5_l_r5_x") == "dwp_k5_tab"
+    assert kernel_path("mico_qconv2d_dwp_f2_r_k_n") == "dwp_k_tab"
+    assert kernel_path("mico_qconv2d_dwp_f1_r_k_t") == "dwp_k_thr"
+    assert kernel_path("mico_qconv2d_dwp_f1_s_k5_q") == "dwp_k5"
+    assert kernel_path("mico_qconv2d_dwp_f2_g_t") == "dwp_thr"
+    assert kernel_path("mico_qconv2d_dwp_f1_s_q_r5") == "dwp"
+    assert kernel_path("mico_qconv2d_dwp_f1") == "dwp"  # the entry point of any form
+    assert kernel_path("mico_qconv2d_dw8_f2") == "dw8_f2"
     assert kernel_path("mico_qconv2d_dwbs_s2") == "dwbs"
     assert kernel_path("mico_qconv2d_bin_cpop") == "bin_cpop"
     assert kernel_path("mico_qlinear_bin_swar") == "bin_swar"
@@ -161,3 +168,59 @@ def test_verify_per_layer_counts_target_files_of_counted_runners(monkeypatch) ->
         deploy.per_layer_hook(None, [[0.0]], "rv32zbb", lambda _m: None)
     assert called == ["rv32zbb"]
     assert "skipped" in deploy.per_layer_hook(None, [[0.0]], "rv64", lambda _m: None)
+
+
+def _dwp_forms() -> list[str]:
+    """Every entry point of ``MICO_DWP_FORMS`` in mico_nn.h (the C kernels' list)."""
+    from importlib import resources
+
+    header = resources.files("mico.csrc").joinpath("mico_nn.h").read_text()
+    start, end = header.index("#define MICO_DWP_FORMS"), header.index("#define MICO_DWP_DECLARE")
+    block = header[start:end]
+    return [f"mico_qconv2d_dwp_f{sf}{suffix}" for sf, suffix in
+            re.findall(r"X\((\d),\s*(\w*),", block)]  # fmt: skip
+
+
+def test_every_depthwise_pair_form_is_labelled_by_its_family() -> None:
+    """Each form the C kernels declare gets the label of its lanes and outputs, so forms of
+    different costs are told apart and forms of one family share a label."""
+    forms = _dwp_forms()
+    assert len(forms) >= 40
+    labels = set()
+    for kernel in forms:
+        label = kernel_path(kernel)
+        suffix = kernel.removeprefix("mico_qconv2d_dwp_f")[1:].split("_")
+        lanes = "_k5" if "k5" in suffix else "_k" if "k" in suffix else ""
+        out = "_tab" if {"l", "n"} & set(suffix) else "_thr" if "t" in suffix else ""
+        assert label == "dwp" + lanes + out, kernel
+        labels.add(label)
+    assert labels == {"dwp", "dwp_thr", "dwp_k", "dwp_k_thr", "dwp_k_tab", "dwp_k5",
+                      "dwp_k5_thr", "dwp_k5_tab"}  # fmt: skip
+
+
+def _dw(h: int, w: int, bits: tuple[int, int]) -> LayerShape:
+    return LayerShape("dw", "dwconv2d", 16, 16, (3, 3), (1, 1), 16, (h, w), (h, w)).with_bits(*bits)
+
+
+@pytest.mark.parametrize(
+    ("shape", "in_signed", "out_bits", "label"),
+    [
+        (_dw(25, 5, (4, 4)), False, 8, "dwp_k5"),  # dscnn's planes: words of 5 lanes
+        (_dw(25, 5, (4, 4)), False, 2, "dwp_k5_thr"),  # at most 4 output codes: thresholds
+        (_dw(25, 5, (4, 4)), False, 4, "dwp_k5_tab"),  # 5..16 codes: a table per channel
+        (_dw(25, 5, (4, 4)), True, 8, "dwp_k"),  # signed codes: K lanes, not 5
+        (_dw(25, 5, (4, 4)), True, 4, "dwp_k_tab"),
+        (_dw(25, 5, (4, 8)), False, 8, "dwp"),  # 8-bit codes: pairs
+        (_dw(25, 5, (4, 8)), False, 2, "dwp_thr"),
+        (_dw(16, 16, (2, 2)), False, 2, "dwbs"),  # the bit-sliced path
+        (_dw(16, 16, (8, 8)), False, 8, "dw8_f1"),  # the byte path
+    ],
+)
+def test_depthwise_layers_carry_their_form_family(shape, in_signed, out_bits, label) -> None:
+    """A depthwise layer's label is the family of the form the generator emits for it."""
+    from mico.hw.opshape import emitted_kernel, layer_node
+
+    op = op_from_layer(shape, in_signed=in_signed, out_bits=out_bits)
+    assert op.path == label
+    kernel, _, _ = emitted_kernel(layer_node(shape, in_signed, out_bits))
+    assert kernel_path(kernel) == label

@@ -160,7 +160,7 @@ def test_fitting_on_programs_predicts_held_out_programs(programs, trained, tmp_p
     predicted = [proxy.predict_model([op for op, _ in r.nodes]) for r in held]
     assert mape(predicted, [r.release for r in held]) < 10
     for model in proxy.kinds.values():
-        assert model.algorithm in ("forest", "xgboost", "linear")
+        assert model.algorithm in ("forest", "xgboost", "linear", "grouped")
     # round trip, every algorithm and the overheads
     loaded = LatencyProxy.load(proxy.save(tmp_path / "p.json"))
     ops = [op for op, _ in held[0].nodes]

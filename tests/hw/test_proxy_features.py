@@ -8,7 +8,7 @@ import pytest
 
 from mico.hw import LayerShape, fit_proxy, layer_cycles, mape
 from mico.hw.measure import backend
-from mico.hw.opshape import op_from_layer
+from mico.hw.opshape import OpShape, op_from_layer
 from mico.hw.profile import bit_pairs, sample_shapes
 from mico.hw.proxy import (
     ARRAY_FEATURES,
@@ -249,3 +249,55 @@ def test_profile_fits_vexriscv_as_a_ratio_over_rv32_only_when_the_programs_match
     assert "mico profile --target rv32" in kind
     # other targets are always fitted directly
     assert fit_target_proxy([], rv32, "rv32", "instructions")[1] == "direct proxy"
+
+
+def test_path_traits_and_row_alignment_as_features() -> None:
+    """The depthwise pair forms' families and the popcount paths are features a line can use,
+    and a weight row that starts inside a byte is told from a row of whole words."""
+    from mico.hw.proxy import path_traits, row_alignment
+
+    assert path_traits("dwp_k5_tab") == (0.0, 2.0, 2.0)
+    assert path_traits("dwp_k_thr") == (0.0, 1.0, 1.0)
+    assert path_traits("dwp") == (0.0, 0.0, 0.0)
+    assert path_traits("bin_swar") == path_traits("dwbs") == (1.0, 0.0, 0.0)
+    assert path_traits("lanes") == (0.0, 0.0, 0.0)
+    odd = OpShape("fc", "linear", w_bits=4, macs=35904, in_channels=561, out_channels=64)
+    whole = OpShape("fc", "linear", w_bits=4, macs=4096, in_channels=64, out_channels=64)
+    assert (row_alignment(odd), row_alignment(whole)) == (2.0, 5.0)
+    named = dict(zip(FEATURES, features(odd), strict=True))
+    assert named["row_align"] == 2.0 and named["path_popcount"] == 0.0
+
+
+def test_single_layer_rows_train_but_do_not_score() -> None:
+    """Beside whole programs, the held-out score of an algorithm counts the programs' nodes
+    only; without programs every row counts."""
+    from mico.hw.proxy import ALGORITHMS, _fit_kind
+
+    ops = [OpShape(f"l{i}", "linear", w_bits=8, in_bits=8, macs=100 * (i + 1),
+                   in_channels=10 + i, out_channels=10) for i in range(12)]  # fmt: skip
+    rows = [(op, 5.0 * op.macs * (1 + (i % 3))) for i, op in enumerate(ops)]
+    every = _fit_kind("linear", rows, 0, 0.2, every_fold=True)
+    programs = _fit_kind("linear", rows, 0, 0.2, scored=[i % 2 == 0 for i in range(12)],
+                         every_fold=True)  # fmt: skip
+    assert set(every.holdout_mape) == set(programs.holdout_mape) == set(ALGORITHMS)
+    assert every.holdout_mape != programs.holdout_mape
+    none = _fit_kind("linear", rows, 0, 0.2, scored=[False] * 12, every_fold=True)
+    assert none.holdout_mape == every.holdout_mape  # none named: every row counts
+
+
+def test_grouped_forest_carries_a_paths_cost_and_round_trips(tmp_path) -> None:
+    """The grouped forest predicts a path's mean cost per MAC for a size its rows lack, and a
+    proxy keeping it is saved as rows and refitted alike on load."""
+    ops = [OpShape(f"l{i}", "linear", w_bits=8, in_bits=8, macs=m, in_channels=m // 8,
+                   out_channels=8, path=path)
+           for i, (m, path) in enumerate((m, p) for m in (512, 1024, 2048, 4096)
+                                         for p in ("linear", "bin_swar"))]  # fmt: skip
+    rows = [(op, op.macs * (8.0 if op.path == "linear" else 1.0)) for op in ops]
+    proxy = fit_proxy(rows, "rv32", "instructions", algorithms={"linear": "grouped"})
+    assert proxy.kinds["linear"].algorithm == "grouped"
+    big = [OpShape("big", "linear", w_bits=8, in_bits=8, macs=65536, in_channels=8192,
+                   out_channels=8, path=p) for p in ("linear", "bin_swar")]  # fmt: skip
+    slow, fast = proxy.predict_ops(big)
+    assert slow / 65536 == pytest.approx(8.0, rel=0.2) and fast / 65536 == pytest.approx(1, rel=0.2)
+    loaded = LatencyProxy.load(proxy.save(tmp_path / "p.json"))
+    assert loaded.predict_ops(big) == pytest.approx([slow, fast], rel=1e-9)
