@@ -2187,7 +2187,10 @@ static void mico_dwp_kbuild_a(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t
  * -1: any) and the functions of that form, NULL where the form leaves one out, so that a
  * program links only the functions of its layers' forms. A channel whose choice (the span of
  * its sums, its table) would need a plane function left out takes the pairs, which requantize
- * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are). */
+ * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are);
+ * the _x forms have neither (the generator gives them to layers whose every channel has its
+ * table and fits words of K lanes): a channel there that does not goes one output at a time
+ * (mico_dwp_plain), as a hand-built layer might. */
 typedef void (*MicoDwpKBuild)(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl);
 typedef struct {
     int32_t code;
@@ -2533,7 +2536,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
             if (multi) {
                 f->fill(&rd, plane, buf + pf);
             }
-            if (fits) {
+            if (fits && (f->pairs[0] || f->pairs5[0])) { /* (_x forms: no pairs) */
                 const uint32_t bb = (acc0 + (uint32_t)neg * umax) << k;
                 const uint32_t span = (uint32_t)(pos - neg) * umax << k;
                 binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
@@ -2616,6 +2619,14 @@ MICO_DWP_PLANE(mico_dwp_p2_2, 2, 2, 2)
 #define MICO_DWP_OR01 1
 #define MICO_DWP_OR10 1
 #define MICO_DWP_OR11 1
+#define MICO_DWP_NOT(A) MICO_DWP_NOT_(A)
+#define MICO_DWP_NOT_(A) MICO_DWP_NOT##A
+#define MICO_DWP_NOT0 1
+#define MICO_DWP_NOT1 0
+/* The pairs' requantizing plane functions: in every form but those whose channels all take
+ * words of K lanes by table (_x: stride 1, K, no requantizing words; see mico_dwp's pairs). */
+#define MICO_DWP_PQ(SF, K, Q)                                                                    \
+    MICO_DWP_NOT(MICO_DWP_AND(MICO_DWP_S1_##SF, MICO_DWP_AND(K, MICO_DWP_NOT(Q))))
 #define MICO_DWP_S1_1 1 /* stride 1 along the buffer rows */
 #define MICO_DWP_S1_2 0
 #define MICO_DWP_S2_1 0
@@ -2631,9 +2642,11 @@ MICO_DWP_PLANE(mico_dwp_p2_2, 2, 2, 2)
         static const MicoDwpForm form = {                                                         \
             CODE,                                                                                 \
             mico_dwp_fill_##RD,                                                                   \
-            {MICO_DWP_IF(P, mico_dwp_p##SF##_0), MICO_DWP_IF(P, mico_dwp_p##SF##_1),              \
+            {MICO_DWP_IF(MICO_DWP_AND(P, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p##SF##_0),              \
+             MICO_DWP_IF(MICO_DWP_AND(P, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p##SF##_1),              \
              MICO_DWP_IF(T, mico_dwp_p##SF##_2)},                                                 \
-            {MICO_DWP_IF(R5, mico_dwp_p5_0), MICO_DWP_IF(R5, mico_dwp_p5_1)},                     \
+            {MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p5_0),                 \
+             MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p5_1)},                \
             MICO_DWP_IF(K, MICO_DWP_KB_##RD),                                                     \
             MICO_DWP_IF(MICO_DWP_AND(K5, MICO_DWP_OR(Q, T)), mico_dwp_kbuild5),                   \
             {MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_0),                                      \
