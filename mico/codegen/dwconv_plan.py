@@ -230,7 +230,8 @@ def dwp_form(
     generator gave ``lvl``, stored packed for 4-bit codes of even rows), rows of 5 outputs.
     ``w_bits``: the stored weight width (``MicoConv2d.w_bits``); ``out_range``: the outputs'
     ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`. A form whose every channel has its
-    table leaves out the requantizing words of K lanes (``_x``)."""
+    table (every channel then takes words of K lanes, :func:`dwp_levels`) leaves out the
+    requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
     sh, sw = (int(v) for v in stride)
     lo, hi = (int(v) for v in out_range)
@@ -378,6 +379,9 @@ def dwb_thresholds(weight: np.ndarray, bias: np.ndarray, spec, relu: bool) -> np
 
 #: bytes of the pair path's table of output codes (MICO_DWP_LUT): lane spans below it
 DWP_LUT = 1088
+#: the largest lane span the kernel's words of K lanes take (3 lanes of 10 bits), the only
+#: readers of a channel's table: a channel of a wider span takes the pairs, which requantize
+DWP_K_SPAN = 0x3FF
 
 
 def dwp_levels(
@@ -394,10 +398,13 @@ def dwp_levels(
     ``t_L - t_(L-1)`` for ``L = 2..n``, ``t_L`` the smallest ``v`` whose stored code is at
     least ``lo + L`` (``span + 1``: none), found with the reference arithmetic itself
     (:func:`mico.ir.ops.mico_ops.finish` over every ``v``), so the kernel's table holds the
-    reference's codes by construction. A channel whose span does not fit the kernel's table
-    (:data:`DWP_LUT`) or whose steps do not fit a byte gets ``t_1 = 0xffff``: the kernel
-    requantizes it as before. None too for codes of more than 4 bits (only the kernel's words
-    of K lanes read the table) and when no channel's table fits.
+    reference's codes by construction. A channel whose span does not fit the kernel's words
+    of K lanes (:data:`DWP_K_SPAN`, below the table's :data:`DWP_LUT`: they alone read it) or
+    whose steps do not fit a byte gets ``t_1 = 0xffff``: the kernel requantizes it as before
+    (so a layer whose every channel has its table takes only words of K lanes: its form, the
+    ``_x`` of :func:`dwp_form`, links no requantizing plane function). None too for codes of
+    more than 4 bits (only the kernel's words of K lanes read the table) and when no channel's
+    table fits.
     """
     from mico.ir.ops.mico_ops import code_range, finish
 
@@ -422,7 +429,7 @@ def dwp_levels(
     codes = np.asarray(finish(bb[:, None] + v[None, :], spec, relu, axis=0).numpy())
     out = np.zeros((len(w), n + 1), dtype=np.int64)
     for c in range(len(w)):
-        reach = codes[c, : span[c] + 1] if span[c] < DWP_LUT else None
+        reach = codes[c, : span[c] + 1] if span[c] <= DWP_K_SPAN else None
         if reach is None:
             out[c, :2] = 0xFF
             continue

@@ -955,7 +955,7 @@ MICO_DW8_ENTRY(2)
  *
  * Planes of short rows (unpacked at once) at stride 1 whose codes pad with 0 (unsigned, no
  * zero point) take more lanes a word when a channel's sums allow: 4 lanes of 8 bits or 3 of
- * 10 (MICO_DWP_PLANEK, buffer built a word at a time by mico_dwp_build), K output lines per
+ * 10 (MICO_DWP_PLANE, buffer built a word at a time by mico_dwp_build), K output lines per
  * multiply: DS-CNN's 25 x 5 planes as 7 or 9 line groups instead of 13 pairs; planes of at
  * most 5 columns, 5 lanes of 6 bits, every output column in one word (the plane transposed,
  * mico_dwp_build5: a row's codes gathered once; 1- and 2-bit codes straight from the packed
@@ -1023,134 +1023,91 @@ typedef struct {
         }                                                                                         \
     } while (0)
 
-/* Every output of one channel (both lanes), weights w in buffer order, each lane started at
- * binit (both halves), bb added to a lane's value gives the accumulator. Tiles of 2 words
- * (4 outputs) keep the requantization's constants in registers. */
-#define MICO_DWP_PLANE(NAME, SF, RELU)                                                           \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
-        const int32_t n_both = g->n_slow - d->half;                                               \
-        int32_t s;                                                                                \
-        uint32_t a0, a1;                                                                          \
-        for (s = 0; s < d->half; s++) {                                                           \
-            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
-            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
-            uint8_t *o = out + s * g->ostep_slow;                                                 \
-            uint8_t *const o_end = o + lanes;                                                     \
-            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
-            uint8_t *const o2_step = s < n_both ? o_end : o; /* (their stores repeat o's) */    \
-            const int32_t o2 = (int32_t)(o2_step - o);                                            \
-            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
-                a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
-                mico_dw8_put(o + o2, (int32_t)((a0 >> 16) + bb), m, sh, rnd, hi, g, RELU);        \
-                mico_dw8_put(o + o2 + of, (int32_t)((a1 >> 16) + bb), m, sh, rnd, hi, g, RELU);   \
-                mico_dw8_put(o, (int32_t)((a0 & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);         \
-                mico_dw8_put(o + of, (int32_t)((a1 & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);    \
-            }                                                                                     \
-            if (rest) { /* the row's last output pair */                                          \
-                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
-                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
-                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
-                     wp[8] * b[2 * pitch + 2].w;                                                  \
-                mico_dw8_put(o + o2, (int32_t)((a >> 16) + bb), m, sh, rnd, hi, g, RELU);         \
-                mico_dw8_put(o, (int32_t)((a & 0xffffu) + bb), m, sh, rnd, hi, g, RELU);          \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
-/* MICO_DWP_PLANE with the outputs by thresholds (d->th: mico_dwp_levels, 16-bit lanes); the
- * plane functions' bb, m and sh are unused. */
-#define MICO_DWP_PLANET(NAME, SF)                                                                \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lanes = d->half * g->ostep_slow;                    \
-        const int32_t n_both = g->n_slow - d->half;                                               \
-        int32_t s;                                                                                \
-        uint32_t a0, a1, n0, n1;                                                                  \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
-        for (s = 0; s < d->half; s++) {                                                           \
-            const MicoDwpWord *b = buf + s * g->ss * pitch;                                       \
-            const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
-            uint8_t *o = out + s * g->ostep_slow;                                                 \
-            /* the high lanes of the last line pair hold no output when n_slow is odd: */       \
-            const int32_t o2 = s < n_both ? lanes : 0; /* (their stores repeat o's) */            \
-            for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
-                a0 = a1 = binit;                                                                  \
-                MICO_DWP_TAPS(b, wp[0], wp[1], wp[2], SF);                                        \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
-                MICO_DW8_FENCE();                                                                 \
-                MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
-                n0 = MICO_DWP_COUNT(a0, 16u, 0x10001u);                                           \
-                n1 = MICO_DWP_COUNT(a1, 16u, 0x10001u);                                           \
-                o[o2] = (uint8_t)(n0 >> 16);                                                      \
-                o[o2 + of] = (uint8_t)(n1 >> 16);                                                 \
-                o[0] = (uint8_t)n0;                                                               \
-                o[of] = (uint8_t)n1;                                                              \
-            }                                                                                     \
-            if (rest) { /* the row's last output pair */                                          \
-                uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
-                a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
-                a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
-                     wp[8] * b[2 * pitch + 2].w;                                                  \
-                n0 = MICO_DWP_COUNT(a, 16u, 0x10001u);                                            \
-                o[o2] = (uint8_t)(n0 >> 16);                                                      \
-                o[0] = (uint8_t)n0;                                                               \
-            }                                                                                     \
-        }                                                                                         \
-    }
-
 typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, uint32_t, uint32_t,
                              uint32_t, const MicoDwp *, uint8_t *);
 
-/* K lanes a word (3 of 10 bits, 4 of 8; stride 1 along both axes): lane j of buffer row r
- * holds padded row r + j D, D = L = ceil(n_slow / K), so one multiply serves K output lines
- * (s, s + L, ..): the plane function of the pairs with K stores a word, the high lanes' first
- * (a lane past the last line repeats the store of lane 0, which comes last). */
+/* The plane functions (MicoDwpPlane) all take the same arguments: the channel's buffer, its
+ * weights w in buffer order, binit (each lane's start), bb (added to a lane's value gives the
+ * accumulator), the multiplier m and shift sh, the layer d and the channel's first output. */
+#define MICO_DWP_PLANE_FN(NAME)                                                                  \
+    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
+                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
+                                   uint8_t *out)
+
+/* The plane functions' constants of output mode MODE: 0 / 1 requantized (mico_dw8_put's forms:
+ * rnd, hi; bb, m, sh), 2 by thresholds (d->th: th0..th2; ones, the lowest bit of each of K
+ * lanes), 3 by table (d->lut). Each mode's macros below are chosen by name (MICO_DWP_CAT), so
+ * that a plane function holds no other mode's code, not even code the compiler would drop. */
+#define MICO_DWP_CAT(A, B) MICO_DWP_CAT_(A, B)
+#define MICO_DWP_CAT_(A, B) A##B
+#define MICO_DWP_CONSTS(K, MODE)                                                                 \
+    const MicoDw8 *const g = &d->g;                                                               \
+    const uint32_t *const wp = w;                                                                 \
+    MICO_DWP_CAT(MICO_DWP_CONSTS_, MODE)(K)
+#define MICO_DWP_CONSTS_0(K) const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi
+#define MICO_DWP_CONSTS_1(K) MICO_DWP_CONSTS_0(K)
+#define MICO_DWP_CONSTS_2(K)                                                                     \
+    const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                                \
+    const uint32_t ones = (K) == 2   ? 0x10001u                                                   \
+                          : (K) == 3 ? 0x100401u                                                  \
+                          : (K) == 4 ? 0x01010101u                                                \
+                                     : 0x01041041u;                                               \
+    (void)bb;                                                                                     \
+    (void)m;                                                                                      \
+    (void)sh
+#define MICO_DWP_CONSTS_3(K)                                                                     \
+    const uint8_t *const lut = d->lut;                                                            \
+    (void)bb;                                                                                     \
+    (void)m;                                                                                      \
+    (void)sh
+
+/* K lanes a word (2: the pairs; 3 of 10 bits, 4 of 8, 5 of 6): lane J of word A, and the
+ * lanes' width. */
 #define MICO_DWP_LANE(A, J, K)                                                                  \
     ((J) == (K) - 1 ? (A) >> ((J) * MICO_DWP_LS(K))                                               \
                     : ((A) >> ((J) * MICO_DWP_LS(K))) & ((1u << MICO_DWP_LS(K)) - 1u))
 #define MICO_DWP_LS(K) ((K) == 2 ? 16u : (K) == 3 ? 10u : (K) == 4 ? 8u : 6u) /* lane bits */
-#define MICO_DWP_PUTK(A, OF, K, RELU)                                                                \
-    do {                                                                                          \
-        int32_t j_;                                                                               \
-        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
-            mico_dw8_put(o + oj[j_] + (OF), (int32_t)(MICO_DWP_LANE(A, j_, K) + bb), m, sh, rnd,  \
-                         hi, g, RELU);                                                            \
-        }                                                                                         \
-    } while (0)
-/* The line loop of the plane functions below: each line's pairs of outputs in every lane,
- * then its last output when the row is odd; K lanes a word, PUT(A, OF, ...) stores word A's. */
-#define MICO_DWP_LINES(K, PUT, ...) MICO_DWP_LINES_S(K, 1, PUT, __VA_ARGS__)
-/* (stride SF along a buffer row, g->ss between output lines) */
-#define MICO_DWP_LINES_S(K, SF, PUT, ...)                                                         \
-        for (s = 0; s < lines; s++) {                                                             \
-            const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
+
+/* Lane J of word A stored at Q as an output code of MODE: requantized (0 / 1), by thresholds
+ * (2: A the levels counted, MICO_DWP_LEVELS: at most 3 a lane, so lanes of 8 bits or more
+ * need no mask, the byte store drops the lanes above) or by table (3). */
+#define MICO_DWP_PUT(Q, A, J, K, MODE) MICO_DWP_CAT(MICO_DWP_PUT_, MODE)(Q, A, J, K)
+#define MICO_DWP_PUT_0(Q, A, J, K)                                                               \
+    mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, 0)
+#define MICO_DWP_PUT_1(Q, A, J, K)                                                               \
+    mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, 1)
+#define MICO_DWP_PUT_2(Q, A, J, K)                                                               \
+    (*(Q) = (uint8_t)(((A) >> ((J) * MICO_DWP_LS(K))) & (MICO_DWP_LS(K) >= 8u ? 0xffu : 7u)))
+#define MICO_DWP_PUT_3(Q, A, J, K) (*(Q) = lut[MICO_DWP_LANE(A, J, K)])
+/* Word A's lanes made the levels counted (MICO_DWP_COUNT) for MODE 2, else left. */
+#define MICO_DWP_LEVELS(A, K, MODE) MICO_DWP_CAT(MICO_DWP_LEVELS_, MODE)(A, K)
+#define MICO_DWP_LEVELS_0(A, K) ((void)0)
+#define MICO_DWP_LEVELS_1(A, K) ((void)0)
+#define MICO_DWP_LEVELS_2(A, K) ((A) = MICO_DWP_COUNT(A, MICO_DWP_LS(K), ones))
+#define MICO_DWP_LEVELS_3(A, K) ((void)0)
+
+/* All the outputs of one channel, K lanes a word: lane j of buffer row r holds padded row r +
+ * j L ss (L = d->half output lines a lane; the pairs: K = 2), so one multiply serves K output
+ * lines (s, s + L, ..). Tiles of 2 words along a buffer row at stride SF (4 outputs of the
+ * pairs; the requantization's constants stay in registers), each word's lanes stored the high
+ * ones first (a lane past the last line repeats the store of lane 0, which comes last); the
+ * row's last output when n_fast is odd. Buffer rows g->ss apart a line for the pairs and at
+ * stride 2 (SF = 2: stride 2 both ways), 1 for more lanes at stride 1. */
+#define MICO_DWP_PLANE(NAME, K, SF, MODE)                                                        \
+    MICO_DWP_PLANE_FN(NAME)                                                                       \
+    {                                                                                             \
+        MICO_DWP_CONSTS(K, MODE);                                                                 \
+        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
+        const int32_t pitch = MICO_DWP_PITCH;                                                  \
+        int32_t s, j;                                                                             \
+        uint32_t a0, a1;                                                                          \
+        for (s = 0; s < d->half; s++) {                                                           \
+            const MicoDwpWord *b = buf + s * ((K) == 2 || (SF) == 2 ? g->ss : 1) * pitch;         \
             const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
             uint8_t *o = out + s * g->ostep_slow;                                                 \
             int32_t oj[K];                                                                        \
             MICO_UNROLL for (j = 0; j < (K); j++) {                                               \
-                oj[j] = s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0;                \
+                oj[j] = s + j * d->half < g->n_slow ? j * d->half * g->ostep_slow : 0;          \
             }                                                                                     \
             for (; b < end; b += 2 * (SF), o += 2 * of) {                                         \
                 a0 = a1 = binit;                                                                  \
@@ -1159,138 +1116,73 @@ typedef void (*MicoDwpPlane)(const MicoDwpWord *, const uint32_t *, uint32_t, ui
                 MICO_DWP_TAPS(b + pitch, wp[3], wp[4], wp[5], SF);                                \
                 MICO_DW8_FENCE();                                                                 \
                 MICO_DWP_TAPS(b + 2 * pitch, wp[6], wp[7], wp[8], SF);                            \
-                PUT(a0, 0, __VA_ARGS__);                                                          \
-                PUT(a1, of, __VA_ARGS__);                                                         \
+                MICO_DWP_LEVELS(a0, K, MODE);                                                     \
+                MICO_DWP_LEVELS(a1, K, MODE);                                                     \
+                MICO_DWP_PUTW(a0, a1, K, MODE);                                                   \
             }                                                                                     \
             if (rest) { /* the row's last output of each lane */                                  \
                 uint32_t a = binit + wp[0] * b[0].w + wp[1] * b[1].w + wp[2] * b[2].w;            \
                 a += wp[3] * b[pitch].w + wp[4] * b[pitch + 1].w + wp[5] * b[pitch + 2].w;        \
                 a += wp[6] * b[2 * pitch].w + wp[7] * b[2 * pitch + 1].w +                        \
                      wp[8] * b[2 * pitch + 2].w;                                                  \
-                PUT(a, 0, __VA_ARGS__);                                                           \
+                MICO_DWP_LEVELS(a, K, MODE);                                                      \
+                MICO_UNROLL for (j = (K) - 1; j >= 0; j--) {                                      \
+                    MICO_DWP_PUT(o + oj[j], a, j, K, MODE);                                       \
+                }                                                                                 \
             }                                                                                     \
-        }
-#define MICO_DWP_PLANEK(NAME, K, RELU)                                                           \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint32_t rnd = 1u << (sh - 1u), hi = (uint32_t)g->hi;                               \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
-        int32_t s, j;                                                                             \
-        uint32_t a0, a1;                                                                          \
-        MICO_DWP_LINES(K, MICO_DWP_PUTK, K, RELU);                                                \
-    }
-MICO_DWP_PLANEK(mico_dwp_k3_0, 3, 0)
-MICO_DWP_PLANEK(mico_dwp_k3_1, 3, 1)
-MICO_DWP_PLANEK(mico_dwp_k4_0, 4, 0)
-MICO_DWP_PLANEK(mico_dwp_k4_1, 4, 1)
-MICO_DWP_PLANEK(mico_dwp_k5_0, 5, 0)
-MICO_DWP_PLANEK(mico_dwp_k5_1, 5, 1)
-
-/* The levels of every lane of word A counted (MICO_DWP_COUNT) and stored: lane j at o + oj[j]
- * + OF (the high lanes first, as MICO_DWP_PUTK). */
-#define MICO_DWP_PUTT(A, OF, K)                                                                  \
-    do {                                                                                          \
-        const uint32_t n_ = MICO_DWP_COUNT(A, MICO_DWP_LS(K), ones);                              \
-        int32_t j_;                                                                               \
-        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
-            o[oj[j_] + (OF)] = (uint8_t)((n_ >> (j_ * MICO_DWP_LS(K))) & 7u);                     \
         }                                                                                         \
-    } while (0)
-
-/* MICO_DWP_PLANEK with the outputs by thresholds (d->th: mico_dwp_levels); the plane
- * functions' m and sh are unused. */
-#define MICO_DWP_PLANEKT(NAME, K, SF)                                                            \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
-        const uint32_t ones = (K) == 3 ? 0x100401u : (K) == 4 ? 0x01010101u : 0x01041041u;        \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
-        int32_t s, j;                                                                             \
-        uint32_t a0, a1;                                                                          \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
-        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTT, K);                                                \
     }
-MICO_DWP_PLANEKT(mico_dwp_k3_2, 3, 1)
-MICO_DWP_PLANEKT(mico_dwp_k4_2, 4, 1)
-MICO_DWP_PLANEKT(mico_dwp_k5_2, 5, 1)
-MICO_DWP_PLANEKT(mico_dwp_k3_2s2, 3, 2)
-MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
-
-/* Every lane of word A stored by table (d->lut), lane j at o + oj[j] + OF (the high lanes
- * first, as MICO_DWP_PUTK). */
-#define MICO_DWP_PUTL(A, OF, K)                                                                  \
+/* The stores of a tile's words A0 (outputs at o) and A1 (at o + of), the high lanes first:
+ * lane by lane, or word by word for words of K lanes requantized without ReLU (which compile
+ * to fewer instructions so, as the pairs do lane by lane). */
+#define MICO_DWP_PUTW(A0, A1, K, MODE) MICO_DWP_CAT(MICO_DWP_PUTW_, MODE)(A0, A1, K, MODE)
+#define MICO_DWP_PUTW_0(A0, A1, K, MODE) MICO_DWP_CAT(MICO_DWP_PUTW_0K, K)(A0, A1, K, MODE)
+#define MICO_DWP_PUTW_0K2 MICO_DWP_PUTW_L
+#define MICO_DWP_PUTW_0K3 MICO_DWP_PUTW_W
+#define MICO_DWP_PUTW_0K4 MICO_DWP_PUTW_W
+#define MICO_DWP_PUTW_0K5 MICO_DWP_PUTW_W
+#define MICO_DWP_PUTW_W(A0, A1, K, MODE)                                                         \
     do {                                                                                          \
         int32_t j_;                                                                               \
         MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
-            o[oj[j_] + (OF)] = lut[MICO_DWP_LANE(A, j_, K)];                                      \
+            MICO_DWP_PUT(o + oj[j_], A0, j_, K, MODE);                                            \
+        }                                                                                         \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            MICO_DWP_PUT(o + oj[j_] + of, A1, j_, K, MODE);                                       \
         }                                                                                         \
     } while (0)
+#define MICO_DWP_PUTW_1 MICO_DWP_PUTW_L
+#define MICO_DWP_PUTW_2 MICO_DWP_PUTW_L
+#define MICO_DWP_PUTW_3 MICO_DWP_PUTW_L
+#define MICO_DWP_PUTW_L(A0, A1, K, MODE)                                                         \
+    do {                                                                                          \
+        int32_t j_;                                                                               \
+        MICO_UNROLL for (j_ = (K) - 1; j_ >= 0; j_--) {                                           \
+            MICO_DWP_PUT(o + oj[j_], A0, j_, K, MODE);                                            \
+            MICO_DWP_PUT(o + oj[j_] + of, A1, j_, K, MODE);                                       \
+        }                                                                                         \
+    } while (0)
+MICO_DWP_PLANE(mico_dwp_k3_0, 3, 1, 0)
+MICO_DWP_PLANE(mico_dwp_k3_1, 3, 1, 1)
+MICO_DWP_PLANE(mico_dwp_k4_0, 4, 1, 0)
+MICO_DWP_PLANE(mico_dwp_k4_1, 4, 1, 1)
+MICO_DWP_PLANE(mico_dwp_k5_0, 5, 1, 0)
+MICO_DWP_PLANE(mico_dwp_k5_1, 5, 1, 1)
+MICO_DWP_PLANE(mico_dwp_k3_2, 3, 1, 2)
+MICO_DWP_PLANE(mico_dwp_k4_2, 4, 1, 2)
+MICO_DWP_PLANE(mico_dwp_k5_2, 5, 1, 2)
+MICO_DWP_PLANE(mico_dwp_k3_2s2, 3, 2, 2)
+MICO_DWP_PLANE(mico_dwp_k4_2s2, 4, 2, 2)
 
-/* MICO_DWP_PLANEK with the outputs by table (d->lut: mico_dwp_lut), stride SF along the
- * buffer rows and g->ss between output lines (SF = 2: stride 2 both ways; lane j of buffer
- * row r holds padded row r + j L ss); bb, m and sh are unused. */
-#define MICO_DWP_PLANEKL(NAME, K, SF)                                                            \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
-    {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint8_t *const lut = d->lut;                                                        \
-        const int32_t of = g->ostep_fast, full = g->n_fast >> 1, rest = g->n_fast & 1;            \
-        const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
-        int32_t s, j;                                                                             \
-        uint32_t a0, a1;                                                                          \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
-        MICO_DWP_LINES_S(K, SF, MICO_DWP_PUTL, K);                                                \
-    }
 /* The plane functions for buffer rows of 5 outputs (stride 1; DS-CNN's planes of 5 columns):
  * the whole row one tile, its 7 words of a buffer row loaded once for the 5 sums; K lanes a
- * word (2: the pairs), outputs by table (MODE 3, d->lut), by thresholds (MODE 2, d->th) or
- * requantized (MODE 0 / 1, as mico_dw8_put's forms). */
-#define MICO_DWP_PUT5(Q, A, J, K, MODE)                                                          \
-    do {                                                                                          \
-        if ((MODE) == 2) { /* A: the levels counted (MICO_DWP_COUNT) */                          \
-            *(Q) = (uint8_t)(((A) >> ((J) * MICO_DWP_LS(K))) & 7u);                               \
-        } else if ((MODE) == 3) {                                                                 \
-            *(Q) = lut[MICO_DWP_LANE(A, J, K)];                                                   \
-        } else {                                                                                  \
-            mico_dw8_put(Q, (int32_t)(MICO_DWP_LANE(A, J, K) + bb), m, sh, rnd, hi, g, (MODE));   \
-        }                                                                                         \
-    } while (0)
+ * word (2: the pairs), outputs as MICO_DWP_PUT's MODE. */
 #define MICO_DWP_PLANE5(NAME, K, MODE)                                                           \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
+    MICO_DWP_PLANE_FN(NAME)                                                                       \
     {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint8_t *const lut = d->lut;                                                        \
-        const uint32_t rnd = (MODE) >= 2 ? 0u : 1u << (sh - 1u), hi = (uint32_t)g->hi;           \
-        const uint32_t th0 = d->th[0], th1 = d->th[1], th2 = d->th[2];                            \
-        const uint32_t ones = (K) == 3 ? 0x100401u : 0x01010101u;                                 \
+        MICO_DWP_CONSTS(K, MODE);                                                                 \
         const int32_t of = g->ostep_fast, pitch = MICO_DWP_PITCH, lines = d->half;               \
         int32_t s, j;                                                                             \
-        (void)lut;                                                                                \
-        (void)rnd;                                                                                \
-        (void)th0;                                                                                \
-        (void)th1;                                                                                \
-        (void)th2;                                                                                \
-        (void)ones;                                                                               \
         for (s = 0; s < lines; s++) {                                                             \
             const MicoDwpWord *const b = buf + s * pitch;                                         \
             uint8_t *const o = out + s * g->ostep_slow;                                           \
@@ -1308,20 +1200,18 @@ MICO_DWP_PLANEKT(mico_dwp_k4_2s2, 4, 2)
                 a4 += w0 * x4 + w1 * x5 + w2 * x6;                                                \
                 MICO_DW8_FENCE();                                                                 \
             }                                                                                     \
-            if ((MODE) == 2) {                                                                    \
-                a0 = MICO_DWP_COUNT(a0, MICO_DWP_LS(K), ones);                                    \
-                a1 = MICO_DWP_COUNT(a1, MICO_DWP_LS(K), ones);                                    \
-                a2 = MICO_DWP_COUNT(a2, MICO_DWP_LS(K), ones);                                    \
-                a3 = MICO_DWP_COUNT(a3, MICO_DWP_LS(K), ones);                                    \
-                a4 = MICO_DWP_COUNT(a4, MICO_DWP_LS(K), ones);                                    \
-            }                                                                                     \
+            MICO_DWP_LEVELS(a0, K, MODE);                                                         \
+            MICO_DWP_LEVELS(a1, K, MODE);                                                         \
+            MICO_DWP_LEVELS(a2, K, MODE);                                                         \
+            MICO_DWP_LEVELS(a3, K, MODE);                                                         \
+            MICO_DWP_LEVELS(a4, K, MODE);                                                         \
             MICO_UNROLL for (j = (K) - 1; j >= 0; j--) { /* the high lanes first */              \
                 uint8_t *const q = o + (s + j * lines < g->n_slow ? j * lines * g->ostep_slow : 0); \
-                MICO_DWP_PUT5(q, a0, j, K, MODE);                                                 \
-                MICO_DWP_PUT5(q + of, a1, j, K, MODE);                                            \
-                MICO_DWP_PUT5(q + 2 * of, a2, j, K, MODE);                                        \
-                MICO_DWP_PUT5(q + 3 * of, a3, j, K, MODE);                                        \
-                MICO_DWP_PUT5(q + 4 * of, a4, j, K, MODE);                                        \
+                MICO_DWP_PUT(q, a0, j, K, MODE);                                                  \
+                MICO_DWP_PUT(q + of, a1, j, K, MODE);                                             \
+                MICO_DWP_PUT(q + 2 * of, a2, j, K, MODE);                                         \
+                MICO_DWP_PUT(q + 3 * of, a3, j, K, MODE);                                         \
+                MICO_DWP_PUT(q + 4 * of, a4, j, K, MODE);                                         \
             }                                                                                     \
         }                                                                                         \
     }
@@ -1333,8 +1223,8 @@ MICO_DWP_PLANE5(mico_dwp_k3_2r5, 3, 2)
 MICO_DWP_PLANE5(mico_dwp_k3_3r5, 3, 3)
 MICO_DWP_PLANE5(mico_dwp_k4_2r5, 4, 2)
 MICO_DWP_PLANE5(mico_dwp_k4_3r5, 4, 3)
-MICO_DWP_PLANEKL(mico_dwp_k3_3, 3, 1)
-MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
+MICO_DWP_PLANE(mico_dwp_k3_3, 3, 1, 3)
+MICO_DWP_PLANE(mico_dwp_k4_3, 4, 1, 3)
 
 /* One buffer row of taps (weights W0..W2) into the 4 sums a0..a3 of words at stride SF. */
 #define MICO_DWP_TAPS4(X, W0, W1, W2, SF)                                                        \
@@ -1355,25 +1245,18 @@ MICO_DWP_PLANEKL(mico_dwp_k4_3, 4, 1)
         }                                                                                         \
     } while (0)
 
-/* MICO_DWP_PLANEKL storing 4-bit codes straight into the packed output (out: the channel's
+/* MICO_DWP_PLANE (MODE 3) storing 4-bit codes straight into the packed output (out: the channel's
  * first byte): rows of an even number of outputs along the buffer rows (not transposed), so a
  * tile's two outputs of a lane, columns c and c + 1 (c even), are one byte, lut[v_c] |
- * lut[v_(c+1)] << 4; lane j's byte at o + oj[j] (the high lanes first, as MICO_DWP_PUTK). */
+ * lut[v_(c+1)] << 4; lane j's byte at o + oj[j] (the high lanes first, as MICO_DWP_PUTW). */
 #define MICO_DWP_PLANEKN(NAME, K, SF)                                                            \
-    static MICO_NOINLINE void NAME(const MicoDwpWord *buf, const uint32_t *w, uint32_t binit,     \
-                                   uint32_t bb, uint32_t m, uint32_t sh, const MicoDwp *d,        \
-                                   uint8_t *out)                                                  \
+    MICO_DWP_PLANE_FN(NAME)                                                                       \
     {                                                                                             \
-        const MicoDw8 *const g = &d->g;                                                           \
-        const uint32_t *const wp = w;                                                             \
-        const uint8_t *const lut = d->lut;                                                        \
+        MICO_DWP_CONSTS(K, 3);                                                                    \
         const int32_t full = g->n_fast >> 1, rb = g->ostep_slow >> 1; /* bytes a line */          \
         const int32_t pitch = MICO_DWP_PITCH, lines = d->half;                                    \
         int32_t s, j;                                                                             \
         uint32_t a0, a1, a2, a3;                                                                  \
-        (void)bb;                                                                                 \
-        (void)m;                                                                                  \
-        (void)sh;                                                                                 \
         for (s = 0; s < lines; s++) {                                                             \
             const MicoDwpWord *b = buf + s * ((SF) == 1 ? 1 : g->ss) * pitch;                     \
             const MicoDwpWord *const end = b + full * 2 * (SF);                                   \
@@ -1490,7 +1373,7 @@ static MICO_DWL_INLINE void mico_dwp_build5p(const uint8_t *in, size_t bit, int3
     }
 }
 
-/* The buffer of K lanes (MICO_DWP_PLANEK) from a channel's codes as bytes, src[line * srow +
+/* The buffer of K lanes (MICO_DWP_PLANE) from a channel's codes as bytes, src[line * srow +
  * x * scol] for input line `line` (0..n_line - 1) and position x (0..n_x - 1) along it (u =
  * the code: unsigned codes without a zero point, u_pad = 0): lane j of buffer row r, column
  * x (row points at column 0 of the plane), holds line first + r + j D (0 outside the plane);
@@ -2304,7 +2187,10 @@ static void mico_dwp_kbuild_a(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t
  * -1: any) and the functions of that form, NULL where the form leaves one out, so that a
  * program links only the functions of its layers' forms. A channel whose choice (the span of
  * its sums, its table) would need a plane function left out takes the pairs, which requantize
- * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are). */
+ * any channel (pairs[relu] where the rows are not of 5 outputs, pairs5[relu] where they are);
+ * the _x forms have neither (the generator gives them to layers whose every channel has its
+ * table and fits words of K lanes): a channel there that does not goes one output at a time
+ * (mico_dwp_plain), as a hand-built layer might. */
 typedef void (*MicoDwpKBuild)(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl);
 typedef struct {
     int32_t code;
@@ -2491,7 +2377,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     lvl = n_lvl >= 4 && n_lvl <= 15 && g->lo >= 0 ? lvl : NULL;
     /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form */
     levels = g->hi >= 0 && g->hi <= 3;
-    /* K lanes a word (MICO_DWP_PLANEK): planes of short rows at stride 1, codes whose u_pad is
+    /* K lanes a word (MICO_DWP_PLANE): planes of short rows at stride 1, codes whose u_pad is
      * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
      * ones' sums seldom fit 10 bits) */
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
@@ -2650,7 +2536,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
             if (multi) {
                 f->fill(&rd, plane, buf + pf);
             }
-            if (fits) {
+            if (fits && (f->pairs[0] || f->pairs5[0])) { /* (_x forms: no pairs) */
                 const uint32_t bb = (acc0 + (uint32_t)neg * umax) << k;
                 const uint32_t span = (uint32_t)(pos - neg) * umax << k;
                 binit = ((uint32_t)(-neg) * umax * 0x10001u) << k; /* lanes started at -lo */
@@ -2700,12 +2586,12 @@ int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t
     return mico_dwp_p(p, l ? l->lvl : NULL, NULL, NULL, NULL, sf) - 1;
 }
 
-MICO_DWP_PLANE(mico_dwp_p1_0, 1, 0)
-MICO_DWP_PLANE(mico_dwp_p1_1, 1, 1)
-MICO_DWP_PLANET(mico_dwp_p1_2, 1)
-MICO_DWP_PLANE(mico_dwp_p2_0, 2, 0)
-MICO_DWP_PLANE(mico_dwp_p2_1, 2, 1)
-MICO_DWP_PLANET(mico_dwp_p2_2, 2)
+MICO_DWP_PLANE(mico_dwp_p1_0, 2, 1, 0)
+MICO_DWP_PLANE(mico_dwp_p1_1, 2, 1, 1)
+MICO_DWP_PLANE(mico_dwp_p1_2, 2, 1, 2)
+MICO_DWP_PLANE(mico_dwp_p2_0, 2, 2, 0)
+MICO_DWP_PLANE(mico_dwp_p2_1, 2, 2, 1)
+MICO_DWP_PLANE(mico_dwp_p2_2, 2, 2, 2)
 
 /* A form's entry point: the layer through mico_dwp with the form's functions, or when this
  * path does not take it (or it is not the form's), mico_qconv2d_depthwise3x3. The flags (0 or
@@ -2733,6 +2619,14 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
 #define MICO_DWP_OR01 1
 #define MICO_DWP_OR10 1
 #define MICO_DWP_OR11 1
+#define MICO_DWP_NOT(A) MICO_DWP_NOT_(A)
+#define MICO_DWP_NOT_(A) MICO_DWP_NOT##A
+#define MICO_DWP_NOT0 1
+#define MICO_DWP_NOT1 0
+/* The pairs' requantizing plane functions: in every form but those whose channels all take
+ * words of K lanes by table (_x: stride 1, K, no requantizing words; see mico_dwp's pairs). */
+#define MICO_DWP_PQ(SF, K, Q)                                                                    \
+    MICO_DWP_NOT(MICO_DWP_AND(MICO_DWP_S1_##SF, MICO_DWP_AND(K, MICO_DWP_NOT(Q))))
 #define MICO_DWP_S1_1 1 /* stride 1 along the buffer rows */
 #define MICO_DWP_S1_2 0
 #define MICO_DWP_S2_1 0
@@ -2748,9 +2642,11 @@ MICO_DWP_PLANET(mico_dwp_p2_2, 2)
         static const MicoDwpForm form = {                                                         \
             CODE,                                                                                 \
             mico_dwp_fill_##RD,                                                                   \
-            {MICO_DWP_IF(P, mico_dwp_p##SF##_0), MICO_DWP_IF(P, mico_dwp_p##SF##_1),              \
+            {MICO_DWP_IF(MICO_DWP_AND(P, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p##SF##_0),              \
+             MICO_DWP_IF(MICO_DWP_AND(P, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p##SF##_1),              \
              MICO_DWP_IF(T, mico_dwp_p##SF##_2)},                                                 \
-            {MICO_DWP_IF(R5, mico_dwp_p5_0), MICO_DWP_IF(R5, mico_dwp_p5_1)},                     \
+            {MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p5_0),                 \
+             MICO_DWP_IF(MICO_DWP_AND(R5, MICO_DWP_PQ(SF, K, Q)), mico_dwp_p5_1)},                \
             MICO_DWP_IF(K, MICO_DWP_KB_##RD),                                                     \
             MICO_DWP_IF(MICO_DWP_AND(K5, MICO_DWP_OR(Q, T)), mico_dwp_kbuild5),                   \
             {MICO_DWP_IF(MICO_DWP_AND(Q, P), mico_dwp_k3_0),                                      \

@@ -122,76 +122,54 @@ static MICO_NOINLINE void mico_dot2_w1(const int16_t *x, const uint8_t *wa, cons
 #define MICO_LIN_MP 0
 #endif
 
-/* *sa, *sb += sum over nw words of rows wa, wb of w' x (4-bit weights, 16-bit lanes). */
-static MICO_NOINLINE void mico_dot2_mp4(const uint32_t *xw, const uint32_t *wa,
-                                        const uint32_t *wb, int32_t nw, int32_t *sa,
-                                        int32_t *sb)
-{
-    const uint32_t m = 0x000f000fu;
-    const uint32_t *const end = wa + nw;
-    uint32_t a = 0, b = 0, lo;
-    for (; wa < end; xw += 4) {
-        const uint32_t va = *wa++ ^ 0x88888888u, vb = *wb++ ^ 0x88888888u;
-        const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];
-        a += x0 * (va & m) + x1 * ((va >> 4) & m) + x2 * ((va >> 8) & m) + x3 * ((va >> 12) & m);
-        b += x0 * (vb & m) + x1 * ((vb >> 4) & m) + x2 * ((vb >> 8) & m) + x3 * ((vb >> 12) & m);
-    }
-    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
-    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
-    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
-    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
-}
-
-/* The same for 2-bit weights (byte lanes): TOP(t) the top byte of a product t, as a sum of
- * non-negative products (codes in [0, 21]) or, with codes of either sign (|x| <= 10: the top
- * byte's sum in [-120, 120], the lanes below it less than 2^23 in magnitude), rounded: those
- * lanes' sign taken off by 2^23, and the sum sign extended. */
-#define MICO_LIN_MP2(NAME, TOP)                                                             \
+/* *sa, *sb += sum over nw words of rows wa, wb of w' x: BITS-bit weights, each weight word
+ * (its fields flipped by FLIP: w' = f ^ o) read against NX words of xw, word j's taps in the
+ * lanes of (v >> BITS j) & M; TERM(t) what a product t adds to the row's sum, FINISH(s, a) the
+ * row's sum s with the kernel's a added. UNROLL: MICO_UNROLL, or nothing for a loop kept
+ * rolled (the rarely taken mico_dot2_mp2w, whose 8 products a word would double its code). */
+#define MICO_LIN_MPW(NAME, BITS, FLIP, M, NX, TERM, FINISH, UNROLL)                         \
     static MICO_NOINLINE void NAME(const uint32_t *xw, const uint32_t *wa, const uint32_t *wb, \
                                    int32_t nw, int32_t *sa, int32_t *sb)                    \
     {                                                                                       \
-        const uint32_t m = 0x03030303u;                                                     \
+        const uint32_t m = (M);                                                             \
         const uint32_t *const end = wa + nw;                                                \
         uint32_t a = 0, b = 0;                                                              \
-        for (; wa < end; xw += 4) {                                                         \
-            const uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;              \
-            const uint32_t x0 = xw[0], x1 = xw[1], x2 = xw[2], x3 = xw[3];                  \
-            a += TOP(x0 * (va & m)) + TOP(x1 * ((va >> 2) & m)) + TOP(x2 * ((va >> 4) & m)) + \
-                 TOP(x3 * ((va >> 6) & m));                                                 \
-            b += TOP(x0 * (vb & m)) + TOP(x1 * ((vb >> 2) & m)) + TOP(x2 * ((vb >> 4) & m)) + \
-                 TOP(x3 * ((vb >> 6) & m));                                                 \
+        int32_t j;                                                                          \
+        for (; wa < end; xw += (NX)) {                                                      \
+            uint32_t va = *wa++ ^ (FLIP), vb = *wb++ ^ (FLIP);                              \
+            UNROLL for (j = 0; j < (NX); j++, va >>= (BITS), vb >>= (BITS)) {               \
+                a += TERM(xw[j] * (va & m));                                                \
+                b += TERM(xw[j] * (vb & m));                                                \
+            }                                                                               \
         }                                                                                   \
-        *sa = (int32_t)((uint32_t)*sa + a);                                                 \
-        *sb = (int32_t)((uint32_t)*sb + b);                                                 \
+        *sa = FINISH(*sa, a);                                                               \
+        *sb = FINISH(*sb, b);                                                               \
     }
+/* 16-bit lanes: the low halves' sum L taken off a (L sign extended), the high halves' sum H
+ * added. */
+#define MICO_LIN_TERM16(t) (t)
+#define MICO_LIN_FIN16(s, a)                                                                \
+    (int32_t)((uint32_t)(s) +                                                               \
+              (uint32_t)((int32_t)((a) - (uint32_t)(int32_t)(int16_t)((a) & 0xffffu)) >> 16))
+/* Byte lanes (2-bit weights): the top byte of a product t, as a sum of non-negative products
+ * (codes in [0, 21]) or, with codes of either sign (|x| <= 10: the top byte's sum in [-120,
+ * 120], the lanes below it less than 2^23 in magnitude), rounded: those lanes' sign taken off
+ * by 2^23, and the sum sign extended; each product's top byte is added on its own. */
 #define MICO_LIN_TOP_U(t) ((t) >> 24)
 #define MICO_LIN_TOP_S(t) ((uint32_t)((int32_t)((t) + 0x00800000u) >> 24))
-MICO_LIN_MP2(mico_dot2_mp2, MICO_LIN_TOP_U)
-MICO_LIN_MP2(mico_dot2_mp2s, MICO_LIN_TOP_S)
-
-/* 2-bit weights on wider codes (8 bits, say), 16-bit lanes as for 4 bits: (v >> 2j) &
+#define MICO_LIN_FIN8(s, a) (int32_t)((uint32_t)(s) + (a))
+/* 4-bit weights, 16-bit lanes (taps j and j + 4 of a word's 8); 2-bit weights, byte lanes
+ * (taps j, j + 4, j + 8, j + 12 of 16: mico_dot2_mp2 for codes in [0, 21], _mp2s for [-10,
+ * 10]); 2-bit weights on wider codes (8 bits, say), 16-bit lanes as for 4 bits: (v >> 2j) &
  * 0x00030003 holds the weights of taps j and j + 8 of the word's 16 (j < 8), xw = x[j + 8] +
  * x[j] 2^16; exact while 3 sum |x| < 2^15 (the chunk's length bounds it). */
-static MICO_NOINLINE void mico_dot2_mp2w(const uint32_t *xw, const uint32_t *wa,
-                                         const uint32_t *wb, int32_t nw, int32_t *sa,
-                                         int32_t *sb)
-{
-    const uint32_t m = 0x00030003u;
-    const uint32_t *const end = wa + nw;
-    uint32_t a = 0, b = 0, lo;
-    int32_t j;
-    for (; wa < end; xw += 8) {
-        uint32_t va = *wa++ ^ 0xaaaaaaaau, vb = *wb++ ^ 0xaaaaaaaau;
-        for (j = 0; j < 8; j++, va >>= 2, vb >>= 2) {
-            a += xw[j] * (va & m);
-            b += xw[j] * (vb & m);
-        }
-    }
-    lo = (uint32_t)(int32_t)(int16_t)(a & 0xffffu); /* L, sign extended */
-    *sa = (int32_t)((uint32_t)*sa + (uint32_t)((int32_t)(a - lo) >> 16));
-    lo = (uint32_t)(int32_t)(int16_t)(b & 0xffffu);
-    *sb = (int32_t)((uint32_t)*sb + (uint32_t)((int32_t)(b - lo) >> 16));
-}
+MICO_LIN_MPW(mico_dot2_mp4, 4, 0x88888888u, 0x000f000fu, 4, MICO_LIN_TERM16, MICO_LIN_FIN16,
+             MICO_UNROLL)
+MICO_LIN_MPW(mico_dot2_mp2, 2, 0xaaaaaaaau, 0x03030303u, 4, MICO_LIN_TOP_U, MICO_LIN_FIN8,
+             MICO_UNROLL)
+MICO_LIN_MPW(mico_dot2_mp2s, 2, 0xaaaaaaaau, 0x03030303u, 4, MICO_LIN_TOP_S, MICO_LIN_FIN8,
+             MICO_UNROLL)
+MICO_LIN_MPW(mico_dot2_mp2w, 2, 0xaaaaaaaau, 0x00030003u, 8, MICO_LIN_TERM16, MICO_LIN_FIN16, )
 
 /* The variant of the word kernels codes of format f take with wb-bit weights, from the codes'
  * range (every field value counted), and the chunk length *kstep that keeps their lanes exact:

@@ -476,7 +476,8 @@ void mico_qconv2d_dw8_f2(const MicoConv2d *p, const MicoDwLanes *l, const void *
  * field, _s short rows as bytes, _r rows of whole bytes), words of K lanes (_k; _k5: of 5 lanes
  * too), the outputs (_q requantized, _t by thresholds, _l by table, _n by table stored packed),
  * rows of 5 outputs (_r5; not with rows of whole bytes, whose planes are too tall for the
- * buffer), no requantizing words of K lanes (_x: every channel has its table).
+ * buffer), no requantizing plane functions (_x: every channel has its table, so takes words
+ * of K lanes: neither their requantizing plane functions nor the pairs').
  * X(sf, suffix, read, K, K5, Q, T, L, N, R5, P, code): the functions each form has (mico_dwconv.c,
  * MICO_DWP_FORM); mico_qconv2d_dwp_f1 / _f2: any form (the kernel choosing, every function
  * linked). */

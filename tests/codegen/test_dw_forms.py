@@ -183,7 +183,7 @@ def _linked(tmp_path: Path, layer) -> tuple[str, set[str]]:
 )
 def test_a_program_links_only_its_forms(tmp_path):
     """DS-CNN's W4A4 depthwise form (words of 5 lanes, outputs by table, rows of 5) links its
-    table plane functions and none of the requantizing words, the packed rows' reads, the
+    table plane functions and none of the requantizing words or pairs, the packed rows' reads, the
     stride-2 or packed-store planes, the pairs' other reads; a pairs-only form (16 x 16 planes
     of 8-bit codes, rows read for both lanes at once) links no words of K lanes at all; the
     bit-sliced path's stride-1 entry point not the stride-2 kernel."""
@@ -195,7 +195,8 @@ def test_a_program_links_only_its_forms(tmp_path):
     unused = {"mico_dwp_k3_0", "mico_dwp_k4_0", "mico_dwp_k5_0", "mico_dwp_k3_0r5",
               "mico_dwp_kbuild_p", "mico_dwp_fill_r", "mico_dwp_fill_g", "mico_dwp_k4_4s2",
               "mico_dwp_k3_4", "mico_dwp_p1_0", "mico_dwp_p1_2", "mico_dwp_k5_2", "mico_dwp_p",
-              "mico_dwp_kbuild5", "mico_qconv2d_dwp_f1", "mico_dwl"}  # fmt: skip
+              "mico_dwp_kbuild5", "mico_qconv2d_dwp_f1", "mico_dwl", "mico_dwp_p5_0",
+              "mico_dwp_p5_1"}  # fmt: skip
     assert not unused & names, unused & names
     pairs = test_dw_lut._layer(16, 16, wb=8, c=3, seed=16)
     entry, names = _linked(tmp_path / "b", pairs)
