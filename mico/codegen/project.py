@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -593,20 +594,28 @@ def _emit_nodes(
     ``patch="auto"`` runs the first layers in row bands when that lowers the arena
     (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen.
     ``prefer="size"``: the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
-    from mico.codegen import patch_plan
+    from mico.codegen import patch_plan, scratch
     from mico.codegen.linked_paths import check_preference, ungated_layers
 
     patch_plan.check_patch_mode(patch)
     check_preference(prefer)
+    extensions = tuple(str(e).lower() for e in isa_extensions)
+    # small layers take the fast paths the program's other layers link anyway
+    ungated = ungated_layers(graph.nodes, extensions) if prefer == "speed" else frozenset()
+    scratch.clear(graph.nodes)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
+    if patches is None:
+        # the kernels' working memory in the arena, sized per layer (mico.codegen.scratch);
+        # a patch stage's plan keeps it on the kernels' stacks
+        choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
+        scratch.annotate(graph.nodes, choice)
     arena = patches.arena if patches is not None else plan_graph(graph, align)
     ctx = EmitContext(arena, graph.inputs)
-    ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
+    ctx.isa_extensions = extensions
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
     ctx.prefer = prefer
-    # small layers take the fast paths the program's other layers link anyway
     if prefer == "speed":
-        ctx.ungated = ungated_layers(graph.nodes, ctx.isa_extensions)
+        ctx.ungated = ungated
     ctx.need(INPUT_CHECK)
     body: list[str] = []
     schedule: list[dict] = []
