@@ -651,6 +651,13 @@ def _emit_nodes(
     return arena, ctx, body, schedule, summary
 
 
+def scratch_sizes(arena: ArenaPlan) -> dict[str, int]:
+    """Bytes of kernel working memory the plan holds, by node (its ``<node>.scratch`` buffers,
+    counted in the arena's size)."""
+    return {b.name.removesuffix(".scratch"): b.size for b in arena.buffers
+            if b.name.endswith(".scratch")}  # fmt: skip
+
+
 def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[str, int]:
     """The flash bytes by kind (weights, bias, scales, params) of the project
     :func:`emit_c_project` writes for ``graph``: the same emission, no file written."""
@@ -744,6 +751,8 @@ def emit_c_project(
         "output_dtype": OUTPUT_TYPES[y.type.dtype][1],
         "arena_bytes": arena.size,
         "arena_lower_bound": arena.lower_bound,
+        # kernels' working memory planned in the arena (mico.codegen.scratch), per node
+        "kernel_scratch": scratch_sizes(arena),
         "flash": ctx.flash,
         "weights_file": weights_info,
         "patch": patched,

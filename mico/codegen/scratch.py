@@ -26,6 +26,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from mico.codegen.planner import SCRATCH_ATTR
 from mico.ir.graph import Node
 from mico.ir.ops import mico_ops
@@ -33,7 +35,7 @@ from mico.ir.ops import mico_ops
 #: limits of the paths (mico_conv2d.c / mico_conv_narrow.c)
 LR_BUF, LR_TAPS, LR_TILE, LR_SUMS, LR_COLS, LR_MIN_W = 1536, 400, 512, 256, 64, 8
 PW_BUF, PW_PX, PW_WSUMS, PW_WX = 2048, 32, 256, 512
-NW_TAPS, NW_PTAPS, NW_PIX, NW_CB, NW_WEIGHTS = 64, 128, 20, 64, 4096
+NW_TAPS, NW_PTAPS, NW_PIX, NW_LPIX, NW_CB, NW_WEIGHTS = 64, 128, 20, 16, 64, 4096
 NW_RQ_BYTES = 20  # sizeof(MicoNwRq): five 32-bit fields
 POINTER_BYTES = 8  # sizeof(const int16_t *) at most (rv32: 4)
 
@@ -46,10 +48,14 @@ def _ceil(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def narrow_bytes(geom: dict[str, int], out_bits: int) -> int:
+def narrow_bytes(
+    geom: dict[str, int], out_bits: int, weight: np.ndarray | None = None, in_signed: bool = False
+) -> int:
     """Working memory of ``mico_qconv2d_narrow_s8`` (``mico_nw_scratch``) for a layer of
     ``geom`` (MicoConv2d fields) storing ``out_bits``-bit outputs; 0 when the path does not
-    take it (then mico_qconv2d_tiled_s8 runs, no scratch)."""
+    take it (then mico_qconv2d_tiled_s8 runs, no scratch). ``weight`` (the int8 codes): small
+    weights take packed patches of 16-bit lanes (2 bytes a code), which the size follows;
+    without them the larger patch is assumed."""
     taps = geom["in_c"] * geom["k_h"] * geom["k_w"]
     c4 = (geom["out_c"] + 3) // 4 * 4
     pointwise = _pointwise(geom)
@@ -58,9 +64,24 @@ def narrow_bytes(geom: dict[str, int], out_bits: int) -> int:
     if geom["groups"] != 1 or (not pointwise and not patched) or tp * c4 > NW_WEIGHTS:
         return 0
     cb = min(c4, NW_CB)
-    n = _up8(tp * c4) + (_up8(tp * NW_PIX) if patched else 0)
+    small = patched and tp <= NW_PTAPS // 2 and _nw_chunk(weight, tp, in_signed) >= 8
+    n = _up8(tp * c4) + (_up8(tp * (2 * NW_LPIX if small else NW_PIX)) if patched else 0)
     n += _up8(cb * NW_PIX) if out_bits < 8 else 0
     return n + _up8(cb * NW_RQ_BYTES)
+
+
+def _nw_chunk(weight: np.ndarray | None, tp: int, in_signed: bool) -> int:
+    """``chunk`` of mico_nw_layer: taps a 16-bit lane sums for these weights (0: none; no
+    weights given: assumed small)."""
+    if weight is None:
+        return tp
+    wmax = int(np.abs(np.asarray(weight, dtype=np.int64)).max(initial=0))
+    if wmax > 16:
+        return 0
+    if wmax == 0:
+        return tp
+    amax = 128 if in_signed else 255
+    return min((32767 // (wmax * amax)) & ~7, tp)
 
 
 def _pointwise(g: dict[str, int]) -> bool:
@@ -171,13 +192,13 @@ def rows_bytes(geom: dict[str, int], lanes: dict[str, int], in_fmt: tuple[int, .
 
 
 def lanes_bytes(geom: dict[str, int], lanes: dict[str, int], in_fmt: tuple[int, ...]) -> int:
-    """Working memory of ``mico_qconv2d_lanes_*`` (``mico_lanes_rows``): the pointwise path's
-    when it takes the layer (tried first), else the larger of the by-rows path's and the
-    patch's (whichever of the two takes it)."""
-    first = pointwise_bytes(geom, lanes, in_fmt, patched=False)
-    if first:
-        return first
-    return max(rows_bytes(geom, lanes, in_fmt), pointwise_bytes(geom, lanes, in_fmt, True))
+    """Working memory of ``mico_qconv2d_lanes_*`` (``mico_lanes_rows``): that of the first of
+    its paths that takes the layer (pointwise, by rows, through the patch; 0: none does)."""
+    return (
+        pointwise_bytes(geom, lanes, in_fmt, patched=False)
+        or rows_bytes(geom, lanes, in_fmt)
+        or pointwise_bytes(geom, lanes, in_fmt, patched=True)
+    )
 
 
 def conv_geometry(node: Node) -> dict[str, int]:
@@ -208,7 +229,9 @@ def node_scratch(node: Node, ctx: Any) -> int:
     if choice["lanes"] is not None:
         return lanes_bytes(geom, choice["lanes"], in_fmt)
     if choice["kernel"] == NARROW_CONV:
-        return narrow_bytes(geom, fmt_of(node.output)[0])
+        weight = getattr(node.inputs[1], "data", None)
+        signed = bool(in_fmt[1]) if len(in_fmt) < 3 else False
+        return narrow_bytes(geom, fmt_of(node.output)[0], weight, signed)
     return 0
 
 

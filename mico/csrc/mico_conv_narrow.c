@@ -826,11 +826,16 @@ static int32_t mico_nw_cb(int32_t c4)
     return c4 < MICO_NW_CB ? c4 : MICO_NW_CB;
 }
 
+/* Bytes a tap takes in the patch: MICO_NW_PIX codes, or (small weights) MICO_NW_LPIX codes
+ * packed into 16-bit lanes (mico_nw_pack_u8: two bytes a code). */
+#define MICO_NW_PATCH_PIX(SMALL) ((SMALL) ? 2 * MICO_NW_LPIX : MICO_NW_PIX)
+
 /* Bytes of working memory mico_nw_layer takes for a layer it takes (each part rounded up to 8;
  * mico.codegen.scratch.narrow_bytes computes the same): the weights rearranged (taps padded
- * to 8 when patched, x channels padded to 4), the patch (taps x MICO_NW_PIX bytes), outputs
- * of fewer than 8 bits staged (a block's channels x MICO_NW_PIX), the block's constants. */
-static size_t mico_nw_scratch(const MicoConv2d *p)
+ * to 8 when patched, x channels padded to 4), the patch (taps x MICO_NW_PATCH_PIX bytes;
+ * `small`: the small weights' packed patches), outputs of fewer than 8 bits staged (a block's
+ * channels x MICO_NW_PIX), the block's constants. */
+static size_t mico_nw_scratch(const MicoConv2d *p, int small)
 {
     const int32_t taps = p->in_c * p->k_h * p->k_w, c4 = (p->out_c + 3) & ~3;
     const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
@@ -839,7 +844,7 @@ static size_t mico_nw_scratch(const MicoConv2d *p)
     const size_t tp = (size_t)(patched ? (taps + 7) & ~7 : taps);
     const size_t cb = (size_t)mico_nw_cb(c4);
     size_t n = (tp * (size_t)c4 + 7u) & ~(size_t)7u;
-    n += patched ? (tp * MICO_NW_PIX + 7u) & ~(size_t)7u : 0u;
+    n += patched ? (tp * (size_t)MICO_NW_PATCH_PIX(small) + 7u) & ~(size_t)7u : 0u;
     n += p->out.fmt.bits < 8 ? (cb * MICO_NW_PIX + 7u) & ~(size_t)7u : 0u;
     return n + ((cb * sizeof(MicoNwRq) + 7u) & ~(size_t)7u);
 }
@@ -882,14 +887,6 @@ static MICO_NOINLINE int mico_nw_layer(const MicoConv2d *p, const void *in, void
         npix < 1) {
         return 0;
     }
-    if (ws == NULL || mico_nw_scratch(p) > wsb) {
-        return -1; /* taken, but not in this memory */
-    }
-    wq = (uint32_t *)mico_carve(&ws, (size_t)(tp * c4));
-    pwords = (uint32_t *)mico_carve(&ws, patched ? (size_t)tp * MICO_NW_PIX : 0u);
-    patch = (int8_t *)pwords;
-    stage = (uint8_t *)mico_carve(&ws, narrow ? (size_t)mico_nw_cb(c4) * MICO_NW_PIX : 0u);
-    rq = (MicoNwRq *)mico_carve(&ws, (size_t)mico_nw_cb(c4) * sizeof(MicoNwRq));
     ps = *p;
     ps.out_h = 1;
     for (c = 0; c < (p->out.n_mult > 1 ? p->out_c : 1); c++) {
@@ -908,6 +905,15 @@ static MICO_NOINLINE int mico_nw_layer(const MicoConv2d *p, const void *in, void
     if (!fast && chunk < 8) {
         return 0; /* shifts of 32 or less: only the lanes' requantization takes them */
     }
+    if (ws == NULL || mico_nw_scratch(p, chunk >= 8) > wsb) {
+        return -1; /* taken, but not in this memory */
+    }
+    wq = (uint32_t *)mico_carve(&ws, (size_t)(tp * c4));
+    pwords = (uint32_t *)mico_carve(&ws, patched ? (size_t)tp * MICO_NW_PATCH_PIX(chunk >= 8)
+                                                 : 0u);
+    patch = (int8_t *)pwords;
+    stage = (uint8_t *)mico_carve(&ws, narrow ? (size_t)mico_nw_cb(c4) * MICO_NW_PIX : 0u);
+    rq = (MicoNwRq *)mico_carve(&ws, (size_t)mico_nw_cb(c4) * sizeof(MicoNwRq));
     for (c = 0; c < c4; c += 4) { /* wq[c / 4][t][c % 4] = W[c][t], a word per tap */
         const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps;
         uint32_t *dst = wq + c * tp / 4;
