@@ -604,12 +604,17 @@ def _emit_nodes(
     ungated = ungated_layers(graph.nodes, extensions) if prefer == "speed" else frozenset()
     scratch.clear(graph.nodes)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
-    if patches is None:
-        # the kernels' working memory in the arena, sized per layer (mico.codegen.scratch);
-        # a patch stage's plan keeps it on the kernels' stacks
-        choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
-        scratch.annotate(graph.nodes, choice)
-    arena = patches.arena if patches is not None else plan_graph(graph, align)
+    # the kernels' working memory in the arena, sized per layer (mico.codegen.scratch); a
+    # patch stage's plan keeps it on the kernels' stacks, and is taken only when its arena is
+    # below the whole-tensor plan with the scratch
+    choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
+    scratch.annotate(graph.nodes, choice)
+    whole = plan_graph(graph, align)
+    if patches is not None and patches.arena.size >= whole.size:
+        patches = None
+    if patches is not None:
+        scratch.clear(graph.nodes)
+    arena = patches.arena if patches is not None else whole
     ctx = EmitContext(arena, graph.inputs)
     ctx.isa_extensions = extensions
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
@@ -626,7 +631,7 @@ def _emit_nodes(
                       "offset": arena.offsets.get(n.output.name), "patch": True}
                      for n in patches.stage]  # fmt: skip
         nodes = graph.nodes[len(patches.stage) :]
-        summary = {"mode": patch, **patches.summary()}
+        summary = {"mode": patch, **patches.summary(), "arena_without_patches": whole.size}
     else:
         summary = patch_plan.no_patch_summary(graph, arena, patch)
     for node in nodes:
@@ -648,6 +653,7 @@ def _emit_nodes(
                 "offset": arena.offsets.get(base.name),
             }
         )
+    scratch.clear(graph.nodes)  # the graph is left as it came (a later plan_graph plans no scratch)
     return arena, ctx, body, schedule, summary
 
 

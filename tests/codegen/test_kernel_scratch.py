@@ -46,20 +46,25 @@ def test_scratch_is_planned_at_its_node(name, bits, tmp_path):
     steps = {node.name: step for step, node in enumerate(graph.nodes)}
     buffers = {b.name: b for b in project.arena.buffers}
     source = (project.directory / "m.c").read_text()
-    planned = [n for n in graph.nodes if n.plan.get(SCRATCH_ATTR)]
+    nodes = {node.name: node for node in graph.nodes}
+    planned = [nodes[b.name.removesuffix(".scratch")] for b in project.arena.buffers
+               if b.name.endswith(".scratch")]  # fmt: skip
     assert planned, "no node got planned scratch"
     for node in planned:
-        size = node.plan[SCRATCH_ATTR]
+        size = scr.node_scratch(node, _speed())
         b = buffers[scratch_name(node)]
         assert (b.size, b.start, b.end) == (size, steps[node.name], steps[node.name])
-        assert size == scr.node_scratch(node, _speed())
         assert 0 < size <= 10752  # at most what the kernel's stack fallback holds
         offset = project.arena.offsets[b.name]
         assert offset + size <= project.arena.size
         assert f"p_.scratch = MICO_ARENA({offset});" in source
         assert f"p_.scratch_bytes = {size};" in source
-    # the arena counts it: the plan of the annotated graph is the project's
+    # the arena counts it: annotated, the graph plans to the project's arena; the generation
+    # leaves the graph without the annotation
+    assert not any(n.plan.get(SCRATCH_ATTR) for n in graph.nodes)
+    scr.annotate(graph.nodes, _speed())
     assert plan_graph(graph).size == project.arena.size
+    scr.clear(graph.nodes)
     manifest = (project.directory / "mico.json").read_text()
     assert '"kernel_scratch"' in manifest and planned[0].name in manifest
 
