@@ -15,6 +15,7 @@ import numpy as np
 from mico.codegen import binary_plan, dwconv_plan
 from mico.codegen.context import EmitContext
 from mico.codegen.linked_paths import gate_macs, prefers_size
+from mico.codegen.planner import SCRATCH_ATTR, scratch_name
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Node, Value
@@ -388,16 +389,21 @@ def _need_host(ctx: EmitContext) -> None:
         ctx.need(source)
 
 
-def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
+def conv_choice(node: Node, ctx: Any) -> dict[str, Any]:
+    """How ``emit_qconv2d`` runs a conv node in this context (its ISA extensions, size gates,
+    preference): ``host``, ``binary``, ``s8``, ``lanes`` (the :func:`lanes_plan` or None),
+    ``depthwise`` (a :mod:`dwconv_plan` plan or None), ``kernel`` (the plain entry point when
+    none of those takes it, else None), ``macs``, ``taps``. Nothing is emitted: the memory
+    planner asks before emission which kernel a node calls (:mod:`mico.codegen.scratch`)."""
     x, out = node.inputs[0], node.output
-    _, in_c, in_h, in_w = x.type.shape
+    in_c = x.type.shape[1]
     _, out_c, out_h, out_w = out.type.shape
     k_h, k_w = node.inputs[1].type.shape[2:]
     a = node.attrs
     macs = out_c * out_h * out_w * (in_c // a["groups"]) * k_h * k_w
     # a band of a layer run in patches (mico.codegen.patch_plan) takes the whole layer's path
     # and shares its requantization constants
-    macs, const_name = a.get("whole_macs", macs), a.get("whole_name", node.name)
+    macs = a.get("whole_macs", macs)
     macs = gate_macs(ctx, node, macs)  # a path the program links anyway: no size gate
     taps = in_c // a["groups"] * k_h * k_w
     host = host_kernels(ctx, x)
@@ -431,6 +437,29 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
             groups=a["groups"],
         )
     )
+    plain = not (host or binary)
+    dw = dwconv_plan.node_plan(node) if plain and not prefers_size(ctx) else None
+    kernel = None
+    if plain and dw is None and lanes is None:
+        w_fmt = node.inputs[1].qformat
+        w_bits = 8 if s8 else (w_fmt.bits if w_fmt is not None else 0)
+        kernel = conv2d_kernel(fmt_of(x)[0], a["groups"], in_c, out_c, (k_h, k_w),
+                               a["dilation"][1], w_bits=w_bits, macs=macs,
+                               words=not prefers_size(ctx))  # fmt: skip
+    return {"host": host, "binary": binary, "s8": s8, "lanes": lanes, "depthwise": dw,
+            "kernel": kernel, "macs": macs, "taps": taps}  # fmt: skip
+
+
+def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
+    x, out = node.inputs[0], node.output
+    _, in_c, in_h, in_w = x.type.shape
+    _, out_c, out_h, out_w = out.type.shape
+    k_h, k_w = node.inputs[1].type.shape[2:]
+    a = node.attrs
+    const_name = a.get("whole_name", node.name)
+    choice = conv_choice(node, ctx)
+    host, binary, s8, lanes = choice["host"], choice["binary"], choice["s8"], choice["lanes"]
+    taps = choice["taps"]
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary, s8)
     params = ctx.const_struct(
         "MicoConv2d",
@@ -462,19 +491,35 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     if binary:
         return _binary_call(ctx, node, "mico_qconv2d", params, taps)
     # depthwise 3x3: pixel lanes, byte or pair paths (mico_dwconv.c), unless preferring size
-    dw = None if prefers_size(ctx) else dwconv_plan.node_plan(node)
+    dw = choice["depthwise"]
     if dw is not None:
         return dwconv_plan.emit_call(ctx, node, params, dw, w_bits)
     if lanes is not None:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qconv2d", lanes, w_bits)
-        return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
-    in_bits = fmt_of(x)[0]
-    kernel = conv2d_kernel(in_bits, a["groups"], in_c, out_c, (k_h, k_w), a["dilation"][1],
-                           w_bits=w_bits, macs=macs, words=not prefers_size(ctx))  # fmt: skip
+        return _scratch_call(ctx, node, params, kernel, f"&{sym}", ctx.buffer(x), ctx.buffer(out))
+    kernel = choice["kernel"]
     if kernel == NARROW_CONV:
         ctx.need("mico_conv_narrow.c")
-    return _call(ctx, kernel, params, x, out)
+    return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
+
+
+def _scratch_call(ctx: EmitContext, node: Node, params: str, kernel: str, *args: str) -> list[str]:
+    """The call of a conv kernel; a node with planned scratch (:mod:`mico.codegen.scratch`)
+    passes a copy of its flash params pointing at it (the arena's address is known at run
+    time only)."""
+    size = int(node.plan.get(SCRATCH_ATTR, 0) or 0)
+    rest = ", ".join(args)
+    if size <= 0 or scratch_name(node) not in ctx.plan.offsets:
+        return [f"{kernel}(&{params}, {rest});"]
+    return [
+        "{",
+        f"    MicoConv2d p_ = {params};",
+        f"    p_.scratch = {ctx.scratch(node)};",
+        f"    p_.scratch_bytes = {size};",
+        f"    {kernel}(&p_, {rest});",
+        "}",
+    ]
 
 
 #: W8A8 layers of at least this many MACs take the byte paths (mico_qconv2d_tiled_s8: about

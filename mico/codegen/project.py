@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -593,20 +594,33 @@ def _emit_nodes(
     ``patch="auto"`` runs the first layers in row bands when that lowers the arena
     (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen.
     ``prefer="size"``: the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
-    from mico.codegen import patch_plan
+    from mico.codegen import patch_plan, scratch
     from mico.codegen.linked_paths import check_preference, ungated_layers
 
     patch_plan.check_patch_mode(patch)
     check_preference(prefer)
+    extensions = tuple(str(e).lower() for e in isa_extensions)
+    # small layers take the fast paths the program's other layers link anyway
+    ungated = ungated_layers(graph.nodes, extensions) if prefer == "speed" else frozenset()
+    scratch.clear(graph.nodes)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
-    arena = patches.arena if patches is not None else plan_graph(graph, align)
+    # the kernels' working memory in the arena, sized per layer (mico.codegen.scratch); a
+    # patch stage's plan keeps it on the kernels' stacks, and is taken only when its arena is
+    # below the whole-tensor plan with the scratch
+    choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
+    scratch.annotate(graph.nodes, choice)
+    whole = plan_graph(graph, align)
+    if patches is not None and patches.arena.size >= whole.size:
+        patches = None
+    if patches is not None:
+        scratch.clear(graph.nodes)
+    arena = patches.arena if patches is not None else whole
     ctx = EmitContext(arena, graph.inputs)
-    ctx.isa_extensions = tuple(str(e).lower() for e in isa_extensions)
+    ctx.isa_extensions = extensions
     ctx.weights = {k: _numpy(v) for k, v in getattr(graph, "weights", {}).items()}
     ctx.prefer = prefer
-    # small layers take the fast paths the program's other layers link anyway
     if prefer == "speed":
-        ctx.ungated = ungated_layers(graph.nodes, ctx.isa_extensions)
+        ctx.ungated = ungated
     ctx.need(INPUT_CHECK)
     body: list[str] = []
     schedule: list[dict] = []
@@ -617,7 +631,7 @@ def _emit_nodes(
                       "offset": arena.offsets.get(n.output.name), "patch": True}
                      for n in patches.stage]  # fmt: skip
         nodes = graph.nodes[len(patches.stage) :]
-        summary = {"mode": patch, **patches.summary()}
+        summary = {"mode": patch, **patches.summary(), "arena_without_patches": whole.size}
     else:
         summary = patch_plan.no_patch_summary(graph, arena, patch)
     for node in nodes:
@@ -639,7 +653,15 @@ def _emit_nodes(
                 "offset": arena.offsets.get(base.name),
             }
         )
+    scratch.clear(graph.nodes)  # the graph is left as it came (a later plan_graph plans no scratch)
     return arena, ctx, body, schedule, summary
+
+
+def scratch_sizes(arena: ArenaPlan) -> dict[str, int]:
+    """Bytes of kernel working memory the plan holds, by node (its ``<node>.scratch`` buffers,
+    counted in the arena's size)."""
+    return {b.name.removesuffix(".scratch"): b.size for b in arena.buffers
+            if b.name.endswith(".scratch")}  # fmt: skip
 
 
 def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[str, int]:
@@ -735,6 +757,8 @@ def emit_c_project(
         "output_dtype": OUTPUT_TYPES[y.type.dtype][1],
         "arena_bytes": arena.size,
         "arena_lower_bound": arena.lower_bound,
+        # kernels' working memory planned in the arena (mico.codegen.scratch), per node
+        "kernel_scratch": scratch_sizes(arena),
         "flash": ctx.flash,
         "weights_file": weights_info,
         "patch": patched,

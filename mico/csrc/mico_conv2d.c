@@ -1811,7 +1811,8 @@ static void mico_lr_row(const MicoConv2d *p, const void *in, int32_t ic, int32_t
  * than MICO_LR_COLS, rows of one input channel that do not fit the buffers.
  * Stack: about 9 KB. */
 static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, const void *in,
-                                      void *out, MicoLrFn fn, int32_t npx)
+                                      void *out, MicoLrFn fn, int32_t npx, uint8_t *ws,
+                                      size_t wsb)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kh = p->k_h, kw = p->k_w, sw = p->stride_w, dw = p->dil_w;
@@ -1822,18 +1823,13 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const uint32_t s_w = p->w_bits == 1 ? 2u : 1u;
     const uint32_t q_w = p->w_bits == 1 ? 1u : 1u << (p->w_bits - 1);
-    int16_t buf[MICO_LR_BUF];
-    const int16_t *xt[MICO_LR_TAPS];
-    int32_t tile[MICO_LR_TILE], sums[MICO_LR_SUMS], cs[MICO_LR_COLS], csq[MICO_LR_COLS];
-    int32_t tag[MICO_LR_COLS];
-    int32_t slot[MICO_LR_COLS], col[MICO_LR_COLS];
+    int16_t *buf;
+    const int16_t **xt;
+    int32_t *tile, *sums, *cs, *csq, *tag, *slot, *col;
     int32_t icc, nch, multi, pass, g, oy, b0, ic0, b, c, j, t, k, i, ky, kx;
     if (p->in_fmt.bits > 8 || opw > MICO_LR_COLS || len > 2 * MICO_LR_COLS ||
         rr * len > MICO_LR_SUMS || rr > MICO_LR_COLS || kw > MICO_LR_COLS) {
         return 0;
-    }
-    for (kx = 0; kx < kw; kx++) { /* the column of tap kx (of pixel 0) in a row */
-        col[kx] = (kx * dw) % sw * wq + kx * dw / sw;
     }
     icc = MICO_LR_BUF / (rr * len);
     t = (int32_t)((MICO_LR_TAPS - 1) * (int64_t)l->n / (l->n + 1)); /* taps the table holds */
@@ -1845,6 +1841,35 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
     nch = (ipg + icc - 1) / icc; /* chunks of input channels, balanced */
     icc = (ipg + nch - 1) / nch;
     multi = nch > 1;
+    pass = pass < nblk ? pass : nblk;
+    { /* the working memory (mico.codegen.scratch.rows_bytes computes the same) */
+        const size_t taps = (size_t)(icc * kh * kw);
+        const size_t sz[9] = {(size_t)(icc * rr * len) * sizeof(int16_t),
+                              (taps + (taps + (size_t)l->n - 1u) / (size_t)l->n) *
+                                  sizeof(const int16_t *),
+                              (size_t)(pass * f * opw) * 4u, (size_t)(rr * len) * 4u,
+                              (size_t)opw * 4u, (size_t)opw * 4u, (size_t)rr * 4u,
+                              (size_t)kh * 4u, (size_t)kw * 4u};
+        size_t need = 0;
+        for (i = 0; i < 9; i++) {
+            need += (sz[i] + 7u) & ~(size_t)7u;
+        }
+        if (ws == NULL || need > wsb) {
+            return -1; /* taken, but not in this memory */
+        }
+        buf = (int16_t *)mico_carve(&ws, sz[0]);
+        xt = (const int16_t **)mico_carve(&ws, sz[1]);
+        tile = (int32_t *)mico_carve(&ws, sz[2]);
+        sums = (int32_t *)mico_carve(&ws, sz[3]);
+        cs = (int32_t *)mico_carve(&ws, sz[4]);
+        csq = (int32_t *)mico_carve(&ws, sz[5]);
+        tag = (int32_t *)mico_carve(&ws, sz[6]);
+        slot = (int32_t *)mico_carve(&ws, sz[7]);
+        col = (int32_t *)mico_carve(&ws, sz[8]);
+    }
+    for (kx = 0; kx < kw; kx++) { /* the column of tap kx (of pixel 0) in a row */
+        col[kx] = (kx * dw) % sw * wq + kx * dw / sw;
+    }
     for (g = 0; g < p->groups; g++) {
         for (i = 0; i < rr; i++) {
             tag[i] = INT32_MIN; /* the ring holds no row yet */
@@ -2228,22 +2253,17 @@ typedef void (*MicoPwFn)(const uint32_t *wx, const uint8_t *x, int32_t taps, int
                          int32_t centered);
 typedef void (*MicoPwXFn)(const uint32_t *w, int32_t taps, int32_t centered, uint32_t *wx);
 
-/* buf (fields, a row of MICO_PW_PX columns per tap) and its 32-bit view. */
-typedef union {
-    uint8_t b[MICO_PW_BUF];
-    uint32_t w[MICO_PW_BUF / 4];
-} MicoPwBuf;
 
 /* cs[j] = sum over the taps rows (MICO_PW_PX bytes apart) of column j, pp columns (every column
  * up to the next multiple of 4 set): four columns a word, in two 16-bit lanes each (a sum of
  * at most 64 bytes fits). */
-static MICO_NOINLINE void mico_pw_colsums(const MicoPwBuf *b, int32_t taps, int32_t pp,
+static MICO_NOINLINE void mico_pw_colsums(const uint32_t *w, int32_t taps, int32_t pp,
                                           int32_t *cs)
 {
     enum { xs = MICO_PW_PX };
     int32_t j, i;
     for (j = 0; j < pp; j += 4) {
-        const uint32_t *x = b->w + j / 4;
+        const uint32_t *x = w + j / 4;
         uint32_t ev = 0, od = 0;
         for (i = 0; i < taps; i++, x += xs / 4) {
             const uint32_t v = *x;
@@ -2532,12 +2552,23 @@ static MICO_NOINLINE void mico_pw_unpack(const void *in, MicoFmt f, int32_t npix
 
 /* Whether the input rows a block of MICO_PW_PX output pixels reads (mico_pw_patch) fit nscr
  * int16. */
-static int mico_pw_patch_fits(const MicoConv2d *p, int32_t nscr)
+static int64_t mico_pw_patch_len64(const MicoConv2d *p)
 {
     const int32_t span = (MICO_PW_PX - 1 + p->out_w - 1) / p->out_w; /* output rows - 1 */
     const int64_t nr = (int64_t)span * p->stride_h + (int64_t)(p->k_h - 1) * p->dil_h + 1;
     const int64_t wp = (int64_t)(p->out_w - 1) * p->stride_w + (int64_t)(p->k_w - 1) * p->dil_w + 1;
-    return (int64_t)p->in_c * nr * wp <= nscr;
+    return (int64_t)p->in_c * nr * wp;
+}
+
+static int mico_pw_patch_fits(const MicoConv2d *p, int32_t nscr)
+{
+    return mico_pw_patch_len64(p) <= nscr;
+}
+
+/* The int16 of those rows (a layer whose rows fit). */
+static size_t mico_pw_patch_len(const MicoConv2d *p)
+{
+    return (size_t)mico_pw_patch_len64(p);
 }
 
 /* The im2col patch of output pixels [pix0, pix0 + np) of a layer of one group into buf (tap t
@@ -2611,7 +2642,7 @@ static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int
  * 10 KB (9.7 KB here, the lane weights included; was 11 KB). */
 static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, const void *in,
                                       void *out, MicoPwXFn xfn, MicoPwFn fn, int32_t npx,
-                                      int patched)
+                                      int patched, uint8_t *ws, size_t wsb)
 {
     const int32_t taps = p->in_c * p->k_h * p->k_w, f = 32 / p->w_bits;
     const int32_t nblk = (p->out_c + f - 1) / f, npix = p->out_h * p->out_w;
@@ -2622,14 +2653,11 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
                           p->pad_h == 0 && p->pad_w == 0;
     const uint32_t *w = (const uint32_t *)(const void *)p->weight;
     const int32_t xs = MICO_PW_PX;
-    MicoPwBuf buf;
-    union { /* the sums of a block of channels; before them, the scratch of mico_pw_patch */
-        int32_t t[32 * MICO_PW_PX];
-        int16_t h[64 * MICO_PW_PX];
-    } tile;
+    uint8_t *buf; /* fields, a row of MICO_PW_PX columns per tap (read as words too) */
+    void *tile;   /* the sums of a block of channels; before them, the scratch of mico_pw_patch */
     int32_t cs[MICO_PW_PX], csq[MICO_PW_PX], start[MICO_PW_PX], zeros[MICO_PW_PX];
-    int32_t ws[MICO_PW_WSUMS];
-    uint32_t wx[MICO_PW_WX]; /* lane weights: every block's (kept) or one block's */
+    int32_t *wsum;
+    uint32_t *wx; /* lane weights: every block's (kept) or one block's */
     const int32_t per = taps * (l->s / p->w_bits); /* lane weights of a block */
     const int kept = nblk * per <= MICO_PW_WX;
     const int fold = p->w_bits != 1; /* the offset q_w cs[j] taken in the tile's start */
@@ -2643,8 +2671,25 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
         (!pointwise && !mico_pw_patch_fits(p, 64 * MICO_PW_PX))) {
         return 0;
     }
+    { /* the working memory (mico.codegen.scratch.pointwise_bytes computes the same) */
+        const size_t sb = (size_t)taps * MICO_PW_PX;
+        const size_t st0 = (size_t)f * MICO_PW_PX * 4u;
+        const size_t st1 = pointwise ? 0u : mico_pw_patch_len(p) * sizeof(int16_t);
+        const size_t st = st0 > st1 ? st0 : st1;
+        const size_t sw = o != 0u ? (size_t)p->out_c * 4u : 0u;
+        const size_t sx = (size_t)(kept ? nblk * per : per) * 4u;
+        const size_t need = ((sb + 7u) & ~(size_t)7u) + ((st + 7u) & ~(size_t)7u) +
+                            ((sw + 7u) & ~(size_t)7u) + ((sx + 7u) & ~(size_t)7u);
+        if (ws == NULL || need > wsb) {
+            return -1; /* taken, but not in this memory */
+        }
+        buf = (uint8_t *)mico_carve(&ws, sb);
+        tile = mico_carve(&ws, st);
+        wsum = (int32_t *)mico_carve(&ws, sw);
+        wx = (uint32_t *)mico_carve(&ws, sx);
+    }
     if (o != 0u) {
-        mico_pw_wsums(p, taps, o, ws);
+        mico_pw_wsums(p, taps, o, wsum);
     }
     for (b = 0; kept && b < nblk; b++) { /* extracted once for every block of pixels */
         xfn(w + (size_t)b * (size_t)taps, taps, centered, wx + b * per);
@@ -2653,12 +2698,12 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
         const int32_t np = npix - pix0 < xs ? npix - pix0 : xs;
         const int32_t pp = (np + npx - 1) / npx * npx;
         if (pointwise) {
-            mico_pw_unpack(in, p->in_fmt, npix, pix0, np, taps, buf.b);
+            mico_pw_unpack(in, p->in_fmt, npix, pix0, np, taps, buf);
         } else {
-            mico_pw_patch(p, in, pix0, np, o, tile.h, buf.b);
+            mico_pw_patch(p, in, pix0, np, o, (int16_t *)tile, buf);
         }
         if (!centered) {
-            mico_pw_colsums(&buf, taps, pp, cs);
+            mico_pw_colsums((const uint32_t *)(const void *)buf, taps, pp, cs);
         }
         for (j = 0; j < xs; j++) {
             csq[j] = j < np && !centered ? (int32_t)(q_w * (uint32_t)cs[j]) : 0;
@@ -2669,10 +2714,10 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
             if (!kept) {
                 xfn(w + (size_t)b * (size_t)taps, taps, centered, wx);
             }
-            fn(kept ? wx + b * per : wx, buf.b, taps, pp, l->n, start, tile.t, centered);
-            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f, tile.t,
-                          fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
-                          centered ? 32768u : 0u, o != 0u ? ws + b * f : NULL);
+            fn(kept ? wx + b * per : wx, buf, taps, pp, l->n, start, (int32_t *)tile, centered);
+            mico_pw_store(p, b * f, p->out_c - b * f < f ? p->out_c - b * f : f,
+                          (int32_t *)tile, fold ? zeros : cs, fold ? zeros : csq, np, out, pix0,
+                          centered ? 32768u : 0u, o != 0u ? wsum + b * f : NULL);
         }
     }
     return 1;
@@ -2683,21 +2728,57 @@ static MICO_NOINLINE int mico_conv_pw(const MicoConv2d *p, const MicoLanes *l, c
 #define MICO_LR_DEFINE(BITS, G, NPX) MICO_LR_FN(BITS, G) MICO_PW_CFN(BITS, G) MICO_PW_FN(BITS, G)
 MICO_LANES_EACH(MICO_LR_DEFINE)
 
+/* The by-rows and pointwise paths of a lanes layer, in the order mico_qconv2d_lanes_* tries
+ * them, their working memory in ws (wsb bytes): 1 done, 0 none takes the layer, -1 one takes
+ * it but ws is NULL or short (mico.codegen.scratch.lanes_bytes sizes it for the layer). */
+static MICO_NOINLINE int mico_lanes_rows(const MicoConv2d *p, const MicoLanes *l, const void *in,
+                                         void *out, MicoPwXFn xfn, MicoPwFn fn, MicoLrFn lfn,
+                                         int32_t npx, uint8_t *ws, size_t wsb)
+{
+    MicoConv2d q = *p;
+    int r = mico_conv_pw(p, l, in, out, xfn, fn, npx, 0, ws, wsb);
+    if (r) {
+        return r;
+    }
+    if (!mico_lr_narrow(mico_lr_flat(&q))) {
+        r = mico_conv_lr(&q, l, in, out, lfn, npx, ws, wsb);
+        if (r) {
+            return r;
+        }
+    }
+    return mico_conv_pw(p, l, in, out, xfn, fn, npx, 1, ws, wsb);
+}
+
+/* The most working memory those paths take (their limits; each part rounded up to 8). */
+#define MICO_LR_SCRATCH_MAX                                                                 \
+    (MICO_LR_BUF * 2 + MICO_LR_TAPS * sizeof(const int16_t *) +                             \
+     (MICO_LR_TILE + MICO_LR_SUMS + 5 * MICO_LR_COLS) * 4 + 9 * 8)
+#define MICO_PW_SCRATCH_MAX (MICO_PW_BUF + 32 * MICO_PW_PX * 4 + MICO_PW_WSUMS * 4 + MICO_PW_WX * 4)
+#define MICO_LANES_SCRATCH_MAX                                                              \
+    (MICO_LR_SCRATCH_MAX > MICO_PW_SCRATCH_MAX ? MICO_LR_SCRATCH_MAX : MICO_PW_SCRATCH_MAX)
+
+/* mico_lanes_rows with its working memory on this function's stack: for a caller that planned
+ * none (MicoConv2d.scratch NULL or short: the dynamic mode, tests, a band of a patch stage). */
+static MICO_NOINLINE int mico_lanes_rows_stack(const MicoConv2d *p, const MicoLanes *l,
+                                               const void *in, void *out, MicoPwXFn xfn,
+                                               MicoPwFn fn, MicoLrFn lfn, int32_t npx)
+{
+    uint64_t ws[(MICO_LANES_SCRATCH_MAX + 7) / 8];
+    return mico_lanes_rows(p, l, in, out, xfn, fn, lfn, npx, (uint8_t *)ws, sizeof ws);
+}
+
 #define MICO_CONV_LANES_ENTRY(BITS, G, NPX)                                                 \
     void mico_qconv2d_lanes_w##BITS##g##G(const MicoConv2d *p, const MicoLanes *l, const void *in,\
                                      void *out)                                             \
     {                                                                                       \
-        MicoConv2d q = *p;                                                                  \
-        if (mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G, 16 / (G), \
-                         0)) {                                                              \
-            return;                                                                         \
+        int r = mico_lanes_rows(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G,\
+                                mico_lr_w##BITS##g##G, 16 / (G), (uint8_t *)p->scratch,     \
+                                p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u);      \
+        if (r < 0) {                                                                        \
+            r = mico_lanes_rows_stack(p, l, in, out, mico_pw_x##BITS##g##G,                 \
+                                      mico_pw_w##BITS##g##G, mico_lr_w##BITS##g##G, 16 / (G));\
         }                                                                                   \
-        if (!mico_lr_narrow(mico_lr_flat(&q)) &&                                           \
-            mico_conv_lr(&q, l, in, out, mico_lr_w##BITS##g##G, 16 / (G))) {                \
-            return;                                                                         \
-        }                                                                                   \
-        if (!mico_conv_pw(p, l, in, out, mico_pw_x##BITS##g##G, mico_pw_w##BITS##g##G,      \
-                          16 / (G), 1)) {                                                   \
+        if (!r) {                                                                           \
             mico_conv_lanes(p, l, in, out, mico_lanes_w##BITS##g##G);                       \
         }                                                                                   \
     }

@@ -820,20 +820,55 @@ static MICO_NOINLINE void mico_nw_codes(void *out, size_t start, const uint8_t *
     }
 }
 
-/* The layer; 0 (nothing done) when this path does not take it. Layers of at most
+/* Channels whose requantization constants (and staged outputs) a block keeps. */
+static int32_t mico_nw_cb(int32_t c4)
+{
+    return c4 < MICO_NW_CB ? c4 : MICO_NW_CB;
+}
+
+/* Bytes a tap takes in the patch: MICO_NW_PIX codes, or (small weights) MICO_NW_LPIX codes
+ * packed into 16-bit lanes (mico_nw_pack_u8: two bytes a code). */
+#define MICO_NW_PATCH_PIX(SMALL) ((SMALL) ? 2 * MICO_NW_LPIX : MICO_NW_PIX)
+
+/* Bytes of working memory mico_nw_layer takes for a layer it takes (each part rounded up to 8;
+ * mico.codegen.scratch.narrow_bytes computes the same): the weights rearranged (taps padded
+ * to 8 when patched, x channels padded to 4), the patch (taps x MICO_NW_PATCH_PIX bytes;
+ * `small`: the small weights' packed patches), outputs of fewer than 8 bits staged (a block's
+ * channels x MICO_NW_PIX), the block's constants. */
+static size_t mico_nw_scratch(const MicoConv2d *p, int small)
+{
+    const int32_t taps = p->in_c * p->k_h * p->k_w, c4 = (p->out_c + 3) & ~3;
+    const int pointwise = p->k_h == 1 && p->k_w == 1 && p->stride_h == 1 && p->stride_w == 1 &&
+                          p->pad_h == 0 && p->pad_w == 0;
+    const int patched = taps <= (pointwise ? MICO_NW_PTAPS : MICO_NW_TAPS);
+    const size_t tp = (size_t)(patched ? (taps + 7) & ~7 : taps);
+    const size_t cb = (size_t)mico_nw_cb(c4);
+    size_t n = (tp * (size_t)c4 + 7u) & ~(size_t)7u;
+    n += patched ? (tp * (size_t)MICO_NW_PATCH_PIX(small) + 7u) & ~(size_t)7u : 0u;
+    n += p->out.fmt.bits < 8 ? (cb * MICO_NW_PIX + 7u) & ~(size_t)7u : 0u;
+    return n + ((cb * sizeof(MicoNwRq) + 7u) & ~(size_t)7u);
+}
+
+/* the most of it a layer takes (the path's limits) */
+#define MICO_NW_SCRATCH_MAX                                                                 \
+    (MICO_NW_WEIGHTS + MICO_NW_PTAPS * MICO_NW_PIX + MICO_NW_CB * MICO_NW_PIX +              \
+     MICO_NW_CB * 24)
+
+/* The layer; 0 (nothing done) when this path does not take it, -1 when it does but ws (wsb
+ * bytes) is NULL or short (mico_nw_scratch). Layers of at most
  * MICO_NW_PTAPS taps run over patches (a pointwise layer's: runs of its input planes copied,
  * about 2 instructions a byte against the 64 channels that read it) with taps padded to a
  * multiple of 8 (zero weights); a pointwise layer with more taps reads its planes in place
  * (taps npix bytes apart, one tap per iteration). The weights are rearranged once per call
  * into wq[quad][t][4], channels padded to a multiple of 4 with zero weights. */
-static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
+static MICO_NOINLINE int mico_nw_layer(const MicoConv2d *p, const void *in, void *out,
+                                       uint8_t *ws, size_t wsb)
 {
-    uint32_t wq[MICO_NW_WEIGHTS / 4]; /* words: the quads' weights, read as bytes */
-    uint32_t pwords[MICO_NW_PTAPS * MICO_NW_PIX / 4]; /* the patch (words: the packed one) */
-    uint32_t swords[MICO_NW_CB * MICO_NW_PIX / 4]; /* outputs of fewer than 8 bits, staged */
-    int8_t *const patch = (int8_t *)pwords;
-    uint8_t *const stage = (uint8_t *)swords;
-    MicoNwRq rq[MICO_NW_CB];
+    uint32_t *wq;     /* words: the quads' weights, read as bytes */
+    uint32_t *pwords; /* the patch (words: the packed one) */
+    int8_t *patch;
+    uint8_t *stage; /* outputs of fewer than 8 bits, staged */
+    MicoNwRq *rq;
     MicoConv2d ps; /* outputs of fewer than 8 bits: a patch's outputs as a layer of 8-bit ones */
     const int32_t taps = p->in_c * p->k_h * p->k_w, npix = p->out_h * p->out_w;
     const int32_t c4 = (p->out_c + 3) & ~3;
@@ -870,6 +905,15 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
     if (!fast && chunk < 8) {
         return 0; /* shifts of 32 or less: only the lanes' requantization takes them */
     }
+    if (ws == NULL || mico_nw_scratch(p, chunk >= 8) > wsb) {
+        return -1; /* taken, but not in this memory */
+    }
+    wq = (uint32_t *)mico_carve(&ws, (size_t)(tp * c4));
+    pwords = (uint32_t *)mico_carve(&ws, patched ? (size_t)tp * MICO_NW_PATCH_PIX(chunk >= 8)
+                                                 : 0u);
+    patch = (int8_t *)pwords;
+    stage = (uint8_t *)mico_carve(&ws, narrow ? (size_t)mico_nw_cb(c4) * MICO_NW_PIX : 0u);
+    rq = (MicoNwRq *)mico_carve(&ws, (size_t)mico_nw_cb(c4) * sizeof(MicoNwRq));
     for (c = 0; c < c4; c += 4) { /* wq[c / 4][t][c % 4] = W[c][t], a word per tap */
         const uint8_t *r0 = p->weight + (size_t)c * (size_t)taps;
         uint32_t *dst = wq + c * tp / 4;
@@ -984,9 +1028,22 @@ static MICO_NOINLINE int mico_nw(const MicoConv2d *p, const void *in, void *out)
     return 1;
 }
 
+/* The layer with its working memory on this function's stack (the most any layer takes): for
+ * a caller that planned none (MicoConv2d.scratch NULL or short). */
+static MICO_NOINLINE int mico_nw_stack(const MicoConv2d *p, const void *in, void *out)
+{
+    uint64_t ws[MICO_NW_SCRATCH_MAX / 8];
+    return mico_nw_layer(p, in, out, (uint8_t *)ws, sizeof ws);
+}
+
 void mico_qconv2d_narrow_s8(const MicoConv2d *p, const void *in, void *out)
 {
-    if (!mico_nw(p, in, out)) {
+    int r = mico_nw_layer(p, in, out, (uint8_t *)p->scratch,
+                        p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u);
+    if (r < 0) {
+        r = mico_nw_stack(p, in, out);
+    }
+    if (!r) {
         mico_qconv2d_tiled_s8(p, in, out);
     }
 }

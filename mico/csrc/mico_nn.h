@@ -285,7 +285,20 @@ typedef struct {
     const uint8_t *weight;
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output channel */
+    /* working memory of the kernels that need more than a few hundred bytes (channel lanes,
+     * byte tiles): planned in the arena by the generator, sized for this layer (mico.codegen.
+     * scratch), or NULL / too small: the kernel then takes it on its stack */
+    void *scratch;
+    int32_t scratch_bytes;
 } MicoConv2d;
+
+/* n bytes (rounded up to 8) carved off *at: where they start. */
+static inline void *mico_carve(uint8_t **at, size_t n)
+{
+    void *r = *at;
+    *at += (n + 7u) & ~(size_t)7u;
+    return r;
+}
 
 typedef struct {
     int32_t rows, in_features, out_features;

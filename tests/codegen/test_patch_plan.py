@@ -143,7 +143,8 @@ def test_off_is_the_whole_tensor_project(tmp_path):
     graph, _ = _tiny()
     before = emit_c_project(graph, tmp_path / "default", "tiny")
     off = emit_c_project(graph, tmp_path / "off", "tiny", patch="off")
-    assert off.arena.size == before.arena.size == plan_graph(graph).size
+    # the whole-tensor plan, plus the kernels' planned scratch (mico.codegen.scratch)
+    assert off.arena.size == before.arena.size >= plan_graph(graph).size
     for name in ("tiny.c", "tiny_weights.h"):
         assert (tmp_path / "off" / name).read_text() == (tmp_path / "default" / name).read_text()
     assert off.patch["patched"] is False and off.patch["why"] == "off"
