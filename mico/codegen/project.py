@@ -664,6 +664,17 @@ def scratch_sizes(arena: ArenaPlan) -> dict[str, int]:
             if b.name.endswith(".scratch")}  # fmt: skip
 
 
+def project_costs(
+    graph: Graph, align: int = 8, prefer: str = "speed"
+) -> tuple[int, dict[str, int]]:
+    """The arena bytes and the constants by kind (as :func:`project_flash`) of the project
+    :func:`emit_c_project` writes for ``graph`` (no ISA extensions, no patches): one emission,
+    so the arena counts the kernels' working memory planned in it (:mod:`mico.codegen.scratch`),
+    as the compiled project's does."""
+    arena, ctx = _emit_nodes(graph, align, prefer=prefer)[:2]
+    return arena.size, dict(ctx.flash)
+
+
 def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[str, int]:
     """The flash bytes by kind (weights, bias, scales, params) of the project
     :func:`emit_c_project` writes for ``graph``: the same emission, no file written."""

@@ -283,7 +283,8 @@ class MiCoEval:
     def eval_ram(self, qscheme: Sequence[Any]) -> float:
         """Bytes of the static arena of the C project ``mico compile`` emits for this scheme in
         the evaluator's mode (the planner of :mod:`mico.codegen.planner` on the lowered graph,
-        the ``arena`` figure compile reports)."""
+        with the kernels' working memory planned in it: the ``arena`` figure compile
+        reports)."""
         return float(self._deployed(qscheme)[0])
 
     def _deployed(self, qscheme: Sequence[Any]) -> tuple[int, dict[str, int]]:
@@ -291,12 +292,9 @@ class MiCoEval:
         (lowering takes a while: 0.05 s for the digits CNN, 0.25 s for DS-CNN)."""
         key = self.scheme_key(qscheme)
         if key not in self._deployed_costs:
-            from mico.codegen.planner import plan_graph
-            from mico.codegen.project import project_flash
+            from mico.codegen.project import project_costs
 
-            graph = self._lowered(qscheme)
-            flash = project_flash(graph, prefer=self.prefer)
-            self._deployed_costs[key] = (plan_graph(graph).size, flash)
+            self._deployed_costs[key] = project_costs(self._lowered(qscheme), prefer=self.prefer)
         return self._deployed_costs[key]
 
     def eval_latency(

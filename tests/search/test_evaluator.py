@@ -195,3 +195,28 @@ def test_a_latency_that_grows_at_fewer_bits_is_refused_with_the_figures(trained,
     assert "W2A2 300, W4A4 250, W8A8 200" in message and "--bits 8" in message
     per_width.update({2: 100.0, 4: 150.0})
     evaluator.check_latency_falls_with_bits([2, 4, 8])  # falls with the widths: accepted
+
+
+def test_ram_cost_is_the_compiled_arena_with_kernel_scratch(tmp_path) -> None:
+    """The search's ``ram`` cost is the compiled project's arena, the kernels' working memory
+    planned in it included (LeNet at W4A4: its convs' channel lanes carve a few KB there)."""
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from mico.codegen import compile_model
+    from mico.quant import calibrate, quantize_model
+
+    torch.manual_seed(0)
+    model = LeNet()
+    shape = tuple(model.default_input_shape)
+    data = TensorDataset(torch.rand(64, *shape), torch.randint(0, 10, (64,)))
+    loader = DataLoader(data, batch_size=32)
+    evaluator = MiCoEval(model, 1, loader, loader, None)
+    scheme = [4] * (2 * evaluator.n_layers)
+    q = quantize_model(copy.deepcopy(model), scheme, evaluator.config, evaluator.example)
+    batches = evaluator._calibration
+    calibrate(q, batches)
+    compiled = compile_model(q, evaluator.example[:1], tmp_path / "c", "model", "static",
+                             calibration=batches)  # fmt: skip
+    scratch = json.loads((tmp_path / "c" / "mico.json").read_text())["kernel_scratch"]
+    assert scratch  # the case this test is about: some layer's working memory is planned
+    assert evaluator.eval_ram(scheme) == compiled.project.arena.size
