@@ -79,9 +79,9 @@ class _Call:
 
 #: which argument of each kernel is its output buffer (the others' arena arguments are inputs)
 _OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_s8": 2,
-            "mico_qlinear_lanes": 3, "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4,
-            "mico_requant": 2, "mico_qsoftmax_prefix": 2, "mico_add": 3, "mico_lut": 1,
-            "mico_qmul": 4}  # fmt: skip
+            "mico_qlinear_sub4": 2, "mico_qlinear_sub2": 2, "mico_qlinear_lanes": 3,
+            "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4, "mico_requant": 2,
+            "mico_qsoftmax_prefix": 2, "mico_add": 3, "mico_lut": 1, "mico_qmul": 4}  # fmt: skip
 
 
 class Refused(Exception):

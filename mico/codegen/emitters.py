@@ -528,7 +528,7 @@ def _scratch_call(ctx: EmitContext, node: Node, params: str, kernel: str, *args:
 CONV_S8_MIN_MACS = 32768
 LINEAR_S8_MIN_MACS = 8192
 #: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub,
-#: mico_qlinear_sub): the same kernels plus several products per multiply (rows read a word
+#: mico_qlinear_sub4 / _sub2): the same kernels plus several products per multiply (rows read a word
 #: at a time, or a tap's codes of several pixels in one word), about 3 KB (conv) and 1 KB
 #: (linear) of rv32 code that programs without such layers do not link; no size gate: they pay
 #: on any layer (their set-up is per chunk of the layer, and small layers are where the plain
@@ -591,8 +591,9 @@ def linear_kernel(
 ) -> str:
     """``mico_qlinear_s8`` for a W8A8 layer of :data:`LINEAR_S8_MIN_MACS` MACs or more (any
     size when ``macs`` is None) with symmetric or unsigned input codes (what its byte path
-    takes), ``mico_qlinear_sub`` for 4- or 2-bit weights on codes (:data:`SUB_WORD_BITS`;
-    not with ``words=False``, a program preferring size), else ``mico_qlinear``."""
+    takes), ``mico_qlinear_sub4`` / ``_sub2`` for 4- or 2-bit weights on codes
+    (:data:`SUB_WORD_BITS`; not with ``words=False``, a program preferring size), else
+    ``mico_qlinear``."""
     if (
         w_bits == 8
         and in_fmt is not None
@@ -602,7 +603,7 @@ def linear_kernel(
     ):
         return "mico_qlinear_s8"
     if w_bits in SUB_WORD_BITS and words and in_fmt is not None and in_fmt.bits <= 8:
-        return "mico_qlinear_sub"
+        return f"mico_qlinear_sub{w_bits}"  # each width's word kernels only
     return "mico_qlinear"
 
 

@@ -1832,7 +1832,9 @@ static MICO_NOINLINE int mico_conv_lr(const MicoConv2d *p, const MicoLanes *l, c
         return 0;
     }
     icc = MICO_LR_BUF / (rr * len);
-    t = (int32_t)((MICO_LR_TAPS - 1) * (int64_t)l->n / (l->n + 1)); /* taps the table holds */
+    /* taps the table holds: (TAPS - 1) n / (n + 1), which is TAPS - 2 from n = TAPS - 2 on;
+     * below, the product fits 32 bits (no 64-bit division: __divdi3 is about 1 KB of flash) */
+    t = l->n >= MICO_LR_TAPS - 2 ? MICO_LR_TAPS - 2 : (MICO_LR_TAPS - 1) * l->n / (l->n + 1);
     icc = icc < t / (kh * kw) ? icc : t / (kh * kw);
     pass = MICO_LR_TILE / (f * opw); /* blocks whose sums wait in the tile */
     if (icc == 0 || pass == 0) {

@@ -222,12 +222,16 @@ static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_
 }
 
 /* mico_linear_chunk with the word kernels (variant mpv of mico_lin_mp_layer, x as the words
- * xw of mico_lin_mp_words): pairs of rows, the kernels' sums of w' x less o x (the sum of x). */
-static MICO_NOINLINE void mico_lin_mp_pairs(const MicoLinear *p, const uint32_t *xw, int mpv,
-                                            int32_t k0, int32_t kc, int32_t o0, int32_t o1,
-                                            int32_t xsum, int32_t *acc)
+ * xw of mico_lin_mp_words): pairs of rows, the kernels' sums of w' x less o x (the sum of x).
+ * wb is a constant in each of mico_lin_mp_pairs4 / _pairs2, so each links its width's kernels
+ * only. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline void mico_lin_mp_pairs_wb(const MicoLinear *p, const uint32_t *xw, int mpv,
+                                        int32_t k0, int32_t kc, int32_t o0, int32_t o1,
+                                        int32_t xsum, int32_t *acc, const int32_t wb)
 {
-    const int32_t wb = p->w_bits;
     const uint32_t off = (wb == 4 ? 8u : 2u) * (uint32_t)xsum;
     const size_t f = (size_t)p->in_features;
     int32_t o;
@@ -250,6 +254,20 @@ static MICO_NOINLINE void mico_lin_mp_pairs(const MicoLinear *p, const uint32_t 
     }
 }
 
+static MICO_NOINLINE void mico_lin_mp_pairs4(const MicoLinear *p, const uint32_t *xw, int mpv,
+                                             int32_t k0, int32_t kc, int32_t o0, int32_t o1,
+                                             int32_t xsum, int32_t *acc)
+{
+    mico_lin_mp_pairs_wb(p, xw, mpv, k0, kc, o0, o1, xsum, acc, 4);
+}
+
+static MICO_NOINLINE void mico_lin_mp_pairs2(const MicoLinear *p, const uint32_t *xw, int mpv,
+                                             int32_t k0, int32_t kc, int32_t o0, int32_t o1,
+                                             int32_t xsum, int32_t *acc)
+{
+    mico_lin_mp_pairs_wb(p, xw, mpv, k0, kc, o0, o1, xsum, acc, 2);
+}
+
 /* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
  * for none: rows (and chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned
  * addresses. */
@@ -263,8 +281,8 @@ static int mico_lin_mp_layer(const MicoLinear *p, int32_t *kstep)
     return mico_lin_mp_kind(p->in_fmt, wb, kstep);
 }
 
-/* The word kernels, linked only by programs that call mico_qlinear_sub (layers of 4- or
- * 2-bit weights): mico_qlinear_rows takes them through this table, NULL for mico_qlinear. */
+/* The word kernels, linked only by programs that call mico_qlinear_sub4 / _sub2 (layers of
+ * 4- or 2-bit weights): mico_qlinear_rows takes them through this table, NULL for mico_qlinear. */
 typedef struct {
     void (*pairs)(const MicoLinear *, const uint32_t *, int, int32_t, int32_t, int32_t, int32_t,
                   int32_t, int32_t *);
@@ -272,8 +290,12 @@ typedef struct {
     int (*kind)(const MicoLinear *p, int32_t *kstep);
 } MicoLinWords;
 
-static const MicoLinWords mico_lin_words = {mico_lin_mp_pairs, mico_lin_mp_words,
-                                            mico_lin_mp_layer};
+/* mico_qlinear_sub4 / _sub2: one width's word kernels (a layer of the other width takes
+ * mico_qlinear's path: exact, no word kernels) */
+static const MicoLinWords mico_lin_words4 = {mico_lin_mp_pairs4, mico_lin_mp_words,
+                                             mico_lin_mp_layer};
+static const MicoLinWords mico_lin_words2 = {mico_lin_mp_pairs2, mico_lin_mp_words,
+                                             mico_lin_mp_layer};
 
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
@@ -470,7 +492,7 @@ static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *
     }
 }
 
-/* The body of mico_qlinear (words NULL) and mico_qlinear_sub (the word kernels): inlined in
+/* The body of mico_qlinear (words NULL) and mico_qlinear_sub4 / _sub2 (the word kernels): inlined in
  * each, so that mico_qlinear's copy carries no trace of the word kernels. */
 #if defined(__GNUC__)
 __attribute__((always_inline))
@@ -531,9 +553,14 @@ void mico_qlinear(const MicoLinear *p, const void *in, void *out)
     mico_qlinear_rows(p, in, out, NULL);
 }
 
-void mico_qlinear_sub(const MicoLinear *p, const void *in, void *out)
+void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, &mico_lin_words);
+    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4 : NULL);
+}
+
+void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2 : NULL);
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of

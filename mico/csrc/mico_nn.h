@@ -554,9 +554,11 @@ void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in
 void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
-/* mico_qlinear with rows of 4- and 2-bit weights read a word at a time (linked only by
- * programs that call it). */
-void mico_qlinear_sub(const MicoLinear *p, const void *in, void *out);
+/* mico_qlinear with rows of 4-bit (_sub4) or 2-bit (_sub2) weights read a word at a time
+ * (each linked only by programs that call it; a layer of another width takes mico_qlinear's
+ * path). */
+void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out);
+void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
 /* Host kernels (mico_host_gemm.c, for targets with the `xautovec` capability): convolutions

@@ -322,7 +322,15 @@ typedef void (*Kernel)(const void *p, const void *in, const void *in2, void *out
     { (void)in2; FN((const T *)p, in, out); }
 WRAP1(k_conv, MicoConv2d, mico_qconv2d)
 WRAP1(r_conv, MicoConv2d, ref_qconv2d)
-WRAP1(k_linear, MicoLinear, mico_qlinear)
+/* the generator's choice for plain layers: 4- and 2-bit weights take their width's word
+ * kernels (mico_qlinear_sub4 / _sub2), the others mico_qlinear */
+static void k_linear(const void *p, const void *in, const void *in2, void *out)
+{
+    const MicoLinear *l = (const MicoLinear *)p;
+    (void)in2;
+    (l->w_bits == 4 ? mico_qlinear_sub4 : l->w_bits == 2 ? mico_qlinear_sub2 : mico_qlinear)(l, in,
+                                                                                             out);
+}
 WRAP1(r_linear, MicoLinear, ref_qlinear)
 WRAP1(k_maxpool, MicoMaxPool2d, mico_maxpool2d)
 WRAP1(r_maxpool, MicoMaxPool2d, ref_maxpool2d)

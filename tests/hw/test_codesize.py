@@ -89,6 +89,19 @@ def test_kernel_entry_points_link_their_own_code():
     assert check.by_object == {"mico_check.o": check.flash} and check.flash > 0
 
 
+def test_linear_word_kernels_link_one_width_each():
+    """mico_qlinear_sub4 links the 4-bit word kernel and none of the 2-bit ones, and the other
+    way round: a program of one width's linear layers does not carry the other's."""
+    names = {}
+    for entry in ("mico_qlinear_sub4", "mico_qlinear_sub2"):
+        closure = codesize.kernel_bytes([entry], ["mico_linear.c", "mico_quant.c"])
+        names[entry] = {s.name.removeprefix(".text.") for s in closure.sections}
+    assert "mico_dot2_mp4" in names["mico_qlinear_sub4"]
+    assert not {"mico_dot2_mp2", "mico_dot2_mp2s", "mico_dot2_mp2w"} & names["mico_qlinear_sub4"]
+    assert {"mico_dot2_mp2", "mico_dot2_mp2s", "mico_dot2_mp2w"} <= names["mico_qlinear_sub2"]
+    assert "mico_dot2_mp4" not in names["mico_qlinear_sub2"]
+
+
 def _graph(model, batches, plan):
     quantized = quantize_ptq(model, QuantPlan.parse(plan), batches)
     return lower_model(quantized, torch.zeros(1, 1, 8, 8), "cnn")
