@@ -678,7 +678,7 @@ def project_costs(
 def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[str, int]:
     """The flash bytes by kind (weights, bias, scales, params) of the project
     :func:`emit_c_project` writes for ``graph``: the same emission, no file written."""
-    return dict(_emit_nodes(graph, align, prefer=prefer)[1].flash)
+    return project_costs(graph, align, prefer)[1]
 
 
 def model_sources(
