@@ -527,12 +527,12 @@ def _scratch_call(ctx: EmitContext, node: Node, params: str, kernel: str, *args:
 #: 3.7 against 4.8); smaller ones keep the plain kernels, as for the lanes (LANES_MIN_MACS)
 CONV_S8_MIN_MACS = 32768
 LINEAR_S8_MIN_MACS = 8192
-#: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub,
-#: mico_qlinear_sub4 / _sub2): the same kernels plus several products per multiply (rows read a word
-#: at a time, or a tap's codes of several pixels in one word), about 3 KB (conv) and 1 KB
-#: (linear) of rv32 code that programs without such layers do not link; no size gate: they pay
-#: on any layer (their set-up is per chunk of the layer, and small layers are where the plain
-#: kernels run)
+#: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub4 /
+#: _sub2, mico_qlinear_sub4 / _sub2, one width's word kernels each): the same kernels plus
+#: several products per multiply (rows read a word at a time, or a tap's codes of several pixels
+#: in one word), about 2 KB (conv) and 1 KB (linear) of rv32 code that programs without such
+#: layers do not link; no size gate: they pay on any layer (their set-up is per chunk of the
+#: layer, and small layers are where the plain kernels run)
 SUB_WORD_BITS = (2, 4)
 #: W8A8 convolutions with few taps (a first layer) or pointwise ones take the 4-channel x
 #: 4-pixel byte tiles of mico_conv_narrow.c (figures: benchmarks/results/dscnn_layers.md); its
@@ -582,7 +582,7 @@ def conv2d_kernel(
     if w_bits == in_bits == 8 and (macs is None or macs >= CONV_S8_MIN_MACS):
         return "mico_qconv2d_tiled_s8"
     if w_bits in SUB_WORD_BITS and words:
-        return "mico_qconv2d_tiled_sub"
+        return f"mico_qconv2d_tiled_sub{w_bits}"  # each width's word kernels only
     return "mico_qconv2d_tiled"
 
 

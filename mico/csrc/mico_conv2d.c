@@ -474,8 +474,9 @@ static MICO_NOINLINE void mico_mk_px(const uint8_t *wa, const uint8_t *wb, const
 }
 
 /* The word and pixel-lane kernels, linked only by programs that call
- * mico_qconv2d_tiled_sub (layers of 4- or 2-bit weights): mico_qconv2d_im2col takes them
- * through this table, NULL for the other entry points. */
+ * mico_qconv2d_tiled_sub4 / _sub2 (layers of 4- or 2-bit weights): mico_qconv2d_im2col takes
+ * them through one of these tables (a width's word kernels, NULL for the other width), NULL for
+ * the other entry points. */
 struct MicoConvCtx;
 typedef struct MicoConvWordsS {
     void (*mp4)(const uint16_t *, const uint16_t *, const uint32_t *, int32_t, int32_t, int32_t,
@@ -603,7 +604,8 @@ static void mico_conv_words_plan(MicoConvCtx *c, int32_t kc)
 {
     const MicoConv2d *p = c->p;
     const int32_t wb = p->w_bits;
-    c->mp = MICO_CONV_MP && (wb == 4 || wb == 2) && (c->k_all * wb) % (8 * wb) == 0 &&
+    c->mp = MICO_CONV_MP && (wb == 4 ? c->words->mp4 : wb == 2 ? c->words->mp2 : NULL) &&
+            (c->k_all * wb) % (8 * wb) == 0 &&
             (kc * wb) % (8 * wb) == 0 && ((uintptr_t)p->weight & (uintptr_t)(wb - 1)) == 0 &&
             (kc + 32 / wb - 1) / (32 / wb) * 4 * c->pp <= MICO_CONV_XW;
     c->mpv = c->mp ? mico_conv_mp_kind(p->in_fmt, kc, wb) : 0;
@@ -613,9 +615,12 @@ static void mico_conv_words_plan(MicoConvCtx *c, int32_t kc)
                 : mico_conv_px_kind(p->in_fmt, kc, wb);
 }
 
-static const MicoConvWords mico_conv_words = {mico_mk_mp4,        mico_mk_mp2,
-                                              mico_mk_px,         mico_conv_mp_words,
-                                              mico_conv_px_words, mico_conv_words_plan};
+/* One table a weight width (mico_qconv2d_tiled_sub4 / _sub2), so that a program links only
+ * its widths' word kernels; the pixel lanes serve both. */
+static const MicoConvWords mico_conv_words4 = {mico_mk_mp4, NULL, mico_mk_px, mico_conv_mp_words,
+                                               mico_conv_px_words, mico_conv_words_plan};
+static const MicoConvWords mico_conv_words2 = {NULL, mico_mk_mp2, mico_mk_px, mico_conv_mp_words,
+                                               mico_conv_px_words, mico_conv_words_plan};
 
 /* mico_rq_run_fast, with the case it leaves to mico_rq_apply's 64-bit rescaling -- a shift of
  * at most 32 (large output scales: 2-bit outputs, say) on codes of at most 16 bits -- in a loop
@@ -2921,11 +2926,18 @@ void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out)
     mico_qconv2d_im2col(p, in, out, NULL, NULL);
 }
 
-/* The im2col path with the word and pixel-lane kernels (4- and 2-bit weights). */
-void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out)
+/* The im2col path with the word and pixel-lane kernels of 4-bit (_sub4) or 2-bit (_sub2)
+ * weights; a layer of the other width takes the pixel lanes or the plain kernels. */
+void mico_qconv2d_tiled_sub4(const MicoConv2d *p, const void *in, void *out)
 {
     uint32_t xw[MICO_CONV_XW]; /* the chunk's words (on this path's stack only) */
-    mico_qconv2d_im2col(p, in, out, &mico_conv_words, xw);
+    mico_qconv2d_im2col(p, in, out, &mico_conv_words4, xw);
+}
+
+void mico_qconv2d_tiled_sub2(const MicoConv2d *p, const void *in, void *out)
+{
+    uint32_t xw[MICO_CONV_XW];
+    mico_qconv2d_im2col(p, in, out, &mico_conv_words2, xw);
 }
 
 /* W8A8 layers: the byte paths (about 7 KB of code, linked only by programs that call this),
@@ -2955,8 +2967,10 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_depthwise3x3(p, in, out);
     } else if (p->w_bits == 8 && p->in_fmt.bits == 8) {
         mico_qconv2d_tiled_s8(p, in, out);
-    } else if (p->w_bits == 4 || p->w_bits == 2) {
-        mico_qconv2d_tiled_sub(p, in, out);
+    } else if (p->w_bits == 4) {
+        mico_qconv2d_tiled_sub4(p, in, out);
+    } else if (p->w_bits == 2) {
+        mico_qconv2d_tiled_sub2(p, in, out);
     } else {
         mico_qconv2d_tiled(p, in, out);
     }

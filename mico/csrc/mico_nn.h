@@ -451,9 +451,10 @@ void mico_qconv2d(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_elementwise(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_depthwise3x3(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
-/* mico_qconv2d_tiled with the word and pixel-lane kernels of 4- and 2-bit weights (linked only
- * by programs that call it). */
-void mico_qconv2d_tiled_sub(const MicoConv2d *p, const void *in, void *out);
+/* mico_qconv2d_tiled with the word and pixel-lane kernels of 4-bit (_sub4) or 2-bit (_sub2)
+ * weights (linked only by programs that call it, each width's word kernels by its own). */
+void mico_qconv2d_tiled_sub4(const MicoConv2d *p, const void *in, void *out);
+void mico_qconv2d_tiled_sub2(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
 /* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
  * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;

@@ -144,6 +144,7 @@ _FAMILIES = (
     (re.compile(r"^dwl_s\d+$"), "dwlanes"),
     (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
     (re.compile(r"^sub\d$"), "sub"),  # mico_qlinear_sub4 / _sub2: one path, by width
+    (re.compile(r"^tiled_sub\d$"), "tiled_sub"),  # mico_qconv2d_tiled_sub4 / _sub2
 )
 #: the depthwise pair path's entry points, ``dwp_f<sf>`` and the suffix of their form
 #: (:func:`mico.codegen.dwconv_plan.dwp_form`, ``MICO_DWP_FORMS`` in ``mico_nn.h``): the

@@ -102,6 +102,19 @@ def test_linear_word_kernels_link_one_width_each():
     assert "mico_dot2_mp4" not in names["mico_qlinear_sub2"]
 
 
+def test_conv_word_kernels_link_one_width_each():
+    """mico_qconv2d_tiled_sub4 links the 4-bit word kernel (mico_mk_mp4) and not the 2-bit one,
+    and the other way round; both link the pixel lanes, which serve either width."""
+    names = {}
+    for entry in ("mico_qconv2d_tiled_sub4", "mico_qconv2d_tiled_sub2"):
+        closure = codesize.kernel_bytes([entry], ["mico_conv2d.c", "mico_quant.c"])
+        names[entry] = {s.name.removeprefix(".text.") for s in closure.sections}
+    assert {"mico_mk_mp4", "mico_mk_px"} <= names["mico_qconv2d_tiled_sub4"]
+    assert "mico_mk_mp2" not in names["mico_qconv2d_tiled_sub4"]
+    assert {"mico_mk_mp2", "mico_mk_px"} <= names["mico_qconv2d_tiled_sub2"]
+    assert "mico_mk_mp4" not in names["mico_qconv2d_tiled_sub2"]
+
+
 def _graph(model, batches, plan):
     quantized = quantize_ptq(model, QuantPlan.parse(plan), batches)
     return lower_model(quantized, torch.zeros(1, 1, 8, 8), "cnn")

@@ -40,6 +40,9 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qconv2d_depthwise3x3") == "depthwise3x3"
     assert kernel_path("mico_qlinear") == "linear"
     assert kernel_path("mico_qlinear_s8") == "linear_s8"
+    assert kernel_path("mico_qlinear_sub4") == kernel_path("mico_qlinear_sub2") == "sub"
+    assert kernel_path("mico_qconv2d_tiled_sub4") == kernel_path("mico_qconv2d_tiled_sub2")
+    assert kernel_path("mico_qconv2d_tiled_sub2") == "tiled_sub"
     assert kernel_path("mico_qconv2d_lanes_w4g2") == "lanes"
     assert kernel_path("mico_qlinear_lanes_w2g4") == "lanes"
     assert kernel_path("mico_qconv2d_dwl_s8") == "dwlanes"
