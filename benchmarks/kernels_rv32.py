@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from mico.codegen.addsub_plan import KERNELS as ADDSUB_KERNELS
+from mico.codegen.addsub_plan import addsub_kernel
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
 from mico.codegen.dwconv_plan import (
     dw_kernel,
@@ -38,6 +40,7 @@ from mico.codegen.dwconv_plan import (
     dwp_levels,
 )
 from mico.codegen.emitters import (
+    LANES_MIN_MACS,
     conv2d_kernel,
     lanes_kernel,
     lanes_plan,
@@ -51,7 +54,7 @@ from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 
 KERNEL_SOURCES = (
     "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c",
-    "mico_conv_narrow.c",
+    "mico_conv_narrow.c", "mico_conv_addsub.c",
 )  # fmt: skip
 
 
@@ -256,8 +259,21 @@ def _layer_code(
         layer.w_fmt, layer.a_fmt, k, (layer.stride,) * 2, (layer.pad,) * 2,
         in_c=layer.x.shape[0] // layer.groups, weight=layer.weight,
     )  # fmt: skip
+    # weights that are signs on wide codes: the generator's addsub path (mico_conv_addsub.c)
+    addsub = (
+        layer.kind == "conv"
+        and dw is None
+        and not binary
+        and not s8
+        and (not layer.meta.get("sized") or layer.macs >= LANES_MIN_MACS)
+        and addsub_kernel(
+            layer.w_fmt, layer.a_fmt.bits, layer.taps, layer.groups, plan is not None, layer.weight
+        )
+    )
     for path in paths:
-        lanes = plan if path == "chosen" and not binary and not s8 else None
+        # "lanes": the channel lanes whatever the choice (where the layer has a plan)
+        chosen_lanes = path == "chosen" and not binary and not s8 and not addsub
+        lanes = plan if chosen_lanes or path == "lanes" else None
         w_fmt = QFormat(8, True) if path == "chosen" and s8 else layer.w_fmt
         if path == "chosen" and binary:
             lines += _binary_code(layer, tag, out)
@@ -318,6 +334,9 @@ def _layer_code(
             plain = conv2d_kernel(layer.a_fmt.bits, layer.groups, in_c, out_c, (kh, kw),
                                   layer.dil, w_bits=w_bits, macs=macs)  # fmt: skip
             kernel = lanes_kernel("mico_qconv2d", lanes, w_fmt.bits) if lanes else plain
+            kernel = addsub if path == "chosen" and addsub else kernel
+            if path == "addsub":  # the sign-weight kernel itself, whatever the choice
+                kernel = ADDSUB_KERNELS[layer.w_fmt.bits]
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
     return lines, calls

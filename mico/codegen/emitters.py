@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mico.codegen import binary_plan, dwconv_plan
+from mico.codegen import addsub_plan, binary_plan, dwconv_plan
 from mico.codegen.context import EmitContext
 from mico.codegen.linked_paths import gate_macs, prefers_size
 from mico.codegen.planner import SCRATCH_ATTR, scratch_name
@@ -440,7 +440,14 @@ def conv_choice(node: Node, ctx: Any) -> dict[str, Any]:
     plain = not (host or binary)
     dw = dwconv_plan.node_plan(node) if plain and not prefers_size(ctx) else None
     kernel = None
-    if plain and dw is None and lanes is None:
+    if plain and dw is None and not s8 and not prefers_size(ctx) and macs >= LANES_MIN_MACS:
+        # weights that are signs: sums of codes, no multiplication (mico_conv_addsub.c)
+        kernel = addsub_plan.addsub_kernel(
+            node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], lanes is not None,
+            _weight_codes(node),
+        )  # fmt: skip
+        lanes = None if kernel is not None else lanes
+    if plain and dw is None and lanes is None and kernel is None:
         w_fmt = node.inputs[1].qformat
         w_bits = 8 if s8 else (w_fmt.bits if w_fmt is not None else 0)
         kernel = conv2d_kernel(fmt_of(x)[0], a["groups"], in_c, out_c, (k_h, k_w),
@@ -501,6 +508,8 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     kernel = choice["kernel"]
     if kernel == NARROW_CONV:
         ctx.need("mico_conv_narrow.c")
+    if kernel in addsub_plan.KERNELS.values():
+        ctx.need(addsub_plan.SOURCE)
     return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
 
 

@@ -521,9 +521,9 @@ static void mico_patch_span(const void *in, size_t row, int32_t width, int32_t i
 /* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
  * columns per tap; padding and the columns np .. pp - 1 are zeros. */
-static MICO_NOINLINE void mico_patch(const MicoConv2d *p, const void *in, int32_t ic0,
-                                     int32_t r0, int32_t r1, int32_t pix0, int32_t np,
-                                     int32_t pp, int16_t *patch)
+MICO_NOINLINE void mico_conv_patch(const MicoConv2d *p, const void *in, int32_t ic0, int32_t r0,
+                                   int32_t r1, int32_t pix0, int32_t np, int32_t pp,
+                                   int16_t *patch)
 {
     const size_t in_plane = (size_t)p->in_h * (size_t)p->in_w;
     const int32_t kw = p->k_w, sw = p->stride_w, dw = p->dil_w;
@@ -776,7 +776,7 @@ static MICO_NOINLINE void mico_qconv2d_im2col(const MicoConv2d *p, const void *i
                 const int32_t np = c.npix - pix0 < c.pp ? c.npix - pix0 : c.pp;
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
-                    mico_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
+                    mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, c.pp, patch);
                     if (c.mpv) { /* the words, and the column sums */
                         words->mp_words(patch, (r1 - r0) * kw, c.pp, wb, xw, cs);
                     } else if (c.px) { /* pixel words (no column sums: weights as they are) */
@@ -1344,7 +1344,7 @@ static MICO_NOINLINE void mico_lanes_store(const MicoConv2d *p, void *out, int32
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits output channels per word: for a
- * block of up to 32 pixels, the im2col patch of a chunk of kernel rows (mico_patch) is built
+ * block of up to 32 pixels, the im2col patch of a chunk of kernel rows (mico_conv_patch) is built
  * once and every block of F channels of the group runs over it; when the taps take several
  * chunks, the sums of as many blocks as the tile holds wait between chunks (the patch is then
  * built once per such pass). Stack: about 4.2 KB. */
@@ -1393,7 +1393,7 @@ static MICO_NOINLINE void mico_conv_lanes(const MicoConv2d *p, const MicoLanes *
                 }
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, taps = (r1 - r0) * kw;
-                    mico_patch(p, in, g * ipg, r0, r1, pix0, np, pp, patch);
+                    mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, pp, patch);
                     for (t = 0; t < taps; t++) { /* column sums: the weights' offset */
                         const int16_t *x = patch + t * pp;
                         for (j = 0; j < np; j++) {
@@ -2583,7 +2583,7 @@ static size_t mico_pw_patch_len(const MicoConv2d *p)
  * columns np .. MICO_PW_PX - 1 zero): the input rows the pixels read are unpacked once,
  * zero-padded, into scr (mico_pw_patch_fits), then each tap copies its codes through a table of
  * where each pixel's window starts (about 4 instructions a code, against about 20 through
- * mico_patch's unpacking per run of an output row: DS-CNN's first conv has rows of 5
+ * mico_conv_patch's unpacking per run of an output row: DS-CNN's first conv has rows of 5
  * outputs). */
 static MICO_NOINLINE void mico_pw_patch(const MicoConv2d *p, const void *in, int32_t pix0,
                                         int32_t np, uint32_t o, int16_t *scr, uint8_t *buf)

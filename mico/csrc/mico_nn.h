@@ -456,6 +456,17 @@ void mico_qconv2d_tiled(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_sub4(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_sub2(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
+/* Weights that are signs, ternary 2-bit codes (_addsub2) or binary 1-bit ones (_addsub1), on
+ * codes of 1 to 8 bits: sums of activation codes, two pixels an addition, zero weights
+ * skipped (mico_conv_addsub.c); other layers (2-bit codes holding -2) element by element. */
+void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out);
+void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
+/* The im2col patch of kernel rows [r0, r1) (row = ic * k_h + ky of the group starting at input
+ * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
+ * columns a tap; padding and columns np .. pp - 1 are zeros (mico_conv2d.c, shared with
+ * mico_conv_addsub.c). */
+void mico_conv_patch(const MicoConv2d *p, const void *in, int32_t ic0, int32_t r0, int32_t r1,
+                     int32_t pix0, int32_t np, int32_t pp, int16_t *patch);
 /* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
  * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;
  * others go to mico_qconv2d_tiled_s8. */

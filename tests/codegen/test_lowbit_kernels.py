@@ -127,10 +127,21 @@ def test_linear_every_activation_width(chosen, w_fmt):
 @pytest.mark.parametrize(("w_bits", "a_bits", "a_signed"), EXTREMES)
 def test_extremes_and_long_reductions(chosen, w_bits, a_bits, a_signed):
     kernels = chosen[("extremes", (w_bits, a_bits, a_signed))]
-    # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py)
-    binary = _extremes(w_bits, a_bits, a_signed)[0].binary()
-    path = "mico_qconv2d_bin_" if binary else "mico_qconv2d_lanes"
+    layers = _extremes(w_bits, a_bits, a_signed)
+    # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py);
+    # ternary weights on 8-bit codes over many taps the sign-weight sums (test_addsub.py)
+    binary = layers[0].binary()
+    signs = w_bits == TERNARY and a_bits == 8
+    path = (
+        "mico_qconv2d_bin_" if binary else "mico_qconv2d_addsub" if signs else "mico_qconv2d_lanes"
+    )
     assert kernels[0].startswith(path) and kernels[0] == kernels[2]
+    if signs:  # the lanes still take such layers of fewer taps: at capacity here too
+        convs = [layers[0], layers[2]]
+        runs = kernels_rv32.run_layers(convs, "host", ("lanes",))
+        for layer, ((kernel, _, out),) in zip(convs, runs, strict=True):
+            assert kernel.startswith("mico_qconv2d_lanes_w2g8")
+            assert np.array_equal(out, layer.reference().ravel())
 
 
 def test_pointwise_strided_and_grouped(chosen):

@@ -1,0 +1,55 @@
+"""Which convolutions take the sign-weight path (``mico_conv_addsub.c``).
+
+A weight of -1, 0 or +1 (ternary, stored as 2-bit codes) or of -1 / +1 (binary 1-bit codes)
+times an activation code is the code, its negation or nothing. ``mico_qconv2d_addsub2`` /
+``_addsub1`` compute such a layer as sums of activation codes, two output pixels per 32-bit
+addition (16-bit lanes), zero weights skipped, with no multiplication. On rv32imac
+(``benchmarks/kernels_rv32.py``) it beats the channel lanes where the lanes multiply 8-bit
+codes by few weights per word: a 3x3 conv of 32 -> 32 channels runs ternary/8 at 1.70
+instructions per MAC against 2.45 on the lanes, binary weights on 8-bit codes at 2.01 against
+7.70 on the plain kernels. Its cost outside the additions (the im2col patch, about 0.7 per
+MAC on 16 channels, shared by the channels of a block) is why a layer needs enough taps
+(:data:`MIN_TAPS`) where the lanes also take it; narrower codes keep the lanes, which pack
+more products per multiply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from mico.quant.arithmetic import QFormat
+
+#: activation widths the path takes: wide codes, where the lanes hold few products a word
+MIN_IN_BITS = 5
+MAX_IN_BITS = 8
+#: taps (in_c x k_h x k_w) from which the path beats the channel lanes (a 3x3 conv from 8
+#: input channels); a layer without lanes takes it from any number of taps
+MIN_TAPS = 72
+#: the entry points, by weight width
+KERNELS = {2: "mico_qconv2d_addsub2", 1: "mico_qconv2d_addsub1"}
+SOURCE = "mico_conv_addsub.c"
+
+
+def addsub_kernel(
+    w_fmt: QFormat | None,
+    in_bits: int,
+    taps: int,
+    groups: int,
+    has_lanes: bool,
+    weight: Any = None,
+) -> str | None:
+    """The sign-weight entry point for a plain (not depthwise, not popcount) convolution, or
+    None: signed weights of 2 bits (codes in {-1, 0, +1}: ``weight``, when given, holds no -2)
+    or 1 bit, one group, activation codes of :data:`MIN_IN_BITS` to :data:`MAX_IN_BITS` bits,
+    and :data:`MIN_TAPS` taps or more unless the layer has no channel lanes (``has_lanes``)."""
+    if w_fmt is None or not w_fmt.signed or w_fmt.bits not in KERNELS or groups != 1:
+        return None
+    if not MIN_IN_BITS <= in_bits <= MAX_IN_BITS:
+        return None
+    if has_lanes and taps < MIN_TAPS:
+        return None
+    if w_fmt.bits == 2 and weight is not None and np.any(np.asarray(weight) < -1):
+        return None  # a -2 code: the kernel would take the layer element by element
+    return KERNELS[w_fmt.bits]

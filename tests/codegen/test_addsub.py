@@ -1,0 +1,168 @@
+"""The sign-weight convolutions (mico_qconv2d_addsub2 / _addsub1, mico_conv_addsub.c) against
+the Python integer arithmetic through the C program of benchmarks/kernels_rv32.py: ternary and
+binary weights on activation codes of every width (signed, unsigned, with a zero point), strides,
+dilation, padding, tap counts that take several chunks, channel counts past a tile's block,
+pixel counts that fill no tile, codes at their limits; a -2 code (not a sign) taken element by
+element; which layers the generator gives the path; one case on rv32 under qemu."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+from mico.codegen import addsub_plan
+from mico.hw.layers import LayerShape
+from mico.hw.opshape import emitted_kernel, layer_node
+from mico.quant.arithmetic import TERNARY, QFormat
+from mico.targets import rv32
+from tests.benchmark_modules import load_benchmark
+
+kernels_rv32 = load_benchmark("kernels_rv32")
+
+pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
+
+TERN, BIN = QFormat.for_bits(TERNARY, True), QFormat(1, True)
+
+
+def check(layers, target: str = "host") -> None:
+    """The addsub kernel and the plain path of every layer (one program) equal the reference."""
+    runs = kernels_rv32.run_layers(layers, target, ("addsub", "plain"))
+    for layer, results in zip(layers, runs, strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
+        assert results[0][0] == addsub_plan.KERNELS[layer.w_fmt.bits]
+
+
+def _layer(w_fmt, a_fmt, seed, **kw):
+    spec = dict(in_c=5, out_c=6, hw=(5, 7), k=3, pad=1)
+    spec.update(kw)
+    return kernels_rv32.random_layer("conv", w_fmt, a_fmt, seed=seed, **spec)
+
+
+@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
+def test_every_activation_format(w_fmt):
+    """Codes of 1 to 8 bits, unsigned and signed (negative codes: the words rebuilt from the
+    patch), on a 5x7 plane (16-pixel tiles left partly empty, rows split across tiles)."""
+    layers = [
+        _layer(w_fmt, QFormat(bits, signed), seed=bits * 2 + signed)
+        for bits in range(1, 9)
+        for signed in (False, True)
+    ]
+    check(layers)
+
+
+def test_zero_point_codes():
+    """Unsigned codes with a zero point (values from -zero to 255 - zero)."""
+    layers = [_layer(TERN, QFormat(8, False, zero=z), seed=z) for z in (1, 77, 128, 255)]
+    layers += [_layer(BIN, QFormat(5, False, zero=9), seed=3)]
+    check(layers)
+
+
+@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
+def test_geometry(w_fmt):
+    """Stride 2 with padding, dilation 2, a 1x1 kernel of 130 channels (three chunks), a 5x5
+    kernel (rows of a chunk balanced), 70 output channels (two blocks of the tile), 5x1 and
+    1x40 planes, no padding."""
+    a8 = QFormat(8, False)
+    layers = [
+        _layer(w_fmt, a8, 1, in_c=7, hw=(9, 8), stride=2),
+        _layer(w_fmt, a8, 2, in_c=4, hw=(9, 9), dil=2, pad=2),
+        _layer(w_fmt, a8, 3, in_c=130, hw=(3, 6), k=1, pad=0),
+        _layer(w_fmt, a8, 4, in_c=6, hw=(8, 8), k=5, pad=2),
+        _layer(w_fmt, a8, 5, in_c=9, out_c=70, hw=(6, 5)),
+        _layer(w_fmt, QFormat(6, True), 6, in_c=3, hw=(5, 1), k=1, pad=0),
+        _layer(w_fmt, a8, 7, in_c=3, hw=(1, 40), k=1, pad=0),
+        _layer(w_fmt, a8, 8, in_c=8, hw=(6, 6), pad=0),
+    ]
+    check(layers)
+
+
+@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
+@pytest.mark.parametrize("a_fmt", [QFormat(8, False), QFormat(8, True)], ids=str)
+def test_codes_at_their_limits(w_fmt, a_fmt):
+    """Every code and weight at an extreme (the 16-bit lanes summed to their bound over a
+    chunk of 64 taps), saturating multipliers, biases near the int32 limits; and all weights
+    +1, all -1 and all zero."""
+    layers = [
+        _layer(w_fmt, a_fmt, seed, in_c=40, hw=(4, 5), extreme=extreme, relu=False,
+               o_fmt=QFormat(8, True))
+        for seed, extreme in ((1, True), (2, True), (3, False))
+    ]  # fmt: skip
+    for value in (1, -1, 0):
+        layer = _layer(w_fmt, a_fmt, 4, in_c=40, hw=(4, 5), extreme=True, relu=False,
+                       o_fmt=QFormat(8, True))  # fmt: skip
+        if value == 0 and w_fmt.bits == 1:
+            continue  # binary weights have no zero
+        layer.weight[:] = value
+        layer.x[:] = a_fmt.qmax if value >= 0 else a_fmt.qmin
+        layers.append(layer)
+    check(layers)
+
+
+def test_minus_two_codes_go_element_by_element(monkeypatch):
+    """2-bit weight fields holding -2 (not signs; mico's own packing refuses them, a
+    hand-made layer may not): the kernel takes the layer element by element, still exact; the
+    generator does not choose the path for them."""
+    real_pack = kernels_rv32.pack
+
+    def pack_fields(codes, fmt):  # two's complement fields, -2 included
+        if fmt == QFormat(2, True):
+            return real_pack(np.asarray(codes) & 3, QFormat(2, False))
+        return real_pack(codes, fmt)
+
+    monkeypatch.setattr(kernels_rv32, "pack", pack_fields)
+    layer = _layer(TERN, QFormat(8, False), 9, in_c=12)
+    layer.weight.ravel()[::7] = -2
+    check([layer])
+    assert addsub_plan.addsub_kernel(QFormat(2, True), 8, 108, 1, True, layer.weight) is None
+
+
+@pytest.mark.parametrize(
+    "w_fmt, in_bits, taps, groups, lanes, expected",
+    [
+        (TERN, 8, 144, 1, True, "mico_qconv2d_addsub2"),
+        (BIN, 8, 144, 1, True, "mico_qconv2d_addsub1"),
+        (BIN, 6, 32, 1, False, "mico_qconv2d_addsub1"),  # no lanes: any number of taps
+        (TERN, 8, 32, 1, True, None),  # few taps: the lanes
+        (TERN, 4, 144, 1, True, None),  # narrow codes: the lanes
+        (TERN, 8, 144, 2, True, None),  # groups
+        (QFormat(4, True), 8, 144, 1, True, None),
+        (QFormat(2, False), 8, 144, 1, True, None),
+        (None, 8, 144, 1, True, None),
+    ],
+)
+def test_choice_rule(w_fmt, in_bits, taps, groups, lanes, expected):
+    assert addsub_plan.addsub_kernel(w_fmt, in_bits, taps, groups, lanes) == expected
+
+
+@pytest.mark.parametrize(
+    "w_bits, a_bits, kernel, expected",
+    [
+        (TERNARY, 8, (3, 3), "mico_qconv2d_addsub2"),
+        (1, 8, (3, 3), "mico_qconv2d_addsub1"),
+        (TERNARY, 4, (3, 3), None),  # 4-bit codes keep the lanes
+        (8, 8, (3, 3), None),
+    ],
+)
+def test_generator_emits_the_path(w_bits, a_bits, kernel, expected):
+    """The code generator calls the sign-weight kernel for a 3x3 conv of 32 -> 32 channels of
+    ternary or binary weights on 8-bit codes, and keeps the other paths otherwise."""
+    shape = LayerShape("conv", "conv", 32, 32, kernel, (1, 1), 1, (16, 16), (16, 16), w_bits,
+                       a_bits)  # fmt: skip
+    called, _, _ = emitted_kernel(layer_node(shape, False, 8))
+    if expected is None:
+        assert not called.startswith("mico_qconv2d_addsub")
+    else:
+        assert called == expected
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_rv32_bit_exact():
+    layers = [
+        _layer(TERN, QFormat(8, False), 11, in_c=9, hw=(6, 7)),
+        _layer(BIN, QFormat(8, True), 12, in_c=9, hw=(6, 7), stride=2),
+    ]
+    check(layers, "rv32")
