@@ -691,9 +691,9 @@ def place_scratch(
     family (``lanes``, ``narrow``: every layer of a family alike, since its stack fallback's
     frame is the same for every layer): in the arena, or on the stack (no scratch passed, the
     kernel's stack fallback). The choice makes arena + the rv32 stack bound of the kernels
-    the run calls (:func:`mico.hw.stack.kernel_bound`) the least; a tie keeps the arena. A
-    family whose every layer its fast path takes never calls its plain kernel
-    (:data:`~mico.codegen.scratch.PATH_FALLBACKS`), and that call is left out of the bound.
+    the run calls (:func:`mico.hw.stack.kernel_bound`) the least; a tie keeps the arena. The
+    lanes' plain kernel is left out of the bound when every lanes layer takes a fast path
+    (:data:`~mico.codegen.scratch.PATH_FALLBACKS`).
     ``arena``, ``ctx``, ``body``: the emission with every family in the arena. Without the rv32
     toolchain (no frames to bound) every family stays in the arena. ``patched``: the program
     runs its first layers in bands (:mod:`mico.codegen.patch_plan`), whose kernels take their
@@ -714,7 +714,7 @@ def place_scratch(
     families: dict[str, list[int]] = {}
     for node in graph.nodes:
         family = scratch.node_family(node, choice)
-        if family:
+        if family in scratch.PATH_FALLBACKS:
             families.setdefault(family, []).append(scratch.node_scratch(node, choice))
     taken = [scratch.PATH_FALLBACKS[f] for f, sizes in sorted(families.items()) if all(sizes)]
     result: dict[str, Any] = {"mode": scratch.PLACEMENT, "stack": [], "candidates": {}}

@@ -263,12 +263,13 @@ def clear(nodes: Iterable[Node]) -> None:
 #: layer whose scratch is not planned (mico_conv2d.c, mico_conv_narrow.c)
 STACK_FALLBACKS = {"lanes": "mico_lanes_rows_stack", "narrow": "mico_nw_stack"}
 
-#: the plain kernel each family's entry calls for a layer its fast path does not take (the
-#: paths' sizes here are 0 for it): ``caller>callee``, caller ending in ``*`` for every entry
-PATH_FALLBACKS = {
-    "lanes": "mico_qconv2d_lanes_*>mico_conv_lanes",
-    "narrow": "mico_qconv2d_narrow_s8>mico_qconv2d_tiled_s8",
-}
+#: the plain kernel a family's entry calls for a layer none of its fast paths takes, as a call
+#: ``caller>callee`` (``*``: every entry) that a program whose every layer of the family has a
+#: non-zero size here never makes (:mod:`mico.hw.stack` leaves it out of the bound). Only the
+#: lanes: :func:`lanes_bytes` is 0 exactly when none of ``mico_lanes_rows``' paths takes the
+#: layer. :func:`narrow_bytes` is not: ``mico_nw_layer`` also leaves layers whose shifts are
+#: 32 or less with large weights to ``mico_qconv2d_tiled_s8``, which the size here ignores.
+PATH_FALLBACKS = {"lanes": "mico_qconv2d_lanes_*>mico_conv_lanes"}
 
 PLACEMENTS = ("auto", "arena", "stack")
 #: where kernel scratch goes: ``auto`` (arena or stack, whichever makes arena + stack bound the

@@ -20,18 +20,18 @@ bound, with a :class:`~mico.errors.CompileError` naming the function:
 
 Indirect calls: a function whose address a function ``f`` takes (a relocation that is not a
 call: a function pointer passed to a callee, or a table of them in ``f``'s constants) may be
-called anywhere below ``f``; ``f``'s bound is then its frame, plus the deepest of its direct
-callees, plus the deepest of the functions it takes the address of. mico's kernels use
-function pointers only that way (an entry passes its block kernels to the path that calls
-them); the generated run function calls every kernel directly.
+called by any function under ``f`` that calls through a register (``jalr``/``jr`` that is not
+the ``auipc`` pair of a direct call: :func:`indirect_callers`); the bound follows it there.
+mico's kernels use function pointers only that way (an entry passes its block kernels down to
+the path that calls them; a depthwise entry picks from a static table); the generated run
+function calls every kernel directly.
 
 ``exclude`` names what a program never does although it is linked: a function never entered
 (the kernels' stack fallbacks ``mico_nw_stack``, ``mico_lanes_rows_stack`` when every layer
 that could reach them gets its working memory from the arena, which is what each fallback's
-caller checks before calling it), or a call never made, ``caller>callee`` (``caller`` may end
-in ``*``: the plain kernel a family's entry calls when its fast path does not take the layer,
-``mico_qconv2d_narrow_s8>mico_qconv2d_tiled_s8``, when every layer of the program takes it;
-:func:`mico.codegen.project.place_scratch` says which).
+caller checks before calling it: :func:`mico.codegen.project.place_scratch`), or a call never
+made, ``caller>callee`` (``caller`` may end in ``*``). Other paths the data does not take
+still count (a kernel's plain fallback under its fast path): the bound is safe, not tight.
 """
 
 from __future__ import annotations
@@ -124,13 +124,13 @@ def parse_su(text: str) -> dict[str, Frame]:
 
 
 def compile_frames(
-    source: Path, cwd: Path, flags: Sequence[str] | None = None
+    source: Path, cwd: Path, flags: Sequence[str] | None = None, keep: bool = False
 ) -> tuple[ObjectFile, dict[str, Frame]]:
     """``source`` compiled for rv32 with the project's flags and ``-fstack-usage`` (in
-    ``cwd``): its object and its frames."""
+    ``cwd``): its object and its frames (``keep``: the object stays in ``cwd``)."""
     cc, base = codesize.build_command()
     with tempfile.TemporaryDirectory(prefix="mico-stack-") as tmp:
-        obj = Path(tmp) / (source.stem + ".o")
+        obj = Path(cwd if keep else tmp) / (source.stem + ".o")
         codesize._run(
             [cc, *(base if flags is None else flags), "-fstack-usage", "-c", str(source),
              "-o", str(obj)],
@@ -138,7 +138,7 @@ def compile_frames(
         )  # fmt: skip
         su = obj.with_suffix(".su")
         if not su.is_file():
-            raise CompileError(f"{codesize.build_command()[0]} wrote no {su.name} for {source}")
+            raise CompileError(f"{cc} wrote no {su.name} for {source}")
         return codesize.read_object(obj, source.stem + ".o"), parse_su(su.read_text())
 
 
@@ -158,16 +158,22 @@ def kernel_frames(source: str) -> dict[str, Frame]:
     return frames
 
 
-@lru_cache(maxsize=512)
 def library_frames(archive: Path, member: str) -> dict[str, Frame]:
-    """Frames of a library member's functions from their prologues (no ``.su`` for picolibc
-    or libgcc: :func:`prologue_frames`)."""
+    """Frames of a library member's functions from their code (no ``.su`` for picolibc or
+    libgcc: :func:`prologue_frames`)."""
+    return _member_facts(archive, member)[0]
+
+
+@lru_cache(maxsize=512)
+def _member_facts(archive: Path, member: str) -> tuple[dict[str, Frame], frozenset[str]]:
     with tempfile.TemporaryDirectory(prefix="mico-stack-") as tmp:
         data = subprocess.run(["riscv64-unknown-elf-ar", "p", str(archive), member],
                               capture_output=True, check=False)  # fmt: skip
+        if data.returncode != 0:
+            raise CompileError(f"extracting {member} from {archive} failed")
         obj = Path(tmp) / "member.o"
         obj.write_bytes(data.stdout)
-        return prologue_frames(obj, f"{archive.name}({member})")
+        return _code_facts.__wrapped__(obj, f"{archive.name}({member})")
 
 
 @lru_cache(maxsize=64)
@@ -176,17 +182,32 @@ def prologue_frames(obj: Path, where: str = "") -> dict[str, Frame]:
     ``addi sp,sp,-N`` each holds; one that moves ``sp`` by a register is recorded as an
     unbounded dynamic frame. For functions GCC wrote no ``.su`` line for: libraries, and
     functions in top-level assembly (``mico_nw_q5_rv32``)."""
+    return _code_facts(obj, where)[0]
+
+
+def indirect_callers(obj: Path) -> frozenset[str]:
+    """The functions of an object that call through a register (``jalr``/``jr`` not paired
+    with the ``auipc`` of a direct call or tail call; a switch's jump table counts too)."""
+    return _code_facts(obj, "")[1]
+
+
+@lru_cache(maxsize=128)
+def _code_facts(obj: Path, where: str) -> tuple[dict[str, Frame], frozenset[str]]:
     listing = codesize._run([OBJDUMP, "-d", str(obj)], f"disassembling {where or obj}")
     frames: dict[str, Frame] = {}
+    indirect: set[str] = set()
     current: str | None = None
+    previous = ""
     for line in listing.splitlines():
         head = _FUNC_HEAD.match(line)
         if head:
-            current = head.group(1)
+            current, previous = head.group(1), ""
             frames[current] = Frame(current, 0, "static", where or obj.name)
             continue
-        if current is None:
+        parts = line.split("\t")
+        if current is None or len(parts) < 3:
             continue
+        op, args = parts[2].strip(), (parts[3] if len(parts) > 3 else "").split("#")[0].strip()
         old = frames[current]
         down = _SP_DOWN.search(line)
         if down:
@@ -194,7 +215,12 @@ def prologue_frames(obj: Path, where: str = "") -> dict[str, Frame]:
                                     old.where)  # fmt: skip
         elif _SP_REG.search(line):
             frames[current] = Frame(current, old.size, "dynamic", old.where)
-    return frames
+        if op in ("jalr", "jr"):
+            register = args.split(",")[0]
+            if not previous.startswith(f"auipc {register},"):
+                indirect.add(current)
+        previous = f"{op} {args}"
+    return frames, frozenset(indirect)
 
 
 @dataclass(frozen=True)
@@ -242,12 +268,7 @@ class StackGraph:
         names = self._names(obj, section)
         table = self.frames.get(obj.name)
         if table is None:
-            archive, _, member = obj.name.partition("(")
-            library = next((lib.path for lib in self.graph.libraries
-                            if lib.path.name == archive), None)  # fmt: skip
-            if library is None:
-                raise CompileError(f"no stack usage for the object {obj.name}")
-            table = library_frames(library, member.rstrip(")"))
+            table = library_frames(*self._member(obj))
         size = 0
         for name in names:
             frame = table.get(_base_name(name)) or table.get(name)
@@ -305,51 +326,76 @@ class StackGraph:
 
     def bound(self, entry: str, exclude: Iterable[str] = ()) -> StackBound:
         """The worst-case stack of a call of ``entry`` (its frame included); ``exclude``:
-        functions never entered (bound 0). Recursion and unbounded dynamic frames raise
-        :class:`CompileError`."""
+        functions never entered (bound 0) and calls never made (``caller>callee``). Recursion
+        and unbounded dynamic frames raise :class:`CompileError`."""
         found = self.graph.resolve(entry)
         if found is None:
             raise CompileError(f"no object or library defines '{entry}'")
         node = self._node(found[0], found[1])
         if node is None:
             raise CompileError(f"'{entry}' is not defined in an allocated section")
-        return self._bound(node, frozenset(exclude), ())
+        return self._bound(node, frozenset(exclude), (), ())
+
+    def _indirect(self, obj: ObjectFile, section: Section) -> bool:
+        """Whether the function calls through a register (code not at hand: assumed so)."""
+        path = self.paths.get(obj.name)
+        if path is not None:
+            callers = indirect_callers(path)
+        elif obj.name in self.frames:
+            return True
+        else:
+            archive, member = self._member(obj)
+            callers = _member_facts(archive, member)[1]
+        return any(n in callers for n in self._names(obj, section))
+
+    def _member(self, obj: ObjectFile) -> tuple[Path, str]:
+        """The archive and member of a library object (``libc.a(memcpy.o)``)."""
+        archive, _, member = obj.name.partition("(")
+        library = next((lib.path for lib in self.graph.libraries if lib.path.name == archive),
+                       None)  # fmt: skip
+        if library is None:
+            raise CompileError(f"no stack usage for the object {obj.name}")
+        return library, member.rstrip(")")
 
     def _bound(
         self,
         node: tuple[ObjectFile, Section],
         exclude: frozenset[str],
         path: tuple[tuple[int, int], ...],
+        pointers: tuple[tuple[ObjectFile, Section], ...],
     ) -> StackBound:
+        """``pointers``: functions whose address a caller took (they may be called wherever
+        a function calls through a register below it)."""
         obj, section = node
         key = (id(obj), section.index)
         names = self._names(obj, section)
         self._labels[key] = names[0]
         if key in path:
-            chain = [n for n in path[path.index(key) :]] + [key]
+            chain = [*path[path.index(key) :], key]
             raise CompileError(
                 f"recursion in the call graph ({' -> '.join(self._label(k) for k in chain)}): "
                 "mico cannot bound the stack of a recursive program; make the recursion a loop"
             )
         if any(_base_name(n) in exclude or n in exclude for n in names):
             return StackBound(0, ())
-        memo = (key, exclude)
+        calls, taken = self._edges(obj, section)
+        held = {(id(o), s.index): (o, s) for o, s in (*pointers, *taken)}
+        pointers = tuple(held[k] for k in sorted(held))
+        memo = (key, exclude, tuple(sorted(held)))
         if memo in self._memo:
             return self._memo[memo]
         frame = self._frame(obj, section)
-        calls, taken = self._edges(obj, section)
         calls = [c for c in calls if not _cut(names[0], self._names(*c)[0], exclude)]
         again = BOUNDED_RECURSION.get(_base_name(names[0]), 0)
         if again:
             calls = [c for c in calls if c[1] is not section]
             frame *= 1 + again
         here = (*path, key)
-        best = max((self._bound(c, exclude, here) for c in calls),
-                   key=lambda b: b.bytes, default=StackBound(0, ()))  # fmt: skip
-        indirect = max((self._bound(t, exclude, here) for t in taken),
-                       key=lambda b: b.bytes, default=StackBound(0, ()))  # fmt: skip
-        result = StackBound(frame + best.bytes + indirect.bytes,
-                            ((names[0], frame), *best.chain, *indirect.chain))  # fmt: skip
+        below = [self._bound(c, exclude, here, pointers) for c in calls]
+        if pointers and self._indirect(obj, section):
+            below += [self._bound(t, exclude, here, pointers) for t in pointers]
+        best = max(below, key=lambda b: b.bytes, default=StackBound(0, ()))
+        result = StackBound(frame + best.bytes, ((names[0], frame), *best.chain))
         self._memo[memo] = result
         return result
 
@@ -357,14 +403,15 @@ class StackGraph:
         return self._labels.get(key, "?")
 
 
-def kernels_stack(kernels: Iterable[str], extra: Sequence[tuple[ObjectFile, dict[str, Frame]]] = ()
-                  ) -> StackGraph:  # fmt: skip
+def kernels_stack(
+    kernels: Iterable[str], extra: Sequence[tuple[ObjectFile, dict[str, Frame], Path]] = ()
+) -> StackGraph:
     """The stack graph of mico's ``kernels`` (sources of ``mico/csrc``) and ``extra`` objects
-    with their frames (the model's), with the runtime's libraries."""
+    with their frames and files (the model's), with the runtime's libraries."""
     sources = [k for k in kernels if k.endswith(".c")]
-    graph = codesize.kernel_graph(sources, [o for o, _ in extra])
-    frames = {o.name: f for o, f in extra}
-    paths = {}
+    graph = codesize.kernel_graph(sources, [o for o, _, _ in extra])
+    frames = {o.name: f for o, f, _ in extra}
+    paths = {o.name: path for o, _, path in extra}
     for source in sources:
         name = codesize._kernel(source).name
         frames[name] = kernel_frames(source)
@@ -412,9 +459,10 @@ def program_stack(
             f"the stack bound compiles mico's kernels only; this graph also needs the handler "
             f"kernel(s) {', '.join(sorted(extra))}"
         )
+    excluded = stack_excluded(graph, align, prefer)
     with tempfile.TemporaryDirectory(prefix="mico-stack-") as tmp:
         for file, text in files.items():
             Path(tmp, file).write_text(text)
-        obj, frames = compile_frames(Path(f"{name}.c"), Path(tmp))
-    stack = kernels_stack(kernels, [(obj, frames)])
-    return stack.bound(f"{name}_run", stack_excluded(graph, align, prefer))
+        obj, frames = compile_frames(Path(f"{name}.c"), Path(tmp), keep=True)
+        stack = kernels_stack(kernels, [(obj, frames, Path(tmp, f"{name}.o"))])
+        return stack.bound(f"{name}_run", excluded)

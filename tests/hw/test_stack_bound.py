@@ -19,7 +19,14 @@ from mico.codegen.project import project_costs
 from mico.errors import CompileError
 from mico.execute import run_graph
 from mico.hw import codesize
-from mico.hw.stack import Frame, StackGraph, compile_frames, parse_su, program_stack
+from mico.hw.stack import (
+    Frame,
+    StackGraph,
+    compile_frames,
+    indirect_callers,
+    parse_su,
+    program_stack,
+)
 from mico.ir import extract_ir
 from mico.passes import lower_static
 from mico.targets import host, rv32
@@ -36,9 +43,9 @@ def _graph(tmp: Path, source: str) -> StackGraph:
     """A :class:`StackGraph` of one C file (``source``) compiled for rv32."""
     path = tmp / "t.c"
     path.write_text(source)
-    obj, frames = compile_frames(path, tmp)
+    obj, frames = compile_frames(path, tmp, keep=True)
     graph = codesize.SectionGraph([obj], [Path(p) for p in codesize.runtime().libraries])
-    return StackGraph(graph, {obj.name: frames})
+    return StackGraph(graph, {obj.name: frames}, {obj.name: tmp / "t.o"})
 
 
 def test_su_lines_and_bounded_dynamic_frames():
@@ -79,7 +86,7 @@ def test_unbounded_dynamic_frame_is_refused(tmp_path):
 @needs_rv32
 def test_calls_and_function_pointers(tmp_path):
     """A chain of frames adds up; a function whose address ``top`` passes down counts below
-    the deepest of ``top``'s direct callees."""
+    the functions under ``top`` that call through a register (``mid``)."""
     graph = _graph(
         tmp_path,
         "typedef void (*fn_t)(volatile char *);\n"
@@ -90,12 +97,13 @@ def test_calls_and_function_pointers(tmp_path):
         "void top(volatile char *p) { mid(leaf, p); }\n",
     )
     frames = graph.frames["t.o"]
+    assert indirect_callers(tmp_path / "t.o") == {"mid"}
     bound = graph.bound("top")
     expected = frames["top"].size + frames["mid"].size + frames["leaf"].size
     assert bound.bytes == expected
     assert [name for name, _ in bound.chain] == ["top", "mid", "leaf"]
     # a function never entered counts nothing; a call ruled out is not followed
-    assert graph.bound("top", ["mid"]).bytes == frames["top"].size + frames["leaf"].size
+    assert graph.bound("top", ["mid"]).bytes == frames["top"].size  # top calls no pointer
     assert graph.bound("mid", ["mid>leaf"]).bytes == frames["mid"].size
 
 
