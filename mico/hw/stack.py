@@ -56,7 +56,7 @@ OBJDUMP = "riscv64-unknown-elf-objdump"
 _SU = re.compile(r"^(.*):(\d+):(\d+):(\S+)\t(\d+)\t(\S+)\s*$")
 _CLONE = re.compile(r"(\.\d+)+$")
 _FUNC_HEAD = re.compile(r"^[0-9a-f]+ <([^>]+)>:\s*$")
-_SP_DOWN = re.compile(r"\baddi\s+sp,sp,-(\d+)\b")
+_SP_DOWN = re.compile(r"\baddi?\s+sp,sp,-(\d+)\b")
 _SP_REG = re.compile(r"\b(?:sub|add)\s+sp,sp,[a-z]")
 
 #: functions that call themselves directly, and how many calls deep at most (the C shows why)
@@ -179,9 +179,9 @@ def _member_facts(archive: Path, member: str) -> tuple[dict[str, Frame], frozens
 @lru_cache(maxsize=64)
 def prologue_frames(obj: Path, where: str = "") -> dict[str, Frame]:
     """Frames of an object's functions read from their code (``objdump -d``): the sum of the
-    ``addi sp,sp,-N`` each holds; one that moves ``sp`` by a register is recorded as an
-    unbounded dynamic frame. For functions GCC wrote no ``.su`` line for: libraries, and
-    functions in top-level assembly (``mico_nw_q5_rv32``)."""
+    ``addi sp,sp,-N`` each holds (``add sp,sp,-N``: the compressed form); one that moves ``sp``
+    by a register is recorded as an unbounded dynamic frame. For functions GCC wrote no
+    ``.su`` line for: libraries, and functions in top-level assembly (``mico_nw_q5_rv32``)."""
     return _code_facts(obj, where)[0]
 
 
@@ -200,7 +200,7 @@ def _code_facts(obj: Path, where: str) -> tuple[dict[str, Frame], frozenset[str]
     previous = ""
     for line in listing.splitlines():
         head = _FUNC_HEAD.match(line)
-        if head:
+        if head and not head.group(1).startswith(".L"):  # (a local label: the same function)
             current, previous = head.group(1), ""
             frames[current] = Frame(current, 0, "static", where or obj.name)
             continue
