@@ -22,10 +22,13 @@ from mico.hw import codesize
 from mico.hw.stack import (
     Frame,
     StackGraph,
+    _base_name,
     compile_frames,
     indirect_callers,
+    kernel_frames,
     parse_su,
     program_stack,
+    prologue_frames,
 )
 from mico.ir import extract_ir
 from mico.passes import lower_static
@@ -105,6 +108,21 @@ def test_calls_and_function_pointers(tmp_path):
     # a function never entered counts nothing; a call ruled out is not followed
     assert graph.bound("top", ["mid"]).bytes == frames["top"].size  # top calls no pointer
     assert graph.bound("mid", ["mid>leaf"]).bytes == frames["mid"].size
+
+
+@needs_rv32
+def test_frames_from_code_agree_with_su():
+    """The frames read from code (libraries, assembly) are GCC's where both exist: the
+    compressed ``add sp,sp,-N`` counts, local labels stay in their function."""
+    checked = 0
+    for source in ("mico_linear.c", "mico_nn_run.c", "mico_dwconv.c"):
+        su = kernel_frames(source)
+        for name, frame in prologue_frames(codesize.kernel_object(source)).items():
+            known = su.get(_base_name(name))
+            if known is not None and frame.qualifier == "static":
+                assert frame.size == known.size, (source, name, frame.size, known.size)
+                checked += 1
+    assert checked > 100
 
 
 def _lowered(name: str, bits: int):
