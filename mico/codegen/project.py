@@ -695,7 +695,8 @@ def place_scratch(
     lanes' plain kernel is left out of the bound when every lanes layer takes a fast path
     (:data:`~mico.codegen.scratch.PATH_FALLBACKS`).
     ``arena``, ``ctx``, ``body``: the emission with every family in the arena. Without the rv32
-    toolchain (no frames to bound) every family stays in the arena. ``patched``: the program
+    toolchain (no frames to bound), or when the kernels' stack cannot be bounded (``why``),
+    every family stays in the arena. ``patched``: the program
     runs its first layers in bands (:mod:`mico.codegen.patch_plan`), whose kernels take their
     stack fallbacks.
 
@@ -739,15 +740,20 @@ def place_scratch(
         entries = sorted({m.group(1) for line in body for m in _CALLED.finditer(line)})
         kernels = sorted(ctx.kernels)
         best: tuple[int, list[str]] | None = None
-        for r in range(len(present) + 1):
-            for subset in combinations(present, r):
-                size = arena.size if not subset else _arena_with_stack(graph, align, choice,
-                                                                       subset)  # fmt: skip
-                excluded = [*taken, *(fallbacks[f] for f in fallbacks if f not in subset)]
-                bound = kernel_bound(entries, kernels, excluded)
-                result["candidates"][",".join(subset) or "-"] = [size, bound]
-                if best is None or size + bound < best[0]:
-                    best = (size + bound, list(subset))
+        try:
+            for r in range(len(present) + 1):
+                for subset in combinations(present, r):
+                    size = arena.size if not subset else _arena_with_stack(graph, align, choice,
+                                                                           subset)  # fmt: skip
+                    excluded = [*taken, *(fallbacks[f] for f in fallbacks if f not in subset)]
+                    bound = kernel_bound(entries, kernels, excluded)
+                    result["candidates"][",".join(subset) or "-"] = [size, bound]
+                    if best is None or size + bound < best[0]:
+                        best = (size + bound, list(subset))
+        except CompileError as exc:  # no bound (recursion, a dynamic frame): the arena
+            best = None
+            result["candidates"] = {}
+            result["why"] = f"no stack bound: {exc}"
         result["stack"] = best[1] if best is not None else []
     on_stack = result["stack"]
     result["excluded"] = [*taken, *(fallbacks[f] for f in fallbacks if f not in on_stack)]

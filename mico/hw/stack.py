@@ -24,7 +24,9 @@ called by any function under ``f`` that calls through a register (``jalr``/``jr`
 the ``auipc`` pair of a direct call: :func:`indirect_callers`); the bound follows it there.
 mico's kernels use function pointers only that way (an entry passes its block kernels down to
 the path that calls them; a depthwise entry picks from a static table); the generated run
-function calls every kernel directly.
+function calls every kernel directly. A pointer to a function already on the chain is not
+followed (that would be recursion through a pointer, which mico's kernels do not do; a
+switch's jump table also reads as an indirect jump), so such recursion is not detected.
 
 ``exclude`` names what a program never does although it is linked: a function never entered
 (the kernels' stack fallbacks ``mico_nw_stack``, ``mico_lanes_rows_stack`` when every layer
@@ -393,7 +395,10 @@ class StackGraph:
         here = (*path, key)
         below = [self._bound(c, exclude, here, pointers) for c in calls]
         if pointers and self._indirect(obj, section):
-            below += [self._bound(t, exclude, here, pointers) for t in pointers]
+            # (a pointer to a function already on the chain is not followed: mico passes
+            # only block kernels down, and a switch's jump table reads as an indirect jump)
+            below += [self._bound(t, exclude, here, pointers) for t in pointers
+                      if (id(t[0]), t[1].index) not in here]  # fmt: skip
         best = max(below, key=lambda b: b.bytes, default=StackBound(0, ()))
         result = StackBound(frame + best.bytes, ((names[0], frame), *best.chain))
         self._memo[memo] = result
