@@ -208,6 +208,24 @@ def flash_record(compiled: CompiledModel, example: torch.Tensor) -> dict[str, An
     }
 
 
+def _stack_bound(compiled: CompiledModel) -> int | None:
+    """The static rv32 stack bound of the compiled program (None: it cannot be bounded)."""
+    from mico.errors import MicoError
+    from mico.hw.stack import program_stack
+
+    try:
+        return program_stack(compiled.graph, compiled.project.name,
+                             prefer=compiled.project.prefer).bytes  # fmt: skip
+    except MicoError:
+        return None
+
+
+def _placement(compiled: CompiledModel) -> dict[str, Any] | None:
+    """The project's scratch placement (mico.json)."""
+    manifest = json.loads((compiled.project.directory / "mico.json").read_text())
+    return manifest.get("scratch_placement")
+
+
 def arena_record(compiled: CompiledModel) -> dict[str, Any]:
     arena = compiled.project.arena
     return {"size": arena.size, "lower_bound": arena.lower_bound, "ratio": arena.ratio}
@@ -373,6 +391,10 @@ def run_case(
                 # the grid checks agreement: no separate size link (every source compiled again)
                 "sizes": None if options.grid else rv32.model_sizes(compiled.project),
                 "stack_bytes": run.stack_bytes,
+                # the static bound of the same program (mico.hw.stack), and where the kernels'
+                # scratch went (arena or stack, per kernel family)
+                "stack_bound": _stack_bound(compiled) if mode == "static" else None,
+                "scratch_placement": _placement(compiled),
                 "agreement": agreement_record(run.outputs, compiled.reference(few), mode),
             }
 
@@ -483,8 +505,8 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
             "",
             "| model | plan | MACs | flash B | bound B | flash/bound | arena B | bound B "
             "| arena/bound | vs W8A8 | C/PyTorch | rv32 instr/inf | instr/MAC | rv32 flash/RAM B "
-            "| stack B | agreement |",
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| stack B | stack bound B | agreement |",
+            "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
         ]
         for r in chosen:
             flash, arena = r.get("flash") or {}, r.get("arena") or {}
@@ -495,9 +517,10 @@ def benchmark_markdown(records: list[dict[str, Any]], meta: dict[str, Any]) -> s
                 _fmt_ratio(v.get("instructions_per_mac")) if v else "-",
                 f"{sizes['flash']:,}/{sizes['ram']:,}" if sizes else "-",
                 f"{v['stack_bytes']:,}" if v.get("stack_bytes") else "-",
+                f"{v['stack_bound']:,}" if v.get("stack_bound") else "-",
             ]
             if "rv32" in (r.get("errors") or {}):
-                rv32_cells = ["error", "-", "-", "-"]
+                rv32_cells = ["error", "-", "-", "-", "-"]
             rows.append(
                 "| "
                 + " | ".join(

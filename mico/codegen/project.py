@@ -26,7 +26,7 @@ from mico.codegen import weights_c as _weights_c
 from mico.codegen.context import EmitContext
 from mico.codegen.makefile import makefile
 from mico.codegen.planner import ArenaPlan, plan_graph, storage_bytes
-from mico.errors import CompileError, UnsupportedOpError
+from mico.errors import BuildError, CompileError, PlanError, UnsupportedOpError
 from mico.ir.analyzer import find_rule
 from mico.ir.dtypes import DataType
 from mico.ir.graph import Graph, Node
@@ -594,7 +594,7 @@ def _emit_nodes(
     ``patch="auto"`` runs the first layers in row bands when that lowers the arena
     (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen.
     ``prefer="size"``: the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
-    from mico.codegen import patch_plan, scratch
+    from mico.codegen import patch_plan
     from mico.codegen.linked_paths import check_preference, ungated_layers
 
     patch_plan.check_patch_mode(patch)
@@ -602,13 +602,31 @@ def _emit_nodes(
     extensions = tuple(str(e).lower() for e in isa_extensions)
     # small layers take the fast paths the program's other layers link anyway
     ungated = ungated_layers(graph.nodes, extensions) if prefer == "speed" else frozenset()
+    choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
+    emitted = _emit_placed(graph, align, patch, choice, ())
+    patched = bool(emitted[4].get("patched"))
+    placement = place_scratch(graph, align, choice, *emitted[:3], patched=patched)
+    if placement["stack"]:
+        emitted = _emit_placed(graph, align, patch, choice, tuple(placement["stack"]))
+    emitted[1].scratch_placement = placement
+    return emitted
+
+
+def _emit_placed(
+    graph: Graph, align: int, patch: str, choice: SimpleNamespace, stack: tuple[str, ...]
+) -> tuple[ArenaPlan, EmitContext, list[str], list[dict], dict[str, Any]]:
+    """:func:`_emit_nodes` with the scratch of the kernel families ``stack`` left on their
+    stacks (:func:`place_scratch` chooses them)."""
+    from mico.codegen import patch_plan, scratch
+
+    extensions, prefer, ungated = choice.isa_extensions, choice.prefer, choice.ungated
     scratch.clear(graph.nodes)
     patches = patch_plan.choose_patches(graph, align) if patch == "auto" else None
     # the kernels' working memory in the arena, sized per layer (mico.codegen.scratch); a
     # patch stage's plan keeps it on the kernels' stacks, and is taken only when its arena is
     # below the whole-tensor plan with the scratch
-    choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
     scratch.annotate(graph.nodes, choice)
+    scratch.keep_on_stack(graph.nodes, choice, stack)
     whole = plan_graph(graph, align)
     if patches is not None and patches.arena.size >= whole.size:
         patches = None
@@ -655,6 +673,111 @@ def _emit_nodes(
         )
     scratch.clear(graph.nodes)  # the graph is left as it came (a later plan_graph plans no scratch)
     return arena, ctx, body, schedule, summary
+
+
+_CALLED = re.compile(r"\b(mico_[a-z0-9_]+)\s*\(")
+
+
+def place_scratch(
+    graph: Graph,
+    align: int,
+    choice: SimpleNamespace,
+    arena: ArenaPlan,
+    ctx: EmitContext,
+    body: list[str],
+    patched: bool = False,
+) -> dict[str, Any]:
+    """Where the kernels' working memory goes (:mod:`mico.codegen.scratch`), chosen per kernel
+    family (``lanes``, ``narrow``: every layer of a family alike, since its stack fallback's
+    frame is the same for every layer): in the arena, or on the stack (no scratch passed, the
+    kernel's stack fallback). The choice makes arena + the rv32 stack bound of the kernels
+    the run calls (:func:`mico.hw.stack.kernel_bound`) the least; a tie keeps the arena. The
+    lanes' plain kernel is left out of the bound when every lanes layer takes a fast path
+    (:data:`~mico.codegen.scratch.PATH_FALLBACKS`).
+    ``arena``, ``ctx``, ``body``: the emission with every family in the arena. Without the rv32
+    toolchain (no frames to bound), or when the kernels' stack cannot be bounded (``why``),
+    every family stays in the arena. ``patched``: the program
+    runs its first layers in bands (:mod:`mico.codegen.patch_plan`), whose kernels take their
+    stack fallbacks.
+
+    Returns ``stack`` (the families left on the stack), ``excluded`` (the stack fallbacks the
+    program never enters), ``mode`` and, when compared, the ``candidates`` (arena, stack
+    bound) by families on the stack."""
+    from itertools import combinations
+
+    from mico.codegen import scratch
+
+    fallbacks = scratch.STACK_FALLBACKS
+    planned = scratch_sizes(arena)
+    present = sorted({f for n in graph.nodes if n.name in planned
+                      for f in [scratch.node_family(n, choice)] if f})  # fmt: skip
+    # a family whose every layer takes its fast path never calls its plain kernel
+    families: dict[str, list[int]] = {}
+    for node in graph.nodes:
+        family = scratch.node_family(node, choice)
+        if family in scratch.PATH_FALLBACKS:
+            families.setdefault(family, []).append(scratch.node_scratch(node, choice))
+    taken = [scratch.PATH_FALLBACKS[f] for f, sizes in sorted(families.items()) if all(sizes)]
+    result: dict[str, Any] = {"mode": scratch.PLACEMENT, "stack": [], "candidates": {}}
+    if scratch.PLACEMENT not in scratch.PLACEMENTS:
+        raise PlanError(
+            f"scratch placement must be one of {', '.join(scratch.PLACEMENTS)}; got "
+            f"{scratch.PLACEMENT!r}"
+        )
+    if patched:
+        result["excluded"] = []
+        return result
+    if scratch.PLACEMENT == "stack":
+        result["stack"] = present
+    elif scratch.PLACEMENT == "auto" and present:
+        from mico.hw import codesize
+        from mico.hw.stack import kernel_bound
+
+        try:
+            codesize.require_tools()
+        except BuildError:
+            present = []  # no toolchain: no frames to compare with
+        entries = sorted({m.group(1) for line in body for m in _CALLED.finditer(line)})
+        kernels = sorted(ctx.kernels)
+        best: tuple[int, list[str]] | None = None
+        try:
+            for r in range(len(present) + 1):
+                for subset in combinations(present, r):
+                    size = arena.size if not subset else _arena_with_stack(graph, align, choice,
+                                                                           subset)  # fmt: skip
+                    excluded = [*taken, *(fallbacks[f] for f in fallbacks if f not in subset)]
+                    bound = kernel_bound(entries, kernels, excluded)
+                    result["candidates"][",".join(subset) or "-"] = [size, bound]
+                    if best is None or size + bound < best[0]:
+                        best = (size + bound, list(subset))
+        except CompileError as exc:  # no bound (recursion, a dynamic frame): the arena
+            best = None
+            result["candidates"] = {}
+            result["why"] = f"no stack bound: {exc}"
+        result["stack"] = best[1] if best is not None else []
+    on_stack = result["stack"]
+    result["excluded"] = [*taken, *(fallbacks[f] for f in fallbacks if f not in on_stack)]
+    return result
+
+
+def _arena_with_stack(
+    graph: Graph, align: int, choice: SimpleNamespace, families: Sequence[str]
+) -> int:
+    """Bytes of the whole-tensor arena with the scratch of ``families`` on the stack."""
+    from mico.codegen import scratch
+
+    scratch.annotate(graph.nodes, choice)
+    scratch.keep_on_stack(graph.nodes, choice, families)
+    try:
+        return plan_graph(graph, align).size
+    finally:
+        scratch.clear(graph.nodes)
+
+
+def stack_excluded(graph: Graph, align: int = 8, prefer: str = "speed") -> list[str]:
+    """The kernels' stack fallbacks the program :func:`emit_c_project` writes for ``graph``
+    never enters (every layer that could take one gets its scratch from the arena)."""
+    return list(_emit_nodes(graph, align, prefer=prefer)[1].scratch_placement["excluded"])
 
 
 def scratch_sizes(arena: ArenaPlan) -> dict[str, int]:
@@ -770,6 +893,8 @@ def emit_c_project(
         "arena_lower_bound": arena.lower_bound,
         # kernels' working memory planned in the arena (mico.codegen.scratch), per node
         "kernel_scratch": scratch_sizes(arena),
+        # arena or stack for that memory, by kernel family (project.place_scratch)
+        "scratch_placement": getattr(ctx, "scratch_placement", None),
         "flash": ctx.flash,
         "weights_file": weights_info,
         "patch": patched,

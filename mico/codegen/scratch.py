@@ -257,3 +257,45 @@ def clear(nodes: Iterable[Node]) -> None:
     for node in nodes:
         if node.op == mico_ops.QCONV2D:
             node.plan.pop(SCRATCH_ATTR, None)
+
+
+#: the function each kernel family calls, with its working memory on its own stack, for a
+#: layer whose scratch is not planned (mico_conv2d.c, mico_conv_narrow.c)
+STACK_FALLBACKS = {"lanes": "mico_lanes_rows_stack", "narrow": "mico_nw_stack"}
+
+#: the plain kernel a family's entry calls for a layer none of its fast paths takes, as a call
+#: ``caller>callee`` (``*``: every entry) that a program whose every layer of the family has a
+#: non-zero size here never makes (:mod:`mico.hw.stack` leaves it out of the bound). Only the
+#: lanes: :func:`lanes_bytes` is 0 exactly when none of ``mico_lanes_rows``' paths takes the
+#: layer. :func:`narrow_bytes` is not: ``mico_nw_layer`` also leaves layers whose shifts are
+#: 32 or less with large weights to ``mico_qconv2d_tiled_s8``, which the size here ignores.
+PATH_FALLBACKS = {"lanes": "mico_qconv2d_lanes_*>mico_conv_lanes"}
+
+PLACEMENTS = ("auto", "arena", "stack")
+#: where kernel scratch goes: ``auto`` (arena or stack, whichever makes arena + stack bound the
+#: least; see :func:`mico.codegen.project.place_scratch`), ``arena``, ``stack`` (tests)
+PLACEMENT = "auto"
+
+
+def node_family(node: Node, ctx: Any) -> str | None:
+    """``lanes`` or ``narrow``: the kernel family (:data:`STACK_FALLBACKS`) of a conv node
+    that takes working memory (:func:`node_scratch`), else None."""
+    from mico.codegen.emitters import NARROW_CONV, conv_choice
+
+    if node.op != mico_ops.QCONV2D:
+        return None
+    choice = conv_choice(node, ctx)
+    if choice["lanes"] is not None:
+        return "lanes"
+    return "narrow" if choice["kernel"] == NARROW_CONV else None
+
+
+def keep_on_stack(nodes: Iterable[Node], ctx: Any, families: Iterable[str]) -> None:
+    """Drop the planned scratch of the nodes of kernel ``families``: their kernels then take
+    the stack fallback (:data:`STACK_FALLBACKS`)."""
+    chosen = set(families)
+    if not chosen:
+        return
+    for node in nodes:
+        if SCRATCH_ATTR in node.plan and node_family(node, ctx) in chosen:
+            node.plan.pop(SCRATCH_ATTR, None)

@@ -123,6 +123,8 @@ class ObjectFile:
     name: str
     sections: dict[int, Section]
     defines: dict[str, tuple[int, int]]  # global symbol -> (section index, value)
+    #: function symbols (local and global) by the section defining them
+    functions: dict[int, list[str]] = field(default_factory=dict)
 
 
 def _int(text: str) -> int:
@@ -135,6 +137,7 @@ def parse_readelf(name: str, listing: str) -> ObjectFile:
     rela_target: dict[str, int] = {}
     headers: dict[int, tuple[str, str, int, str, int]] = {}
     symbols: dict[int, tuple[str, int, str, int]] = {}  # index -> (name, ndx, bind, value)
+    kinds: dict[int, str] = {}  # symbol index -> its type (FUNC, OBJECT, SECTION, ...)
     relocs: list[tuple[str, int, int, str]] = []  # rela section, offset, symbol, type
     current: str | None = None
     in_symbols = False
@@ -157,6 +160,7 @@ def parse_readelf(name: str, listing: str) -> ObjectFile:
             s = _SYMBOL.match(line)
             if s:
                 ndx = s.group(6)
+                kinds[int(s.group(1))] = s.group(4)
                 symbols[int(s.group(1))] = (
                     s.group(7),
                     int(ndx) if ndx.isdigit() else -1,
@@ -177,6 +181,10 @@ def parse_readelf(name: str, listing: str) -> ObjectFile:
         for sym, ndx, bind, value in symbols.values()
         if bind in ("GLOBAL", "WEAK") and ndx > 0 and sym
     }
+    functions: dict[int, list[str]] = {}
+    for index, (sym, ndx, _, _) in symbols.items():
+        if kinds.get(index) == "FUNC" and ndx in sections and sym:
+            functions.setdefault(ndx, []).append(sym)
     for rela, offset, sym_index, rtype in relocs:
         target = sections.get(rela_target.get(rela, -1))
         if target is None or rtype in _NO_SYMBOL or sym_index not in symbols:
@@ -193,7 +201,7 @@ def parse_readelf(name: str, listing: str) -> ObjectFile:
             continue
         if rtype in _CALLS:
             target.calls.append((offset, ref))
-    return ObjectFile(name, sections, defines)
+    return ObjectFile(name, sections, defines, functions)
 
 
 def _run(command: Sequence[str], what: str, cwd: Path | None = None) -> str:

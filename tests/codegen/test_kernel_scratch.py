@@ -41,7 +41,9 @@ def _program(name: str, bits: int, tmp_path: Path):
 
 
 @pytest.mark.parametrize(("name", "bits"), [("dscnn", 4), ("dscnn", 8), ("lenet", 2)])
-def test_scratch_is_planned_at_its_node(name, bits, tmp_path):
+def test_scratch_is_planned_at_its_node(name, bits, tmp_path, monkeypatch):
+    # in the arena (DS-CNN W8A8 takes the stack by total RAM: tests/hw/test_stack_bound.py)
+    monkeypatch.setattr(scr, "PLACEMENT", "arena")
     graph, project, _, _ = _program(name, bits, tmp_path)
     steps = {node.name: step for step, node in enumerate(graph.nodes)}
     buffers = {b.name: b for b in project.arena.buffers}

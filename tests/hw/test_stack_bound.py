@@ -1,0 +1,210 @@
+"""The static rv32 stack bound (mico.hw.stack) and the placement of the kernels' scratch by
+total RAM (mico.codegen.project.place_scratch): the bound holds the measured stack (main.c's
+paint under qemu) within a stated tolerance; recursion and unbounded dynamic frames are
+refused with a mico error; indirect calls are counted under the function taking the pointer;
+the placement takes the stack when the arena grows more than the stack bound falls, the arena
+otherwise; the program stays bit-exact either way and the search's cost is its arena."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from mico.codegen import emit_c_project
+from mico.codegen import scratch as scr
+from mico.codegen.project import project_costs
+from mico.errors import CompileError
+from mico.execute import run_graph
+from mico.hw import codesize
+from mico.hw.stack import (
+    Frame,
+    StackGraph,
+    _base_name,
+    compile_frames,
+    indirect_callers,
+    kernel_frames,
+    parse_su,
+    program_stack,
+    prologue_frames,
+)
+from mico.ir import extract_ir
+from mico.passes import lower_static
+from mico.targets import host, rv32
+from tests.codegen.test_static_zoo import static_model
+
+needs_rv32 = pytest.mark.skipif(
+    not rv32.available(), reason="rv32 toolchain missing: apt-get " + rv32.missing_tools_hint()
+)
+#: the bound over the measured stack, at most (paths the data does not take, frames' padding)
+TOLERANCE = 1.30
+
+
+def _graph(tmp: Path, source: str) -> StackGraph:
+    """A :class:`StackGraph` of one C file (``source``) compiled for rv32."""
+    path = tmp / "t.c"
+    path.write_text(source)
+    obj, frames = compile_frames(path, tmp, keep=True)
+    graph = codesize.SectionGraph([obj], [Path(p) for p in codesize.runtime().libraries])
+    return StackGraph(graph, {obj.name: frames}, {obj.name: tmp / "t.o"})
+
+
+def test_su_lines_and_bounded_dynamic_frames():
+    frames = parse_su(
+        "a.c:3:6:f\t48\tstatic\na.c:9:6:g.constprop\t32\tstatic\na.c:9:6:g.constprop\t64\t"
+        "static\na.c:12:6:h\t80\tdynamic,bounded\na.c:20:6:v\t16\tdynamic\n"
+    )
+    assert frames["f"].bytes() == 48
+    assert frames["g.constprop"].bytes() == 64  # clones: the largest
+    assert frames["h"].bytes() == 80  # bounded: GCC's number
+    with pytest.raises(CompileError, match="dynamic and unbounded"):
+        frames["v"].bytes()
+    assert Frame("x", 8, "static").bytes() == 8
+
+
+@needs_rv32
+def test_recursion_is_refused(tmp_path):
+    graph = _graph(
+        tmp_path,
+        "__attribute__((noinline)) int a(int n);\n"
+        "__attribute__((noinline)) int b(int n) { volatile int x = n; "
+        "return x > 0 ? a(x - 1) + 1 : 0; }\n"
+        "__attribute__((noinline)) int a(int n) { volatile int y = n; return b(y) * 3; }\n"
+        "int g(int n) { return a(n) + 1; }\n",
+    )
+    with pytest.raises(CompileError, match=r"recursion in the call graph \(a -> b -> a\)"):
+        graph.bound("g")
+
+
+@needs_rv32
+def test_unbounded_dynamic_frame_is_refused(tmp_path):
+    graph = _graph(tmp_path, "void use(volatile char *p);\n"
+                             "void v(int n) { volatile char buf[n]; use(buf); }\n")  # fmt: skip
+    with pytest.raises(CompileError, match=r"v .*dynamic and unbounded.*constant size"):
+        graph.bound("v")
+
+
+@needs_rv32
+def test_calls_and_function_pointers(tmp_path):
+    """A chain of frames adds up; a function whose address ``top`` passes down counts below
+    the functions under ``top`` that call through a register (``mid``)."""
+    graph = _graph(
+        tmp_path,
+        "typedef void (*fn_t)(volatile char *);\n"
+        "__attribute__((noinline)) void leaf(volatile char *p) { volatile char b[200]; "
+        "b[0] = p[0]; p[1] = b[0]; }\n"
+        "__attribute__((noinline)) void mid(fn_t f, volatile char *p) { volatile char b[100]; "
+        "b[0] = 1; f(b); p[0] = b[1]; }\n"
+        "void top(volatile char *p) { mid(leaf, p); }\n",
+    )
+    frames = graph.frames["t.o"]
+    assert indirect_callers(tmp_path / "t.o") == {"mid"}
+    bound = graph.bound("top")
+    expected = frames["top"].size + frames["mid"].size + frames["leaf"].size
+    assert bound.bytes == expected
+    assert [name for name, _ in bound.chain] == ["top", "mid", "leaf"]
+    # a function never entered counts nothing; a call ruled out is not followed
+    assert graph.bound("top", ["mid"]).bytes == frames["top"].size  # top calls no pointer
+    assert graph.bound("mid", ["mid>leaf"]).bytes == frames["mid"].size
+
+
+@needs_rv32
+def test_frames_from_code_agree_with_su():
+    """The frames read from code (libraries, assembly) are GCC's where both exist: the
+    compressed ``add sp,sp,-N`` counts, local labels stay in their function."""
+    checked = 0
+    for source in ("mico_linear.c", "mico_nn_run.c", "mico_dwconv.c"):
+        su = kernel_frames(source)
+        for name, frame in prologue_frames(codesize.kernel_object(source)).items():
+            known = su.get(_base_name(name))
+            if known is not None and frame.qualifier == "static":
+                assert frame.size == known.size, (source, name, frame.size, known.size)
+                checked += 1
+    assert checked > 100
+
+
+def _lowered(name: str, bits: int):
+    model, batches, example = static_model(name, bits=bits, batch=2)
+    graph = lower_static(extract_ir(model, example), batches)
+    samples = torch.randn((2, *example.shape[1:]), generator=torch.Generator().manual_seed(3))
+    return graph, samples, run_graph(graph, samples)[0].numpy()
+
+
+@needs_rv32
+@pytest.mark.parametrize(("name", "bits"), [("lenet", 2), ("kws_conv1d", 8)])
+def test_bound_holds_the_measured_stack(name, bits, tmp_path):
+    graph, samples, reference = _lowered(name, bits)
+    project = emit_c_project(graph, tmp_path / name, "m")
+    rv32.build(project)
+    run = rv32.run(project, samples.numpy())
+    assert np.array_equal(run.outputs.reshape(reference.shape), reference)
+    bound = program_stack(graph, "m")
+    measured = run.stack_bytes
+    assert measured is not None and not run.stack_beyond_probe
+    assert measured <= bound.bytes <= measured * TOLERANCE, (measured, bound.describe())
+
+
+def _speed():
+    from types import SimpleNamespace
+
+    return SimpleNamespace(isa_extensions=(), prefer="speed", ungated=frozenset())
+
+
+def test_placement_takes_the_least_ram(monkeypatch):
+    """The decision: stack when its bound rises less than the arena falls, else arena; a tie
+    keeps the arena (stack bounds given, so no toolchain is needed)."""
+    import mico.hw.stack as stack_mod
+    from mico.codegen import project as proj
+
+    graph, _, _ = _lowered("dscnn", 8)
+    monkeypatch.setattr(codesize, "require_tools", lambda: None)
+    scr.annotate(graph.nodes, _speed())
+    with_scratch = proj.plan_graph(graph).size
+    scr.clear(graph.nodes)
+    without = proj._arena_with_stack(graph, 8, _speed(), ["narrow"])
+    grows = with_scratch - without
+    assert grows > 0, "DS-CNN W8A8's byte tiles: their scratch is at the arena's peak"
+    for rise, family in ((grows - 8, ["narrow"]), (grows, []), (grows + 8, [])):
+
+        def bound(entries, kernels, exclude=(), rise=rise):
+            return 1000 + (0 if "mico_nw_stack" in exclude else rise)
+
+        monkeypatch.setattr(stack_mod, "kernel_bound", bound)
+        arena, ctx = proj._emit_nodes(graph, 8)[:2]
+        placed = ctx.scratch_placement
+        assert placed["stack"] == family, (rise, grows, placed)
+        assert placed["candidates"] == {"-": [with_scratch, 1000],
+                                        "narrow": [without, 1000 + rise]}  # fmt: skip
+        assert arena.size == (without if family else with_scratch)
+        assert project_costs(graph)[0] == arena.size  # the search's ram cost is the arena
+        assert ("mico_nw_stack" in placed["excluded"]) == (not family)
+
+
+@pytest.mark.parametrize("placement", ["arena", "stack"])
+def test_bit_exact_in_both_placements(placement, monkeypatch, tmp_path):
+    monkeypatch.setattr(scr, "PLACEMENT", placement)
+    graph, samples, reference = _lowered("dscnn", 8)
+    project = emit_c_project(graph, tmp_path / placement, "m")
+    planned = [b.name for b in project.arena.buffers if b.name.endswith(".scratch")]
+    assert bool(planned) == (placement == "arena")
+    host.build(project)
+    assert np.array_equal(host.run(project, samples.numpy()).reshape(reference.shape), reference)
+    if rv32.available():
+        rv32.build(project)
+        run = rv32.run(project, samples.numpy())
+        assert np.array_equal(run.outputs.reshape(reference.shape), reference)
+        bound = program_stack(graph, "m")
+        assert run.stack_bytes <= bound.bytes <= run.stack_bytes * TOLERANCE
+        # on the stack, the byte tiles' fallback is the deepest frame
+        assert ("mico_nw_stack" in bound.describe()) == (placement == "stack")
+
+
+def test_unknown_placement_is_refused(monkeypatch):
+    from mico.errors import PlanError
+
+    monkeypatch.setattr(scr, "PLACEMENT", "heap")
+    graph, _, _ = _lowered("dscnn", 8)
+    with pytest.raises(PlanError, match="scratch placement must be one of auto, arena, stack"):
+        project_costs(graph)
