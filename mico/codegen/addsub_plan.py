@@ -4,13 +4,13 @@ A weight of -1, 0 or +1 (ternary, stored as 2-bit codes) or of -1 / +1 (binary 1
 times an activation code is the code, its negation or nothing. ``mico_qconv2d_addsub2`` /
 ``_addsub1`` compute such a layer as sums of activation codes, two output pixels per 32-bit
 addition (16-bit lanes), zero weights skipped, with no multiplication. On rv32imac
-(``benchmarks/kernels_rv32.py``) it beats the channel lanes where the lanes multiply 8-bit
-codes by few weights per word: a 3x3 conv of 32 -> 32 channels runs ternary/8 at 1.70
-instructions per MAC against 2.45 on the lanes, binary weights on 8-bit codes at 2.01 against
-7.70 on the plain kernels. Its cost outside the additions (the im2col patch, about 0.7 per
-MAC on 16 channels, shared by the channels of a block) is why a layer needs enough taps
-(:data:`MIN_TAPS`) where the lanes also take it; narrower codes keep the lanes, which pack
-more products per multiply.
+(``benchmarks/kernels_rv32.py``) it beats the channel lanes where they multiply 8-bit codes
+by few weights a word: a 3x3 conv of 32 -> 32 channels on 16x16 runs ternary/8 at 1.68
+instructions per MAC against 2.45 on the lanes (16 -> 16: 2.14 against 2.57), binary weights
+on 8-bit codes at 1.98 against 7.70 on the plain kernels. What it spends outside the additions
+(building the tap words, flushing the lanes, requantizing: about 1.2 per MAC on 16 channels)
+is shared by the channels of a block, so a layer needs enough taps (:data:`MIN_TAPS`) where
+the lanes also take it; narrower codes keep the lanes, which pack more products a multiply.
 """
 
 from __future__ import annotations

@@ -1,30 +1,32 @@
-/* Convolutions whose weights are signs (mico_qconv2d_addsub): 2-bit codes (ternary: -1, 0, +1;
- * the code -2 is taken too) or 1-bit binary codes (-1, +1), on activation codes of 1 to 8 bits.
- * A product by a sign is the code, its negation or nothing, so the layer is sums of activation
- * codes: no multiplication, and zero weights cost a test and no addition.
+/* Convolutions whose weights are signs (mico_qconv2d_addsub2 / _addsub1): ternary 2-bit codes
+ * (-1, 0, +1) or binary 1-bit codes (-1, +1), on activation codes of 1 to 8 bits. A product by
+ * a sign is the code, its negation or nothing, so the layer is sums of activation codes: no
+ * multiplication, and a zero weight costs a test and no addition.
  *
- * For a tile of MICO_AS_PX output pixels (raster order, across rows), the im2col patch of a
- * chunk of kernel rows (mico_conv_patch: int16 codes, zeros for padding) is read as words of
- * two pixels' codes in 16-bit lanes; a channel adds or subtracts a tap's MICO_AS_W words into
- * MICO_AS_W accumulators held in registers (2 pixels an addition), reading its weights straight
- * from their packed bytes, four taps (2 bits) or eight (1 bit) a byte, and skipping a byte of
- * four zero weights at once. The lanes are exact: a lane holds the sum of at most `cap` codes
- * times |w| <= 2 (cap from the codes' largest magnitude, so that the sum stays within int16),
- * and the low lane's carry into the high one is taken back when the chunk's sums are added to
- * the tile (low = the low half sign-extended, high = (word - low) / 2^16). The chunk's
- * weights are at most MICO_AS_TAPS taps; MICO_AS_OCT channels' sums wait in the tile.
+ * A tile is MICO_AS_PX output pixels held as MICO_AS_W words of two 16-bit lanes (two pixels an
+ * addition). For each chunk of kernel rows, every tap gets a pointer to its tile's words: for
+ * a layer of an even output width and k_w > 1, words built once per kernel row from the input
+ * row span the tile reads (phase arrays, mico_as_rows: the taps of a row share them); else the
+ * im2col patch of the chunk (mico_conv_patch, raster order). A channel adds or subtracts each
+ * tap's words into MICO_AS_W accumulators held in registers, reading its weights straight from
+ * their packed bytes, four taps (2 bits) or eight (1 bit) a byte, a byte of four zero weights
+ * skipped at once. The lanes are exact: a lane sums at most `cap` codes (cap from the codes'
+ * largest magnitude, so that the sum stays within int16), and the low lane's borrow or carry
+ * into the high one is taken back when the chunk's sums go into the tile (low = the low half
+ * sign-extended, high = (word - low) / 2^16). Chunks hold at most MICO_AS_TAPS taps;
+ * MICO_AS_OCT channels' sums wait in the tile.
  *
- * Codes that may be negative (signed, or a zero point) are rewritten as words of the two values
- * modulo 2^32 first (an int16 pair in memory is not, for a negative low half); so are all
- * codes on a big-endian target. Bit-identical to mico_qconv2d (exact int32 sums, the same
- * requantization). Stack: about 4.2 KB. Layers it does not take (other widths, int32 inputs,
- * a kernel row longer than a chunk) go element by element (mico_qconv2d_elementwise). */
+ * Words are built as the two codes' values modulo 2^32 (an int16 pair in memory is not, for a
+ * negative low half, nor on a big-endian target). Bit-identical to mico_qconv2d (exact int32
+ * sums, the same requantization). Stack: about 4.6 KB. Layers it does not take (other widths,
+ * int32 inputs, a 2-bit code -2, a kernel row longer than a chunk) go element by element
+ * (mico_qconv2d_elementwise). */
 #include "mico_nn.h"
 
 #define MICO_AS_PX 16              /* output pixels of a tile */
 #define MICO_AS_W (MICO_AS_PX / 2) /* words of a tap: two pixels each */
 #define MICO_AS_TAPS 64            /* taps of a chunk at most */
-#define MICO_AS_OCT 64             /* channels whose sums wait in the tile */
+#define MICO_AS_OCT 32             /* channels whose sums wait in the tile */
 
 #if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
     __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
@@ -39,6 +41,14 @@
 typedef uint32_t __attribute__((__may_alias__)) MicoAsWord;
 #else
 typedef uint32_t MicoAsWord;
+#endif
+
+/* A barrier in a short copy or fill loop: without it gcc calls memcpy / memset, which cost
+ * more than the loop on a few words (rv32). */
+#if defined(__GNUC__)
+#define MICO_AS_LOOP() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_AS_LOOP()
 #endif
 
 /* The largest magnitude of a code of format f. */
@@ -73,9 +83,9 @@ static int mico_as_has_m2(const uint8_t *w, size_t n)
     do {                                                                                    \
         const uint32_t c_ = (byte >> (2 * (J))) & 3u;                                      \
         if (c_ == 1u) {                                                                     \
-            MICO_AS_OP(+=, xw + (J) * MICO_AS_W);                                           \
+            MICO_AS_OP(+=, tp[J]);                                           \
         } else if (c_ != 0u) {                                                              \
-            MICO_AS_OP(-=, xw + (J) * MICO_AS_W);                                           \
+            MICO_AS_OP(-=, tp[J]);                                           \
         }                                                                                   \
     } while (0)
 
@@ -83,9 +93,9 @@ static int mico_as_has_m2(const uint8_t *w, size_t n)
 #define MICO_AS_T1(J)                                                                       \
     do {                                                                                    \
         if ((byte >> (J)) & 1u) {                                                           \
-            MICO_AS_OP(+=, xw + (J) * MICO_AS_W);                                           \
+            MICO_AS_OP(+=, tp[J]);                                           \
         } else {                                                                            \
-            MICO_AS_OP(-=, xw + (J) * MICO_AS_W);                                           \
+            MICO_AS_OP(-=, tp[J]);                                           \
         }                                                                                   \
     } while (0)
 
@@ -115,18 +125,19 @@ static void mico_as_flush(const uint32_t *a, int32_t *t, int first, int32_t bias
     } while (0)
 
 /* One channel of ternary weights over a chunk of kc taps: codes from the first field `lead`
- * of the byte at wp, the chunk's words xw (MICO_AS_W a tap); the sums into the tile row t. */
+ * of the byte at wp, tap k's MICO_AS_W words at tp[k]; the sums into the tile row t. */
 static MICO_NOINLINE void mico_as_ch2(const uint8_t *wp, uint32_t lead, int32_t kc,
-                                      const MicoAsWord *xw, int32_t *t, int first, int32_t bias)
+                                      const MicoAsWord *const *tp, int32_t *t, int first,
+                                      int32_t bias)
 {
     MICO_AS_BEGIN;
     if (lead != 0u) { /* the rest of the first byte */
         for (byte = (uint32_t)*wp++ >> (2u * lead); lead < 4u && k < kc;
-             lead++, k++, xw += MICO_AS_W, byte >>= 2) {
+             lead++, k++, tp++, byte >>= 2) {
             MICO_AS_T2(0);
         }
     }
-    for (; k + 4 <= kc; k += 4, xw += 4 * MICO_AS_W) {
+    for (; k + 4 <= kc; k += 4, tp += 4) {
         byte = *wp++;
         if (byte != 0u) { /* four zero weights: nothing to add */
             MICO_AS_T2(0);
@@ -135,7 +146,7 @@ static MICO_NOINLINE void mico_as_ch2(const uint8_t *wp, uint32_t lead, int32_t 
             MICO_AS_T2(3);
         }
     }
-    for (byte = k < kc ? *wp : 0u; k < kc; k++, xw += MICO_AS_W, byte >>= 2) {
+    for (byte = k < kc ? *wp : 0u; k < kc; k++, tp++, byte >>= 2) {
         MICO_AS_T2(0);
     }
     MICO_AS_END;
@@ -143,26 +154,27 @@ static MICO_NOINLINE void mico_as_ch2(const uint8_t *wp, uint32_t lead, int32_t 
 
 /* The same for binary weights (8 codes a byte, four at a time). */
 static MICO_NOINLINE void mico_as_ch1(const uint8_t *wp, uint32_t lead, int32_t kc,
-                                      const MicoAsWord *xw, int32_t *t, int first, int32_t bias)
+                                      const MicoAsWord *const *tp, int32_t *t, int first,
+                                      int32_t bias)
 {
     MICO_AS_BEGIN;
     uint32_t half;
     if (lead != 0u) { /* the rest of the first byte */
         for (byte = (uint32_t)*wp++ >> lead; lead < 8u && k < kc;
-             lead++, k++, xw += MICO_AS_W, byte >>= 1) {
+             lead++, k++, tp++, byte >>= 1) {
             MICO_AS_T1(0);
         }
     }
     for (; k + 8 <= kc; k += 8) {
         byte = *wp++;
-        for (half = 0; half < 2u; half++, byte >>= 4, xw += 4 * MICO_AS_W) {
+        for (half = 0; half < 2u; half++, byte >>= 4, tp += 4) {
             MICO_AS_T1(0);
             MICO_AS_T1(1);
             MICO_AS_T1(2);
             MICO_AS_T1(3);
         }
     }
-    for (byte = k < kc ? *wp : 0u; k < kc; k++, xw += MICO_AS_W, byte >>= 1) {
+    for (byte = k < kc ? *wp : 0u; k < kc; k++, tp++, byte >>= 1) {
         MICO_AS_T1(0);
     }
     MICO_AS_END;
@@ -178,27 +190,114 @@ static void mico_as_words(int16_t *h, int32_t n)
     }
 }
 
+/* n codes of the input row starting at element `row` from column ix0, columns outside the row
+ * as 0 (mico_unpack_padded; 8-bit codes read here, a byte a code). */
+static void mico_as_span(const MicoConv2d *p, const void *in, size_t row, int32_t ix0, int32_t n,
+                         int16_t *dst)
+{
+    const int32_t lead = ix0 < 0 ? (-ix0 < n ? -ix0 : n) : 0;
+    const int32_t end = p->in_w - ix0 < n ? p->in_w - ix0 : n; /* columns before the row's end */
+    const uint32_t off = p->in_fmt.is_signed ? 0x80u : 0u; /* signed: (b ^ 0x80) - 0x80 */
+    const int32_t zero = p->in_fmt.is_signed ? 0x80 : p->in_fmt.zero;
+    const uint8_t *src = (const uint8_t *)in + row + ix0;
+    int32_t i;
+    if (p->in_fmt.bits != 8) {
+        mico_unpack_padded(in, row, p->in_w, ix0, n, 0, p->in_fmt, dst);
+        return;
+    }
+    for (i = 0; i < lead; i++) {
+        dst[i] = 0;
+        MICO_AS_LOOP();
+    }
+    for (; i < end; i++) {
+        dst[i] = (int16_t)((int32_t)((uint32_t)src[i] ^ off) - zero);
+    }
+    for (i = i > lead ? i : lead; i < n; i++) {
+        dst[i] = 0;
+        MICO_AS_LOOP();
+    }
+}
+
+/* Words of input rows, for tiles within one output row (rowwise: an even output width): for
+ * kernel row r of the chunk, the input span the tile reads is unpacked once (zeros outside the
+ * input) and laid out as 2 sw phase arrays of `per` words, phase f holding the pairs of the
+ * span's columns (2 sw m + f, 2 sw m + f + sw); tap kx, at column offset c = kx dw, reads the
+ * tile's pixel pairs as the consecutive words of phase c mod 2 sw from word c / (2 sw) on:
+ * tp[(r - r0) k_w + kx] points there. So each input code is unpacked once per kernel row and
+ * tile, and no tap is copied. Words past the tile's pixels hold real or zero columns (their
+ * sums are not stored). */
+#define MICO_AS_SPAN 96 /* int16 codes of an input span */
+
+/* Words a phase array holds: the tile's MICO_AS_W pairs from the farthest tap's start. */
+static int32_t mico_as_per(const MicoConv2d *p)
+{
+    return MICO_AS_W + (p->k_w - 1) * p->dil_w / (2 * p->stride_w) + 1;
+}
+
+static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int32_t ic0,
+                                       int32_t r0, int32_t r1, int32_t oy, int32_t ox,
+                                       uint32_t *ph, const MicoAsWord **tp)
+{
+    const int32_t kw = p->k_w, sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
+    int16_t span[MICO_AS_SPAN];
+    int32_t i, q, r, kx;
+    for (r = r0; r < r1; r++, ph += nph * per) {
+        const int32_t ic = ic0 + r / p->k_h;
+        const int32_t iy = oy * p->stride_h - p->pad_h + r % p->k_h * p->dil_h;
+        if (iy < 0 || iy >= p->in_h) { /* a padding row */
+            for (i = 0; i < nph * per; i++) {
+                ph[i] = 0u;
+                MICO_AS_LOOP();
+            }
+        } else {
+            mico_as_span(p, in, ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w,
+                         ox * sw - p->pad_w, per * nph + sw, span);
+            for (i = 0; i < nph; i++) { /* phase i: span columns i, i + 2 sw, ... */
+                uint32_t *const w = ph + i * per;
+                const int16_t *x = span + i;
+                for (q = 0; q < per; q++, x += nph) {
+                    w[q] = (uint32_t)(int32_t)x[0] + ((uint32_t)(int32_t)x[sw] << 16);
+                }
+            }
+        }
+        for (kx = 0; kx < kw; kx++) {
+            const int32_t c = kx * p->dil_w;
+            tp[(r - r0) * kw + kx] = (const MicoAsWord *)(ph + (c % nph) * per + c / nph);
+        }
+    }
+}
+
 /* A channel's sums over a chunk (mico_as_ch2, mico_as_ch1). */
-typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoAsWord *, int32_t *,
-                              int, int32_t);
+typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoAsWord *const *,
+                              int32_t *, int, int32_t);
 
 /* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
  * width wb; wmax: their largest magnitude), each entry point passing its own so that a program
- * links only its widths'. */
+ * links only its widths'. Tiles are MICO_AS_PX pixels of one output row (rowwise: words from
+ * input rows, mico_as_rows) or, for an odd output width, of the raster order (words from the
+ * im2col patch). */
 static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, void *out,
                                         MicoAsChannel ch, int32_t wb, int32_t wmax)
 {
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
-    const int32_t npix = p->out_h * p->out_w, per = 8 / wb;
+    const int32_t npix = p->out_h * p->out_w, per = 8 / wb, nph = 2 * p->stride_w;
     const int convert = !MICO_AS_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
     const int32_t cap = 32767 / (wmax * mico_as_maxabs(p->in_fmt)); /* taps a lane sums */
+    /* rows: taps that share input columns (k_w > 1; a 1x1 patch is a copy of the input runs),
+     * pairs within output rows, the span of a tile fits */
+    const int rowwise = kw > 1 && p->out_w % 2 == 0 &&
+                        mico_as_per(p) * nph + p->stride_w <= MICO_AS_SPAN;
     union {
         int16_t h[MICO_AS_TAPS * MICO_AS_PX];
         uint32_t w[MICO_AS_TAPS * MICO_AS_W];
-    } patch;
+    } buf; /* the patch, or the phase arrays of a chunk's kernel rows */
+    const MicoAsWord *tp[MICO_AS_TAPS];
     int32_t tile[MICO_AS_OCT * MICO_AS_PX];
-    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / kw, chunks, g, oc0, oc, pix0, r0;
+    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / kw, chunks, g, oc0, oc, pix0, r0, t;
+    if (rowwise && rpc * nph * mico_as_per(p) > MICO_AS_TAPS * MICO_AS_W) {
+        rpc = MICO_AS_TAPS * MICO_AS_W / (nph * mico_as_per(p)); /* phase arrays that fit */
+    }
     if (rpc == 0) { /* a kernel row longer than a chunk */
         mico_qconv2d_elementwise(p, in, out);
         return;
@@ -209,29 +308,37 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += MICO_AS_OCT) {
             const int32_t oc1 = oc0 + MICO_AS_OCT < (g + 1) * opg ? oc0 + MICO_AS_OCT
                                                                     : (g + 1) * opg;
-            for (pix0 = 0; pix0 < npix; pix0 += MICO_AS_PX) {
-                const int32_t np = npix - pix0 < MICO_AS_PX ? npix - pix0 : MICO_AS_PX;
+            for (pix0 = 0; pix0 < npix;) {
+                const int32_t oy = pix0 / p->out_w, ox = pix0 % p->out_w;
+                int32_t np = npix - pix0 < MICO_AS_PX ? npix - pix0 : MICO_AS_PX;
+                np = rowwise && p->out_w - ox < np ? p->out_w - ox : np;
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, kc = (r1 - r0) * kw;
-                    mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, MICO_AS_PX, patch.h);
-                    if (convert) {
-                        mico_as_words(patch.h, kc * MICO_AS_W);
+                    if (rowwise) {
+                        mico_as_rows(p, in, g * ipg, r0, r1, oy, ox, buf.w, tp);
+                    } else {
+                        mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, MICO_AS_PX, buf.h);
+                        if (convert) {
+                            mico_as_words(buf.h, kc * MICO_AS_W);
+                        }
+                        for (t = 0; t < kc; t++) {
+                            tp[t] = (const MicoAsWord *)(buf.w + t * MICO_AS_W);
+                        }
                     }
                     for (oc = oc0; oc < oc1; oc++) {
                         const size_t at = (size_t)oc * (size_t)k_all + (size_t)(r0 * kw);
-                        int32_t *const t = tile + (oc - oc0) * MICO_AS_PX;
-                        ch(
-                            p->weight + at / (size_t)per, (uint32_t)(at % (size_t)per), kc,
-                            (const MicoAsWord *)patch.w, t, r0 == 0, p->bias[oc]);
+                        ch(p->weight + at / (size_t)per, (uint32_t)(at % (size_t)per), kc, tp,
+                           tile + (oc - oc0) * MICO_AS_PX, r0 == 0, p->bias[oc]);
                     }
                 }
                 for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
-                    int32_t *const t = tile + (oc - oc0) * MICO_AS_PX;
+                    int32_t *const tr = tile + (oc - oc0) * MICO_AS_PX;
                     const MicoRq rq = mico_rq(&p->out, oc);
-                    mico_rq_run_fast(&rq, t, np);
-                    mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, t, np,
+                    mico_rq_run_fast(&rq, tr, np);
+                    mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, tr, np,
                               p->out.fmt);
                 }
+                pix0 += np;
             }
         }
     }

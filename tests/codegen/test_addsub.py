@@ -47,17 +47,22 @@ def test_every_activation_format(w_fmt):
     """Codes of 1 to 8 bits, unsigned and signed (negative codes: the words rebuilt from the
     patch), on a 5x7 plane (16-pixel tiles left partly empty, rows split across tiles)."""
     layers = [
-        _layer(w_fmt, QFormat(bits, signed), seed=bits * 2 + signed)
+        _layer(w_fmt, QFormat(bits, signed), seed=bits * 2 + signed, hw=hw)
         for bits in range(1, 9)
         for signed in (False, True)
+        for hw in ((5, 7), (6, 8))  # odd width: the patch; even: words from input rows
     ]
     check(layers)
 
 
 def test_zero_point_codes():
     """Unsigned codes with a zero point (values from -zero to 255 - zero)."""
-    layers = [_layer(TERN, QFormat(8, False, zero=z), seed=z) for z in (1, 77, 128, 255)]
-    layers += [_layer(BIN, QFormat(5, False, zero=9), seed=3)]
+    layers = [
+        _layer(TERN, QFormat(8, False, zero=z), seed=z, hw=hw)
+        for z in (1, 77, 128, 255)
+        for hw in ((5, 7), (6, 8))
+    ]
+    layers += [_layer(BIN, QFormat(5, False, zero=9), seed=3, hw=hw) for hw in ((5, 7), (5, 6))]
     check(layers)
 
 
@@ -76,23 +81,27 @@ def test_geometry(w_fmt):
         _layer(w_fmt, QFormat(6, True), 6, in_c=3, hw=(5, 1), k=1, pad=0),
         _layer(w_fmt, a8, 7, in_c=3, hw=(1, 40), k=1, pad=0),
         _layer(w_fmt, a8, 8, in_c=8, hw=(6, 6), pad=0),
+        _layer(w_fmt, QFormat(8, True), 9, in_c=6, hw=(3, 40)),  # rows of 40: 16 + 16 + 8
+        _layer(w_fmt, a8, 10, in_c=5, hw=(7, 44), stride=2, k=5, pad=2),
+        _layer(w_fmt, a8, 11, in_c=30, hw=(4, 10), dil=2, pad=2),  # several chunks of rows
     ]
     check(layers)
 
 
+@pytest.mark.parametrize("hw", [(4, 5), (4, 6)], ids=str)
 @pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
 @pytest.mark.parametrize("a_fmt", [QFormat(8, False), QFormat(8, True)], ids=str)
-def test_codes_at_their_limits(w_fmt, a_fmt):
+def test_codes_at_their_limits(w_fmt, a_fmt, hw):
     """Every code and weight at an extreme (the 16-bit lanes summed to their bound over a
     chunk of 64 taps), saturating multipliers, biases near the int32 limits; and all weights
     +1, all -1 and all zero."""
     layers = [
-        _layer(w_fmt, a_fmt, seed, in_c=40, hw=(4, 5), extreme=extreme, relu=False,
+        _layer(w_fmt, a_fmt, seed, in_c=40, hw=hw, extreme=extreme, relu=False,
                o_fmt=QFormat(8, True))
         for seed, extreme in ((1, True), (2, True), (3, False))
     ]  # fmt: skip
     for value in (1, -1, 0):
-        layer = _layer(w_fmt, a_fmt, 4, in_c=40, hw=(4, 5), extreme=True, relu=False,
+        layer = _layer(w_fmt, a_fmt, 4, in_c=40, hw=hw, extreme=True, relu=False,
                        o_fmt=QFormat(8, True))  # fmt: skip
         if value == 0 and w_fmt.bits == 1:
             continue  # binary weights have no zero
