@@ -542,6 +542,7 @@ PLANS = [
     ("2/2", 2, 2, False),
     ("1/1", 1, 1, False),
     ("1/±1", 1, 1, True),
+    ("1/8", 1, 8, False),  # binary weights on 8-bit codes: the sign-weight sums (addsub)
     ("8/4", 8, 4, False),
     ("4/8", 4, 8, False),
     ("ternary/8", TERNARY, 8, False),
