@@ -1727,11 +1727,16 @@ static MICO_DWL_INLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t
 
 /* n fields of b (1..7) bits from bit `bit` of a packed stream, as bytes (whole bytes of 1-,
  * 2- and 4-bit codes at a time; never a byte past the last field). */
+static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R);
 static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t n, uint32_t b,
-                                          uint8_t *dst)
+                                          uint8_t *dst, int lines)
 {
     const uint32_t mask = (1u << b) - 1u;
     int32_t i = 0;
+    if (lines) { /* rows of 5 codes of 4 bits: a line word a row instead (mico_dwp_lines5) */
+        mico_dwp_lines5(in, bit, n / 5, (uint32_t *)(void *)dst);
+        return;
+    }
     if (8u % b == 0u) {
         const uint8_t *p;
         for (; i < n && ((bit + (size_t)i * b) & 7u) != 0u; i++) { /* up to a byte boundary */
@@ -2102,7 +2107,7 @@ typedef struct {
  * words hold them), and every buffer word made from the line words of its lanes, a whole
  * row's 5 words from a few shifts and masks (mico_dwp_lfill: the pairs; mico_dwp_lbuild:
  * words of 3 or 4 lanes; mico_dwp_lbuild5: of 5). A line outside the plane reads 0. */
-static MICO_NOINLINE void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R)
+static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R)
 {
     const uint8_t *q = in + (bit >> 3);
     int32_t y = 0;
@@ -2212,7 +2217,7 @@ static MICO_NOINLINE void mico_dwp_lbuild5(const uint32_t *R, int32_t in_h, int3
 /* The channel's plane unpacked into the staging bytes, for words of 3 or 4 lanes. */
 static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
 {
-    mico_dwp_unpack(kc->in, kc->bit, kc->in_h * kc->in_w, kc->b, kc->stage);
+    mico_dwp_unpack(kc->in, kc->bit, kc->in_h * kc->in_w, kc->b, kc->stage, 0);
     kc->unpacked = 1;
 }
 
@@ -2620,10 +2625,8 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         /* (5 lanes read the packed codes; codes of 3 or 4 bits seldom fit them: unpacked) */
         kc.unpacked = !(multi && kc.multi5) || b > 2u;
         kc.bit = plane * b;
-        if (rd.lines) { /* rows of 5 codes of 4 bits: a word a row */
-            mico_dwp_lines5((const uint8_t *)in, plane * b, in_h, stage_words);
-        } else if (short_rows && b < 8u && kc.unpacked) { /* rows of few codes: unpacked */
-            mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+        if (short_rows && b < 8u && kc.unpacked) { /* rows of few codes: unpacked at once */
+            mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage, rd.lines);
         }
         if (!multi) { /* (layers of K lanes: once the channel's lanes are known) */
             f->fill(&rd, plane, buf + pf);
@@ -2673,7 +2676,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
             }
         } else { /* pairs */
             if (multi && !kc.unpacked) { /* (words of 5 lanes read the packed codes) */
-                mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+                mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage, 0);
             }
             if (multi) {
                 f->fill(&rd, plane, buf + pf);
