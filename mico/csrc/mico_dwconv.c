@@ -1991,8 +1991,20 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
         const uint8_t *q3 = k == 4u && (uint32_t)(l + 3 * half) < (uint32_t)n_line
                                 ? base + (size_t)(l + 3 * half) * rb
                                 : zeros;
-        /* four bytes of each line an iteration (their offsets constant), then one */
-        for (i = 0; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
+        /* eight bytes of each line an iteration (their offsets constant), four, then one */
+        for (i = 0; i + 8 <= nb; i += 8, q0 += 8, q1 += 8, q2 += 8, q3 += 8, o += 8 * per) {
+            int32_t e;
+            MICO_UNROLL for (e = 0; e < 8; e++) {
+                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+                if (k == 4u) {
+                    t |= (uint32_t)q3[e] << 24;
+                }
+                MICO_UNROLL for (x = 0; x < per; x++) {
+                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+                }
+            }
+        }
+        for (; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
             int32_t e;
             MICO_UNROLL for (e = 0; e < 4; e++) {
                 uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
