@@ -1728,13 +1728,25 @@ static MICO_DWL_INLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t
 /* n fields of b (1..7) bits from bit `bit` of a packed stream, as bytes (whole bytes of 1-,
  * 2- and 4-bit codes at a time; never a byte past the last field). */
 static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R);
+/* The line words' margins: zero words before line 0, and twice as many after the last one
+ * (the buffers read lines -pad_h .. n_line + pad_h + 2; pad_h <= MICO_DWP_LM; 8 + 204 + 16
+ * words within the staging bytes) */
+#define MICO_DWP_LM 8
 static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t n, uint32_t b,
                                           uint8_t *dst, int lines)
 {
     const uint32_t mask = (1u << b) - 1u;
     int32_t i = 0;
     if (lines) { /* rows of 5 codes of 4 bits: a line word a row instead (mico_dwp_lines5) */
-        mico_dwp_lines5(in, bit, n / 5, (uint32_t *)(void *)dst);
+        uint32_t *const R = (uint32_t *)(void *)dst + MICO_DWP_LM;
+        const int32_t rows = n / 5;
+        int32_t y;
+        MICO_UNROLL for (y = 0; y < MICO_DWP_LM; y++) { /* (stores, not a memset call) */
+            R[y - MICO_DWP_LM] = 0u;
+            R[rows + 2 * y] = 0u;
+            R[rows + 2 * y + 1] = 0u;
+        }
+        mico_dwp_lines5(in, bit, rows, R);
         return;
     }
     if (8u % b == 0u) {
@@ -2138,8 +2150,8 @@ static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *
     }
 }
 
-/* Line word l of R (lines 0..n-1), 0 outside. */
-#define MICO_DWP_LW(R, L, N) ((uint32_t)(L) < (uint32_t)(N) ? (R)[L] : 0u)
+/* Line word l of R (lines 0..n-1), 0 outside (the margin's words: MICO_DWP_LM). */
+#define MICO_DWP_LW(R, L, N) ((void)(N), (R)[L])
 
 /* The pairs' buffer rows 0..rows-1 (dst: their first padded column) from the line words:
  * buffer row r takes line first + r in its low lane, first + r + step in its high one. */
@@ -2238,7 +2250,8 @@ static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
 static MICO_NOINLINE void mico_dwp_kbuild_s(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl)
 {
     if (kc->lines) {
-        mico_dwp_lbuild((const uint32_t *)(const void *)kc->stage, kc->first, kc->n_line,
+        mico_dwp_lbuild((const uint32_t *)(const void *)kc->stage + MICO_DWP_LM, kc->first,
+                        kc->n_line,
                         &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl);
         return;
     }
@@ -2262,7 +2275,8 @@ static MICO_NOINLINE void mico_dwp_kbuild5(MicoDwpK *kc, MicoDwpWord *buf, size_
 {
     (void)kl;
     if (kc->lines) {
-        mico_dwp_lbuild5((const uint32_t *)(const void *)kc->stage, kc->in_h, kc->pad_h,
+        mico_dwp_lbuild5((const uint32_t *)(const void *)kc->stage + MICO_DWP_LM, kc->in_h,
+                         kc->pad_h,
                          kc->pad_w, buf);
     } else if (kc->unpacked) {
         mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
@@ -2294,7 +2308,8 @@ static MICO_NOINLINE void mico_dwp_fill_r(const MicoDwpIn *r, size_t plane, Mico
 static MICO_NOINLINE void mico_dwp_fill_s(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
 {
     if (r->lines) {
-        mico_dwp_lfill((const uint32_t *)(const void *)r->stage, -r->ps, r->span_rows,
+        mico_dwp_lfill((const uint32_t *)(const void *)r->stage + MICO_DWP_LM, -r->ps,
+                       r->span_rows,
                        r->slow_in, r->rows, buf);
         return;
     }
@@ -2576,7 +2591,8 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     rd.kind = code & 3;
     /* rows of 5 unsigned 4-bit codes (u = the code, u_pad = 0) along the buffer rows: the
      * line words in the staging bytes (4 a row: in_h <= 204), not the plane unpacked */
-    rd.lines = short_rows && b == 4u && in_w == 5 && !trans && upad == 0u && !af.is_signed;
+    rd.lines = short_rows && b == 4u && in_w == 5 && !trans && upad == 0u && !af.is_signed &&
+               p->pad_h <= MICO_DWP_LM;
     for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
