@@ -935,7 +935,8 @@ MICO_DW8_ENTRY(2)
  * does not (a hand-built layer) is computed one output at a time from the same buffer.
  *
  * Per channel: the packed plane is unpacked into bytes (whole bytes of 1-, 2-, 4-bit codes
- * at a time; 8-bit codes are read as they are), spread into the lanes' halfwords (its
+ * at a time; 8-bit codes are read as they are; planes of rows of 5 unsigned 4-bit codes, a
+ * word a row instead, mico_dwp_lines5), spread into the lanes' halfwords (its
  * padding cleared once per layer), the outputs requantized as on the byte path and stored as
  * bytes (8-bit symmetric outputs) or staged as bytes and packed at the output's width (whole
  * words of staged 1-, 2-, 4-bit codes at a time). The staging shares the bytes of the
