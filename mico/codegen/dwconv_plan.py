@@ -193,6 +193,9 @@ def dwp_plan(
         words = rows * (in_h if trans else in_w)  # lane words built
         # unsigned bytes read straight along the rows, four words at a time (mico_dwp_read2)
         bytes4 = not trans and not a_fmt.signed and not getattr(a_fmt, "zero", 0)
+        # rows of 5 unsigned 4-bit codes: a line word a row, not the plane unpacked
+        # (mico_dwp_lines5)
+        lines = bytes4 and in_w == 5 and a_fmt.bits == 4
     if best is not None:  # the codes read into the lanes, the packing (fitted on rv32)
         codes = in_h * in_w * (1 + 3 / max(1, min(out_h, out_w)))
         short = in_w < 8 and in_h * in_w <= DWP_BYTES  # unpacked at once, then spread
@@ -200,6 +203,8 @@ def dwp_plan(
             best["cost"] += (6 if short else 13) * words + 370
         elif a_fmt.bits == 8:
             best["cost"] += int(6.5 * words) + 45 * rows + 370
+        elif short and lines:
+            best["cost"] += 7 * int(codes)
         else:
             best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)

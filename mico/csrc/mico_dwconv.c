@@ -935,7 +935,8 @@ MICO_DW8_ENTRY(2)
  * does not (a hand-built layer) is computed one output at a time from the same buffer.
  *
  * Per channel: the packed plane is unpacked into bytes (whole bytes of 1-, 2-, 4-bit codes
- * at a time; 8-bit codes are read as they are), spread into the lanes' halfwords (its
+ * at a time; 8-bit codes are read as they are; planes of rows of 5 unsigned 4-bit codes, a
+ * word a row instead, mico_dwp_lines5), spread into the lanes' halfwords (its
  * padding cleared once per layer), the outputs requantized as on the byte path and stored as
  * bytes (8-bit symmetric outputs) or staged as bytes and packed at the output's width (whole
  * words of staged 1-, 2-, 4-bit codes at a time). The staging shares the bytes of the
@@ -1727,11 +1728,28 @@ static MICO_DWL_INLINE void mico_dwp_read2(const uint8_t *in, size_t bit, size_t
 
 /* n fields of b (1..7) bits from bit `bit` of a packed stream, as bytes (whole bytes of 1-,
  * 2- and 4-bit codes at a time; never a byte past the last field). */
+static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R);
+/* The line words' margins: zero words before line 0, and twice as many after the last one
+ * (the buffers read lines -pad_h .. n_line + pad_h + 2; pad_h <= MICO_DWP_LM; 8 + 204 + 16
+ * words within the staging bytes) */
+#define MICO_DWP_LM 8
 static MICO_NOINLINE void mico_dwp_unpack(const uint8_t *in, size_t bit, int32_t n, uint32_t b,
-                                          uint8_t *dst)
+                                          uint8_t *dst, int lines)
 {
     const uint32_t mask = (1u << b) - 1u;
     int32_t i = 0;
+    if (lines) { /* rows of 5 codes of 4 bits: a line word a row instead (mico_dwp_lines5) */
+        uint32_t *const R = (uint32_t *)(void *)dst + MICO_DWP_LM;
+        const int32_t rows = n / 5;
+        int32_t y;
+        MICO_UNROLL for (y = 0; y < MICO_DWP_LM; y++) { /* (stores, not a memset call) */
+            R[y - MICO_DWP_LM] = 0u;
+            R[rows + 2 * y] = 0u;
+            R[rows + 2 * y + 1] = 0u;
+        }
+        mico_dwp_lines5(in, bit, rows, R);
+        return;
+    }
     if (8u % b == 0u) {
         const uint8_t *p;
         for (; i < n && ((bit + (size_t)i * b) & 7u) != 0u; i++) { /* up to a byte boundary */
@@ -1986,8 +2004,20 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
         const uint8_t *q3 = k == 4u && (uint32_t)(l + 3 * half) < (uint32_t)n_line
                                 ? base + (size_t)(l + 3 * half) * rb
                                 : zeros;
-        /* four bytes of each line an iteration (their offsets constant), then one */
-        for (i = 0; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
+        /* eight bytes of each line an iteration (their offsets constant), four, then one */
+        for (i = 0; i + 8 <= nb; i += 8, q0 += 8, q1 += 8, q2 += 8, q3 += 8, o += 8 * per) {
+            int32_t e;
+            MICO_UNROLL for (e = 0; e < 8; e++) {
+                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+                if (k == 4u) {
+                    t |= (uint32_t)q3[e] << 24;
+                }
+                MICO_UNROLL for (x = 0; x < per; x++) {
+                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+                }
+            }
+        }
+        for (; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
             int32_t e;
             MICO_UNROLL for (e = 0; e < 4; e++) {
                 uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
@@ -2027,6 +2057,21 @@ static MICO_DWL_INLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t
     }
 }
 
+/* Words o .. end - 1 set to v, four a step. */
+static inline uint32_t *mico_dwp_fillw(uint32_t *o, uint32_t *const end, const uint32_t v)
+{
+    for (; end - o >= 4; o += 4) {
+        o[0] = v;
+        o[1] = v;
+        o[2] = v;
+        o[3] = v;
+    }
+    for (; o < end; o++) {
+        *o = v;
+    }
+    return o;
+}
+
 /* A channel's table of output codes (the plane functions _3): lut[v] for every lane value v
  * in [0, span] is the code byte lo + L (lo >= 0) of the levels L = 0..n whose threshold v
  * reaches. The generator's levels (mico.codegen.dwconv_plan.dwp_levels, with the Python
@@ -2039,33 +2084,26 @@ static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t
 {
     const int le = mico_dwp_low_half() == 0; /* byte t & 3 of a word at its low end */
     uint32_t *const end = lut + (span >> 2) + 1u; /* words of lane values 0..span */
-    uint32_t full = (uint32_t)lo * 0x01010101u, cw = full, t = 0;
-    uint32_t *o = lut, *ow;
-    int32_t level;
-    for (level = 1; level <= n; level++) {
-        t += level == 1 ? (uint32_t)lv[0] | (uint32_t)lv[1] << 8 : lv[level];
-        if (t > span) {
-            break; /* no lane value reaches this level (nor any above it) */
-        }
-        ow = lut + (t >> 2);
+    uint32_t full = (uint32_t)lo * 0x01010101u, cw = full;
+    uint32_t t = (uint32_t)lv[0] | (uint32_t)lv[1] << 8;
+    const uint8_t *step = lv + 2, *const last = lv + n + 1; /* t_2 - t_1 .. t_n - t_(n-1) */
+    uint32_t *o = lut;
+    while (t <= span) { /* (a threshold above span: no lane value reaches it, nor those above) */
+        uint32_t *const ow = lut + (t >> 2);
         if (ow > o) { /* the word of the last threshold done, whole words of this code */
-            *o++ = cw;
-            for (; o + 2 <= ow; o += 2) {
-                o[0] = full;
-                o[1] = full;
-            }
-            if (o < ow) {
-                *o++ = full;
-            }
+            *o = cw;
+            o = mico_dwp_fillw(o + 1, ow, full);
             cw = full;
         }
         cw += le ? 0x01010101u << (8u * (t & 3u)) : 0x01010101u >> (8u * (t & 3u));
         full += 0x01010101u;
+        if (step == last) {
+            break;
+        }
+        t += *step++;
     }
-    *o++ = cw;
-    for (; o < end; o++) {
-        *o = full;
-    }
+    *o = cw;
+    mico_dwp_fillw(o + 1, end, full);
 }
 
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
@@ -2085,12 +2123,126 @@ typedef struct {
     int packed;         /* rows of whole bytes (not transposed): words read from the codes */
     int32_t sf;         /* stride along the buffer rows (2: words of K lanes by table only) */
     uint32_t b;         /* code bits */
+    int lines;          /* rows of 5 codes of 4 bits: the line words (mico_dwp_lines5) in stage */
 } MicoDwpK;
+
+/* Planes of rows of 5 unsigned 4-bit codes without a zero point (DS-CNN's 25 x 5, u = the
+ * code, u_pad = 0), rows along the buffer rows: instead of the plane unpacked into bytes, each
+ * row read once into a line word R[y] = its 20 bits (code x in bits 4x..4x+3; the staging
+ * words hold them), and every buffer word made from the line words of its lanes, a whole
+ * row's 5 words from a few shifts and masks (mico_dwp_lfill: the pairs; mico_dwp_lbuild:
+ * words of 3 or 4 lanes; mico_dwp_lbuild5: of 5). A line outside the plane reads 0. */
+static void mico_dwp_lines5(const uint8_t *in, size_t bit, int32_t n, uint32_t *R)
+{
+    const uint8_t *q = in + (bit >> 3);
+    int32_t y = 0;
+    if ((bit & 7u) && n > 0) { /* a row from a byte's high nibble: the next starts on a byte */
+        R[0] = (uint32_t)q[0] >> 4 | (uint32_t)q[1] << 4 | (uint32_t)q[2] << 12;
+        q += 3;
+        y = 1;
+    }
+    for (; y + 2 <= n; y += 2, q += 5) { /* two rows: 5 bytes */
+        const uint32_t b2 = q[2];
+        R[y] = (uint32_t)q[0] | (uint32_t)q[1] << 8 | (b2 & 15u) << 16;
+        R[y + 1] = b2 >> 4 | (uint32_t)q[3] << 4 | (uint32_t)q[4] << 12;
+    }
+    if (y < n) {
+        R[y] = (uint32_t)q[0] | (uint32_t)q[1] << 8 | ((uint32_t)q[2] & 15u) << 16;
+    }
+}
+
+/* Line word l of R (lines 0..n-1), 0 outside (the margin's words: MICO_DWP_LM). */
+#define MICO_DWP_LW(R, L, N) ((void)(N), (R)[L])
+
+/* The pairs' buffer rows 0..rows-1 (dst: their first padded column) from the line words:
+ * buffer row r takes line first + r in its low lane, first + r + step in its high one. */
+static MICO_NOINLINE void mico_dwp_lfill(const uint32_t *R, int32_t first, int32_t step,
+                                         int32_t n_line, int32_t rows, MicoDwpWord *dst)
+{
+    const uint32_t m = 0x000f000fu;
+    int32_t r;
+    for (r = 0; r < rows; r++, dst += MICO_DWP_PITCH) {
+        const int32_t la = first + r;
+        const uint32_t ra = MICO_DWP_LW(R, la, n_line), rb = MICO_DWP_LW(R, la + step, n_line);
+        const uint32_t q = (ra & 0xffffu) | rb << 16; /* codes 0..3 of both lines */
+        dst[0].w = q & m;
+        dst[1].w = (q >> 4) & m;
+        dst[2].w = (q >> 8) & m;
+        dst[3].w = (q >> 12) & m;
+        dst[4].w = ra >> 16 | (rb & 0xf0000u);
+    }
+}
+
+/* Words of K = 3 (10-bit lanes) or 4 (8-bit) lanes of buffer rows 0..d->rows-1 (row: their
+ * first padded column) from the line words: lane j of buffer row r holds line first + r +
+ * j L. A byte of each lane's line makes two words: T = sum_j byte_j << (j ls), the words T
+ * and T >> 4 masked to a code in every lane. */
+static MICO_DWL_INLINE void mico_dwp_lbuildk(const uint32_t *R, int32_t first, int32_t n_line,
+                                             const MicoDwp *d, MicoDwpWord *row, const uint32_t k)
+{
+    const uint32_t ls = k == 3u ? 10u : 8u;
+    const uint32_t fm = 15u * (k == 3u ? 0x100401u : 0x01010101u);
+    const int32_t half = d->half;
+    int32_t r;
+    for (r = 0; r < d->rows; r++, row += MICO_DWP_PITCH) {
+        const int32_t l0 = first + r;
+        const uint32_t r0 = MICO_DWP_LW(R, l0, n_line), r1 = MICO_DWP_LW(R, l0 + half, n_line);
+        const uint32_t r2 = MICO_DWP_LW(R, l0 + 2 * half, n_line);
+        const uint32_t r3 = k == 4u ? MICO_DWP_LW(R, l0 + 3 * half, n_line) : 0u;
+        uint32_t t = (r0 & 0xffu) | (r1 & 0xffu) << ls | (r2 & 0xffu) << (2u * ls);
+        if (k == 4u) {
+            t |= r3 << 24;
+        }
+        row[0].w = t & fm;
+        row[1].w = (t >> 4) & fm;
+        t = ((r0 >> 8) & 0xffu) | ((r1 >> 8) & 0xffu) << ls | ((r2 >> 8) & 0xffu) << (2u * ls);
+        if (k == 4u) {
+            t |= (r3 >> 8) << 24;
+        }
+        row[2].w = t & fm;
+        row[3].w = (t >> 4) & fm;
+        t = r0 >> 16 | (r1 >> 16) << ls | (r2 >> 16) << (2u * ls);
+        if (k == 4u) {
+            t |= (r3 >> 16) << 24;
+        }
+        row[4].w = t;
+    }
+}
+static MICO_NOINLINE void mico_dwp_lbuild(const uint32_t *R, int32_t first, int32_t n_line,
+                                          const MicoDwp *d, MicoDwpWord *row, uint32_t k)
+{
+    if (k == 3u) {
+        mico_dwp_lbuildk(R, first, n_line, d, row, 3u);
+    } else {
+        mico_dwp_lbuildk(R, first, n_line, d, row, 4u);
+    }
+}
+
+/* mico_dwp_build5 from the line words: a row's 5 codes moved 6 bits apart. */
+static MICO_NOINLINE void mico_dwp_lbuild5(const uint32_t *R, int32_t in_h, int32_t pad_h,
+                                           int32_t pad_w, MicoDwpWord *buf)
+{
+    const uint32_t l0 = pad_w > 0 ? 6u * (uint32_t)pad_w : 0u, r0 = 0u;
+    const uint32_t l1 = pad_w > 1 ? 6u * (uint32_t)(pad_w - 1) : 0u, r1 = pad_w < 1 ? 6u : 0u;
+    const uint32_t l2 = pad_w > 2 ? 6u * (uint32_t)(pad_w - 2) : 0u;
+    const uint32_t r2 = pad_w < 2 ? 6u * (uint32_t)(2 - pad_w) : 0u;
+    const uint32_t mask = 0x3fffffffu;
+    MicoDwpWord *o = buf + pad_h;
+    int32_t y;
+    for (y = 0; y < in_h; y++, o++) {
+        const uint32_t c = R[y];
+        const uint32_t v = (c & 0xfu) | (c & 0xf0u) << 2 | (c & 0xf00u) << 4 |
+                           (c & 0xf000u) << 6 | (c & 0xf0000u) << 8;
+        o[0].w = (v << l0 >> r0) & mask;
+        o[MICO_DWP_PITCH].w = (v << l1 >> r1) & mask;
+        o[2 * MICO_DWP_PITCH].w = (v << l2 >> r2) & mask;
+    }
+}
 
 /* The channel's plane unpacked into the staging bytes, for words of 3 or 4 lanes. */
 static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
 {
-    mico_dwp_unpack(kc->in, kc->bit, kc->in_h * kc->in_w, kc->b, kc->stage);
+    mico_dwp_unpack(kc->in, kc->bit, kc->in_h * kc->in_w, kc->b, kc->stage, 0);
     kc->unpacked = 1;
 }
 
@@ -2098,6 +2250,12 @@ static MICO_NOINLINE void mico_dwp_k_unpack(MicoDwpK *kc)
  * as bytes (planes of short rows, mico_dwp_build) or from the packed rows (mico_dwp_readk). */
 static MICO_NOINLINE void mico_dwp_kbuild_s(MicoDwpK *kc, MicoDwpWord *buf, size_t at, int32_t kl)
 {
+    if (kc->lines) {
+        mico_dwp_lbuild((const uint32_t *)(const void *)kc->stage + MICO_DWP_LM, kc->first,
+                        kc->n_line,
+                        &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl);
+        return;
+    }
     if (!kc->unpacked) { /* the plane as bytes (words of 5 lanes did without) */
         mico_dwp_k_unpack(kc);
     }
@@ -2117,7 +2275,11 @@ static MICO_NOINLINE void mico_dwp_kbuild5(MicoDwpK *kc, MicoDwpWord *buf, size_
                                            int32_t kl)
 {
     (void)kl;
-    if (kc->unpacked) {
+    if (kc->lines) {
+        mico_dwp_lbuild5((const uint32_t *)(const void *)kc->stage + MICO_DWP_LM, kc->in_h,
+                         kc->pad_h,
+                         kc->pad_w, buf);
+    } else if (kc->unpacked) {
         mico_dwp_build5(kc->src + at, kc->in_h, kc->in_w, kc->pad_h, kc->pad_w, buf);
     } else {
         mico_dwp_build5p(kc->in, kc->bit, kc->in_h, kc->in_w, kc->b, kc->pad_h, kc->pad_w, buf);
@@ -2131,6 +2293,7 @@ typedef struct {
     uint32_t b, hx, upad, hxx, pad_byte;
     int32_t in_w, ps, span_rows, slow_in, rows, n, trans, lo;
     int32_t kind; /* the read of the layer: 0 field by field, 1 short rows, 2 rows of bytes */
+    int lines;    /* short rows of 5 codes of 4 bits: the line words (mico_dwp_lines5) */
 } MicoDwpIn;
 
 /* The pairs' buffer of the channel whose first code is `plane` (buf: its first padded column),
@@ -2145,6 +2308,12 @@ static MICO_NOINLINE void mico_dwp_fill_r(const MicoDwpIn *r, size_t plane, Mico
 }
 static MICO_NOINLINE void mico_dwp_fill_s(const MicoDwpIn *r, size_t plane, MicoDwpWord *buf)
 {
+    if (r->lines) {
+        mico_dwp_lfill((const uint32_t *)(const void *)r->stage + MICO_DWP_LM, -r->ps,
+                       r->span_rows,
+                       r->slow_in, r->rows, buf);
+        return;
+    }
     mico_dwp_spread2(r->b < 8u ? r->stage : r->in + plane, r->trans ? 1 : r->in_w,
                      r->trans ? r->in_w : 1, -r->ps, r->span_rows, r->slow_in, r->rows, r->n,
                      r->hx, r->upad, buf);
@@ -2421,6 +2590,10 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     rd.trans = trans;
     rd.lo = lo;
     rd.kind = code & 3;
+    /* rows of 5 unsigned 4-bit codes (u = the code, u_pad = 0) along the buffer rows: the
+     * line words in the staging bytes (4 a row: in_h <= 204), not the plane unpacked */
+    rd.lines = short_rows && b == 4u && in_w == 5 && !trans && upad == 0u && !af.is_signed &&
+               p->pad_h <= MICO_DWP_LM;
     for (i = 0; i < MICO_DWP_PITCH * d.rows; i++) {
         buf[i].w = fill; /* the padding: code 0 in both lanes, never written again */
     }
@@ -2461,6 +2634,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         kc.in = (const uint8_t *)in;
         kc.stage = stage;
         kc.b = b;
+        kc.lines = rd.lines;
     }
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
@@ -2481,7 +2655,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         kc.unpacked = !(multi && kc.multi5) || b > 2u;
         kc.bit = plane * b;
         if (short_rows && b < 8u && kc.unpacked) { /* rows of few codes: unpacked at once */
-            mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+            mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage, rd.lines);
         }
         if (!multi) { /* (layers of K lanes: once the channel's lanes are known) */
             f->fill(&rd, plane, buf + pf);
@@ -2531,7 +2705,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
             }
         } else { /* pairs */
             if (multi && !kc.unpacked) { /* (words of 5 lanes read the packed codes) */
-                mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage);
+                mico_dwp_unpack((const uint8_t *)in, plane * b, in_plane, b, stage, 0);
             }
             if (multi) {
                 f->fill(&rd, plane, buf + pf);
