@@ -56,10 +56,11 @@ def _mixed(n: int) -> list[tuple[int, int]]:
 
 
 #: the algorithms of the per-kind tables (the ratio proxy's add ``groups``)
-ALGORITHM_COLUMNS = ("forest", "xgboost", "linear", "grouped")
+ALGORITHM_COLUMNS = ("forest", "xgboost", "linear", "grouped", "costs", "costs_forest")
 #: their column titles
 ALGORITHM_TITLES = {"groups": "groups", "forest": "random forest", "xgboost": "XGBoost",
-                    "linear": "linear", "grouped": "grouped forest"}  # fmt: skip
+                    "linear": "linear", "grouped": "grouped forest", "costs": "path costs",
+                    "costs_forest": "path costs + forest"}  # fmt: skip
 #: plans of the program targets: fitted on all, the whole-model table shows every one
 PROGRAM_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
 #: op kinds of a program only vit_tiny has (attention): leave it out and no other model shows
@@ -412,7 +413,10 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             "",
         ]
     groups = any("groups_mape" in k for k in r["per_kind_holdout"].values())
-    algorithms = ("groups", "forest", "xgboost", "linear") if groups else ALGORITHM_COLUMNS
+    columns = ALGORITHM_COLUMNS if not groups else ("groups", "forest", "xgboost", "linear")
+    # a section of an older proxy has no cost candidates' scores: their columns are left out
+    kinds = r["per_kind_holdout"].values()
+    algorithms = tuple(a for a in columns if any(f"{a}_mape" in k for k in kinds))
     held = (
         "held-out models (– : one model, not held out)"
         if groups
