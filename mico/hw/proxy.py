@@ -50,6 +50,9 @@ ARRAY_FEATURES = (
 FEATURE_SETS = ("generic", "bitfusion")
 #: kinds of fewer shapes are scored on every held-out fold, larger ones on one
 FOLDED_UNDER = 60
+#: a program proxy's algorithms are chosen on its nodes held out by model, in this many folds
+#: of the models (from as many models on; fewer: by shape)
+MODEL_FOLDS = 5
 #: the kind whose regressor predicts an op no regressor of its own was fitted for
 OTHER = "other"
 #: kinds that run the same C kernels share a regressor while they have few shapes: a Conv1d is
@@ -796,6 +799,7 @@ def _fit_kind(
     feature_set: str = "generic", chosen: str | None = None,
     labels: Sequence[str] | None = None, candidates: Sequence[str] | None = None,
     keep: str | None = None, scored: Sequence[bool] | None = None, every_fold: bool = False,
+    model_folds: Sequence[str] | None = None,
 ) -> KindModel:  # fmt: skip
     """A forest, a boosted model and a line on one kind's rows; the one better on held-out
     shapes (``chosen``: that algorithm, fitted on every row without comparing, no held-out score:
@@ -811,7 +815,9 @@ def _fit_kind(
     whether its held-out prediction counts in the scores (all when None: a profile's
     single-layer programs train the regressors but, beside whole programs, do not choose
     them). ``every_fold``: score every fold whatever the number of shapes (a choice made on
-    one fold of a few hundred shapes changed with the draw of the fold)."""
+    one fold of a few hundred shapes changed with the draw of the fold). ``model_folds``: one
+    per row, the program's model of a node ("" for a single-layer row): the nodes are held out
+    by model instead of by shape (:func:`_held_out_scores`)."""
 
     def xy(part: Sequence[tuple[OpShape, float]]) -> tuple[np.ndarray, np.ndarray]:
         x = np.array([_vector(op, feature_set) for op, _ in part], dtype=float)
@@ -822,7 +828,7 @@ def _fit_kind(
     scores: dict[str, float] = {}
     if chosen is None:
         scores = _held_out_scores(kind, rows, seed, holdout, xy, feature_set, labels, names,
-                                  scored, every_fold)  # fmt: skip
+                                  scored, every_fold, model_folds)  # fmt: skip
     best = chosen or keep or (min(scores, key=scores.get) if scores else names[0])  # type: ignore[arg-type]
     # refit the winner on every shape: the held-out score stays the reported error
     x_all, y_all = xy(rows)
@@ -839,13 +845,22 @@ def _held_out_scores(
     kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
     xy: Any, feature_set: str, labels: Sequence[str] | None = None,
     names: Sequence[str] = tuple(ALGORITHMS), scored: Sequence[bool] | None = None,
-    every_fold: bool = False,
+    every_fold: bool = False, model_folds: Sequence[str] | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """MAPE of each algorithm on shapes held out fold by fold (none under 5 shapes), or, given
     ``labels``, on each label's rows held out in turn (none under 2 labels); ``scored``: the
-    rows whose predictions count (all when None or when it names none)."""
+    rows whose predictions count (all when None or when it names none). ``model_folds``: one
+    per row, the model of a program's node ("" for a single-layer row): from
+    :data:`MODEL_FOLDS` models on, the models are split in that many folds and each fold's
+    nodes held out in turn (the single-layer rows always train), as a new model's nodes are."""
     counts = list(scored) if scored is not None and any(scored) else [True] * len(rows)
-    if labels is not None:
+    models = sorted({m for m in model_folds or () if m})
+    if labels is None and len(models) >= MODEL_FOLDS:
+        np.random.default_rng([seed, zlib.crc32(kind.encode())]).shuffle(models)
+        fold_of_model = {m: i % MODEL_FOLDS for i, m in enumerate(models)}
+        row_fold = [fold_of_model.get(m, -1) for m in model_folds or ()]
+        folds = MODEL_FOLDS
+    elif labels is not None:
         fold_keys = sorted(set(labels))
         if len(fold_keys) < 2:
             return {}
@@ -958,7 +973,8 @@ def fit_proxy(
     kinds = {
         kind: _fit_kind(kind, [(op, y) for op, y, _, _ in part], seed, holdout, features_used,
                         chosen.get(kind), [r[2] for r in part] if labels is not None else None,
-                        candidates, (keep or {}).get(kind), [r[3] for r in part], bool(models))
+                        candidates, (keep or {}).get(kind), [r[3] for r in part], bool(models),
+                        [r[2] for r in part] if labels is None and models else None)
         for kind, part in by_kind.items()
     }  # fmt: skip
     from mico.hw.keys import generator_hash, kernel_hashes

@@ -121,3 +121,21 @@ def test_an_older_proxy_file_is_refused_by_name(tmp_path) -> None:
     with pytest.raises(ConfigError, match=r"rv32-old\.proxy\.json.*version 4, this mico reads 5"
                        r".*fit it again"):  # fmt: skip
         LatencyProxy.load(old)
+
+
+def test_program_nodes_choose_on_held_out_models() -> None:
+    """From :data:`MODEL_FOLDS` models on, a kind's candidates are scored on nodes held out by
+    model (single-layer rows always train); with fewer models, by shape as before."""
+    from mico.hw.proxy import MODEL_FOLDS, _fit_kind
+
+    ops = [conv(ic, oc, side, side) for ic in (2, 4, 8) for oc in (4, 8) for side in (4, 6, 8)]
+    rows = [(op, _synthetic(op) * (1.0 + 0.05 * (i % 4))) for i, op in enumerate(ops)]
+    models = [f"m{i % (MODEL_FOLDS + 1)}" for i in range(len(rows) - 3)] + ["", "", ""]
+    by_model = _fit_kind("conv2d", rows, 0, 0.2, candidates=("costs", "linear"),
+                         model_folds=models)  # fmt: skip
+    by_shape = _fit_kind("conv2d", rows, 0, 0.2, candidates=("costs", "linear"))
+    assert set(by_model.holdout_mape) == {"costs", "linear"}
+    assert by_model.holdout_mape != by_shape.holdout_mape
+    few = [m if m in ("", "m0", "m1") else "m2" for m in models]
+    fallback = _fit_kind("conv2d", rows, 0, 0.2, candidates=("costs", "linear"), model_folds=few)
+    assert fallback.holdout_mape == by_shape.holdout_mape
