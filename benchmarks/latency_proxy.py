@@ -10,7 +10,8 @@ several plans and counts each program node by node (``mico.hw.modelprof``; the r
 the ones ``mico profile --target T`` keeps in the cache, so a rerun with the same C kernels
 measures nothing). It fits the proxy and reports two errors honestly:
 
-* per kind, MAPE on held-out *shapes* (every bit pair of a shape held out together);
+* per kind, MAPE on held-out *shapes* (every bit pair of a shape held out together) or, on a
+  program target, on the nodes of held-out *models* (5 folds of the zoo models);
 * per deployable zoo model, at each plan, the error of the predicted total against the
   measured one — **leave one model out**: the proxy used for a model is fitted without that
   model's own layers or programs, as a new user's model would be (each kind's algorithm is
@@ -420,7 +421,9 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
     held = (
         "held-out models (– : one model, not held out)"
         if groups
-        else "held-out shapes (– : under 5 shapes, not held out)"
+        else "held-out nodes (on a program target, a kind of nodes of at least 5 models: the "
+        "nodes of 5 folds of the models held out in turn, single-layer rows always training; "
+        "otherwise held-out shapes; – : under 5 shapes, not held out)"
     )
     lines += [
         "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "
