@@ -10,7 +10,8 @@ several plans and counts each program node by node (``mico.hw.modelprof``; the r
 the ones ``mico profile --target T`` keeps in the cache, so a rerun with the same C kernels
 measures nothing). It fits the proxy and reports two errors honestly:
 
-* per kind, MAPE on held-out *shapes* (every bit pair of a shape held out together);
+* per kind, MAPE on held-out *shapes* (every bit pair of a shape held out together) or, on a
+  program target, on the nodes of held-out *models* (5 folds of the zoo models);
 * per deployable zoo model, at each plan, the error of the predicted total against the
   measured one — **leave one model out**: the proxy used for a model is fitted without that
   model's own layers or programs, as a new user's model would be (each kind's algorithm is
@@ -56,10 +57,11 @@ def _mixed(n: int) -> list[tuple[int, int]]:
 
 
 #: the algorithms of the per-kind tables (the ratio proxy's add ``groups``)
-ALGORITHM_COLUMNS = ("forest", "xgboost", "linear", "grouped")
+ALGORITHM_COLUMNS = ("forest", "xgboost", "linear", "grouped", "costs", "costs_forest")
 #: their column titles
 ALGORITHM_TITLES = {"groups": "groups", "forest": "random forest", "xgboost": "XGBoost",
-                    "linear": "linear", "grouped": "grouped forest"}  # fmt: skip
+                    "linear": "linear", "grouped": "grouped forest", "costs": "path costs",
+                    "costs_forest": "path costs + forest"}  # fmt: skip
 #: plans of the program targets: fitted on all, the whole-model table shows every one
 PROGRAM_PLANS = ("W8A8", "W4A4", "W2A2", "mixed", "W4A8", "W8A4", "W2A8", "W1A1")
 #: op kinds of a program only vit_tiny has (attention): leave it out and no other model shows
@@ -412,11 +414,16 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
             "",
         ]
     groups = any("groups_mape" in k for k in r["per_kind_holdout"].values())
-    algorithms = ("groups", "forest", "xgboost", "linear") if groups else ALGORITHM_COLUMNS
+    columns = ALGORITHM_COLUMNS if not groups else ("groups", "forest", "xgboost", "linear")
+    # a section of an older proxy has no cost candidates' scores: their columns are left out
+    kinds = r["per_kind_holdout"].values()
+    algorithms = tuple(a for a in columns if any(f"{a}_mape" in k for k in kinds))
     held = (
         "held-out models (– : one model, not held out)"
         if groups
-        else "held-out shapes (– : under 5 shapes, not held out)"
+        else "held-out nodes (on a program target, a kind of nodes of at least 5 models: the "
+        "nodes of 5 folds of the models held out in turn, single-layer rows always training; "
+        "otherwise held-out shapes; – : under 5 shapes, not held out)"
     )
     lines += [
         "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "

@@ -33,7 +33,7 @@ FEATURES = (
     "log_ic_per_group", "log_oc_per_group", "log_out_pixels", "log_reduction",
     "log_reduction_per_brick", "in_signed", "out_bits", "path", "lane_s", "log_lane_n",
     "log_out_per_lane_word", "log_in_plane", "one_d", "row_align", "path_popcount",
-    "path_k_lanes", "path_table",
+    "path_k_lanes", "path_table", "log_valid_share",
 )  # fmt: skip
 #: features of the other nodes (quantize, pooling, add, ...; the target is log(latency / elements))
 OP_FEATURES = (
@@ -50,6 +50,9 @@ ARRAY_FEATURES = (
 FEATURE_SETS = ("generic", "bitfusion")
 #: kinds of fewer shapes are scored on every held-out fold, larger ones on one
 FOLDED_UNDER = 60
+#: a program proxy's algorithms are chosen on its nodes held out by model, in this many folds
+#: of the models (from as many models on; fewer: by shape)
+MODEL_FOLDS = 5
 #: the kind whose regressor predicts an op no regressor of its own was fitted for
 OTHER = "other"
 #: kinds that run the same C kernels share a regressor while they have few shapes: a Conv1d is
@@ -62,8 +65,9 @@ SHARED = {"conv1d": "conv2d"}
 #: and the 1-D layers alone were too few to predict a model of them
 OWN_REGRESSOR_SHAPES = 20
 #: 3: the 1-D features, the BitFusion feature set, ratio proxies; 4: the weight rows'
-#: alignment and the kernel path's traits (depthwise pair forms, popcount)
-PROXY_VERSION = 4
+#: alignment and the kernel path's traits (depthwise pair forms, popcount); 5: the share of MACs
+#: inside the input (padding) and the per-path cost candidates
+PROXY_VERSION = 5
 
 
 def _as_op(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> OpShape:
@@ -100,6 +104,43 @@ def row_alignment(op: OpShape) -> float:
     kernels unpack slowly; 5: rows of whole words)."""
     row_bits = max(1, op.w_bits) * op.kh * op.kw * max(1, op.in_channels // max(1, op.groups))
     return float(min(5, (row_bits & -row_bits).bit_length() - 1))
+
+
+def _valid_taps(size_in: int, size_out: int, kernel: int, stride: int) -> int:
+    """How many of the ``size_out * kernel`` taps of one axis fall inside the input (the
+    padding split as the generator splits it: the extra pad at the end)."""
+    pad = max(0, ((size_out - 1) * stride + kernel - size_in + 1) // 2)
+    total = 0
+    for o in range(size_out):
+        start = o * stride - pad
+        total += max(0, min(kernel, size_in - start) - max(0, -start))
+    return total
+
+
+def _square(n: int) -> int:
+    root = math.isqrt(max(0, n))
+    return root if root * root == n else 0
+
+
+def valid_share(op: OpShape) -> float:
+    """The share of a conv node's MACs whose taps fall inside its input (the kernels skip the
+    padding's): a 3x3 layer on a 4x4 plane does 100 of its 144 taps per channel pair. A 1-D
+    row is exact; a 2-D plane is taken as square (a node records its plane's size, not its
+    sides), and a plane that is not square counts every tap (1.0), as do linear nodes."""
+    if op.kind == "linear" or op.in_channels <= 0 or op.kh * op.kw == 1:
+        return 1.0
+    plane = op.in_elements // max(1, op.in_channels)
+    if op.kh == 1 and op.sh == 1 and op.kind == "conv1d":
+        axes = [(plane, op.out_pixels, op.kw, op.sw)]
+    else:
+        side_in, side_out = _square(plane), _square(op.out_pixels)
+        if not side_in or not side_out:
+            return 1.0
+        axes = [(side_in, side_out, op.kh, op.sh), (side_in, side_out, op.kw, op.sw)]
+    share = 1.0
+    for size_in, size_out, kernel, stride in axes:
+        share *= _valid_taps(size_in, size_out, kernel, stride) / max(1, size_out * kernel)
+    return max(share, 1e-3)
 
 
 def feature_set_of(target: str) -> str:
@@ -237,6 +278,7 @@ def features(
         float(op.kind == "conv1d"),
         row_alignment(op),
         *path_traits(op.path),
+        math.log(valid_share(op)),
         *extra,
     ]
 
@@ -389,9 +431,124 @@ class _GroupedForest:
         return self.groups.predict(x) + self.forest.predict(x)
 
 
+def cost_terms(x: np.ndarray) -> np.ndarray:
+    """The counts a kernel's instructions add up from, per row of feature vectors (conv /
+    linear: :data:`FEATURES`; other ops: :data:`OP_FEATURES`), recovered from the features'
+    logs: conv / linear ``[MACs inside the input, MACs, requantized outputs, int32 outputs,
+    output pixels, inputs, output channels, 1]`` (the inner loop over the taps it runs and the
+    padding's it skips, the requantize and store of each output or its plain store, the loop
+    over pixels or rows, the input's unpacking, the per-channel setup, the call); other ops
+    ``[inputs, outputs, 1]``."""
+    x = np.asarray(x, dtype=float)
+    if x.shape[1] >= len(FEATURES):
+        col = {name: i for i, name in enumerate(FEATURES)}
+        macs = np.expm1(x[:, col["log_macs"]])
+        outputs = np.expm1(x[:, col["log_out"]])
+        raw = x[:, col["out_bits"]] >= 32
+        return np.column_stack([
+            macs * np.exp(x[:, col["log_valid_share"]]),
+            macs,
+            np.where(raw, 0.0, outputs),
+            np.where(raw, outputs, 0.0),
+            np.exp(x[:, col["log_out_pixels"]]),
+            np.expm1(x[:, col["log_in"]]),
+            x[:, col["out_channels"]],
+            np.ones(len(x)),
+        ])  # fmt: skip
+    col = {name: i for i, name in enumerate(OP_FEATURES)}
+    return np.column_stack([np.expm1(x[:, col["log_in"]]), np.expm1(x[:, col["log_out"]]),
+                            np.ones(len(x))])  # fmt: skip
+
+
+def _row_scale(x: np.ndarray) -> np.ndarray:
+    """What each row's target was divided by (:meth:`OpShape.scale`), from its features."""
+    x = np.asarray(x, dtype=float)
+    if x.shape[1] >= len(FEATURES):
+        return np.maximum(1.0, np.round(np.expm1(x[:, FEATURES.index("log_macs")])))
+    col = {name: i for i, name in enumerate(OP_FEATURES)}
+    macs = np.round(np.expm1(x[:, col["log_macs"]]))
+    elements = np.maximum(np.expm1(x[:, col["log_in"]]), np.expm1(x[:, col["log_out"]]))
+    return np.where(macs > 0, np.maximum(1.0, macs), np.maximum(1.0, np.round(elements)))
+
+
+class _PathCosts:
+    """An analytic cost per kernel path: ``count = a MACs + b outputs + c pixels + d inputs +
+    e channels + f`` (:func:`cost_terms`; other ops: ``a inputs + b outputs + c``), the
+    coefficients non-negative and fitted to relative error (each row divided by its count),
+    per group of :class:`_Groups`' levels (the path, then the lane width, 1-D or not, the
+    widths; the op, then its widths). A group of fewer than ``min_rows`` rows per term takes
+    its parent's coefficients. A line of the counts carries a path's per-MAC and per-output
+    costs to sizes no row had (a tiny layer's fixed costs, a long row's per-pixel loop), where
+    trees on the ratio take the nearest leaf's."""
+
+    def __init__(self, seed: int = 0, min_rows: float = 2.0) -> None:
+        self.min_rows = float(min_rows)
+        self.levels: list[list[int]] = []
+        self.table: dict[tuple[float, ...], np.ndarray] = {}
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _PathCosts:
+        from scipy.optimize import nnls
+
+        x = np.asarray(x, dtype=float)
+        counts = np.exp(np.asarray(y, dtype=float)) * _row_scale(x)
+        terms = cost_terms(x)
+        self.levels = _Groups.levels_of(x.shape[1])
+        keys: dict[tuple[float, ...], list[int]] = {}
+        for i, row in enumerate(x):
+            for level in self.levels:
+                keys.setdefault(tuple(float(row[j]) for j in level), []).append(i)
+        need = self.min_rows * terms.shape[1]
+        self.table = {}
+        for key, rows in sorted(keys.items(), key=lambda item: len(item[0])):
+            if len(rows) < need and key:  # too few: the parent's (found at predict time)
+                continue
+            a = terms[rows] / counts[rows, None]
+            norm = np.maximum(a.max(axis=0), 1e-12)  # columns of one size for the solver
+            coef, _ = nnls(a / norm, np.ones(len(rows)))
+            self.table[key] = coef / norm
+        return self
+
+    def counts(self, x: np.ndarray) -> np.ndarray:
+        """The modelled count of each row (the deepest group fitted)."""
+        x = np.asarray(x, dtype=float)
+        terms = cost_terms(x)
+        out = np.empty(len(x))
+        for i, row in enumerate(x):
+            coef = self.table.get((), np.zeros(terms.shape[1]))
+            for level in self.levels[1:]:
+                found = self.table.get(tuple(float(row[j]) for j in level))
+                if found is None:
+                    break
+                coef = found
+            out[i] = float(terms[i] @ coef)
+        return np.maximum(out, 1.0)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return np.log(self.counts(x) / _row_scale(x))
+
+
+class _PathCostsForest:
+    """:class:`_PathCosts` as a base and a random forest on what it leaves (the log of the
+    measured count over the modelled one): the line carries each path's costs to any size,
+    the forest adds what the geometry changes around it."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.base = _PathCosts(seed)
+        self.forest = _forest(seed)
+
+    def fit(self, x: np.ndarray, y: np.ndarray) -> _PathCostsForest:
+        self.base.fit(x, y)
+        self.forest.fit(x, np.asarray(y, dtype=float) - self.base.predict(x))
+        return self
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        return self.base.predict(x) + self.forest.predict(x)
+
+
 #: the algorithms a proxy compares on held-out shapes
 ALGORITHMS = {"forest": _forest, "xgboost": _booster, "linear": _Linear,
-              "grouped": _GroupedForest}  # fmt: skip
+              "grouped": _GroupedForest, "costs": _PathCosts,
+              "costs_forest": _PathCostsForest}  # fmt: skip
 #: every algorithm a kind may keep (``groups``: the ratio proxy's, :func:`fit_ratio_proxy`)
 ESTIMATORS: dict[str, Any] = {**ALGORITHMS, "groups": _Groups}
 #: what the ratio proxy compares, on held-out *models* (its first when a kind has one model)
@@ -642,6 +799,7 @@ def _fit_kind(
     feature_set: str = "generic", chosen: str | None = None,
     labels: Sequence[str] | None = None, candidates: Sequence[str] | None = None,
     keep: str | None = None, scored: Sequence[bool] | None = None, every_fold: bool = False,
+    model_folds: Sequence[str] | None = None,
 ) -> KindModel:  # fmt: skip
     """A forest, a boosted model and a line on one kind's rows; the one better on held-out
     shapes (``chosen``: that algorithm, fitted on every row without comparing, no held-out score:
@@ -657,7 +815,9 @@ def _fit_kind(
     whether its held-out prediction counts in the scores (all when None: a profile's
     single-layer programs train the regressors but, beside whole programs, do not choose
     them). ``every_fold``: score every fold whatever the number of shapes (a choice made on
-    one fold of a few hundred shapes changed with the draw of the fold)."""
+    one fold of a few hundred shapes changed with the draw of the fold). ``model_folds``: one
+    per row, the program's model of a node ("" for a single-layer row): the nodes are held out
+    by model instead of by shape (:func:`_held_out_scores`)."""
 
     def xy(part: Sequence[tuple[OpShape, float]]) -> tuple[np.ndarray, np.ndarray]:
         x = np.array([_vector(op, feature_set) for op, _ in part], dtype=float)
@@ -668,7 +828,7 @@ def _fit_kind(
     scores: dict[str, float] = {}
     if chosen is None:
         scores = _held_out_scores(kind, rows, seed, holdout, xy, feature_set, labels, names,
-                                  scored, every_fold)  # fmt: skip
+                                  scored, every_fold, model_folds)  # fmt: skip
     best = chosen or keep or (min(scores, key=scores.get) if scores else names[0])  # type: ignore[arg-type]
     # refit the winner on every shape: the held-out score stays the reported error
     x_all, y_all = xy(rows)
@@ -685,13 +845,22 @@ def _held_out_scores(
     kind: str, rows: Sequence[tuple[OpShape, float]], seed: int, holdout: float,
     xy: Any, feature_set: str, labels: Sequence[str] | None = None,
     names: Sequence[str] = tuple(ALGORITHMS), scored: Sequence[bool] | None = None,
-    every_fold: bool = False,
+    every_fold: bool = False, model_folds: Sequence[str] | None = None,
 ) -> dict[str, float]:  # fmt: skip
     """MAPE of each algorithm on shapes held out fold by fold (none under 5 shapes), or, given
     ``labels``, on each label's rows held out in turn (none under 2 labels); ``scored``: the
-    rows whose predictions count (all when None or when it names none)."""
+    rows whose predictions count (all when None or when it names none). ``model_folds``: one
+    per row, the model of a program's node ("" for a single-layer row): from
+    :data:`MODEL_FOLDS` models on, the models are split in that many folds and each fold's
+    nodes held out in turn (the single-layer rows always train), as a new model's nodes are."""
     counts = list(scored) if scored is not None and any(scored) else [True] * len(rows)
-    if labels is not None:
+    models = sorted({m for m in model_folds or () if m})
+    if labels is None and len(models) >= MODEL_FOLDS:
+        np.random.default_rng([seed, zlib.crc32(kind.encode())]).shuffle(models)
+        fold_of_model = {m: i % MODEL_FOLDS for i, m in enumerate(models)}
+        row_fold = [fold_of_model.get(m, -1) for m in model_folds or ()]
+        folds = MODEL_FOLDS
+    elif labels is not None:
         fold_keys = sorted(set(labels))
         if len(fold_keys) < 2:
             return {}
@@ -804,7 +973,8 @@ def fit_proxy(
     kinds = {
         kind: _fit_kind(kind, [(op, y) for op, y, _, _ in part], seed, holdout, features_used,
                         chosen.get(kind), [r[2] for r in part] if labels is not None else None,
-                        candidates, (keep or {}).get(kind), [r[3] for r in part], bool(models))
+                        candidates, (keep or {}).get(kind), [r[3] for r in part], bool(models),
+                        [r[2] for r in part] if labels is None and models else None)
         for kind, part in by_kind.items()
     }  # fmt: skip
     from mico.hw.keys import generator_hash, kernel_hashes
