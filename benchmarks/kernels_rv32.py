@@ -267,7 +267,14 @@ def _layer_code(
         and not s8
         and (not layer.meta.get("sized") or layer.macs >= LANES_MIN_MACS)
         and addsub_kernel(
-            layer.w_fmt, layer.a_fmt.bits, layer.taps, layer.groups, plan is not None, layer.weight
+            layer.w_fmt,
+            layer.a_fmt.bits,
+            layer.taps,
+            layer.groups,
+            plan is not None,
+            layer.weight,
+            layer.out_hw,
+            layer.weight.shape[3],
         )
     )
     for path in paths:

@@ -444,7 +444,7 @@ def conv_choice(node: Node, ctx: Any) -> dict[str, Any]:
         # weights that are signs: sums of codes, no multiplication (mico_conv_addsub.c)
         kernel = addsub_plan.addsub_kernel(
             node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], lanes is not None,
-            _weight_codes(node),
+            _weight_codes(node), (out_h, out_w), k_w,
         )  # fmt: skip
         lanes = None if kernel is not None else lanes
     if plain and dw is None and lanes is None and kernel is None:

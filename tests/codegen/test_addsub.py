@@ -148,6 +148,25 @@ def test_choice_rule(w_fmt, in_bits, taps, groups, lanes, expected):
 
 
 @pytest.mark.parametrize(
+    "out_size, k_w, fill, lanes, expected",
+    [
+        ((16, 16), 3, 1.0, True, "mico_qconv2d_addsub2"),
+        ((1, 25), 3, 25 / 32, True, "mico_qconv2d_addsub2"),  # odd: raster tiles 16 + 9
+        ((1, 20), 3, 20 / 32, True, None),  # tiles of a row: 16 + 4, the lanes keep it
+        ((1, 20), 3, 20 / 32, False, "mico_qconv2d_addsub2"),  # no lanes: the sums anyway
+        ((4, 5), 1, 20 / 32, True, None),
+        ((8, 6), 3, 6 / 16, True, None),  # rows of 6 in tiles of 16
+    ],
+)
+def test_tiles_filled_enough(out_size, k_w, fill, lanes, expected):
+    """Where the lanes also take the layer, the path needs its tiles' pixel lanes filled to
+    MIN_FILL (a 1-D layer of 20 outputs runs slower on it than on the lanes)."""
+    assert addsub_plan.tile_fill(out_size, k_w) == pytest.approx(fill)
+    kernel = addsub_plan.addsub_kernel(TERN, 8, 96, 1, lanes, None, out_size, k_w)
+    assert kernel == expected
+
+
+@pytest.mark.parametrize(
     "w_bits, a_bits, kernel, expected",
     [
         (TERNARY, 8, (3, 3), "mico_qconv2d_addsub2"),
