@@ -23,6 +23,7 @@ from mico.codegen.makefile import RV32_ARCH, RV32_GC, RV32_SECTIONS
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen import test_dw_lut, test_dw_pairs
+from tests.codegen.dscnn_w4a4 import dscnn_w4a4_graph
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -246,21 +247,9 @@ def test_generated_dscnn_calls_its_form(tmp_path):
 
     from mico.codegen import emit_c_project
     from mico.execute import run_graph
-    from mico.ir import extract_ir
-    from mico.models import from_zoo
-    from mico.passes import lower_static
-    from mico.quant import calibrate, fuse_model
     from mico.targets import host
 
-    torch.manual_seed(3)
-    model = from_zoo("dscnn")
-    n = model.n_layers
-    model.set_qscheme([[4] * n, [8] + [4] * (n - 1)], act_mode="static")
-    example = model.example_input()
-    gen = torch.Generator().manual_seed(3)
-    model = fuse_model(model, example).eval()
-    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
-    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
+    graph, example, gen = dscnn_w4a4_graph()
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
     calls = re.findall(r"(mico_qconv2d_dwp_f1\w*)\(&(\w+), &(\w+),", source)

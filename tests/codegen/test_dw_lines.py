@@ -25,6 +25,7 @@ import pytest
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_form, dwp_levels
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
+from tests.codegen.dscnn_w4a4 import dscnn_w4a4_graph
 from tests.codegen.dw_sanitized import check_sanitized, tight_program
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
@@ -151,21 +152,9 @@ def test_generated_dscnn_w4a4_sanitized(tmp_path):
 
     from mico.codegen import emit_c_project
     from mico.execute import run_graph
-    from mico.ir import extract_ir
-    from mico.models import from_zoo
-    from mico.passes import lower_static
-    from mico.quant import calibrate, fuse_model
     from mico.targets import host
 
-    torch.manual_seed(3)
-    model = from_zoo("dscnn")
-    n = model.n_layers
-    model.set_qscheme([[4] * n, [8] + [4] * (n - 1)], act_mode="static")
-    example = model.example_input()
-    gen = torch.Generator().manual_seed(3)
-    model = fuse_model(model, example).eval()
-    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
-    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
+    graph, example, gen = dscnn_w4a4_graph()
     project = emit_c_project(graph, tmp_path / "c", "m")
     assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwp_f1_s_") == 4
     host.build(project, sanitize=True)

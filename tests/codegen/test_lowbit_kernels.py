@@ -11,6 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
+from mico.codegen.addsub_plan import addsub_kernel
 from mico.codegen.emitters import lanes_plan
 from mico.quant.arithmetic import TERNARY, QFormat
 from mico.quant.packing import LANE_KERNELS, lane_plan, pack, pack_lanes
@@ -131,7 +132,8 @@ def test_extremes_and_long_reductions(chosen, w_bits, a_bits, a_signed):
     # binary weights x 1-bit activations take the popcount kernels (test_binary_popcount.py);
     # ternary weights on 8-bit codes over many taps the sign-weight sums (test_addsub.py)
     binary = layers[0].binary()
-    signs = w_bits == TERNARY and a_bits == 8
+    conv = layers[0]
+    signs = addsub_kernel(conv.w_fmt, a_bits, conv.taps, 1, True, conv.weight, conv.out_hw, 3)
     path = (
         "mico_qconv2d_bin_" if binary else "mico_qconv2d_addsub" if signs else "mico_qconv2d_lanes"
     )

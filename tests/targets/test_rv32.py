@@ -119,7 +119,9 @@ def test_model_sizes_link_only_the_kernel_paths_the_model_calls(
     direct = rv32.model_sizes(project)
     source.write_text(text.replace("mico_qconv2d_tiled(", "mico_qconv2d("))
     dispatched = rv32.model_sizes(project)
-    assert dispatched["rodata"] == direct["rodata"]  # same weights
+    # the same weights; the dispatcher adds only the word kernels' tables of both widths
+    # (mico_qconv2d_tiled_sub4 / _sub2, 24 B each)
+    assert 0 <= dispatched["rodata"] - direct["rodata"] <= 48
     assert dispatched["text"] > direct["text"] + 1000  # the depthwise path and its helpers
     rv32.build(project)  # the generated Makefile links the same way, and still links
 
