@@ -29,7 +29,13 @@ TERN, BIN = QFormat.for_bits(TERNARY, True), QFormat(1, True)
 def check(layers, target: str = "host") -> None:
     """The addsub kernel and the plain path of every layer (one program) equal the reference."""
     runs = kernels_rv32.run_layers(layers, target, ("addsub", "plain"))
-    for layer, results in zip(layers, runs, strict=True):
+    assert_exact(zip(layers, runs, strict=True))
+
+
+def assert_exact(runs) -> None:
+    """Each (layer, its paths' results): every path equals the reference, the first is the
+    layer's sign-weight kernel."""
+    for layer, results in runs:
         ref = layer.reference().ravel()
         for kernel, _, out in results:
             assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
@@ -42,37 +48,35 @@ def _layer(w_fmt, a_fmt, seed, **kw):
     return kernels_rv32.random_layer("conv", w_fmt, a_fmt, seed=seed, **spec)
 
 
-@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
-def test_every_activation_format(w_fmt):
-    """Codes of 1 to 8 bits, unsigned and signed (negative codes: the words rebuilt from the
-    patch), on a 5x7 plane (16-pixel tiles left partly empty, rows split across tiles)."""
-    layers = [
+def _formats(w_fmt) -> list:
+    """Codes of 1 to 8 bits, unsigned and signed (negative codes: words of values modulo
+    2^32), on 5x7 planes (the patch: 16-pixel tiles left partly empty, pixel pairs across
+    rows) and 6x8 planes (words from input rows)."""
+    return [
         _layer(w_fmt, QFormat(bits, signed), seed=bits * 2 + signed, hw=hw)
         for bits in range(1, 9)
         for signed in (False, True)
-        for hw in ((5, 7), (6, 8))  # odd width: the patch; even: words from input rows
+        for hw in ((5, 7), (6, 8))
     ]
-    check(layers)
 
 
-def test_zero_point_codes():
+def _zero_point() -> list:
     """Unsigned codes with a zero point (values from -zero to 255 - zero)."""
     layers = [
         _layer(TERN, QFormat(8, False, zero=z), seed=z, hw=hw)
         for z in (1, 77, 128, 255)
         for hw in ((5, 7), (6, 8))
     ]
-    layers += [_layer(BIN, QFormat(5, False, zero=9), seed=3, hw=hw) for hw in ((5, 7), (5, 6))]
-    check(layers)
+    return layers + [_layer(BIN, QFormat(5, False, zero=9), seed=3, hw=hw)
+                     for hw in ((5, 7), (5, 6))]  # fmt: skip
 
 
-@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
-def test_geometry(w_fmt):
+def _geometry(w_fmt) -> list:
     """Stride 2 with padding, dilation 2, a 1x1 kernel of 130 channels (three chunks), a 5x5
     kernel (rows of a chunk balanced), 70 output channels (two blocks of the tile), 5x1 and
-    1x40 planes, no padding."""
+    1x40 planes, no padding, rows of 40 (tiles of 16, 16 and 8), several chunks of rows."""
     a8 = QFormat(8, False)
-    layers = [
+    return [
         _layer(w_fmt, a8, 1, in_c=7, hw=(9, 8), stride=2),
         _layer(w_fmt, a8, 2, in_c=4, hw=(9, 9), dil=2, pad=2),
         _layer(w_fmt, a8, 3, in_c=130, hw=(3, 6), k=1, pad=0),
@@ -81,17 +85,13 @@ def test_geometry(w_fmt):
         _layer(w_fmt, QFormat(6, True), 6, in_c=3, hw=(5, 1), k=1, pad=0),
         _layer(w_fmt, a8, 7, in_c=3, hw=(1, 40), k=1, pad=0),
         _layer(w_fmt, a8, 8, in_c=8, hw=(6, 6), pad=0),
-        _layer(w_fmt, QFormat(8, True), 9, in_c=6, hw=(3, 40)),  # rows of 40: 16 + 16 + 8
+        _layer(w_fmt, QFormat(8, True), 9, in_c=6, hw=(3, 40)),
         _layer(w_fmt, a8, 10, in_c=5, hw=(7, 44), stride=2, k=5, pad=2),
-        _layer(w_fmt, a8, 11, in_c=30, hw=(4, 10), dil=2, pad=2),  # several chunks of rows
+        _layer(w_fmt, a8, 11, in_c=30, hw=(4, 10), dil=2, pad=2),
     ]
-    check(layers)
 
 
-@pytest.mark.parametrize("hw", [(4, 5), (4, 6)], ids=str)
-@pytest.mark.parametrize("w_fmt", [TERN, BIN], ids=str)
-@pytest.mark.parametrize("a_fmt", [QFormat(8, False), QFormat(8, True)], ids=str)
-def test_codes_at_their_limits(w_fmt, a_fmt, hw):
+def _limits(w_fmt, a_fmt, hw) -> list:
     """Every code and weight at an extreme (the 16-bit lanes summed to their bound over a
     chunk of 64 taps), saturating multipliers, biases near the int32 limits; and all weights
     +1, all -1 and all zero."""
@@ -101,14 +101,55 @@ def test_codes_at_their_limits(w_fmt, a_fmt, hw):
         for seed, extreme in ((1, True), (2, True), (3, False))
     ]  # fmt: skip
     for value in (1, -1, 0):
-        layer = _layer(w_fmt, a_fmt, 4, in_c=40, hw=hw, extreme=True, relu=False,
-                       o_fmt=QFormat(8, True))  # fmt: skip
         if value == 0 and w_fmt.bits == 1:
             continue  # binary weights have no zero
+        layer = _layer(w_fmt, a_fmt, 4, in_c=40, hw=hw, extreme=True, relu=False,
+                       o_fmt=QFormat(8, True))  # fmt: skip
         layer.weight[:] = value
         layer.x[:] = a_fmt.qmax if value >= 0 else a_fmt.qmin
         layers.append(layer)
-    check(layers)
+    return layers
+
+
+W_FMTS = [TERN, BIN]
+A8S = [QFormat(8, False), QFormat(8, True)]
+HWS = [(4, 5), (4, 6)]
+
+
+@pytest.fixture(scope="module")
+def host_runs() -> dict:
+    """Every host case below in one program (building the kernels is most of a case's cost):
+    case key -> [(layer, its paths' results)]."""
+    cases = {("formats", str(w)): _formats(w) for w in W_FMTS}
+    cases[("zero_point",)] = _zero_point()
+    cases.update({("geometry", str(w)): _geometry(w) for w in W_FMTS})
+    cases.update({("limits", str(w), str(a), hw): _limits(w, a, hw)
+                  for w in W_FMTS for a in A8S for hw in HWS})  # fmt: skip
+    layers = [layer for group in cases.values() for layer in group]
+    results = kernels_rv32.run_layers(layers, "host", ("addsub", "plain"))
+    runs = iter(zip(layers, results, strict=True))
+    return {key: [next(runs) for _ in group] for key, group in cases.items()}
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_every_activation_format(host_runs, w_fmt):
+    assert_exact(host_runs[("formats", str(w_fmt))])
+
+
+def test_zero_point_codes(host_runs):
+    assert_exact(host_runs[("zero_point",)])
+
+
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+def test_geometry(host_runs, w_fmt):
+    assert_exact(host_runs[("geometry", str(w_fmt))])
+
+
+@pytest.mark.parametrize("hw", HWS, ids=str)
+@pytest.mark.parametrize("w_fmt", W_FMTS, ids=str)
+@pytest.mark.parametrize("a_fmt", A8S, ids=str)
+def test_codes_at_their_limits(host_runs, w_fmt, a_fmt, hw):
+    assert_exact(host_runs[("limits", str(w_fmt), str(a_fmt), hw)])
 
 
 def test_minus_two_codes_go_element_by_element(monkeypatch):
