@@ -17,7 +17,10 @@ Results: ``kernels_rv32.{md,json}``.
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import json
+import os
 import platform
 import shlex
 import subprocess
@@ -466,17 +469,48 @@ def build_and_run(
     ``host_flags``: more options for the host build (e.g. the sanitizers)."""
     if target == "host":
         exe = work / "main"
-        cmd = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", *host_flags, "-I", str(work),
-               *sources, "-o", str(exe)]  # fmt: skip
+        compiler = [cc, "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", *host_flags]
         run = [str(exe)]
     else:
         exe = work / "main.elf"
         flags = [*shlex.split(RV32_ARCH), *shlex.split(RV32_LIBC), *shlex.split(RV32_MEMORY)]
-        cmd = [RV32_CC, *flags, "-O2", "-std=c99", "-I", str(work), *sources, "-o", str(exe)]
+        compiler = [RV32_CC, *flags, "-O2", "-std=c99"]
         run = [*shlex.split(QEMU_RV32), "-kernel", str(exe)]
+    inputs = [_kernel_object(compiler, work, Path(s)) for s in sources]
+    cmd = [*compiler, "-I", str(work), *inputs, "-o", str(exe)]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     res = subprocess.run(run, check=True, capture_output=True, text=True, timeout=timeout)
     return res.stdout + res.stderr
+
+
+def _kernel_object(compiler: list[str], work: Path, source: Path) -> str:
+    """``source`` as the link takes it: one of mico's kernel files (KERNEL_SOURCES) as an object
+    compiled once per compiler, flags, file and headers (in a cache under the temporary
+    folder; the tests and benchmark build hundreds of programs of the same kernels), any other
+    file as it is."""
+    if source.name not in KERNEL_SOURCES:
+        return str(source)
+    key = hashlib.sha256()
+    key.update(" ".join([*compiler, _compiler_version(compiler[0])]).encode())
+    key.update(source.read_bytes())
+    for header in sorted(work.glob("*.h")):
+        key.update(header.name.encode() + header.read_bytes())
+    cache = Path(tempfile.gettempdir()) / f"mico-kernel-objects-{os.getuid()}"
+    cache.mkdir(parents=True, exist_ok=True)
+    obj = cache / f"{source.stem}-{key.hexdigest()[:24]}.o"
+    if not obj.exists():
+        partial = cache / f"{obj.name}.{os.getpid()}.tmp"
+        cmd = [*compiler, "-I", str(work), "-c", str(source), "-o", str(partial)]
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+        os.replace(partial, obj)  # whole objects only, whoever builds it too
+    return str(obj)
+
+
+@functools.cache
+def _compiler_version(cc: str) -> str:
+    """The compiler's version line (part of an object's cache key)."""
+    out = subprocess.run([cc, "--version"], check=True, capture_output=True, text=True).stdout
+    return out.splitlines()[0] if out else cc
 
 
 def run_layers(
