@@ -23,7 +23,7 @@ from mico.codegen.makefile import RV32_ARCH, RV32_GC, RV32_SECTIONS
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen import test_dw_lut, test_dw_pairs
-from tests.codegen.dscnn_w4a4 import dscnn_w4a4_graph
+from tests.codegen.dscnn_graph import dscnn_graph
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -249,7 +249,7 @@ def test_generated_dscnn_calls_its_form(tmp_path):
     from mico.execute import run_graph
     from mico.targets import host
 
-    graph, example, gen = dscnn_w4a4_graph()
+    graph, example, gen = dscnn_graph(4, 3)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
     calls = re.findall(r"(mico_qconv2d_dwp_f1\w*)\(&(\w+), &(\w+),", source)

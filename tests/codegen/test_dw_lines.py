@@ -25,7 +25,7 @@ import pytest
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_form, dwp_levels
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
-from tests.codegen.dscnn_w4a4 import dscnn_w4a4_graph
+from tests.codegen.dscnn_graph import check_sanitized_dscnn
 from tests.codegen.dw_sanitized import check_sanitized, tight_program
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
@@ -148,17 +148,4 @@ def test_plan_takes_the_short_rows_form():
 def test_generated_dscnn_w4a4_sanitized(tmp_path):
     """End to end: DS-CNN at W4A4 emits the pair path's short-rows form (the line words) for
     its four depthwise layers and the program (ASan + UBSan) equals the Python reference."""
-    import torch
-
-    from mico.codegen import emit_c_project
-    from mico.execute import run_graph
-    from mico.targets import host
-
-    graph, example, gen = dscnn_w4a4_graph()
-    project = emit_c_project(graph, tmp_path / "c", "m")
-    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwp_f1_s_") == 4
-    host.build(project, sanitize=True)
-    samples = torch.randn((2, *example.shape[1:]), generator=gen)
-    reference = run_graph(graph, samples)[0].numpy()
-    c_out = host.run(project, samples.numpy())
-    assert np.array_equal(c_out.reshape(reference.shape), reference)
+    check_sanitized_dscnn(4, 3, "mico_qconv2d_dwp_f1_s_", tmp_path)

@@ -15,6 +15,7 @@ from mico.codegen.dwconv_plan import DW_LANE_WIDTHS, dw_lane_plan, window_range
 from mico.quant.arithmetic import TERNARY, QFormat
 from mico.targets import rv32
 from tests.benchmark_modules import load_benchmark
+from tests.codegen.dscnn_graph import check_sanitized_dscnn
 
 kernels_rv32 = load_benchmark("kernels_rv32")
 
@@ -161,29 +162,4 @@ def test_generated_dscnn_takes_pixel_lanes(tmp_path):
     """End to end: dscnn at W2A2 emits the bit-sliced path (mico_qconv2d_dwbs_s1: 2-bit codes
     in and out, ternary weights, stride 1, padding 1) for its depthwise layers and the program
     (ASan + UBSan) equals the Python reference."""
-    import torch
-
-    from mico.codegen import emit_c_project
-    from mico.execute import run_graph
-    from mico.ir import extract_ir
-    from mico.models import from_zoo
-    from mico.passes import lower_static
-    from mico.quant import calibrate, fuse_model
-    from mico.targets import host
-
-    torch.manual_seed(2)
-    model = from_zoo("dscnn")
-    n = model.n_layers
-    model.set_qscheme([[2] * n, [8] + [2] * (n - 1)], act_mode="static")
-    example = model.example_input()
-    gen = torch.Generator().manual_seed(2)
-    model = fuse_model(model, example).eval()
-    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
-    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
-    project = emit_c_project(graph, tmp_path / "c", "m")
-    assert (project.directory / "m.c").read_text().count("mico_qconv2d_dwbs_s1(") == 4
-    host.build(project, sanitize=True)
-    samples = torch.randn((2, *example.shape[1:]), generator=gen)
-    reference = run_graph(graph, samples)[0].numpy()
-    c_out = host.run(project, samples.numpy())
-    assert np.array_equal(c_out.reshape(reference.shape), reference)
+    check_sanitized_dscnn(2, 2, "mico_qconv2d_dwbs_s1(", tmp_path)
