@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from mico.codegen import sign_lut_plan
 from mico.codegen.addsub_plan import KERNELS as ADDSUB_KERNELS
 from mico.codegen.addsub_plan import addsub_kernel
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
@@ -57,7 +58,7 @@ from mico.quant.packing import pack, pack_binary_rows, pack_lanes, unpack
 
 KERNEL_SOURCES = (
     "mico_nn_run.c", "mico_conv2d.c", "mico_dwconv.c", "mico_linear.c", "mico_binary.c",
-    "mico_conv_narrow.c", "mico_conv_addsub.c",
+    "mico_conv_narrow.c", "mico_conv_addsub.c", "mico_sign_lut.c",
 )  # fmt: skip
 
 
@@ -280,9 +281,21 @@ def _layer_code(
             layer.weight.shape[3],
         )
     )
+    # binary weights on wider codes: the generator's sign tables (mico_sign_lut.c)
+    sign_lut = (
+        dw is None
+        and not binary
+        and not s8
+        and (not layer.meta.get("sized") or layer.macs >= sign_lut_plan.MIN_MACS)
+        and sign_lut_plan.layer_kernel(
+            layer.kind, layer.w_fmt, layer.a_fmt.bits, layer.taps, layer.groups,
+            layer.weight.shape[3] if layer.kind == "conv" else 1,
+        )
+    )  # fmt: skip
+    addsub = None if sign_lut else addsub
     for path in paths:
         # "lanes": the channel lanes whatever the choice (where the layer has a plan)
-        chosen_lanes = path == "chosen" and not binary and not s8 and not addsub
+        chosen_lanes = path == "chosen" and not binary and not s8 and not addsub and not sign_lut
         lanes = plan if chosen_lanes or path == "lanes" else None
         w_fmt = QFormat(8, True) if path == "chosen" and s8 else layer.w_fmt
         if path == "chosen" and binary:
@@ -324,6 +337,9 @@ def _layer_code(
                 if lanes
                 else bytes_path or "mico_qlinear"
             )
+            kernel = sign_lut if path == "chosen" and sign_lut else kernel
+            if path == "sign_lut":  # the sign tables themselves, whatever the choice
+                kernel = sign_lut_plan.LINEAR_KERNEL
         else:
             in_c, h, wd = layer.x.shape
             oh, ow = layer.out_hw
@@ -347,6 +363,9 @@ def _layer_code(
             kernel = addsub if path == "chosen" and addsub else kernel
             if path == "addsub":  # the sign-weight kernel itself, whatever the choice
                 kernel = ADDSUB_KERNELS[layer.w_fmt.bits]
+            kernel = sign_lut if path == "chosen" and sign_lut else kernel
+            if path == "sign_lut":  # the sign tables themselves, whatever the choice
+                kernel = sign_lut_plan.CONV_KERNEL
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
     return lines, calls

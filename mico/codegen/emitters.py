@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from mico.codegen import addsub_plan, binary_plan, dwconv_plan
+from mico.codegen import addsub_plan, binary_plan, dwconv_plan, sign_lut_plan
 from mico.codegen.context import EmitContext
 from mico.codegen.linked_paths import gate_macs, prefers_size
 from mico.codegen.planner import SCRATCH_ATTR, scratch_name
@@ -440,13 +440,19 @@ def conv_choice(node: Node, ctx: Any) -> dict[str, Any]:
     plain = not (host or binary)
     dw = dwconv_plan.node_plan(node) if plain and not prefers_size(ctx) else None
     kernel = None
-    if plain and dw is None and not s8 and not prefers_size(ctx) and macs >= LANES_MIN_MACS:
+    signs = plain and dw is None and not s8 and not prefers_size(ctx)  # weights as signs
+    if signs and macs >= sign_lut_plan.MIN_MACS:
+        # binary weights on wider codes: table lookups, no multiplication (mico_sign_lut.c)
+        kernel = sign_lut_plan.conv_kernel(
+            node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], k_w
+        )
+    if signs and kernel is None and macs >= LANES_MIN_MACS:
         # weights that are signs: sums of codes, no multiplication (mico_conv_addsub.c)
         kernel = addsub_plan.addsub_kernel(
             node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], lanes is not None,
             _weight_codes(node), (out_h, out_w), k_w,
         )  # fmt: skip
-        lanes = None if kernel is not None else lanes
+    lanes = None if kernel is not None else lanes
     if plain and dw is None and lanes is None and kernel is None:
         w_fmt = node.inputs[1].qformat
         w_bits = 8 if s8 else (w_fmt.bits if w_fmt is not None else 0)
@@ -510,6 +516,9 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ctx.need("mico_conv_narrow.c")
     if kernel in addsub_plan.KERNELS.values():
         ctx.need(addsub_plan.SOURCE)
+    if kernel == sign_lut_plan.CONV_KERNEL:
+        ctx.need(sign_lut_plan.SOURCE)
+        ctx.need(addsub_plan.SOURCE)  # its fallback for layers it does not take
     return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
 
 
@@ -627,9 +636,15 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         node.inputs[1].qformat, x.qformat, in_features, macs=macs,
         min_macs=binary_plan.LINEAR_MIN_MACS,
     )  # fmt: skip
+    # binary weights on wider codes: table lookups, no multiplication (mico_sign_lut.c)
+    sign_lut = (
+        None
+        if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS
+        else sign_lut_plan.linear_kernel(node.inputs[1].qformat, fmt_of(x)[0], in_features)
+    )
     lanes = (
         None
-        if binary or host
+        if binary or host or sign_lut
         else lanes_plan(
             node.inputs[1].qformat,
             x.qformat,
@@ -666,6 +681,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
+    if sign_lut is not None:
+        ctx.need(sign_lut_plan.SOURCE)
+        return _call(ctx, sign_lut, params, x, out)
     kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
     return _call(ctx, kernel, params, x, out)
 

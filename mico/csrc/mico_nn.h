@@ -461,6 +461,12 @@ void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
  * skipped (mico_conv_addsub.c); other layers (2-bit codes holding -2) element by element. */
 void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
+/* Binary weights on 2- to 8-bit codes by table lookup (mico_sign_lut.c): the 16 signed sums of
+ * four taps' codes built once per pixel (row) pair, an entry a nibble of weights per channel;
+ * layers whose channels' weights are not whole bytes go to mico_qconv2d_addsub1 /
+ * mico_qlinear. */
+void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out);
+void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out);
 /* The im2col patch of kernel rows [r0, r1) (row = ic * k_h + ky of the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
  * columns a tap; padding and columns np .. pp - 1 are zeros (mico_conv2d.c, shared with

@@ -302,14 +302,43 @@ void mico_rq_run(const MicoRq *q, int32_t *v, int32_t n)
     }
 }
 
-/* The same, with the usual case (a multiplier whose shift is above 32, not binary) in a tight
- * loop: for kernels that requantize long runs. */
+/* mico_rq_run for a multiplier whose shift is 1 to 32 (a real multiplier of 2^-1 or more: sums
+ * of few products, or binary weights' sums): the 64-bit product's rounding and shift on two
+ * words, saturating where the quotient leaves int32 (mico_rescale). */
+static MICO_NOINLINE void mico_rq_run_short(const MicoRq *q, int32_t *v, int32_t n)
+{
+    const uint32_t m = (uint32_t)q->m, s = (uint32_t)q->shift, up = 32u - s;
+    const uint32_t rnd = 1u << (s - 1u);
+    const int32_t relu = q->relu, lo = q->lo, hi = q->hi;
+    int32_t i;
+    for (i = 0; i < n; i++) {
+        int32_t r = relu && v[i] < 0 ? 0 : v[i];
+        const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+        const uint64_t prod = (uint64_t)mag * m + rnd;
+        const uint32_t ph = (uint32_t)(prod >> 32), pl = (uint32_t)prod;
+        if ((ph >> (s - 1u)) != 0u) { /* the quotient is 2^31 or more */
+            r = r < 0 ? INT32_MIN : INT32_MAX;
+        } else {
+            const uint32_t quot = (ph << up) | ((pl >> (s - 1u)) >> 1);
+            r = r < 0 ? -(int32_t)quot : (int32_t)quot;
+        }
+        r = r < lo ? lo : r;
+        v[i] = r > hi ? hi : r;
+    }
+}
+
+/* The same, with the usual cases (a multiplier, not binary) in tight loops: for kernels that
+ * requantize long runs. */
 void mico_rq_run_fast(const MicoRq *q, int32_t *v, int32_t n)
 {
     const uint32_t m = (uint32_t)q->m, s = q->shift > 32 ? (uint32_t)(q->shift - 32) : 1u;
     const uint32_t rnd = 1u << (s - 1u);
     const int32_t relu = q->relu, lo = q->lo, hi = q->hi;
     int32_t i;
+    if (q->scaled && !q->binary && q->shift >= 1 && q->shift <= 32) {
+        mico_rq_run_short(q, v, n);
+        return;
+    }
     if (!q->scaled || q->binary || q->shift <= 32) {
         mico_rq_run(q, v, n);
         return;

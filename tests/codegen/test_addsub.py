@@ -211,14 +211,15 @@ def test_tiles_filled_enough(out_size, k_w, fill, lanes, expected):
     "w_bits, a_bits, kernel, expected",
     [
         (TERNARY, 8, (3, 3), "mico_qconv2d_addsub2"),
-        (1, 8, (3, 3), "mico_qconv2d_addsub1"),
+        (1, 8, (3, 3), "mico_qconv2d_sign_lut"),  # whole bytes a channel: test_sign_lut.py
         (TERNARY, 4, (3, 3), None),  # 4-bit codes keep the lanes
         (8, 8, (3, 3), None),
     ],
 )
 def test_generator_emits_the_path(w_bits, a_bits, kernel, expected):
     """The code generator calls the sign-weight kernel for a 3x3 conv of 32 -> 32 channels of
-    ternary or binary weights on 8-bit codes, and keeps the other paths otherwise."""
+    ternary weights on 8-bit codes (binary ones: the sign tables), and keeps the other paths
+    otherwise."""
     shape = LayerShape("conv", "conv", 32, 32, kernel, (1, 1), 1, (16, 16), (16, 16), w_bits,
                        a_bits)  # fmt: skip
     called, _, _ = emitted_kernel(layer_node(shape, False, 8))

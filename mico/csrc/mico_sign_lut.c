@@ -1,0 +1,333 @@
+/* Binary weights (1-bit codes: +1 / -1) on activation codes of 2 to 8 bits by table lookup
+ * (mico_qconv2d_sign_lut, mico_qlinear_sign_lut). Four taps' weights are a nibble of the packed
+ * weights, and a nibble's four signs give one of 16 signed sums of the four taps' codes. Those
+ * 16 sums are built once per group of four taps and pixel pair (the table), then every output
+ * channel adds one table entry per nibble: one load and one addition for four products, and no
+ * multiplication. The tables are shared by all the output channels of a block, so their cost
+ * falls with more channels.
+ *
+ * Two pixels share a word (two 16-bit lanes, the low pixel's value plus the high one's times
+ * 2^16, modulo 2^32), so one addition serves both. A lane sums at most `cap` codes (from their
+ * largest magnitude) so that it stays within int16; the low lane's borrow or carry into the high
+ * one is taken back when a chunk's sums go into the tile (low = the low half sign-extended,
+ * high = (word - low) / 2^16). Convolutions take pixel pairs from the im2col patch
+ * (mico_conv_patch, raster order); linear layers pair rows.
+ *
+ * Chunks start on a byte of the weights: a channel's row of weights (in_c * k_h * k_w taps, or
+ * in_features) must be whole bytes, a chunk a multiple of 8 taps but the last. Taps past a
+ * chunk's end (the rest of its last byte) read codes of 0, so their weights add nothing.
+ * Bit-identical to mico_qconv2d / mico_qlinear (exact int32 sums, the same requantization);
+ * layers it does not take go to mico_qconv2d_addsub1 / mico_qlinear. Stack: about 5 KB
+ * (convolutions), 2 KB (linear). */
+#include "mico_nn.h"
+
+#define MICO_SL_PX 16              /* output pixels of a convolution's tile */
+#define MICO_SL_PAIRS (MICO_SL_PX / 2)
+#define MICO_SL_TAPS 64            /* taps of a chunk at most: 16 tables */
+#define MICO_SL_GROUPS (MICO_SL_TAPS / 4)
+#define MICO_SL_OCT 32             /* channels whose sums wait in the tile */
+#define MICO_SL_O 64               /* outputs of a linear block */
+
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_SL_LE 1 /* an int16 pair in memory is the word low + (high << 16) */
+#else
+#define MICO_SL_LE 0
+#endif
+
+/* A barrier in a short fill loop: without it gcc calls memset, which costs more than the loop
+ * on a few codes (rv32). */
+#if defined(__GNUC__)
+#define MICO_SL_LOOP() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_SL_LOOP()
+#endif
+
+/* The patch's int16 pairs read as words: a type that may alias them. */
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((__may_alias__)) MicoSlWord;
+#else
+typedef uint32_t MicoSlWord;
+#endif
+
+/* The largest magnitude of a code of format f. */
+static int32_t mico_sl_maxabs(MicoFmt f)
+{
+    int32_t top;
+    if (f.is_signed) {
+        return (int32_t)1 << (f.bits - 1);
+    }
+    top = ((int32_t)1 << f.bits) - 1 - f.zero;
+    return top > f.zero ? top : f.zero;
+}
+
+/* Taps of a chunk: at most MICO_SL_TAPS and what a lane holds, a multiple of 8 (kernel rows of
+ * k_w taps for a convolution: a multiple of lcm(k_w, 8)); 0 when none fits. */
+static int32_t mico_sl_chunk(int32_t kw, int32_t cap)
+{
+    int32_t unit = kw, limit = cap < MICO_SL_TAPS ? cap : MICO_SL_TAPS;
+    while (unit % 8 != 0) {
+        unit += kw;
+    }
+    return limit / unit * unit;
+}
+
+/* The 16 tables of a chunk for one pair, ng groups of four taps: tap k's word is V (the two
+ * values modulo 2^32, an expression of k_; taps past the chunk read codes of 0); table g, entry
+ * m: the sum over the group's taps t = 4g + j of +v(t) where bit j of m is set, -v(t) where it
+ * is clear. Built from the all-minus entry by adding 2 v(t) for each set bit. */
+#define MICO_SL_TABLE(V)                                                                    \
+    do {                                                                                    \
+        int32_t g_, k_;                                                                     \
+        for (g_ = 0, k_ = 0; g_ < ng; g_++, tb += 16) {                                    \
+            uint32_t v0, v1, v2, v3, e0, e1, e2, e3, f0, f1, f2, f3, d;                     \
+            v0 = (V);                                                                       \
+            k_++;                                                                           \
+            v1 = (V);                                                                       \
+            k_++;                                                                           \
+            v2 = (V);                                                                       \
+            k_++;                                                                           \
+            v3 = (V);                                                                       \
+            k_++;                                                                           \
+            e0 = 0u - (v0 + v1 + v2 + v3);                                                  \
+            e1 = e0 + 2u * v0;                                                              \
+            e2 = e0 + 2u * v1;                                                              \
+            e3 = e1 + 2u * v1;                                                              \
+            tb[0] = e0;                                                                     \
+            tb[1] = e1;                                                                     \
+            tb[2] = e2;                                                                     \
+            tb[3] = e3;                                                                     \
+            d = 2u * v2;                                                                    \
+            f0 = e0 + d;                                                                    \
+            f1 = e1 + d;                                                                    \
+            f2 = e2 + d;                                                                    \
+            f3 = e3 + d;                                                                    \
+            tb[4] = f0;                                                                     \
+            tb[5] = f1;                                                                     \
+            tb[6] = f2;                                                                     \
+            tb[7] = f3;                                                                     \
+            d = 2u * v3;                                                                    \
+            tb[8] = e0 + d;                                                                 \
+            tb[9] = e1 + d;                                                                 \
+            tb[10] = e2 + d;                                                                \
+            tb[11] = e3 + d;                                                                \
+            tb[12] = f0 + d;                                                                \
+            tb[13] = f1 + d;                                                                \
+            tb[14] = f2 + d;                                                                \
+            tb[15] = f3 + d;                                                                \
+        }                                                                                   \
+    } while (0)
+
+/* The table entry at byte offset `off` from tq. */
+#define MICO_SL_AT(off) (*(const uint32_t *)(const void *)(tq + (off)))
+/* Bytes of one pair's tables: the second pair's follow at this offset. */
+#define MICO_SL_SET (MICO_SL_GROUPS * 64)
+
+/* One channel's sums over a chunk of nb weight bytes for n (1 or 2) pairs' tables: for each
+ * nibble, the entry of its table in each set (the nibble's offset computed once). */
+#define MICO_SL_NIB(o, base)                                                                \
+    do {                                                                                    \
+        const uint8_t *const a_ = tq + (o);                                                 \
+        s0 += *(const uint32_t *)(const void *)(a_ + (base));                               \
+        if (n == 2) {                                                                       \
+            s1 += *(const uint32_t *)(const void *)(a_ + (base) + MICO_SL_SET);             \
+        }                                                                                   \
+    } while (0)
+#define MICO_SL_BYTE(b, base)                                                               \
+    do {                                                                                    \
+        MICO_SL_NIB(((b) << 2) & 60u, (base));                                              \
+        MICO_SL_NIB(((b) >> 2) & 60u, (base) + 64u);                                        \
+    } while (0)
+
+static inline __attribute__((always_inline)) void
+mico_sl_sums(const uint8_t *wp, int32_t nb, const uint32_t *tb, const int n, uint32_t *r0,
+             uint32_t *r1)
+{
+    const uint8_t *tq = (const uint8_t *)tb;
+    uint32_t s0 = 0u, s1 = 0u, b0, b1, b2, b3;
+    for (; nb >= 4; nb -= 4, wp += 4, tq += 512) {
+        b0 = wp[0];
+        b1 = wp[1];
+        b2 = wp[2];
+        b3 = wp[3];
+        MICO_SL_BYTE(b0, 0u);
+        MICO_SL_BYTE(b1, 128u);
+        MICO_SL_BYTE(b2, 256u);
+        MICO_SL_BYTE(b3, 384u);
+    }
+    for (; nb > 0; nb--, wp++, tq += 128) {
+        b0 = wp[0];
+        MICO_SL_BYTE(b0, 0u);
+    }
+    *r0 = s0;
+    *r1 = s1;
+}
+
+/* The two lanes of a word as int32 values. */
+static inline void mico_sl_split(uint32_t w, int32_t *lo, int32_t *hi)
+{
+    const int32_t l = (int32_t)((w & 0xffffu) ^ 0x8000u) - 0x8000;
+    *lo = l;
+    *hi = (int32_t)((((w - (uint32_t)l) >> 16) ^ 0x8000u)) - 0x8000;
+}
+
+/* The two lanes of word w added to t[0], t[1] (first: to the bias b instead). */
+static inline void mico_sl_into(uint32_t w, int32_t *t, int first, int32_t b)
+{
+    int32_t lo, hi;
+    mico_sl_split(w, &lo, &hi);
+    t[0] = (int32_t)((first ? (uint32_t)b : (uint32_t)t[0]) + (uint32_t)lo);
+    t[1] = (int32_t)((first ? (uint32_t)b : (uint32_t)t[1]) + (uint32_t)hi);
+}
+
+/* The chunk's tables of pairs j and j + 1 (four pixels) for channels oc0 .. oc1 - 1, their
+ * sums into the tile; `words`: the patch's int16 pairs are the words as they are (non-negative
+ * codes, little-endian). */
+static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *patch, int32_t j,
+                                            int32_t kc, int32_t tap0, int32_t k_all,
+                                            int32_t oc0, int32_t oc1, int first, int words,
+                                            int32_t *tile)
+{
+    uint32_t tables[2 * MICO_SL_GROUPS * 16];
+    const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
+    const uint8_t *wp = p->weight + ((size_t)oc0 * (size_t)k_all + (size_t)tap0) / 8u;
+    const size_t row = (size_t)k_all / 8u;
+    int32_t oc, h;
+    for (h = 0; h < 2; h++) {
+        const int16_t *x = patch + 2 * (j + h);
+        uint32_t *tb = tables + h * MICO_SL_GROUPS * 16;
+        if (words) {
+            MICO_SL_TABLE(*(const MicoSlWord *)(const void *)(x + k_ * MICO_SL_PX));
+        } else {
+            MICO_SL_TABLE((uint32_t)(int32_t)x[k_ * MICO_SL_PX] +
+                          ((uint32_t)(int32_t)x[k_ * MICO_SL_PX + 1] << 16));
+        }
+    }
+    for (oc = oc0; oc < oc1; oc++, wp += row) {
+        int32_t *const t = tile + (oc - oc0) * MICO_SL_PX + 2 * j;
+        uint32_t s0, s1;
+        mico_sl_sums(wp, nb, tables, 2, &s0, &s1);
+        mico_sl_into(s0, t, first, p->bias[oc]);
+        mico_sl_into(s1, t + 2, first, p->bias[oc]);
+    }
+}
+
+void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
+{
+    const int32_t kw = p->k_w, rows = p->in_c * p->k_h, k_all = rows * kw;
+    const int32_t npix = p->out_h * p->out_w;
+    const int words = MICO_SL_LE && !p->in_fmt.is_signed && p->in_fmt.zero == 0;
+    union {
+        int16_t h[MICO_SL_TAPS * MICO_SL_PX];
+        uint32_t w[MICO_SL_TAPS * MICO_SL_PAIRS]; /* word-aligned pairs */
+    } patch;
+    int32_t tile[MICO_SL_OCT * MICO_SL_PX];
+    int32_t kc_max, rpc, oc0, oc, pix0, r0, j;
+    if (p->w_bits != 1 || p->groups != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 ||
+        k_all % 8 != 0) {
+        mico_qconv2d_addsub1(p, in, out);
+        return;
+    }
+    kc_max = mico_sl_chunk(kw, 32767 / mico_sl_maxabs(p->in_fmt));
+    if (kc_max == 0) { /* a kernel row wider than a chunk */
+        mico_qconv2d_addsub1(p, in, out);
+        return;
+    }
+    rpc = kc_max / kw;
+    for (oc0 = 0; oc0 < p->out_c; oc0 += MICO_SL_OCT) {
+        const int32_t oc1 = oc0 + MICO_SL_OCT < p->out_c ? oc0 + MICO_SL_OCT : p->out_c;
+        for (pix0 = 0; pix0 < npix; pix0 += MICO_SL_PX) {
+            const int32_t np = npix - pix0 < MICO_SL_PX ? npix - pix0 : MICO_SL_PX;
+            for (r0 = 0; r0 < rows; r0 += rpc) {
+                const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
+                const int32_t kc = (r1 - r0) * kw;
+                mico_conv_patch(p, in, 0, r0, r1, pix0, np, MICO_SL_PX, patch.h);
+                for (j = kc * MICO_SL_PX; j < (kc + 7) / 8 * 8 * MICO_SL_PX; j++) {
+                    patch.h[j] = 0; /* the rest of the last weight byte's taps */
+                    MICO_SL_LOOP();
+                }
+                for (j = 0; 2 * j < np; j += 2) { /* past np: zero columns, sums not stored */
+                    mico_sl_conv_quad(p, patch.h, j, kc, r0 * kw, k_all, oc0, oc1, r0 == 0, words,
+                                      tile);
+                }
+            }
+            for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
+                int32_t *const tr = tile + (oc - oc0) * MICO_SL_PX;
+                const MicoRq rq = mico_rq(&p->out, oc);
+                mico_rq_run_fast(&rq, tr, np);
+                mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, tr, np, p->out.fmt);
+            }
+        }
+    }
+}
+
+/* The chunk's tables of a pair of rows (x0, x1: their codes from tap k0; x1 NULL for a last
+ * row alone, whose sums need no lanes) for outputs o0 .. o1 - 1, the sums into acc (two an
+ * output: the rows). */
+static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t *x0,
+                                              const int16_t *x1, int32_t kc, int32_t k0,
+                                              int32_t o0, int32_t o1, int first, int32_t *acc)
+{
+    uint32_t tables[MICO_SL_GROUPS * 16];
+    const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
+    const size_t row = (size_t)p->in_features / 8u;
+    const uint8_t *wp = p->weight + ((size_t)o0 * (size_t)p->in_features + (size_t)k0) / 8u;
+    uint32_t *tb = tables;
+    uint32_t s, unused;
+    int32_t o;
+    if (x1 != NULL) {
+        MICO_SL_TABLE((uint32_t)(int32_t)x0[k_] + ((uint32_t)(int32_t)x1[k_] << 16));
+        for (o = o0; o < o1; o++, wp += row) {
+            mico_sl_sums(wp, nb, tables, 1, &s, &unused);
+            mico_sl_into(s, acc + 2 * (o - o0), first, p->bias[o]);
+        }
+        return;
+    }
+    MICO_SL_TABLE((uint32_t)(int32_t)x0[k_]);
+    for (o = o0; o < o1; o++, wp += row) {
+        int32_t *const a = acc + 2 * (o - o0);
+        mico_sl_sums(wp, nb, tables, 1, &s, &unused);
+        a[0] = (int32_t)((first ? (uint32_t)p->bias[o] : (uint32_t)a[0]) + s);
+    }
+}
+
+void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
+{
+    const int32_t nf = p->in_features, nout = p->out_features;
+    int16_t x[2][MICO_SL_TAPS];
+    int32_t acc[2 * MICO_SL_O], y[MICO_SL_O];
+    int32_t kc_max, r, o0, o, k0, h;
+    if (p->w_bits != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 || nf % 8 != 0) {
+        mico_qlinear(p, in, out);
+        return;
+    }
+    kc_max = mico_sl_chunk(1, 32767 / mico_sl_maxabs(p->in_fmt));
+    for (r = 0; r < p->rows; r += 2) {
+        const int32_t pair = r + 1 < p->rows;
+        for (o0 = 0; o0 < nout; o0 += MICO_SL_O) {
+            const int32_t o1 = o0 + MICO_SL_O < nout ? o0 + MICO_SL_O : nout;
+            for (k0 = 0; k0 < nf; k0 += kc_max) {
+                const int32_t kc = nf - k0 < kc_max ? nf - k0 : kc_max;
+                mico_unpack(in, (size_t)r * (size_t)nf + (size_t)k0, kc, p->in_fmt, x[0]);
+                if (pair) {
+                    mico_unpack(in, (size_t)(r + 1) * (size_t)nf + (size_t)k0, kc, p->in_fmt,
+                                x[1]);
+                }
+                for (h = kc; h < (kc + 7) / 8 * 8; h++) { /* the last weight byte's rest */
+                    x[0][h] = 0;
+                    x[1][h] = 0;
+                    MICO_SL_LOOP();
+                }
+                mico_sl_linear_pair(p, x[0], pair ? x[1] : NULL, kc, k0, o0, o1, k0 == 0, acc);
+            }
+            for (h = 0; h <= pair; h++) { /* requantize and store each row's outputs */
+                for (o = o0; o < o1; o++) {
+                    const MicoRq rq = mico_rq(&p->out, o);
+                    y[o - o0] = mico_rq_apply(&rq, acc[2 * (o - o0) + h]);
+                }
+                mico_pack(out, (size_t)(r + h) * (size_t)nout + (size_t)o0, y, o1 - o0,
+                          p->out.fmt);
+            }
+        }
+    }
+}
