@@ -290,6 +290,7 @@ def _layer_code(
         and sign_lut_plan.layer_kernel(
             layer.kind, layer.w_fmt, layer.a_fmt.bits, layer.taps, layer.groups,
             layer.weight.shape[3] if layer.kind == "conv" else 1,
+            plan is not None and (not layer.meta.get("sized") or layer.macs >= LANES_MIN_MACS),
         )
     )  # fmt: skip
     addsub = None if sign_lut else addsub

@@ -444,7 +444,7 @@ def conv_choice(node: Node, ctx: Any) -> dict[str, Any]:
     if signs and macs >= sign_lut_plan.MIN_MACS:
         # binary weights on wider codes: table lookups, no multiplication (mico_sign_lut.c)
         kernel = sign_lut_plan.conv_kernel(
-            node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], k_w
+            node.inputs[1].qformat, fmt_of(x)[0], taps, a["groups"], k_w, lanes is not None
         )
     if signs and kernel is None and macs >= LANES_MIN_MACS:
         # weights that are signs: sums of codes, no multiplication (mico_conv_addsub.c)
@@ -637,14 +637,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         min_macs=binary_plan.LINEAR_MIN_MACS,
     )  # fmt: skip
     # binary weights on wider codes: table lookups, no multiplication (mico_sign_lut.c)
-    sign_lut = (
-        None
-        if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS
-        else sign_lut_plan.linear_kernel(node.inputs[1].qformat, fmt_of(x)[0], in_features)
-    )
     lanes = (
         None
-        if binary or host or sign_lut
+        if binary or host
         else lanes_plan(
             node.inputs[1].qformat,
             x.qformat,
@@ -654,6 +649,14 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
             weight=_weight_codes(node),
         )
     )
+    sign_lut = (
+        None
+        if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS
+        else sign_lut_plan.linear_kernel(
+            node.inputs[1].qformat, fmt_of(x)[0], in_features, lanes is not None
+        )
+    )
+    lanes = None if sign_lut else lanes
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary)
     params = ctx.const_struct(
         "MicoLinear",

@@ -170,7 +170,7 @@ def test_layers_it_does_not_take_are_handed_on(host_runs):
     "w_fmt, in_bits, taps, groups, k_w, expected",
     [
         (BIN, 8, 288, 1, 3, sign_lut_plan.CONV_KERNEL),
-        (BIN, 2, 32, 1, 1, sign_lut_plan.CONV_KERNEL),
+        (BIN, 2, 32, 1, 1, sign_lut_plan.CONV_KERNEL),  # no lanes: any width from 2 bits
         (BIN, 1, 288, 1, 3, None),  # 1-bit codes: the popcount kernels
         (BIN, 16, 288, 1, 3, None),  # int16 / int32 inputs
         (BIN, 8, 45, 1, 3, None),  # not whole bytes a channel
@@ -185,6 +185,18 @@ def test_conv_choice_rule(w_fmt, in_bits, taps, groups, k_w, expected):
     assert sign_lut_plan.conv_kernel(w_fmt, in_bits, taps, groups, k_w) == expected
 
 
+@pytest.mark.parametrize("in_bits", range(2, 9))
+def test_narrow_codes_keep_the_lanes(in_bits):
+    """Where the channel lanes take the layer, codes of fewer than MIN_BITS_WITH_LANES bits
+    keep them (they pack more products a multiply), wider ones take the tables."""
+    wide = in_bits >= sign_lut_plan.MIN_BITS_WITH_LANES
+    conv = sign_lut_plan.conv_kernel(BIN, in_bits, 288, 1, 3, has_lanes=True)
+    linear = sign_lut_plan.linear_kernel(BIN, in_bits, 256, has_lanes=True)
+    assert (conv, linear) == (
+        (sign_lut_plan.CONV_KERNEL, sign_lut_plan.LINEAR_KERNEL) if wide else (None, None)
+    )
+
+
 def test_linear_choice_rule():
     assert sign_lut_plan.linear_kernel(BIN, 8, 256) == sign_lut_plan.LINEAR_KERNEL
     assert sign_lut_plan.linear_kernel(BIN, 8, 250) is None
@@ -196,7 +208,10 @@ def test_linear_choice_rule():
     "kind, in_c, out_c, kernel, size, a_bits, expected",
     [
         ("conv", 32, 32, (1, 1), (16, 16), 8, sign_lut_plan.CONV_KERNEL),
-        ("conv", 32, 32, (3, 3), (16, 16), 4, sign_lut_plan.CONV_KERNEL),
+        ("conv", 32, 32, (3, 3), (16, 16), 6, sign_lut_plan.CONV_KERNEL),
+        ("conv", 32, 32, (3, 3), (16, 16), 4, None),  # 4-bit codes keep the lanes
+        # 20,736 MACs: below the lanes' gate, above the tables'
+        ("conv", 8, 8, (3, 3), (6, 6), 4, sign_lut_plan.CONV_KERNEL),
         ("conv", 8, 8, (1, 1), (8, 8), 8, None),  # 4,096 MACs: below MIN_MACS
         ("linear", 256, 64, (1, 1), (1, 1), 8, sign_lut_plan.LINEAR_KERNEL),
         ("linear", 64, 10, (1, 1), (1, 1), 8, None),  # 640 MACs
@@ -204,7 +219,7 @@ def test_linear_choice_rule():
 )
 def test_generator_emits_the_path(kind, in_c, out_c, kernel, size, a_bits, expected):
     """The code generator calls the sign tables for binary-weight layers of MIN_MACS or more
-    on 2- to 8-bit codes, and another path for smaller ones."""
+    on 5- to 8-bit codes (2 to 8 bits without lanes), and another path for others."""
     shape = LayerShape("l", kind, in_c, out_c, kernel, (1, 1), 1, size, size, 1, a_bits)
     called, _, _ = emitted_kernel(layer_node(shape, False, 8))
     if expected is None:
