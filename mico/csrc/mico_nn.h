@@ -267,6 +267,9 @@ static inline int32_t mico_rq_apply(const MicoRq *q, int32_t acc)
  * case (a multiplier whose shift is above 32, not binary) in a tight loop, for long runs. */
 void mico_rq_run(const MicoRq *q, int32_t *v, int32_t n);
 void mico_rq_run_fast(const MicoRq *q, int32_t *v, int32_t n);
+/* mico_rq_run_fast then mico_pack of the run at elements start.. of buf (v left undefined);
+ * 8-bit codes requantized and stored in one loop. */
+void mico_rq_pack(const MicoRq *q, int32_t *v, int32_t n, void *buf, size_t start, MicoFmt f);
 
 
 /* The value an accumulator (or a code) of channel ch is stored as. */

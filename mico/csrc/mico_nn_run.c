@@ -302,53 +302,88 @@ void mico_rq_run(const MicoRq *q, int32_t *v, int32_t n)
     }
 }
 
-/* mico_rq_run for a multiplier whose shift is 1 to 32 (a real multiplier of 2^-1 or more: sums
- * of few products, or binary weights' sums): the 64-bit product's rounding and shift on two
- * words, saturating where the quotient leaves int32 (mico_rescale). */
-static MICO_NOINLINE void mico_rq_run_short(const MicoRq *q, int32_t *v, int32_t n)
+/* A value (after the ReLU) requantized by a multiplier m of shift above 32, s = shift - 32,
+ * rnd = 2^(s - 1) (mico_rescale: the low word of the product only matters below the rounding
+ * bit). */
+static inline int32_t mico_rq_long(int32_t r, uint32_t m, uint32_t s, uint32_t rnd)
 {
-    const uint32_t m = (uint32_t)q->m, s = (uint32_t)q->shift, up = 32u - s;
-    const uint32_t rnd = 1u << (s - 1u);
-    const int32_t relu = q->relu, lo = q->lo, hi = q->hi;
-    int32_t i;
-    for (i = 0; i < n; i++) {
-        int32_t r = relu && v[i] < 0 ? 0 : v[i];
-        const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
-        const uint64_t prod = (uint64_t)mag * m + rnd;
-        const uint32_t ph = (uint32_t)(prod >> 32), pl = (uint32_t)prod;
-        if ((ph >> (s - 1u)) != 0u) { /* the quotient is 2^31 or more */
-            r = r < 0 ? INT32_MIN : INT32_MAX;
-        } else {
-            const uint32_t quot = (ph << up) | ((pl >> (s - 1u)) >> 1);
-            r = r < 0 ? -(int32_t)quot : (int32_t)quot;
-        }
-        r = r < lo ? lo : r;
-        v[i] = r > hi ? hi : r;
-    }
+    uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+    mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+    return r < 0 ? -(int32_t)mag : (int32_t)mag;
 }
+
+/* The same for a shift s of 1 to 32 (a real multiplier of 2^-1 or more: sums of few products,
+ * or binary weights' sums), rnd = 2^(s - 1): the 64-bit product's rounding and shift on two
+ * words, saturating where the quotient leaves int32 (mico_rescale). */
+static inline int32_t mico_rq_short(int32_t r, uint32_t m, uint32_t s, uint32_t rnd)
+{
+    const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+    const uint64_t prod = (uint64_t)mag * m + rnd;
+    const uint32_t ph = (uint32_t)(prod >> 32), pl = (uint32_t)prod;
+    uint32_t quot;
+    if ((ph >> (s - 1u)) != 0u) { /* the quotient is 2^31 or more */
+        return r < 0 ? INT32_MIN : INT32_MAX;
+    }
+    quot = (ph << (32u - s)) | ((pl >> (s - 1u)) >> 1);
+    return r < 0 ? -(int32_t)quot : (int32_t)quot;
+}
+
+/* The run's values requantized (ReLU, rescale, clamp) and passed to STORE(i, r): the two
+ * multiplier forms in their own loops. */
+#define MICO_RQ_LOOP(STORE)                                                                 \
+    do {                                                                                    \
+        const uint32_t m_ = (uint32_t)q->m;                                                 \
+        const int32_t relu_ = q->relu, lo_ = q->lo, hi_ = q->hi;                            \
+        int32_t i_, r_;                                                                     \
+        if (q->shift > 32) {                                                                \
+            const uint32_t s_ = (uint32_t)(q->shift - 32), rnd_ = 1u << (s_ - 1u);          \
+            for (i_ = 0; i_ < n; i_++) {                                                    \
+                r_ = mico_rq_long(relu_ && v[i_] < 0 ? 0 : v[i_], m_, s_, rnd_);            \
+                r_ = r_ < lo_ ? lo_ : r_;                                                   \
+                STORE(i_, r_ > hi_ ? hi_ : r_);                                             \
+            }                                                                               \
+        } else {                                                                            \
+            const uint32_t s_ = (uint32_t)q->shift, rnd_ = 1u << (s_ - 1u);                 \
+            for (i_ = 0; i_ < n; i_++) {                                                    \
+                r_ = mico_rq_short(relu_ && v[i_] < 0 ? 0 : v[i_], m_, s_, rnd_);           \
+                r_ = r_ < lo_ ? lo_ : r_;                                                   \
+                STORE(i_, r_ > hi_ ? hi_ : r_);                                             \
+            }                                                                               \
+        }                                                                                   \
+    } while (0)
+
+/* Whether a run's multiplier takes the tight loops: scaled, not binary, a shift of 1 or more. */
+static inline int mico_rq_tight(const MicoRq *q)
+{
+    return q->scaled && !q->binary && q->shift >= 1;
+}
+
+#define MICO_RQ_TO_V(i, r) (v[i] = (r))
 
 /* The same, with the usual cases (a multiplier, not binary) in tight loops: for kernels that
  * requantize long runs. */
 void mico_rq_run_fast(const MicoRq *q, int32_t *v, int32_t n)
 {
-    const uint32_t m = (uint32_t)q->m, s = q->shift > 32 ? (uint32_t)(q->shift - 32) : 1u;
-    const uint32_t rnd = 1u << (s - 1u);
-    const int32_t relu = q->relu, lo = q->lo, hi = q->hi;
-    int32_t i;
-    if (q->scaled && !q->binary && q->shift >= 1 && q->shift <= 32) {
-        mico_rq_run_short(q, v, n);
-        return;
-    }
-    if (!q->scaled || q->binary || q->shift <= 32) {
+    if (!mico_rq_tight(q)) {
         mico_rq_run(q, v, n);
         return;
     }
-    for (i = 0; i < n; i++) {
-        int32_t r = relu && v[i] < 0 ? 0 : v[i];
-        uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
-        mag = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
-        r = r < 0 ? -(int32_t)mag : (int32_t)mag;
-        r = r < lo ? lo : r;
-        v[i] = r > hi ? hi : r;
+    MICO_RQ_LOOP(MICO_RQ_TO_V);
+}
+
+/* mico_rq_run_fast then mico_pack (v is left undefined), with 8-bit codes requantized and
+ * stored in one loop: each value is written once, as its byte (an unsigned format's zero
+ * point added, as mico_pack does). */
+void mico_rq_pack(const MicoRq *q, int32_t *v, int32_t n, void *buf, size_t start, MicoFmt f)
+{
+    uint8_t *const o = (uint8_t *)buf + start;
+    const uint32_t zero = f.is_signed ? 0u : (uint32_t)f.zero;
+    if (f.bits != 8 || !mico_rq_tight(q)) {
+        mico_rq_run_fast(q, v, n);
+        mico_pack(buf, start, v, n, f);
+        return;
     }
+#define MICO_RQ_TO_BYTE(i, r) (o[i] = (uint8_t)((uint32_t)(r) + zero))
+    MICO_RQ_LOOP(MICO_RQ_TO_BYTE);
+#undef MICO_RQ_TO_BYTE
 }

@@ -254,8 +254,8 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
             for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
                 int32_t *const tr = tile + (oc - oc0) * MICO_SL_PX;
                 const MicoRq rq = mico_rq(&p->out, oc);
-                mico_rq_run_fast(&rq, tr, np);
-                mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, tr, np, p->out.fmt);
+                mico_rq_pack(&rq, tr, np, out, (size_t)oc * (size_t)npix + (size_t)pix0,
+                             p->out.fmt);
             }
         }
     }
