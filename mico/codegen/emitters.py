@@ -518,7 +518,6 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
         ctx.need(addsub_plan.SOURCE)
     if kernel == sign_lut_plan.CONV_KERNEL:
         ctx.need(sign_lut_plan.SOURCE)
-        ctx.need(addsub_plan.SOURCE)  # its fallback for layers it does not take
     return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
 
 

@@ -466,7 +466,7 @@ void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
 /* Binary weights on 2- to 8-bit codes by table lookup (mico_sign_lut.c): the 16 signed sums of
  * four taps' codes built once per pixel (row) pair, an entry a nibble of weights per channel;
- * layers whose channels' weights are not whole bytes go to mico_qconv2d_addsub1 /
+ * layers whose channels' weights are not whole bytes go to mico_qconv2d_elementwise /
  * mico_qlinear. */
 void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out);
 void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out);

@@ -17,7 +17,7 @@
  * in_features) must be whole bytes, a chunk a multiple of 8 taps but the last. Taps past a
  * chunk's end (the rest of its last byte) read codes of 0, so their weights add nothing.
  * Bit-identical to mico_qconv2d / mico_qlinear (exact int32 sums, the same requantization);
- * layers it does not take go to mico_qconv2d_addsub1 / mico_qlinear. Stack (rv32): 6.4 KB
+ * layers it does not take go to mico_qconv2d_elementwise / mico_qlinear. Stack (rv32): 6.4 KB
  * (convolutions: the patch and the tile 2 KB each, two pairs' tables 2 KB), 2.3 KB (linear). */
 #include "mico_nn.h"
 
@@ -225,12 +225,12 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
     int32_t kc_max, rpc, oc0, oc, pix0, r0, j;
     if (p->w_bits != 1 || p->groups != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 ||
         k_all % 8 != 0) {
-        mico_qconv2d_addsub1(p, in, out);
+        mico_qconv2d_elementwise(p, in, out);
         return;
     }
     kc_max = mico_sl_chunk(kw, 32767 / mico_sl_maxabs(p->in_fmt));
     if (kc_max == 0) { /* a kernel row wider than a chunk */
-        mico_qconv2d_addsub1(p, in, out);
+        mico_qconv2d_elementwise(p, in, out);
         return;
     }
     rpc = kc_max / kw;

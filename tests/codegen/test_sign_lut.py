@@ -123,7 +123,7 @@ def _limits() -> list:
 def _handed_on() -> list:
     """Layers the tables do not take: 45 taps a channel (weights not in whole bytes), a 9-wide
     kernel row (its whole-byte chunk, 72 taps, is past 64), 12 linear inputs; the entry point
-    hands them to mico_qconv2d_addsub1 / mico_qlinear, exact."""
+    hands them to mico_qconv2d_elementwise / mico_qlinear, exact."""
     return [
         _conv(A8, 1, in_c=5, hw=(5, 7)),
         _conv(A8, 2, in_c=8, hw=(9, 11), k=9, pad=4),
