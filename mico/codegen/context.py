@@ -98,6 +98,9 @@ KERNEL_DEPENDENCIES: dict[str, tuple[str, ...]] = {
         "mico_quant.c",
     )
 }
+# the sign tables hand layers they do not take to the plain conv and linear kernels (a program
+# on the tables for its convolutions only still links mico_qlinear_sign_lut's call)
+KERNEL_DEPENDENCIES["mico_sign_lut.c"] = ("mico_nn_run.c", "mico_conv2d.c", "mico_linear.c")
 
 
 class EmitContext:

@@ -23,7 +23,8 @@
 
 #define MICO_SL_PX 16              /* output pixels of a convolution's tile */
 #define MICO_SL_PAIRS (MICO_SL_PX / 2)
-#define MICO_SL_TAPS 64            /* taps of a chunk at most: 16 tables */
+#define MICO_SL_TAPS 64            /* taps of a convolution's chunk at most: 16 tables */
+#define MICO_SL_LTAPS 128          /* taps of a linear layer's chunk at most: 32 tables */
 #define MICO_SL_GROUPS (MICO_SL_TAPS / 4)
 #define MICO_SL_OCT 32             /* channels whose sums wait in the tile */
 #define MICO_SL_O 64               /* outputs of a linear block */
@@ -61,11 +62,11 @@ static int32_t mico_sl_maxabs(MicoFmt f)
     return top > f.zero ? top : f.zero;
 }
 
-/* Taps of a chunk: at most MICO_SL_TAPS and what a lane holds, a multiple of 8 (kernel rows of
+/* Taps of a chunk: at most `most` and what a lane holds, a multiple of 8 (kernel rows of
  * k_w taps for a convolution: a multiple of lcm(k_w, 8)); 0 when none fits. */
-static int32_t mico_sl_chunk(int32_t kw, int32_t cap)
+static int32_t mico_sl_chunk(int32_t kw, int32_t cap, int32_t most)
 {
-    int32_t unit = kw, limit = cap < MICO_SL_TAPS ? cap : MICO_SL_TAPS;
+    int32_t unit = kw, limit = cap < most ? cap : most;
     while (unit % 8 != 0) {
         unit += kw;
     }
@@ -228,7 +229,7 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    kc_max = mico_sl_chunk(kw, 32767 / mico_sl_maxabs(p->in_fmt));
+    kc_max = mico_sl_chunk(kw, 32767 / mico_sl_maxabs(p->in_fmt), MICO_SL_TAPS);
     if (kc_max == 0) { /* a kernel row wider than a chunk */
         mico_qconv2d_elementwise(p, in, out);
         return;
@@ -268,7 +269,7 @@ static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t
                                               const int16_t *x1, int32_t kc, int32_t k0,
                                               int32_t o0, int32_t o1, int first, int32_t *acc)
 {
-    uint32_t tables[MICO_SL_GROUPS * 16];
+    uint32_t tables[MICO_SL_LTAPS * 4];
     const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
     const size_t row = (size_t)p->in_features / 8u;
     const uint8_t *wp = p->weight + ((size_t)o0 * (size_t)p->in_features + (size_t)k0) / 8u;
@@ -294,14 +295,15 @@ static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t
 void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
 {
     const int32_t nf = p->in_features, nout = p->out_features;
-    int16_t x[2][MICO_SL_TAPS];
+    int16_t x[2][MICO_SL_LTAPS];
     int32_t acc[2 * MICO_SL_O], y[MICO_SL_O];
     int32_t kc_max, r, o0, o, k0, h;
     if (p->w_bits != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 || nf % 8 != 0) {
         mico_qlinear(p, in, out);
         return;
     }
-    kc_max = mico_sl_chunk(1, 32767 / mico_sl_maxabs(p->in_fmt));
+    kc_max = mico_sl_chunk(1, p->rows > 1 ? 32767 / mico_sl_maxabs(p->in_fmt) : MICO_SL_LTAPS,
+                           MICO_SL_LTAPS); /* one row alone: int32 sums, no lanes */
     for (r = 0; r < p->rows; r += 2) {
         const int32_t pair = r + 1 < p->rows;
         for (o0 = 0; o0 < nout; o0 += MICO_SL_O) {
