@@ -1974,6 +1974,28 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
     }
 }
 
+/* Bytes 0..nb-1 of four lines (K = k lanes of ls bits; q3 read only for k = 4) into the
+ * words o[0 ..]: a byte of each line makes 8 / b words (mico_dwp_readkk). */
+static MICO_DWL_INLINE void mico_dwp_kbytes(const uint8_t *q0, const uint8_t *q1,
+                                            const uint8_t *q2, const uint8_t *q3,
+                                            MicoDwpWord *o, const int32_t nb, const uint32_t k,
+                                            const uint32_t b)
+{
+    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
+    const uint32_t fm = ((1u << b) - 1u) * (k == 3u ? 0x100401u : 0x01010101u);
+    int32_t e;
+    uint32_t x;
+    MICO_UNROLL for (e = 0; e < nb; e++) {
+        uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+        if (k == 4u) {
+            t |= (uint32_t)q3[e] << 24;
+        }
+        MICO_UNROLL for (x = 0; x < per; x++) {
+            o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+        }
+    }
+}
+
 /* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
  * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
  * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
@@ -1985,13 +2007,11 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
                                             const uint32_t b)
 {
     static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
-    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
-    const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
-    const int32_t half = d->half * d->g.ss, nb = n / (int32_t)per; /* (lines between lanes) */
+    const int32_t per = 8 / (int32_t)b;
+    const int32_t half = d->half * d->g.ss, nb = n / per; /* (lines between lanes) */
     const size_t rb = row_bits >> 3;
     const uint8_t *const base = in + (bit >> 3);
     int32_t r, i, l;
-    uint32_t x;
     for (r = 0, l = first; r < d->rows; r++, l++, row += MICO_DWP_PITCH) {
         MicoDwpWord *o = row;
         const uint8_t *q0 = (uint32_t)l < (uint32_t)n_line ? base + (size_t)l * rb : zeros;
@@ -2006,37 +2026,13 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
                                 : zeros;
         /* eight bytes of each line an iteration (their offsets constant), four, then one */
         for (i = 0; i + 8 <= nb; i += 8, q0 += 8, q1 += 8, q2 += 8, q3 += 8, o += 8 * per) {
-            int32_t e;
-            MICO_UNROLL for (e = 0; e < 8; e++) {
-                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
-                if (k == 4u) {
-                    t |= (uint32_t)q3[e] << 24;
-                }
-                MICO_UNROLL for (x = 0; x < per; x++) {
-                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
-                }
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 8, k, b);
         }
         for (; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
-            int32_t e;
-            MICO_UNROLL for (e = 0; e < 4; e++) {
-                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
-                if (k == 4u) {
-                    t |= (uint32_t)q3[e] << 24;
-                }
-                MICO_UNROLL for (x = 0; x < per; x++) {
-                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
-                }
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 4, k, b);
         }
         for (; i < nb; i++, q0++, q1++, q2++, q3++, o += per) {
-            uint32_t t = (uint32_t)*q0 | (uint32_t)*q1 << ls | (uint32_t)*q2 << (2u * ls);
-            if (k == 4u) {
-                t |= (uint32_t)*q3 << 24;
-            }
-            MICO_UNROLL for (x = 0; x < per; x++) {
-                o[x].w = (t >> (b * x)) & fm;
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 1, k, b);
         }
     }
 }
