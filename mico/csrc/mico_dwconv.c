@@ -3439,8 +3439,17 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
     int32_t i, c, y;
     MicoDwbGeom g;
     MicoDwbOut wr;
-    for (i = 0; i < 6 * MICO_DWB_NB; i++) {
-        bufs[i] = 0;
+    /* The copies' zero words: those mico_dwb_run reads (words z - w / 32 - 1 .. z + w / 32 +
+     * nw) that no channel writes (each writes words z - 1 .. z + nw), zeroed once, not the
+     * buffers (a memset call per layer) */
+    for (i = 0; i < 6; i++) {
+        int32_t k;
+        for (k = 0; k < z; k++) {
+            bufs[i * MICO_DWB_NB + k] = 0;
+        }
+        for (k = z + nw - 1; k <= z + (w >> 5) + nw; k++) {
+            bufs[i * MICO_DWB_NB + k] = 0;
+        }
     }
     for (i = 0; i < nw; i++) {
         nfirst[i] = nlast[i] = 0xffffffffu;
