@@ -3391,12 +3391,18 @@ static MICO_DWL_INLINE int32_t mico_dwb_taps(const MicoConv2d *p, int32_t c, Mic
 #else
 #define MICO_DWB_LE 0
 #endif
+/* A word of the output's bytes (stored as words where aligned): a type that may alias them. */
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((__may_alias__)) MicoDwbWord;
+#else
+typedef uint32_t MicoDwbWord;
+#endif
 
 /* A channel's packed codes (res: 1-bit codes in res[2 i], 2-bit codes' bit slices in res[2 i],
  * res[2 i + 1]) of n pixels appended to the output: stored as words straight where the writer
  * is at an aligned address with nothing pending and the codes fill whole words (little
  * endian: the stream's bytes in order), else through mico_dwb_put. */
-static MICO_DWL_INLINE void mico_dwb_codes(uint32_t *dst, const uint32_t *res, int32_t nw,
+static MICO_DWL_INLINE void mico_dwb_codes(MicoDwbWord *dst, const uint32_t *res, int32_t nw,
                                            int32_t ob)
 {
     int32_t i;
@@ -3417,7 +3423,7 @@ static MICO_NOINLINE void mico_dwb_out(MicoDwbOut *wr, uint32_t *res, int32_t n,
 {
     const int32_t nw = (n + 31) / 32;
     if (MICO_DWB_LE && ((n * ob) & 31) == 0 && wr->fill == 0u && ((uintptr_t)wr->p & 3u) == 0u) {
-        mico_dwb_codes((uint32_t *)(void *)wr->p, res, nw, ob);
+        mico_dwb_codes((MicoDwbWord *)(void *)wr->p, res, nw, ob);
         wr->p += (size_t)(n * ob) >> 3;
     } else { /* in place, then appended */
         mico_dwb_codes(res, res, nw, ob);
