@@ -1,15 +1,17 @@
 """Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs in mico_dwconv.c, chosen by
 mico.codegen.dwconv_plan.dwb_plan) against the Python integer reference, through the C program
-of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under ASan + UBSan).
+of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under ASan + UBSan;
+the benchmark's stride-2 case on rv32 under qemu).
 
 The kernel cases call the bit-sliced entry point whatever the plan would choose: 2-bit
 unsigned codes in, weights in {-1, 0, 1} (ternary 2-bit codes, 1-bit {-1, +1}, 4-bit codes
 holding only those), 1- and 2-bit unsigned outputs with and without a ReLU; odd planes, rows
 of 1..63 codes, planes whose channels start inside a byte, stride 2 (rows of up to 62 codes,
-odd and even sizes); multipliers whose shift is 32 or less and above, ties of the rounding,
-biases that put every sum at the top or bottom level, saturating scales; and the layers the
-kernel hands to the pair path (a weight -2 or 3, a bias near the int32 limits, rows of 32
-codes, 64 at stride 2, padding 0, 4-bit codes)."""
+odd and even sizes, rows on 1 to 15 whole bytes or from inside a byte); multipliers whose
+shift is 32 or less and above, ties of the rounding, biases that put every sum at the top or
+bottom level, saturating scales; and the layers the kernel hands to the pair path (a weight
+-2 or 3, a bias near the int32 limits, rows of 32 codes, 64 at stride 2, padding 0, 4-bit
+codes)."""
 
 from __future__ import annotations
 
