@@ -1974,6 +1974,28 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
     }
 }
 
+/* Bytes 0..nb-1 of four lines (K = k lanes of ls bits; q3 read only for k = 4) into the
+ * words o[0 ..]: a byte of each line makes 8 / b words (mico_dwp_readkk). */
+static MICO_DWL_INLINE void mico_dwp_kbytes(const uint8_t *q0, const uint8_t *q1,
+                                            const uint8_t *q2, const uint8_t *q3,
+                                            MicoDwpWord *o, const int32_t nb, const uint32_t k,
+                                            const uint32_t b)
+{
+    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
+    const uint32_t fm = ((1u << b) - 1u) * (k == 3u ? 0x100401u : 0x01010101u);
+    int32_t e;
+    uint32_t x;
+    MICO_UNROLL for (e = 0; e < nb; e++) {
+        uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
+        if (k == 4u) {
+            t |= (uint32_t)q3[e] << 24;
+        }
+        MICO_UNROLL for (x = 0; x < per; x++) {
+            o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
+        }
+    }
+}
+
 /* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
  * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
  * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
@@ -1985,13 +2007,11 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
                                             const uint32_t b)
 {
     static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
-    const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
-    const uint32_t ones = k == 3u ? 0x100401u : 0x01010101u, fm = ((1u << b) - 1u) * ones;
-    const int32_t half = d->half * d->g.ss, nb = n / (int32_t)per; /* (lines between lanes) */
+    const int32_t per = 8 / (int32_t)b;
+    const int32_t half = d->half * d->g.ss, nb = n / per; /* (lines between lanes) */
     const size_t rb = row_bits >> 3;
     const uint8_t *const base = in + (bit >> 3);
     int32_t r, i, l;
-    uint32_t x;
     for (r = 0, l = first; r < d->rows; r++, l++, row += MICO_DWP_PITCH) {
         MicoDwpWord *o = row;
         const uint8_t *q0 = (uint32_t)l < (uint32_t)n_line ? base + (size_t)l * rb : zeros;
@@ -2006,37 +2026,13 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
                                 : zeros;
         /* eight bytes of each line an iteration (their offsets constant), four, then one */
         for (i = 0; i + 8 <= nb; i += 8, q0 += 8, q1 += 8, q2 += 8, q3 += 8, o += 8 * per) {
-            int32_t e;
-            MICO_UNROLL for (e = 0; e < 8; e++) {
-                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
-                if (k == 4u) {
-                    t |= (uint32_t)q3[e] << 24;
-                }
-                MICO_UNROLL for (x = 0; x < per; x++) {
-                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
-                }
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 8, k, b);
         }
         for (; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
-            int32_t e;
-            MICO_UNROLL for (e = 0; e < 4; e++) {
-                uint32_t t = (uint32_t)q0[e] | (uint32_t)q1[e] << ls | (uint32_t)q2[e] << (2u * ls);
-                if (k == 4u) {
-                    t |= (uint32_t)q3[e] << 24;
-                }
-                MICO_UNROLL for (x = 0; x < per; x++) {
-                    o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
-                }
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 4, k, b);
         }
         for (; i < nb; i++, q0++, q1++, q2++, q3++, o += per) {
-            uint32_t t = (uint32_t)*q0 | (uint32_t)*q1 << ls | (uint32_t)*q2 << (2u * ls);
-            if (k == 4u) {
-                t |= (uint32_t)*q3 << 24;
-            }
-            MICO_UNROLL for (x = 0; x < per; x++) {
-                o[x].w = (t >> (b * x)) & fm;
-            }
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 1, k, b);
         }
     }
 }
@@ -2880,8 +2876,9 @@ MICO_DWP_FORMS(MICO_DWP_FORM)
  *
  * The plane is read before any of its outputs is written, and the output stream is written in
  * whole words of completed outputs: the in-place contract holds. Stack: 1.8 KB (stride 2:
- * 2.2 KB). Layers this path does not take (and any weight outside {-1, 0, 1}, any bias within
- * 32 of the int32 limits) go to mico_qconv2d_depthwise3x3. */
+ * 2.2 KB, and a constant table of 1 KB). Layers this path does not take (and any weight
+ * outside {-1, 0, 1}, any bias within 32 of the int32 limits) go to
+ * mico_qconv2d_depthwise3x3. */
 #define MICO_DWB_WORDS 32 /* words of a plane: 1,024 pixels */
 #define MICO_DWB_NB 40    /* words of one copy (the plane and the zero words around it) */
 
@@ -2940,20 +2937,131 @@ static inline uint32_t mico_dwb_unzip(uint32_t x)
     return x;
 }
 
-/* Bit 4 q + r of x at bit 8 r + q (four classes of bits, a byte each; the index bits rotated
- * by two: four swaps). Of 16 packed 2-bit codes: a0 and a1 of the even, then odd codes. */
-static inline uint32_t mico_dwb_unzip4(uint32_t x)
+/* A byte of 4 packed 2-bit codes split into its four classes, two bits each: a0 of the even
+ * codes (0, 2) at bits 0-1, their a1 at 8-9, a0 of the odd codes (1, 3) at 16-17, their a1 at
+ * 24-25. Byte j of a word shifted by 2 j: the word's 16 codes' classes a byte each. */
+#define MICO_DWB_S(b)                                                                       \
+    (((b) & 1u) | ((b) >> 1 & 1u) << 8 | ((b) >> 2 & 1u) << 16 | ((b) >> 3 & 1u) << 24 |   \
+     ((b) >> 4 & 1u) << 1 | ((b) >> 5 & 1u) << 9 | ((b) >> 6 & 1u) << 17 | ((b) >> 7 & 1u) << 25)
+#define MICO_DWB_S4(b) MICO_DWB_S(b), MICO_DWB_S(b + 1u), MICO_DWB_S(b + 2u), MICO_DWB_S(b + 3u)
+#define MICO_DWB_S16(b)                                                                     \
+    MICO_DWB_S4(b), MICO_DWB_S4(b + 4u), MICO_DWB_S4(b + 8u), MICO_DWB_S4(b + 12u)
+#define MICO_DWB_S64(b)                                                                     \
+    MICO_DWB_S16(b), MICO_DWB_S16(b + 16u), MICO_DWB_S16(b + 32u), MICO_DWB_S16(b + 48u)
+static const uint32_t mico_dwb_split[256] = {MICO_DWB_S64(0u), MICO_DWB_S64(64u),
+                                             MICO_DWB_S64(128u), MICO_DWB_S64(192u)};
+#undef MICO_DWB_S64
+#undef MICO_DWB_S16
+#undef MICO_DWB_S4
+#undef MICO_DWB_S
+
+/* Bytes q[0..n-1] (n >= 1; 4 at most read) of packed codes through mico_dwb_split, byte j
+ * shifted by 2 j: their classes, a byte each (16 codes). */
+static MICO_DWL_INLINE uint32_t mico_dwb_step(const uint8_t *q, int32_t n)
 {
-    uint32_t t;
-    t = (x ^ (x >> 1)) & 0x22222222u;
-    x ^= t ^ (t << 1);
-    t = (x ^ (x >> 3)) & 0x0a0a0a0au;
-    x ^= t ^ (t << 3);
-    t = (x ^ (x >> 6)) & 0x00cc00ccu;
-    x ^= t ^ (t << 6);
-    t = (x ^ (x >> 12)) & 0x0000f0f0u;
-    x ^= t ^ (t << 12);
+    const uint32_t *const t = mico_dwb_split;
+    uint32_t x = t[q[0]];
+    if (n >= 4) {
+        return x | t[q[1]] << 2 | t[q[2]] << 4 | t[q[3]] << 6;
+    }
+    if (n > 1) {
+        x |= t[q[1]] << 2;
+    }
+    if (n > 2) {
+        x |= t[q[2]] << 4;
+    }
     return x;
+}
+
+/* The classes of the codes of bytes q[0..nb-1] (nb <= 16; only those read): c[0] a0 of the
+ * even codes, c[1] their a1, c[2] a0 of the odd ones, c[3] their a1 (bit i: code 2 i, or
+ * 2 i + 1). */
+static MICO_DWL_INLINE void mico_dwb_classes(const uint8_t *q, int32_t nb, uint32_t c[4])
+{
+    uint32_t e0 = 0, e1 = 0, o0 = 0, o1 = 0;
+    int32_t k;
+    MICO_UNROLL for (k = 0; k < 4; k++) { /* (constant shifts) */
+        uint32_t x;
+        if (4 * k >= nb) {
+            break;
+        }
+        x = mico_dwb_step(q + 4 * k, nb - 4 * k);
+        e0 |= (x & 0xffu) << (8 * k);
+        e1 |= ((x >> 8) & 0xffu) << (8 * k);
+        o0 |= ((x >> 16) & 0xffu) << (8 * k);
+        o1 |= (x >> 24) << (8 * k);
+    }
+    c[0] = e0;
+    c[1] = e1;
+    c[2] = o0;
+    c[3] = o1;
+}
+
+/* The same for a row on whole bytes (nb = 1..15 of them, no code of another row): steps of 4
+ * bytes, the classes of two steps merged at once, halfword by halfword. */
+static MICO_DWL_INLINE void mico_dwb_classes4(const uint8_t *q, int32_t nb, uint32_t c[4])
+{
+    const uint32_t m = 0x00ff00ffu;
+    const uint32_t g0 = mico_dwb_step(q, nb);
+    uint32_t g1, g2, g3, lo, hi, lo2, hi2;
+    if (nb <= 4) {
+        c[0] = g0 & 0xffu;
+        c[1] = (g0 >> 8) & 0xffu;
+        c[2] = (g0 >> 16) & 0xffu;
+        c[3] = g0 >> 24;
+        return;
+    }
+    g1 = mico_dwb_step(q + 4, nb - 4);
+    lo = (g0 & m) | (g1 & m) << 8;    /* a0: even codes' in the low half, odd codes' high */
+    hi = ((g0 >> 8) & m) | (g1 & ~m); /* a1 */
+    if (nb <= 8) {
+        c[0] = lo & 0xffffu;
+        c[1] = hi & 0xffffu;
+        c[2] = lo >> 16;
+        c[3] = hi >> 16;
+        return;
+    }
+    g2 = mico_dwb_step(q + 8, nb - 8);
+    g3 = nb > 12 ? mico_dwb_step(q + 12, nb - 12) : 0u;
+    lo2 = (g2 & m) | (g3 & m) << 8;
+    hi2 = ((g2 >> 8) & m) | (g3 & ~m);
+    c[0] = (lo & 0xffffu) | lo2 << 16;
+    c[1] = (hi & 0xffffu) | hi2 << 16;
+    c[2] = lo >> 16 | (lo2 & 0xffff0000u);
+    c[3] = hi >> 16 | (hi2 & 0xffff0000u);
+}
+
+/* Row of w codes from code `at` of the input (w <= 62) as r[0], r[1]: a0, a1 of its even
+ * columns (w - w / 2 bits), r[2], r[3]: of its odd columns (w / 2 bits). Rows on whole bytes
+ * (nb = w / 4, else 0) are their bytes' classes; other rows start at code d = at mod 4 of a
+ * byte (d + w <= 64) and are shifted out of their bytes' classes (the even columns the odd
+ * codes for an odd d) and masked (me, mo: the columns' bits). */
+static MICO_DWL_INLINE void mico_dwb_row(const uint8_t *in, size_t at, int32_t w, int32_t nb,
+                                         uint32_t me, uint32_t mo, uint32_t r[4])
+{
+    const uint8_t *const q = in + (at >> 2);
+    const uint32_t d = (uint32_t)at & 3u, s = d >> 1, s1 = (d + 1u) >> 1;
+    uint32_t cl[4];
+    if (nb == 8) { /* (rows of 32 and 16 codes: no test of the steps) */
+        mico_dwb_classes4(q, 8, r);
+    } else if (nb == 4) {
+        mico_dwb_classes4(q, 4, r);
+    } else if (nb) {
+        mico_dwb_classes4(q, nb, r);
+    } else {
+        mico_dwb_classes(q, (w + (int32_t)d + 3) >> 2, cl);
+        if (d & 1u) { /* the row's even columns are the bytes' odd codes */
+            r[0] = (cl[2] >> s) & me;
+            r[1] = (cl[3] >> s) & me;
+            r[2] = (cl[0] >> s1) & mo;
+            r[3] = (cl[1] >> s1) & mo;
+        } else {
+            r[0] = (cl[0] >> s) & me;
+            r[1] = (cl[1] >> s) & me;
+            r[2] = (cl[2] >> s) & mo;
+            r[3] = (cl[3] >> s) & mo;
+        }
+    }
 }
 
 static inline uint32_t mico_dwb_zip(uint32_t x)
@@ -3277,24 +3385,50 @@ static MICO_DWL_INLINE int32_t mico_dwb_taps(const MicoConv2d *p, int32_t c, Mic
     return base;
 }
 
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_DWB_LE 1
+#else
+#define MICO_DWB_LE 0
+#endif
+/* A word of the output's bytes (stored as words where aligned): a type that may alias them. */
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((__may_alias__)) MicoDwbWord;
+#else
+typedef uint32_t MicoDwbWord;
+#endif
+
 /* A channel's packed codes (res: 1-bit codes in res[2 i], 2-bit codes' bit slices in res[2 i],
- * res[2 i + 1]) of n pixels appended to the output. */
-static MICO_NOINLINE void mico_dwb_out(MicoDwbOut *wr, uint32_t *res, int32_t n, int32_t ob)
+ * res[2 i + 1]) of n pixels appended to the output: stored as words straight where the writer
+ * is at an aligned address with nothing pending and the codes fill whole words (little
+ * endian: the stream's bytes in order), else through mico_dwb_put. */
+static MICO_DWL_INLINE void mico_dwb_codes(MicoDwbWord *dst, const uint32_t *res, int32_t nw,
+                                           int32_t ob)
 {
-    const int32_t nw = (n + 31) / 32;
     int32_t i;
     if (ob == 1) {
         for (i = 0; i < nw; i++) {
-            res[i] = res[2 * i];
+            dst[i] = res[2 * i];
         }
-    } else { /* the codes' two bit slices zipped into packed codes, in place */
+    } else { /* the codes' two bit slices zipped into packed codes */
         for (i = 0; i < nw; i++) {
             const uint32_t o0 = res[2 * i], o1 = res[2 * i + 1];
-            res[2 * i] = mico_dwb_zip((o0 & 0xffffu) | o1 << 16);
-            res[2 * i + 1] = mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u));
+            dst[2 * i] = mico_dwb_zip((o0 & 0xffffu) | o1 << 16);
+            dst[2 * i + 1] = mico_dwb_zip(o0 >> 16 | (o1 & 0xffff0000u));
         }
     }
-    mico_dwb_put(wr, res, (uint32_t)(n * ob));
+}
+
+static MICO_NOINLINE void mico_dwb_out(MicoDwbOut *wr, uint32_t *res, int32_t n, int32_t ob)
+{
+    const int32_t nw = (n + 31) / 32;
+    if (MICO_DWB_LE && ((n * ob) & 31) == 0 && wr->fill == 0u && ((uintptr_t)wr->p & 3u) == 0u) {
+        mico_dwb_codes((MicoDwbWord *)(void *)wr->p, res, nw, ob);
+        wr->p += (size_t)(n * ob) >> 3;
+    } else { /* in place, then appended */
+        mico_dwb_codes(res, res, nw, ob);
+        mico_dwb_put(wr, res, (uint32_t)(n * ob));
+    }
 }
 
 /* The layer (mico_dwb_shape and mico_dwb_weights_ok hold); thr: its thresholds t_L (3 per
@@ -3311,8 +3445,17 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
     int32_t i, c, y;
     MicoDwbGeom g;
     MicoDwbOut wr;
-    for (i = 0; i < 6 * MICO_DWB_NB; i++) {
-        bufs[i] = 0;
+    /* The copies' zero words: those mico_dwb_run reads (words z - w / 32 - 1 .. z + w / 32 +
+     * nw) that no channel writes (each writes words z - 1 .. z + nw), zeroed once, not the
+     * buffers (a memset call per layer) */
+    for (i = 0; i < 6; i++) {
+        int32_t k;
+        for (k = 0; k < z; k++) {
+            bufs[i * MICO_DWB_NB + k] = 0;
+        }
+        for (k = z + nw - 1; k <= z + (w >> 5) + nw; k++) {
+            bufs[i * MICO_DWB_NB + k] = 0;
+        }
     }
     for (i = 0; i < nw; i++) {
         nfirst[i] = nlast[i] = 0xffffffffu;
@@ -3381,25 +3524,28 @@ static MICO_NOINLINE void mico_dwb(const MicoConv2d *p, const uint8_t *thr, cons
 /* Stride 2 (mico_dwb_shape holds): output (oy, ox) reads input rows 2 oy - 1 .. 2 oy + 1 and
  * columns 2 ox - 1 .. 2 ox + 1, i.e. the even column E[ox] (kx = 1), the odd O[ox] (kx = 2)
  * and O[ox - 1] (kx = 0, O' = O shifted a column, its first column the padding). Each input
- * row is split into E, O, O' (the packed codes unzipped twice: a0 and a1 of the even and odd
- * columns) and appended to the streams of its parity, a row of OW bits per output row: the
- * odd rows 2 j - 1 (j = 0 .. OH, row -1 and row H the padding), the even rows 2 j. Tap row
- * ky = 1 of output word i is word i of the even streams, ky = 0 word i of the odd ones, ky = 2
- * the odd ones' funnel shift by OW bits (a row further): mico_dwb_run2. */
+ * row is split into E, O, O' (a0 and a1 of the even and odd columns: a table load a byte of
+ * codes, mico_dwb_split, mico_dwb_row) and appended to the streams of its parity, a row of OW
+ * bits per output row: the odd rows 2 j - 1 (j = 0 .. OH, row -1 and row H the padding), the
+ * even rows 2 j. Tap row ky = 1 of output word i is word i of the even streams, ky = 0 word i
+ * of the odd ones, ky = 2 the odd ones' funnel shift by OW bits (a row further):
+ * mico_dwb_run2. */
 static MICO_NOINLINE void mico_dwb2(const MicoConv2d *p, const uint8_t *thr, const void *in,
                                     void *out)
 {
     const int32_t h = p->in_h, w = p->in_w, oh = p->out_h, ow = p->out_w, ohw = oh * ow;
-    const int32_t ob = p->out.fmt.bits, pk = (2 * w + 31) / 32;
+    const int32_t ob = p->out.fmt.bits, nb = w % 4 ? 0 : w / 4; /* (w <= 62: nb <= 15) */
     const uint32_t me = (1u << ow) - 1u, mo = (1u << (w / 2)) - 1u; /* ow, w / 2 <= 31 */
-    const size_t end = (size_t)p->in_c * (size_t)(h * w) * 2u;
     uint32_t bufs[12 * MICO_DWB_NB]; /* the odd rows' 6 streams, then the even rows' */
     uint32_t res[2 * MICO_DWB_WORDS];
     int32_t i, c;
     MicoDwbGeom g;
     MicoDwbOut wr;
-    for (i = 0; i < 12 * MICO_DWB_NB; i++) {
-        bufs[i] = 0;
+    /* Each channel writes the streams' words 0 .. (rows) OW / 32, all that mico_dwb_run2
+     * reads but word NWO of the odd streams (ky = 2's next word, only for outputs past the
+     * plane): that word zeroed once, not the buffers (a memset call per layer) */
+    for (i = 0; i < 6; i++) {
+        bufs[i * MICO_DWB_NB + (ohw + 31) / 32] = 0;
     }
     g.bufs = bufs;
     g.q0 = 0;
@@ -3423,23 +3569,13 @@ static MICO_NOINLINE void mico_dwb2(const MicoConv2d *p, const uint8_t *thr, con
                 const int32_t y = 2 * j - 1 + par;
                 uint32_t e0 = 0, e1 = 0, o0 = 0, o1 = 0;
                 if (y >= 0 && y < h) { /* row y's codes: a0 and a1 of its even and odd columns */
-                    const size_t at = ((size_t)c * (size_t)h + (size_t)y) * (size_t)w * 2u;
-                    MICO_UNROLL for (k = 0; k < 4; k++) { /* (constant shifts; pk <= 4) */
-                        const size_t bit = at + 32u * (size_t)k;
-                        if (k >= pk) {
-                            break;
-                        }
-                        const uint32_t x =
-                            mico_dwb_unzip4(mico_dwb_get((const uint8_t *)in, bit, end));
-                        e0 |= (x & 0xffu) << (8 * k);
-                        e1 |= ((x >> 8) & 0xffu) << (8 * k);
-                        o0 |= ((x >> 16) & 0xffu) << (8 * k);
-                        o1 |= (x >> 24) << (8 * k);
-                    }
-                    e0 &= me;
-                    e1 &= me;
-                    o0 &= mo;
-                    o1 &= mo;
+                    uint32_t r[4];
+                    mico_dwb_row((const uint8_t *)in,
+                                 ((size_t)c * (size_t)h + (size_t)y) * (size_t)w, w, nb, me, mo, r);
+                    e0 = r[0];
+                    e1 = r[1];
+                    o0 = r[2];
+                    o1 = r[3];
                 }
                 { /* appended: streams kx = 0 (O'), 1 (E), 2 (O) of a0, then of a1 */
                     const uint32_t v[6] = {(o0 << 1) & me, e0, o0, (o1 << 1) & me, e1, o1};

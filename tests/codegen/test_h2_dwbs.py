@@ -1,15 +1,17 @@
 """Depthwise 3x3 bit-sliced (mico_qconv2d_dwbs in mico_dwconv.c, chosen by
 mico.codegen.dwconv_plan.dwb_plan) against the Python integer reference, through the C program
-of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under ASan + UBSan).
+of benchmarks/kernels_rv32.py (one host program for the kernel cases, one under ASan + UBSan;
+the benchmark's stride-2 case on rv32 under qemu).
 
 The kernel cases call the bit-sliced entry point whatever the plan would choose: 2-bit
 unsigned codes in, weights in {-1, 0, 1} (ternary 2-bit codes, 1-bit {-1, +1}, 4-bit codes
 holding only those), 1- and 2-bit unsigned outputs with and without a ReLU; odd planes, rows
 of 1..63 codes, planes whose channels start inside a byte, stride 2 (rows of up to 62 codes,
-odd and even sizes); multipliers whose shift is 32 or less and above, ties of the rounding,
-biases that put every sum at the top or bottom level, saturating scales; and the layers the
-kernel hands to the pair path (a weight -2 or 3, a bias near the int32 limits, rows of 32
-codes, 64 at stride 2, padding 0, 4-bit codes)."""
+odd and even sizes, rows on 1 to 15 whole bytes or from inside a byte); multipliers whose
+shift is 32 or less and above, ties of the rounding, biases that put every sum at the top or
+bottom level, saturating scales; and the layers the kernel hands to the pair path (a weight
+-2 or 3, a bias near the int32 limits, rows of 32 codes, 64 at stride 2, padding 0, 4-bit
+codes)."""
 
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ import pytest
 
 from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwb_plan, dwb_thresholds
 from mico.quant.arithmetic import TERNARY, QFormat
+from mico.targets import rv32
 from tests.codegen.dw_sanitized import check_sanitized, tight_program
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
@@ -72,6 +75,15 @@ def _sliced_cases() -> list:
                                 (5, 3), (30, 61)]):  # fmt: skip
         o = O1 if i % 3 == 2 else A2
         layers.append(_layer(h, w, o=o, c=1 + i % 3, stride=2, seed=60 + i, relu=i % 4 != 3))
+    # stride 2, the row readers: rows on whole bytes (w a multiple of 4: 1 to 15 bytes, the
+    # 16- and 32-code rows' own steps), rows from inside a byte (code 1, 2 or 3 of it first,
+    # rows of 64 codes counted from the byte: w = 61, 62), channels starting inside a byte
+    for i, (h, w, c) in enumerate([(16, 16, 3), (9, 60, 3), (11, 52, 2), (6, 48, 2), (5, 36, 3),
+                                   (13, 8, 4), (3, 4, 5), (7, 24, 3), (4, 44, 2), (31, 32, 3),
+                                   (5, 5, 7), (6, 6, 5), (5, 62, 3), (7, 61, 4), (3, 59, 5),
+                                   (8, 30, 3), (4, 57, 6)]):  # fmt: skip
+        o = O1 if i % 4 == 1 else A2
+        layers.append(_layer(h, w, o=o, c=c, stride=2, seed=80 + i, relu=i % 5 != 4))
     layers.append(_layer(16, 16, c=5, seed=24, extreme=True))  # biases near +-2^31 - 2^20
     layers.append(_layer(25, 5, o=O1, c=7, seed=25, extreme=True, relu=False))
     return layers
@@ -130,6 +142,8 @@ def test_sliced_path_sanitized(monkeypatch):
         _layer(1, 1, c=1, seed=44),
         _layer(9, 7, c=3, stride=2, seed=45),  # stride 2: 80 bits
         _layer(5, 62, o=O1, c=2, stride=2, seed=46),
+        _layer(16, 16, c=2, stride=2, seed=47),  # whole words of outputs, rows of 4 bytes
+        _layer(7, 60, c=3, stride=2, seed=48),  # rows of 15 bytes, the last the input's last
     ]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = tight_program(layers)
@@ -145,8 +159,8 @@ def _plan(a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None):
 
 def test_plan_picks_the_sliced_path():
     """W2A2 (and 2-bit in, 1-bit out) depthwise layers at stride 1 or 2, padding 1 take the
-    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes, 31 x 31 at stride 2; 32 x 32 at stride
-    2 the pair path's words of 4 lanes, by estimate); wider codes,
+    bit-sliced path (DS-CNN's 25 x 5 and 16 x 16 planes, 32 x 32, 31 x 31 and 8 x 8 at stride
+    2; a weight -2 the pair path); wider codes,
     signed or asymmetric codes, weights outside {-1, 0, 1}, padding 0, rows of 32 codes (64 at
     stride 2) and planes above 1,024 pixels keep the others."""
     assert dw_kernel(_plan(A2, A2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs_s1"
@@ -159,10 +173,15 @@ def test_plan_picks_the_sliced_path():
     assert not signed.startswith("mico_qconv2d_dwbs")
     asym = QFormat(2, False, 1)
     assert not dw_kernel(_plan(asym, A2, (8, 8), (8, 8))).startswith("mico_qconv2d_dwbs")
-    # stride 2: the pair path's words of 4 lanes from the packed rows where its estimate is
-    # lower (rows of whole bytes: 32 x 32), else bit-sliced (rows of 31 codes)
-    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
+    # stride 2: bit-sliced wherever it applies (below the pair path's words of 4 lanes on
+    # every plane measured), the pair path for weights outside {-1, 0, 1}
+    assert dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwbs_s2"
     assert dw_kernel(_plan(A2, A2, (31, 31), (16, 16), stride=2)) == "mico_qconv2d_dwbs_s2"
+    assert dw_kernel(_plan(A2, A2, (8, 8), (4, 4), stride=2)) == "mico_qconv2d_dwbs_s2"
+    w2 = np.random.default_rng(1).integers(-2, 2, size=(8, 1, 3, 3))
+    w2[0, 0, 0, 0] = -2
+    pair = dw_kernel(_plan(A2, A2, (32, 32), (16, 16), stride=2, weight=w2))
+    assert pair == "mico_qconv2d_dwp_f2"
     assert not dw_kernel(_plan(A2, A2, (8, 64), (4, 32), stride=2)).startswith("mico_qconv2d_dwbs")
     assert not dw_kernel(_plan(A2, A2, (16, 16), (14, 14), pad=0)).startswith("mico_qconv2d_dwbs")
     assert not dw_kernel(_plan(A2, A2, (16, 32), (16, 32))).startswith("mico_qconv2d_dwbs")
@@ -210,6 +229,7 @@ def test_sliced_path_in_place(monkeypatch):
         _layer(7, 9, o=O1, c=4, seed=52),  # 1-bit outputs: the output trails the input
         _layer(3, 3, c=5, seed=53),
         _layer(13, 11, c=4, stride=2, seed=54),
+        _layer(32, 32, c=3, stride=2, seed=55),  # outputs stored as whole words
     ]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
@@ -223,3 +243,20 @@ def test_sliced_path_in_place(monkeypatch):
             call, f"memcpy(y, L{i}_x, sizeof L{i}_x); {entry}(&L{i}_p_dw, &L{i}_l_dw, y, y);"
         )
     check_sanitized(program, layers, "-O1")
+
+
+@pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
+def test_rv32_stride2_half_the_instructions_of_w8a8():
+    """On rv32imac (qemu), kernels_rv32's stride-2 case (32 channels of 32 x 32): W2A2 takes
+    the bit-sliced path as the generator picks it, bit-exact, in at most half the
+    instructions of W8A8 (the issue's target for 2-bit codes)."""
+    shape = kernels_rv32.SHAPES["depthwise3x3 32ch 32×32 stride2 pad1"]
+    plans = [p for p in kernels_rv32.PLANS if p[0] in ("8/8", "2/2")]
+    layers = [kernels_rv32._plan_layer(shape, plan) for plan in plans]
+    results = kernels_rv32.run_layers(layers, "rv32", ("chosen",))
+    counts = {}
+    for plan, layer, ((kernel, n, out),) in zip(plans, layers, results, strict=True):
+        assert np.array_equal(out, layer.reference().ravel()), kernel
+        counts[plan[0]] = (kernel, n)
+    assert counts["2/2"][0] == "mico_qconv2d_dwbs_s2"
+    assert 2 * counts["2/2"][1] <= counts["8/8"][1], counts
