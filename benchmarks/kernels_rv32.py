@@ -603,7 +603,7 @@ PLANS = [
     ("2/2", 2, 2, False),
     ("1/1", 1, 1, False),
     ("1/±1", 1, 1, True),
-    ("1/8", 1, 8, False),  # binary weights on 8-bit codes: the sign-weight sums (addsub)
+    ("1/8", 1, 8, False),  # binary weights on 8-bit codes: the sign tables (mico_sign_lut.c)
     ("8/4", 8, 4, False),
     ("4/8", 4, 8, False),
     ("ternary/8", TERNARY, 8, False),
@@ -700,6 +700,13 @@ def _markdown(results: dict, meta: dict) -> str:
         "Their 1-bit outputs are stored by per-channel thresholds on the sum; convolutions "
         "with 1-bit outputs and stride 1 count bit-sliced (32 pixels per word, carry-save "
         "adders), no popcount, so their Zbb figure is the same.",
+        "",
+        "Weights that are signs on wider codes take no multiply: ternary weights on 5- to "
+        "8-bit codes the sign-weight sums (mico_qconv2d_addsub2: codes added or subtracted, "
+        "two pixels a 32-bit word, zeros skipped), binary weights on 5- to 8-bit codes (and "
+        "2- to 8-bit ones where no lanes take the layer) the sign tables "
+        "(mico_qconv2d_sign_lut / mico_qlinear_sign_lut: the 16 signed sums of four taps' codes "
+        "built once per pixel pair, one table entry per nibble of weights, 16-bit lanes).",
         "",
         "Each layer goes through the generator's own choices for its size and weights: W8A8 "
         "layers take the byte path the generator picks for their MACs "
