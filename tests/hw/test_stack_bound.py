@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from mico.codegen import emit_c_project
+from mico.codegen import project as proj
 from mico.codegen import scratch as scr
 from mico.codegen.project import project_costs
 from mico.errors import CompileError
@@ -27,6 +28,7 @@ from mico.hw.stack import (
     indirect_callers,
     kernel_frames,
     parse_su,
+    program_ram,
     program_stack,
     prologue_frames,
 )
@@ -156,7 +158,6 @@ def test_placement_takes_the_least_ram(monkeypatch):
     """The decision: stack when its bound rises less than the arena falls, else arena; a tie
     keeps the arena (stack bounds given, so no toolchain is needed)."""
     import mico.hw.stack as stack_mod
-    from mico.codegen import project as proj
 
     graph, _, _ = _lowered("dscnn", 8)
     monkeypatch.setattr(codesize, "require_tools", lambda: None)
@@ -177,9 +178,25 @@ def test_placement_takes_the_least_ram(monkeypatch):
         assert placed["stack"] == family, (rise, grows, placed)
         assert placed["candidates"] == {"-": [with_scratch, 1000],
                                         "narrow": [without, 1000 + rise]}  # fmt: skip
+        assert placed["chosen"] == placed["candidates"][",".join(family) or "-"]
         assert arena.size == (without if family else with_scratch)
         assert project_costs(graph)[0] == arena.size  # the search's ram cost is the arena
         assert ("mico_nw_stack" in placed["excluded"]) == (not family)
+
+
+@needs_rv32
+def test_program_ram_counts_the_stack_the_placement_takes():
+    """DS-CNN W8A8 leaves its byte tiles' scratch on the stack (arena 16,000 B instead of
+    22,656 B): the arena alone misses the 9.5 KB fallback frame the whole RAM counts."""
+    graph, _, _ = _lowered("dscnn", 8)
+    ram = program_ram(graph, "m")
+    chosen = proj._emit_nodes(graph, 8)[1].scratch_placement["chosen"]
+    assert ram.arena == project_costs(graph)[0] == chosen[0]
+    assert ram.stack == program_stack(graph, "m")
+    assert ram.stack.bytes == ram.stack.chain[0][1] + chosen[1]  # the run's frame on top
+    assert ram.total == ram.arena + ram.static + ram.runtime + ram.stack.bytes
+    assert "mico_nw_stack" in ram.stack.describe()
+    assert ram.total > ram.arena + 9000
 
 
 @pytest.mark.parametrize("placement", ["arena", "stack"])
