@@ -2,8 +2,9 @@
 bss + the runtime's + the stack bound of its run function), not only the arena ``ram`` counts.
 
 It agrees with what ``mico compile`` writes (``arena_bytes``, ``scratch_placement``), with the
-model linked alone (its data + bss) and with the stack measured under qemu; a budget on it
-bounds the search; without the rv32 toolchain it is a BuildError naming what to install."""
+data + bss of the program linked for rv32 and with the stack measured under qemu (static and
+dynamic mode); a budget on it bounds the search, and a model whose RAM rises at fewer bits is
+refused; without the rv32 toolchain it is a BuildError naming what to install."""
 
 from __future__ import annotations
 
