@@ -483,7 +483,7 @@ class Runtime:
     flash: int
     libraries: tuple[str, ...]
     sections: tuple[tuple[str, str], ...]
-    ram: int = 0
+    ram: int
 
 
 def runtime() -> Runtime:
