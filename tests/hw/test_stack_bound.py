@@ -113,6 +113,32 @@ def test_calls_and_function_pointers(tmp_path):
 
 
 @needs_rv32
+def test_libgcc_aliases_and_save_routines(tmp_path):
+    """A libgcc function reached by an alias (``__gtsf2`` of ``__gesf2``: no label of its own
+    in the disassembly) takes its section's frame; ``__riscv_save_N`` (the prologue of code
+    built with ``-msave-restore``, as libgcc's is) counts 64 B in its caller's frame, not as a
+    callee whose ``sp`` moves by a register (an unbounded frame)."""
+    graph = _graph(tmp_path, "int gt(float a, float b) { return a > b; }\n")
+    assert [name for name, _ in graph.bound("gt").chain] == ["gt", "__gesf2"]
+    folder = tmp_path / "saves"
+    folder.mkdir()
+    (folder / "s.c").write_text(
+        "__attribute__((noinline)) void g(volatile int *p) { volatile int b[8]; b[0] = *p; "
+        "*p = b[0]; }\nint f(int a, int b, int c) { volatile int x = a; g(&x); g(&x); "
+        "return x + a * b + c; }\n"
+    )
+    _, base = codesize.build_command()
+    obj, frames = compile_frames(Path("s.c"), folder, [*base, "-Os", "-msave-restore"], keep=True)
+    section = obj.sections[next(i for i, names in obj.functions.items() if "f" in names)]
+    assert any(s.startswith("__riscv_save_") for s in section.globals)  # the case at hand
+    libraries = [Path(p) for p in codesize.runtime().libraries]
+    saves = StackGraph(codesize.SectionGraph([obj], libraries), {obj.name: frames},
+                       {obj.name: folder / "s.o"})  # fmt: skip
+    bound = saves.bound("f")
+    assert bound.chain == (("f", frames["f"].size + 64), ("g", frames["g"].size))
+
+
+@needs_rv32
 def test_frames_from_code_agree_with_su():
     """The frames read from code (libraries, assembly) are GCC's where both exist: the
     compressed ``add sp,sp,-N`` counts, local labels stay in their function."""
