@@ -204,7 +204,8 @@ def tune(
         typer.Option(
             help="Budgets: bops=50%, size=4KB (the C constants), flash=128KiB (the whole rv32 "
             "program: constants, kernel code, runtime), macs=1M, latency=80% (BitFusion), "
-            "ram=1KB (the C arena). The first one is the searcher's."
+            "ram=1KB (the C arena), ram_total=32KiB (the rv32 program's RAM: arena, static "
+            "data, stack bound). The first one is the searcher's."
         ),
     ] = "bops=50%",
     strategy: Annotated[
@@ -414,8 +415,9 @@ def tune(
     checker = make_searcher(probe, "random", qtypes, seed, space, held)
     if any(b.cost == "latency" for b in budgets):
         probe.check_latency_falls_with_bits(qtypes)
-    if any(b.cost == "flash" for b in budgets):
-        probe.check_cost_falls_with_bits("flash", qtypes)
+    for cost in ("flash", "ram_total"):  # kernel code / stack can make fewer bits cost more
+        if any(b.cost == cost for b in budgets):
+            probe.check_cost_falls_with_bits(cost, qtypes)
     for b in budgets:  # impossible budgets: refused before any training
         checker._check_budget(b.cost, b.resolve(checker.cost([8] * 2 * probe.n_layers, b.cost)))
     if not resume:  # a fresh run directory (a former mico output there is replaced)

@@ -99,8 +99,9 @@ def _search_setup(config: RunConfig, model: nn.Module, train_loader: Any, test_l
                      prefer=config.prefer)  # fmt: skip
     checker = RandomSearcher(probe, qtypes=search["bits"])
     full = [8] * (2 * probe.n_layers)
-    if any(b.cost == "flash" for b in budgets):  # kernel code can make fewer bits cost more
-        probe.check_cost_falls_with_bits("flash", checker.qtypes)
+    for cost in ("flash", "ram_total"):  # kernel code / stack can make fewer bits cost more
+        if any(b.cost == cost for b in budgets):
+            probe.check_cost_falls_with_bits(cost, checker.qtypes)
     for b in budgets:
         checker._check_budget(b.cost, b.resolve(checker.cost(full, b.cost)))
     return budgets

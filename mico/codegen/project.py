@@ -702,7 +702,9 @@ def place_scratch(
 
     Returns ``stack`` (the families left on the stack), ``excluded`` (the stack fallbacks the
     program never enters), ``mode`` and, when compared, the ``candidates`` (arena, stack
-    bound) by families on the stack."""
+    bound) by families on the stack and the ``chosen`` one's. The program's whole RAM adds
+    the run function's frame, the static data and the runtime's
+    (:func:`mico.hw.stack.program_ram`, the search's ``ram_total``)."""
     from itertools import combinations
 
     from mico.codegen import scratch
@@ -755,6 +757,8 @@ def place_scratch(
             result["candidates"] = {}
             result["why"] = f"no stack bound: {exc}"
         result["stack"] = best[1] if best is not None else []
+        if best is not None:  # what the choice costs: its arena and its kernels' stack bound
+            result["chosen"] = result["candidates"][",".join(best[1]) or "-"]
     on_stack = result["stack"]
     result["excluded"] = [*taken, *(fallbacks[f] for f in fallbacks if f not in on_stack)]
     return result
@@ -804,13 +808,28 @@ def project_flash(graph: Graph, align: int = 8, prefer: str = "speed") -> dict[s
     return project_costs(graph, align, prefer)[1]
 
 
-def model_sources(
+@dataclass(frozen=True)
+class ModelProgram:
+    """What :func:`emit_c_project` writes for a graph that its run function's object is made
+    of, from one emission: the sources, the kernels it links and where the scratch went."""
+
+    #: ``<name>.c``, its headers and mico's headers, by file name
+    files: dict[str, str]
+    #: the kernel sources of ``mico/csrc`` it links
+    kernels: list[str]
+    #: the handlers' own kernel files
+    extra_kernels: list[str]
+    #: bytes of the arena (``arena_bytes`` of ``mico.json``)
+    arena: int
+    #: ``scratch_placement`` of ``mico.json`` (:func:`place_scratch`)
+    scratch_placement: dict[str, Any]
+
+
+def model_program(
     graph: Graph, name: str = "model", align: int = 8, prefer: str = "speed"
-) -> tuple[dict[str, str], list[str], list[str]]:
-    """The files that compile to ``<name>.c``'s object as :func:`emit_c_project` writes them
-    (``<name>.c``, its headers and mico's headers), the kernel sources of ``mico/csrc`` it
-    links and the handlers' own kernel files: what a flash estimate compiles, no project
-    written. ``prefer`` as for :func:`emit_c_project`."""
+) -> ModelProgram:
+    """The model's part of the program :func:`emit_c_project` writes for ``graph`` (no ISA
+    extensions, no patches), no project written: what the flash and stack estimates compile."""
     _check(graph, name, align)
     arena, ctx, body, _, _ = _emit_nodes(graph, align, prefer=prefer)
     files = {
@@ -821,7 +840,19 @@ def model_sources(
     kernel_dir = resources.files("mico.csrc")
     for header in HEADERS:
         files[header] = (kernel_dir / header).read_text()
-    return files, sorted(ctx.kernels), sorted(ctx.extra_kernels)
+    return ModelProgram(files, sorted(ctx.kernels), sorted(ctx.extra_kernels), arena.size,
+                        dict(ctx.scratch_placement))  # fmt: skip
+
+
+def model_sources(
+    graph: Graph, name: str = "model", align: int = 8, prefer: str = "speed"
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The files that compile to ``<name>.c``'s object as :func:`emit_c_project` writes them
+    (``<name>.c``, its headers and mico's headers), the kernel sources of ``mico/csrc`` it
+    links and the handlers' own kernel files: what a flash estimate compiles, no project
+    written. ``prefer`` as for :func:`emit_c_project`."""
+    program = model_program(graph, name, align, prefer)
+    return program.files, program.kernels, program.extra_kernels
 
 
 def emit_c_project(

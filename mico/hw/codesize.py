@@ -72,13 +72,14 @@ _CALLS = ("R_RISCV_CALL", "R_RISCV_CALL_PLT")
 _NO_SYMBOL = ("R_RISCV_RELAX", "R_RISCV_ALIGN", "R_RISCV_NONE")
 
 
-def require_tools() -> None:
-    """Raise :class:`BuildError` naming what to install when the rv32 toolchain is missing."""
+def require_tools(what: str = "the rv32 flash estimate") -> None:
+    """Raise :class:`BuildError` naming what to install when the rv32 toolchain is missing
+    (``what``: the figure that needs it, named in the message)."""
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         packages = " ".join(sorted({p for t in missing for p in TOOLS[t].split()}))
         raise BuildError(
-            f"the rv32 flash estimate needs {', '.join(missing)} on PATH (it compiles the "
+            f"{what} needs {', '.join(missing)} on PATH (it compiles the "
             f"program's sources for rv32 and reads their sections); install them (Debian: "
             f"apt-get install {packages})"
         )
@@ -476,12 +477,13 @@ TRIVIAL_MAIN = "int main(void)\n{\n    return 0;\n}\n"
 
 @dataclass(frozen=True)
 class Runtime:
-    """What every rv32 program links besides the model: its flash, the libraries searched and
-    the library sections it already holds."""
+    """What every rv32 program links besides the model: its flash, the libraries searched, the
+    library sections it already holds and its static RAM (data + bss: start-up, stdio)."""
 
     flash: int
     libraries: tuple[str, ...]
     sections: tuple[tuple[str, str], ...]
+    ram: int
 
 
 def runtime() -> Runtime:
@@ -496,8 +498,9 @@ def runtime() -> Runtime:
     path = _cache_dir() / f"runtime-{key}.json"
     if path.is_file():
         data = json.loads(path.read_text())
-        return Runtime(data["flash"], tuple(data["libraries"]),
-                       tuple(tuple(s) for s in data["sections"]))  # fmt: skip
+        if "ram" in data:  # (a record from before RAM was kept: measured again)
+            return Runtime(data["flash"], tuple(data["libraries"]),
+                           tuple(tuple(s) for s in data["sections"]), data["ram"])  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mico-codesize-") as tmp:
         Path(tmp, "main.c").write_text(TRIVIAL_MAIN)
         _run([cc, *flags, "-Wl,-Map=main.map", "-o", "main.elf", "main.c", "-lm"],
@@ -507,11 +510,13 @@ def runtime() -> Runtime:
     libraries = [line.split(None, 1)[1].strip() for line in text.splitlines()
                  if line.startswith("LOAD ") and line.rstrip().endswith(".a")]  # fmt: skip
     sections = sorted({(_member_name(f), s) for s, _, f in map_sections(text) if "(" in f})
-    result = Runtime(flash["flash"], tuple(dict.fromkeys(libraries)), tuple(sections))
+    result = Runtime(flash["flash"], tuple(dict.fromkeys(libraries)), tuple(sections),
+                     flash["ram"])  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.tmp")
     partial.write_text(json.dumps({"flash": result.flash, "libraries": list(result.libraries),
-                                   "sections": [list(s) for s in result.sections]}))  # fmt: skip
+                                   "sections": [list(s) for s in result.sections],
+                                   "ram": result.ram}))  # fmt: skip
     os.replace(partial, path)
     return result
 

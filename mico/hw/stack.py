@@ -68,6 +68,13 @@ BOUNDED_RECURSION = {
     "mico_pack": 1,
 }
 
+#: libgcc's register-save routines (``-msave-restore``, which libgcc's soft-float functions are
+#: built with): called as a function's prologue, they lower ``sp`` by this much at most on rv32
+#: (ra and s0-s11 in a 16-aligned block) and return with it lowered, so their bytes count in
+#: the caller's frame for as long as the caller runs, not as a callee's
+SAVE_ROUTINES = "__riscv_save_"
+SAVE_ROUTINE_FRAME = 64
+
 
 @dataclass(frozen=True)
 class Frame:
@@ -271,18 +278,21 @@ class StackGraph:
         table = self.frames.get(obj.name)
         if table is None:
             table = library_frames(*self._member(obj))
-        size = 0
+        sizes = []
         for name in names:
             frame = table.get(_base_name(name)) or table.get(name)
             if frame is None and obj.name in self.paths:
                 frame = prologue_frames(self.paths[obj.name]).get(name)
-            if frame is None:
-                raise CompileError(
-                    f"no stack usage recorded for {name} in {obj.name}: mico cannot bound the "
-                    "program's stack (compile it with -fstack-usage)"
-                )
-            size = max(size, frame.bytes())
-        return size
+            if frame is not None:
+                sizes.append(frame.bytes())
+        # (an alias at another's address, libgcc's __gtsf2 of __gesf2, has no label of its
+        # own in the disassembly: the section's code is the one found under another name)
+        if not sizes:
+            raise CompileError(
+                f"no stack usage recorded for {names[0]} in {obj.name}: mico cannot bound the "
+                "program's stack (compile it with -fstack-usage)"
+            )
+        return max(sizes)
 
     def _edges(
         self, obj: ObjectFile, section: Section
@@ -388,6 +398,10 @@ class StackGraph:
             return self._memo[memo]
         frame = self._frame(obj, section)
         calls = [c for c in calls if not _cut(names[0], self._names(*c)[0], exclude)]
+        saves = [c for c in calls if self._names(*c)[0].startswith(SAVE_ROUTINES)]
+        if saves:  # a prologue in libgcc: its bytes are the caller's frame
+            calls = [c for c in calls if not self._names(*c)[0].startswith(SAVE_ROUTINES)]
+            frame += SAVE_ROUTINE_FRAME
         again = BOUNDED_RECURSION.get(_base_name(names[0]), 0)
         if again:
             calls = [c for c in calls if c[1] is not section]
@@ -455,19 +469,67 @@ def program_stack(
     links compiled with the project's flags (and ``-fstack-usage``), the kernels' stack
     fallbacks that the program's planned scratch rules out not entered. What ``main.c``'s
     stack probe measures below ``main`` (``stack`` in an rv32 run) is at most this."""
-    from mico.codegen.project import model_sources, stack_excluded
+    return program_ram(graph, name, align, prefer).stack
 
-    codesize.require_tools()
-    files, kernels, extra = model_sources(graph, name, align, prefer)
-    if extra:
+
+@dataclass(frozen=True)
+class ProgramRam:
+    """A scheme's RAM on rv32 by part (bytes): what a device's RAM must hold to run it."""
+
+    #: the static arena (tensors and the kernels' scratch planned in it): ``arena_bytes``
+    arena: int
+    #: the other data + bss the run function links (the model object besides the arena,
+    #: kernels, picolibc / libgcc members the runtime does not link already)
+    static: int
+    #: data + bss of the runtime every program links (start-up, stdio: a trivial program's)
+    runtime: int
+    #: the worst-case stack of a call of the run function (its frame and the deepest chain
+    #: of kernel frames below it; the caller's own frames are not counted)
+    stack: StackBound
+
+    @property
+    def total(self) -> int:
+        """arena + static + runtime + stack bound."""
+        return self.arena + self.static + self.runtime + self.stack.bytes
+
+
+_ARENA_SYMBOLS = ("mico_arena", "mico_arena_raw")
+
+
+def program_ram(
+    graph: Any, name: str = "model", align: int = 8, prefer: str = "speed"
+) -> ProgramRam:
+    """The rv32 RAM of the program :func:`mico.codegen.project.emit_c_project` writes for the
+    lowered ``graph`` (kernel preference ``prefer``), by part: its arena, the static data and
+    bss the run function's closure links (:class:`mico.hw.codesize.SectionGraph`, the sections
+    ``--gc-sections`` keeps), the runtime's, and the stack bound of ``<name>_run``
+    (:func:`program_stack`), all from one emission and one compilation of ``<name>.c``.
+    Needs the rv32 toolchain (:class:`~mico.errors.BuildError` names what to install);
+    recursion or an unbounded frame raises :class:`~mico.errors.CompileError`."""
+    from mico.codegen.project import model_program
+
+    codesize.require_tools("the rv32 RAM bound (static data and stack)")
+    program = model_program(graph, name, align, prefer)
+    if program.extra_kernels:
         raise CompileError(
             f"the stack bound compiles mico's kernels only; this graph also needs the handler "
-            f"kernel(s) {', '.join(sorted(extra))}"
+            f"kernel(s) {', '.join(sorted(program.extra_kernels))}"
         )
-    excluded = stack_excluded(graph, align, prefer)
+    excluded = program.scratch_placement["excluded"]
     with tempfile.TemporaryDirectory(prefix="mico-stack-") as tmp:
-        for file, text in files.items():
+        for file, text in program.files.items():
             Path(tmp, file).write_text(text)
         obj, frames = compile_frames(Path(f"{name}.c"), Path(tmp), keep=True)
-        stack = kernels_stack(kernels, [(obj, frames, Path(tmp, f"{name}.o"))])
-        return stack.bound(f"{name}_run", excluded)
+        stack = kernels_stack(program.kernels, [(obj, frames, Path(tmp, f"{name}.o"))])
+        bound = stack.bound(f"{name}_run", excluded)
+        closure = stack.graph.closure([f"{name}_run"])
+    held = sum(sec.size for sec in closure.sections if sec.kind in ("data", "bss"))
+    arena_bytes = sum(sec.size for sec in closure.sections if sec.obj == obj.name
+                      and sec.name.rsplit(".", 1)[-1] in _ARENA_SYMBOLS)  # fmt: skip
+    if arena_bytes < program.arena:
+        raise CompileError(
+            f"the arena of {name}.c ({program.arena} bytes planned) is not in a section of its "
+            f"own in {obj.name} (found {arena_bytes} bytes): compile with -fdata-sections"
+        )
+    # (an arena aligned beyond 8 bytes is over-allocated by align - 1: counted as static)
+    return ProgramRam(program.arena, held - program.arena, codesize.runtime().ram, bound)

@@ -201,10 +201,10 @@ class SpaceSearcher(QSearcher):
 
     REPAIR_DRAWS = 64  # uniform draws per wanted sample before repairing
     STALE_REPAIRS = 16  # repairs in a row that find nothing new end a sampling round
-    #: costs that may add up over layers (checked); others (the C arena, ``ram``) are computed
-    #: per scheme: sampling and neighbourhoods are thinned to ``EXACT_LIMIT`` schemes, and at
-    #: most ``EXACT_PER_EVAL`` new schemes are costed per evaluation (the rest count as over
-    #: the budget until the next evaluation)
+    #: costs that may add up over layers (checked); others (``ram``, ``ram_total``, ``flash``)
+    #: are computed per scheme: sampling and neighbourhoods are thinned to ``EXACT_LIMIT``
+    #: schemes, and at most ``EXACT_PER_EVAL`` new schemes are costed per evaluation (the rest
+    #: count as over the budget until the next evaluation)
     ADDITIVE = ("bops", "size", "macs", "latency")
     EXACT_LIMIT = 16
     EXACT_PER_EVAL = 48

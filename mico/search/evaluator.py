@@ -6,9 +6,11 @@ fine-tune ``epochs``, then test). Costs: ``bops``, ``size`` (flash bytes of the 
 project's constants: packed weights, biases, scales, tables, as ``mico compile`` reports them),
 ``flash`` (the whole program's flash on rv32: constants, the run function, the kernel code it
 links and the runtime, predicted from the compiled objects' section graph, see
-:mod:`mico.hw.codesize`), ``macs``, ``latency`` (BitFusion cycles) and ``ram`` (bytes of
+:mod:`mico.hw.codesize`), ``macs``, ``latency`` (BitFusion cycles), ``ram`` (bytes of
 the static arena the emitted C project plans in the evaluator's mode, computed by the code
-generator's planner on the lowered graph, without any C compiler).
+generator's planner on the lowered graph, without any C compiler) and ``ram_total`` (the
+program's whole RAM on rv32: the arena, the other static data and bss it links, the runtime's
+and the stack bound of its run function, see :func:`mico.hw.stack.program_ram`).
 
 With a ``cache`` (:class:`~mico.search.cache.EvalCache`), objective values are kept under a key
 of the model, its weights, the data, the mode, the target and the scheme, and reused across
@@ -39,12 +41,14 @@ from mico.train.checkpoint import load_checkpoint
 from mico.train.loop import accuracy, fit
 
 OBJECTIVES = ("ptq_acc", "qat_acc")
-CONSTRAINTS = ("bops", "size", "flash", "macs", "latency", "ram")
+CONSTRAINTS = ("bops", "size", "flash", "macs", "latency", "ram", "ram_total")
 #: latency targets: bitfusion is analytic; the others run the scheme's C program (measured:
 #: rv32 instructions under qemu -icount, host instructions under callgrind, VexRiscv cycles)
 #: or ask the target's fitted proxy (mode "proxy", see mico profile)
 LATENCY_TARGETS = ("bitfusion", "rv32", "host", "vexriscv")
 LATENCY_MODES = ("measured", "proxy")
+#: what needs the rv32 toolchain for the ram_total cost (named in the error without it)
+RAM_TOTAL = "the ram_total cost (the rv32 program's static data and stack bound)"
 
 
 def _latency_kind(target: str) -> str:
@@ -148,6 +152,7 @@ class MiCoEval:
         self.trial_runner: Callable[[list[Any]], float] | None = None
         self._deployed_costs: dict[str, tuple[int, dict[str, int]]] = {}
         self._program_flash: dict[str, Any] = {}
+        self._program_ram: dict[str, Any] = {}
         self._key_fields: dict[str, str] | None = None
 
     # ----------------------------------------------------------------- models
@@ -284,8 +289,34 @@ class MiCoEval:
         """Bytes of the static arena of the C project ``mico compile`` emits for this scheme in
         the evaluator's mode (the planner of :mod:`mico.codegen.planner` on the lowered graph,
         with the kernels' working memory planned in it: the ``arena`` figure compile
-        reports)."""
+        reports). The stack is not counted: where the code generator leaves a kernel family's
+        scratch on the stack the arena shrinks and the stack grows; :meth:`eval_ram_total`
+        counts both."""
         return float(self._deployed(qscheme)[0])
+
+    def eval_ram_total(self, qscheme: Sequence[Any]) -> float:
+        """Bytes of RAM the scheme's rv32 program needs (the evaluator's mode and kernel
+        preference): its arena (:meth:`eval_ram`), the other static data and bss its run
+        function links, the runtime's data and bss, and the static bound of the run
+        function's stack (its frame and the deepest chain of kernel frames it can call, from
+        GCC's ``-fstack-usage``), the stack the kernels' scratch may take included. This is
+        the figure a device's RAM must hold beside the caller's own frames and buffers; the
+        code generator places the scratch to make it least (``scratch_placement`` in
+        ``mico.json``). Needs the rv32 toolchain (a :class:`~mico.errors.BuildError` says what
+        to install); see :meth:`program_ram` for the split."""
+        return float(self.program_ram(qscheme).total)
+
+    def program_ram(self, qscheme: Sequence[Any]) -> Any:
+        """The scheme's rv32 program RAM by part (a :class:`mico.hw.stack.ProgramRam`: arena,
+        static, runtime, stack bound and its chain of frames), remembered per scheme."""
+        key = self.scheme_key(qscheme)
+        if key not in self._program_ram:
+            from mico.hw.codesize import require_tools
+            from mico.hw.stack import program_ram
+
+            require_tools(RAM_TOTAL)  # before lowering: a missing toolchain is said at once
+            self._program_ram[key] = program_ram(self._lowered(qscheme), prefer=self.prefer)
+        return self._program_ram[key]
 
     def _deployed(self, qscheme: Sequence[Any]) -> tuple[int, dict[str, int]]:
         """Arena bytes and flash bytes by kind of the scheme's C project, remembered per scheme
@@ -352,10 +383,11 @@ class MiCoEval:
         self.check_cost_falls_with_bits("latency", qtypes)
 
     def check_cost_falls_with_bits(self, cost: str, qtypes: Sequence[Any]) -> None:
-        """Refuse a search under a ``cost`` budget (``latency`` or ``flash``) when that cost
-        does not fall with fewer bits for this model (uniform schemes): the searchers assume
-        it does. Kernel code makes ``flash`` rise at fewer bits on models whose sub-byte paths
-        link more code than their constants save (DS-CNN: 83 KB at W8A8, 136 KB at W2A2)."""
+        """Refuse a search under a ``cost`` budget (``latency``, ``flash``, ``ram_total``) when
+        that cost does not fall with fewer bits for this model (uniform schemes): the searchers
+        assume it does. Kernel code makes ``flash`` rise at fewer bits on models whose sub-byte
+        paths link more code than their constants save (DS-CNN: 83 KB at W8A8, 136 KB at
+        W2A2); a sub-byte kernel's deeper stack can do the same to ``ram_total``."""
         widths = sorted(qtypes)
         value = self.eval_latency if cost == "latency" else getattr(self, f"eval_{cost}")
         costs = {q: value([q] * (2 * self.n_layers)) for q in widths}

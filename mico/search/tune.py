@@ -1,9 +1,11 @@
 """``mico tune``: search per-layer bit-widths of a model under budgets, write the best plan.
 
-One budget per cost (``bops``, ``size``, ``flash``, ``macs``, ``latency``, ``ram``), given as an
-absolute figure with units (``size=4KB``, ``flash=128KiB``, ``bops=1.5M``) or as a share of the
-W8A8 cost (``bops=50%``). ``size`` counts the C project's constants, ``flash`` the whole rv32
-program (constants, kernel code, runtime: :mod:`mico.hw.codesize`).
+One budget per cost (``bops``, ``size``, ``flash``, ``macs``, ``latency``, ``ram``,
+``ram_total``), given as an absolute figure with units (``size=4KB``, ``flash=128KiB``,
+``bops=1.5M``) or as a share of the W8A8 cost (``bops=50%``). ``size`` counts the C project's
+constants, ``flash`` the whole rv32 program (constants, kernel code, runtime:
+:mod:`mico.hw.codesize`); ``ram`` the C arena, ``ram_total`` the whole rv32 program's RAM
+(arena, static data, runtime, stack bound: :func:`mico.hw.stack.program_ram`).
 The searcher optimises against the first budget and every result is checked against all of them.
 
 Every evaluation is a trial of one persistent Optuna study (:mod:`mico.search.study`), shared
@@ -30,7 +32,7 @@ from mico.atomic_files import write_file_atomically
 from mico.errors import ConfigError, PlanError
 
 Log = Callable[[str], None]
-COSTS = ("bops", "size", "flash", "macs", "latency", "ram")
+COSTS = ("bops", "size", "flash", "macs", "latency", "ram", "ram_total")
 UNITS = {"": 1, "b": 1, "k": 1e3, "m": 1e6, "g": 1e9, "kb": 1e3, "mb": 1e6, "kib": 1024,
          "mib": 2**20}  # fmt: skip
 

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from mico.codegen import emit_c_project
+from mico.codegen import project as proj
 from mico.codegen import scratch as scr
 from mico.codegen.project import project_costs
 from mico.errors import CompileError
@@ -27,6 +28,7 @@ from mico.hw.stack import (
     indirect_callers,
     kernel_frames,
     parse_su,
+    program_ram,
     program_stack,
     prologue_frames,
 )
@@ -111,6 +113,32 @@ def test_calls_and_function_pointers(tmp_path):
 
 
 @needs_rv32
+def test_libgcc_aliases_and_save_routines(tmp_path):
+    """A libgcc function reached by an alias (``__gtsf2`` of ``__gesf2``: no label of its own
+    in the disassembly) takes its section's frame; ``__riscv_save_N`` (the prologue of code
+    built with ``-msave-restore``, as libgcc's is) counts 64 B in its caller's frame, not as a
+    callee whose ``sp`` moves by a register (an unbounded frame)."""
+    graph = _graph(tmp_path, "int gt(float a, float b) { return a > b; }\n")
+    assert [name for name, _ in graph.bound("gt").chain] == ["gt", "__gesf2"]
+    folder = tmp_path / "saves"
+    folder.mkdir()
+    (folder / "s.c").write_text(
+        "__attribute__((noinline)) void g(volatile int *p) { volatile int b[8]; b[0] = *p; "
+        "*p = b[0]; }\nint f(int a, int b, int c) { volatile int x = a; g(&x); g(&x); "
+        "return x + a * b + c; }\n"
+    )
+    _, base = codesize.build_command()
+    obj, frames = compile_frames(Path("s.c"), folder, [*base, "-Os", "-msave-restore"], keep=True)
+    section = obj.sections[next(i for i, names in obj.functions.items() if "f" in names)]
+    assert any(s.startswith("__riscv_save_") for s in section.globals)  # the case at hand
+    libraries = [Path(p) for p in codesize.runtime().libraries]
+    saves = StackGraph(codesize.SectionGraph([obj], libraries), {obj.name: frames},
+                       {obj.name: folder / "s.o"})  # fmt: skip
+    bound = saves.bound("f")
+    assert bound.chain == (("f", frames["f"].size + 64), ("g", frames["g"].size))
+
+
+@needs_rv32
 def test_frames_from_code_agree_with_su():
     """The frames read from code (libraries, assembly) are GCC's where both exist: the
     compressed ``add sp,sp,-N`` counts, local labels stay in their function."""
@@ -156,7 +184,6 @@ def test_placement_takes_the_least_ram(monkeypatch):
     """The decision: stack when its bound rises less than the arena falls, else arena; a tie
     keeps the arena (stack bounds given, so no toolchain is needed)."""
     import mico.hw.stack as stack_mod
-    from mico.codegen import project as proj
 
     graph, _, _ = _lowered("dscnn", 8)
     monkeypatch.setattr(codesize, "require_tools", lambda: None)
@@ -177,9 +204,25 @@ def test_placement_takes_the_least_ram(monkeypatch):
         assert placed["stack"] == family, (rise, grows, placed)
         assert placed["candidates"] == {"-": [with_scratch, 1000],
                                         "narrow": [without, 1000 + rise]}  # fmt: skip
+        assert placed["chosen"] == placed["candidates"][",".join(family) or "-"]
         assert arena.size == (without if family else with_scratch)
         assert project_costs(graph)[0] == arena.size  # the search's ram cost is the arena
         assert ("mico_nw_stack" in placed["excluded"]) == (not family)
+
+
+@needs_rv32
+def test_program_ram_counts_the_stack_the_placement_takes():
+    """DS-CNN W8A8 leaves its byte tiles' scratch on the stack (arena 16,000 B instead of
+    22,656 B): the arena alone misses the 9.5 KB fallback frame the whole RAM counts."""
+    graph, _, _ = _lowered("dscnn", 8)
+    ram = program_ram(graph, "m")
+    chosen = proj._emit_nodes(graph, 8)[1].scratch_placement["chosen"]
+    assert ram.arena == project_costs(graph)[0] == chosen[0]
+    assert ram.stack == program_stack(graph, "m")
+    assert ram.stack.bytes == ram.stack.chain[0][1] + chosen[1]  # the run's frame on top
+    assert ram.total == ram.arena + ram.static + ram.runtime + ram.stack.bytes
+    assert "mico_nw_stack" in ram.stack.describe()
+    assert ram.total > ram.arena + 9000
 
 
 @pytest.mark.parametrize("placement", ["arena", "stack"])
