@@ -32,6 +32,10 @@ MIN_TAPS = 72
 #: 2.94 (mnist1d_cnn's mixed plan), one of 25 (16 and 9) 2.79 against 3.59 (kws_conv1d's)
 MIN_FILL = 0.75
 TILE = 16
+#: taps of a chunk (MICO_AS_TAPS): the kernel takes a layer whose kernel row is longer element
+#: by element (mico_qconv2d_elementwise: m5's first layer, a 1-D kernel of 80 taps at stride
+#: 16, ran 196 instructions per MAC there against 3.1 on the lanes), so the path refuses it
+MAX_K_W = 64
 #: the entry points, by weight width
 KERNELS = {2: "mico_qconv2d_addsub2", 1: "mico_qconv2d_addsub1"}
 SOURCE = "mico_conv_addsub.c"
@@ -60,11 +64,14 @@ def addsub_kernel(
     """The sign-weight entry point for a plain (not depthwise, not popcount) convolution, or
     None: signed weights of 2 bits (codes in {-1, 0, +1}: ``weight``, when given, holds no -2)
     or 1 bit, one group, activation codes of :data:`MIN_IN_BITS` to :data:`MAX_IN_BITS` bits,
-    and :data:`MIN_TAPS` taps or more unless the layer has no channel lanes (``has_lanes``);
+    and :data:`MIN_TAPS` taps or more unless the layer has no channel lanes (``has_lanes``),
+    kernel rows of at most :data:`MAX_K_W` taps;
     given the output plane ``out_size`` and kernel width ``k_w``, tiles filled to
     :data:`MIN_FILL` at least (:func:`tile_fill`) where the lanes take the layer."""
     if w_fmt is None or not w_fmt.signed or w_fmt.bits not in KERNELS or groups != 1:
         return None
+    if k_w > MAX_K_W:
+        return None  # a kernel row longer than a chunk: the kernel would go element by element
     if not MIN_IN_BITS <= in_bits <= MAX_IN_BITS:
         return None
     if has_lanes and taps < MIN_TAPS:

@@ -236,3 +236,15 @@ def test_rv32_bit_exact():
         _layer(BIN, QFormat(8, True), 12, in_c=9, hw=(6, 7), stride=2),
     ]
     check(layers, "rv32")
+
+
+def test_kernel_rows_longer_than_a_chunk_are_refused():
+    """A kernel row longer than a chunk (MAX_K_W taps) would go element by element in the C
+    (m5's first layer: a 1-D kernel of 80 taps at stride 16, 196 instructions per MAC there):
+    the path refuses it, and the generator gives m5's layer another kernel."""
+    assert addsub_plan.addsub_kernel(TERN, 8, 80, 1, False, None, (1, 1000), 80) is None
+    assert addsub_plan.addsub_kernel(TERN, 8, 64, 1, False, None, (1, 1000), 64) is not None
+    shape = LayerShape("conv", "conv1d", 1, 32, (1, 80), (1, 16), 1, (1, 16000), (1, 996),
+                       TERNARY, 8)  # fmt: skip
+    called, _, _ = emitted_kernel(layer_node(shape, True, 8))
+    assert not called.startswith("mico_qconv2d_addsub"), called
