@@ -424,6 +424,8 @@ def program_markdown(target: str, r: dict[str, Any]) -> list[str]:
         else "held-out nodes (on a program target, a kind of nodes of at least 5 models: the "
         "nodes of 5 folds of the models held out in turn, single-layer rows always training; "
         "otherwise held-out shapes; – : under 5 shapes, not held out)"
+        if "costs" in algorithms  # proxy version 5: its choice is on held-out models' nodes
+        else "held-out shapes (– : under 5 shapes, not held out)"
     )
     lines += [
         "Per kind (conv1d shares conv2d's regressor, `other` is the fallback of ops without "

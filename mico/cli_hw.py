@@ -128,6 +128,7 @@ def profile(
     from mico.hw.profile import (
         BINARY_ONLY_KINDS,
         OP_KINDS,
+        SIGN_WEIGHT_KINDS,
         SMALL_LAYER_MACS,
         bit_pairs,
         profile_path,
@@ -189,6 +190,16 @@ def profile(
                          jobs=jobs)  # fmt: skip
     if binary_only:
         more = run_profile(measure.measure, binary_only, list(extra), path, log=log,
+                           keyed=measure.keyed, jobs=jobs)  # fmt: skip
+        result.measured += more.measured
+        result.reused += more.reused
+    # ... and the one-group convolutions at the sign-weight pairs too (W1A8: the sums of
+    # mico_qconv2d_addsub1, which the zoo's plans do not run)
+    sign_pairs = list(measure.sign_pairs) if bits is None and programs else []
+    signed = [s for s in shapes if sign_pairs and s.kind in SIGN_WEIGHT_KINDS]
+    if signed:
+        log(f"and {len(signed)} convolutions x {len(sign_pairs)} sign-weight pairs")
+        more = run_profile(measure.measure, signed, sign_pairs, path, log=log,
                            keyed=measure.keyed, jobs=jobs)  # fmt: skip
         result.measured += more.measured
         result.reused += more.reused

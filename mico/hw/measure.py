@@ -32,6 +32,10 @@ class Backend:
     #: (weight, activation) pairs measured besides every pair of ``bits`` (a program target
     #: that runs binary layers: W1A1, whose popcount kernels no other pair shows)
     extra_pairs: tuple[tuple[float | int, float | int], ...] = ()
+    #: pairs measured for the one-group convolutions alone
+    #: (:data:`mico.hw.profile.SIGN_WEIGHT_KINDS`): binary weights on wide codes (W1A8), which
+    #: take the sign-weight sums no other pair shows
+    sign_pairs: tuple[tuple[float | int, float | int], ...] = ()
 
 
 def bitfusion_backend(config: BitFusionConfig | None = None) -> Backend:

@@ -145,6 +145,7 @@ _FAMILIES = (
     (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
     (re.compile(r"^sub\d$"), "sub"),  # mico_qlinear_sub4 / _sub2: one path, by width
     (re.compile(r"^tiled_sub\d$"), "tiled_sub"),  # mico_qconv2d_tiled_sub4 / _sub2
+    (re.compile(r"^addsub\d$"), "addsub"),  # sign weights: mico_qconv2d_addsub2 / _addsub1
 )
 #: the depthwise pair path's entry points, ``dwp_f<sf>`` and the suffix of their form
 #: (:func:`mico.codegen.dwconv_plan.dwp_form`, ``MICO_DWP_FORMS`` in ``mico_nn.h``): the
@@ -174,7 +175,8 @@ def kernel_path(kernel: str) -> str:
     ``mico_qlinear`` -> ``linear``, ``mico_qconv2d_lanes_w4g2`` -> ``lanes``,
     ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` -> ``dwp_k5_tab``
     (:func:`dwp_path`), ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qlinear_bin_cpop`` ->
-    ``bin_cpop``; a name it does not know is its own label (without the ``mico_qconv2d_`` /
+    ``bin_cpop``, ``mico_qconv2d_addsub2`` / ``_addsub1`` (ternary / binary sign weights) ->
+    ``addsub``; a name it does not know is its own label (without the ``mico_qconv2d_`` /
     ``mico_q`` prefix)."""
     pair = dwp_path(kernel)
     if pair is not None:

@@ -181,6 +181,11 @@ SMALL_LAYER_MACS = 1 << 16
 #: linear layers at the other widths, and sampled alone at those they misled the fit (harmlp's
 #: 561 in-features took the costs of sampled rows of another path: 36 -> 112 % left out)
 BINARY_ONLY_KINDS = ("linear",)
+#: kinds a program target also samples at its sign-weight pairs
+#: (:attr:`mico.hw.measure.Backend.sign_pairs`: W1A8): one-group convolutions, which take the
+#: sign-weight sums (:mod:`mico.codegen.addsub_plan`); a depthwise or linear layer has no
+#: such path
+SIGN_WEIGHT_KINDS = ("conv2d", "conv1d")
 
 
 def _shrink(shape: LayerShape, max_macs: int) -> LayerShape:

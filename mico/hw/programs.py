@@ -41,6 +41,12 @@ PROFILE_BITS = (2, 4, 8)
 #: take popcount kernels (from a size on, :mod:`mico.codegen.binary_plan`) that no other pair
 #: shows
 PROFILE_EXTRA_PAIRS = ((1, 1),)
+#: pairs a program profile measures for :data:`mico.hw.profile.SIGN_WEIGHT_KINDS` only, when
+#: the target runs them: binary weights on 8-bit codes take the sign-weight sums
+#: (``mico_qconv2d_addsub1``, :mod:`mico.codegen.addsub_plan`) from a size and a number of
+#: taps on, which no other pair shows (ternary weights on wide codes, W2A8, are among the
+#: pairs of :data:`PROFILE_BITS`: 2-bit signed codes are ternary, ``mico_qconv2d_addsub2``)
+PROFILE_SIGN_PAIRS = ((1, 8),)
 CALIBRATION_SAMPLES = 8
 
 
@@ -175,9 +181,11 @@ def program_backend(spec: TargetSpec) -> Backend:
                 "extensions": sorted(spec.extensions), "records": "keyed"}  # fmt: skip
     extra = tuple((w, a) for w, a in PROFILE_EXTRA_PAIRS
                   if w in spec.weight_bits and a in spec.activation_bits)  # fmt: skip
+    sign = tuple((w, a) for w, a in PROFILE_SIGN_PAIRS
+                 if w in spec.weight_bits and a in spec.activation_bits)  # fmt: skip
     return Backend(
         spec.name, unit, lambda layer: measure_layer(layer, spec), bits, fingerprint(identity),
-        keyed=functools.partial(_measure_keyed, spec), extra_pairs=extra,
+        keyed=functools.partial(_measure_keyed, spec), extra_pairs=extra, sign_pairs=sign,
     )  # fmt: skip
 
 

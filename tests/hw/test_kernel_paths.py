@@ -59,7 +59,58 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qconv2d_dwbs_s2") == "dwbs"
     assert kernel_path("mico_qconv2d_bin_cpop") == "bin_cpop"
     assert kernel_path("mico_qlinear_bin_swar") == "bin_swar"
+    # the sign-weight sums (ternary / binary weights on wide codes): one path, by width
+    assert kernel_path("mico_qconv2d_addsub2") == kernel_path("mico_qconv2d_addsub1") == "addsub"
     assert kernel_path("mico_qconv2d_some_new_path") == "some_new_path"  # a path added later
+
+
+#: the labels of the kernel paths the C kernels declare (a new entry point must get one of
+#: these, or a label of its own added here and, for a family by width, to opshape._FAMILIES)
+DECLARED_LABELS = {
+    "conv2d", "tiled", "tiled_s8", "tiled_sub", "narrow_s8", "depthwise3x3", "elementwise", "host",
+    "linear", "linear_s8", "sub", "dw8_f1", "dw8_f2", "dwbs", "dwp", "bin_swar", "bin_cpop",
+    "addsub",
+}  # fmt: skip
+
+
+def _declared_entry_points() -> list[str]:
+    """The conv / linear entry points ``mico_nn.h`` declares as plain prototypes (the lanes,
+    pixel lanes and pair forms are declared through macros, and labelled by family above)."""
+    from importlib import resources
+
+    header = resources.files("mico.csrc").joinpath("mico_nn.h").read_text()
+    return sorted(set(re.findall(r"\bvoid\s+(mico_q(?:conv2d|linear)\w*)\s*\(", header)))
+
+
+def test_every_declared_entry_point_has_a_path_label() -> None:
+    """Each kernel the C library declares maps to a path label the proxies know, so a kernel
+    split by width (``mico_qconv2d_addsub2`` / ``_addsub1``, ``tiled_sub4`` / ``_sub2``) is one
+    path in the profiles' nodes and the features, not a label per width."""
+    kernels = _declared_entry_points()
+    assert {"mico_qconv2d_addsub2", "mico_qconv2d_addsub1", "mico_qlinear_sub4"} <= set(kernels)
+    labels = {k: kernel_path(k) for k in kernels}
+    unknown = {k: v for k, v in labels.items() if v not in DECLARED_LABELS}
+    assert not unknown, f"entry points without a known path label: {unknown}"
+
+
+@pytest.mark.parametrize("bits", ["2/8", "1/8", "2/6"])
+def test_sign_weight_layers_are_labelled_addsub(bits: str, tmp_path) -> None:
+    """Ternary (2-bit signed codes) and binary weights on 5- to 8-bit codes, in a one-group
+    conv of 144 taps: the node of a lowered graph and a layer known by its shape alone both
+    say ``addsub``, and the generated program calls the sign-weight kernel of that width."""
+    from mico.codegen import emit_c_project
+
+    w, a = (int(b) for b in bits.split("/"))
+    assert op_from_layer(CONV.with_bits(w, a), in_signed=True).path == "addsub"
+    assert op_from_layer(CONV.with_bits(w, a), in_signed=False, out_bits=8).path == "addsub"
+    graph, x = _lowered(CONV, bits)
+    (conv,) = [op for op in graph_op_shapes(graph) if op.is_mac]
+    assert conv.path == "addsub" and conv.w_bits == w
+    project = emit_c_project(graph, tmp_path, "layer", sample_inputs=x[:1])
+    source = (project.directory / "layer.c").read_text()
+    assert re.search(rf"\bmico_qconv2d_addsub{w}\(", source)
+    # on 4-bit codes the lanes keep the layer
+    assert op_from_layer(CONV.with_bits(w, 4), in_signed=True).path != "addsub"
 
 
 def test_target_extensions_and_kinds() -> None:

@@ -4,6 +4,7 @@ that the proxy sees the binary linear layers from the popcount gate down."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -65,6 +66,49 @@ def test_program_targets_profile_w1a1_besides_the_grid():
     assert pairs[-1] == (1, 1) and len(pairs) == len(rv32.bits) ** 2 + 1
     assert bit_pairs((2, 8), ((2, 2), (1, 1))) == [(2, 2), (2, 8), (8, 2), (8, 8), (1, 1)]
     assert resolve_backend("bitfusion").extra_pairs == ()  # its cycle model runs 2 to 8 bits
+
+
+def test_program_targets_profile_sign_weight_convolutions(tmp_path, monkeypatch):
+    """A program target also measures the sampled one-group convolutions at W1A8 (binary
+    weights on 8-bit codes: the sign-weight sums, which no pair of the grid shows), and only
+    them: linear layers stay at W1A1, depthwise ones on the grid."""
+    from typer.testing import CliRunner
+
+    from mico.cli import app
+    from mico.hw import programs
+    from mico.hw.keys import ProgramKey
+    from mico.hw.profile import SIGN_WEIGHT_KINDS, read_profile_rows
+
+    rv32 = resolve_backend("rv32")
+    assert rv32.sign_pairs == ((1, 8),) and set(SIGN_WEIGHT_KINDS) == {"conv2d", "conv1d"}
+    assert resolve_backend("bitfusion").sign_pairs == ()
+    # the sampled convolutions at W1A8: most of those of 72 taps or more take the sums
+    shapes = sample_shapes(["conv1d", "conv2d"], 48, seed=0, include_zoo=False,
+                           max_macs=SMALL_LAYER_MACS)  # fmt: skip
+    paths = [op_from_layer(s.with_bits(1, 8), in_signed=True).path for s in shapes]
+    assert paths.count("addsub") >= 10
+    # the profile command measures them (a stand-in for the programs' counts)
+    seen = []
+
+    def keyed(layer, earlier):
+        seen.append(layer)
+        return float(layer.macs + 1), ProgramKey("p", "g", {"mico_nn.h": "h"})
+
+    fake = dataclasses.replace(rv32, keyed=keyed)
+    monkeypatch.setattr(programs, "resolve_backend", lambda *a, **k: fake)
+    out = tmp_path / "rv32.csv"
+    result = CliRunner().invoke(app, ["profile", "--target", "rv32", "--ops",
+                                      "conv2d,dwconv,linear", "--samples", "6", "--no-zoo",
+                                      "--no-fit", "-o", str(out), "-q"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    pairs: dict[str, set] = {}
+    for layer, _, _ in read_profile_rows(out):
+        pairs.setdefault(layer.kind, set()).add((layer.w_bits, layer.a_bits))
+    grid = set(bit_pairs(rv32.bits))
+    assert pairs["conv2d"] == grid | {(1, 1), (1, 8)}
+    assert pairs["dwconv2d"] == grid | {(1, 1)}
+    assert pairs["linear"] == {(1, 1)}
+    assert len(seen) == len(read_profile_rows(out))
 
 
 def test_sampled_small_layers_straddle_the_binary_linear_gate():
