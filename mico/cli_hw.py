@@ -193,8 +193,8 @@ def profile(
                            keyed=measure.keyed, jobs=jobs)  # fmt: skip
         result.measured += more.measured
         result.reused += more.reused
-    # ... and the one-group convolutions at the sign-weight pairs too (W1A8: the sums of
-    # mico_qconv2d_addsub1, which the zoo's plans do not run)
+    # ... and the one-group convolutions at the sign-weight pairs too (W1A8: the sign tables,
+    # mico_qconv2d_sign_lut, which the zoo's plans do not run)
     sign_pairs = list(measure.sign_pairs) if bits is None and programs else []
     signed = [s for s in shapes if sign_pairs and s.kind in SIGN_WEIGHT_KINDS]
     if signed:

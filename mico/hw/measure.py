@@ -34,7 +34,7 @@ class Backend:
     extra_pairs: tuple[tuple[float | int, float | int], ...] = ()
     #: pairs measured for the one-group convolutions alone
     #: (:data:`mico.hw.profile.SIGN_WEIGHT_KINDS`): binary weights on wide codes (W1A8), which
-    #: take the sign-weight sums no other pair shows
+    #: take the sign tables no other pair shows
     sign_pairs: tuple[tuple[float | int, float | int], ...] = ()
 
 

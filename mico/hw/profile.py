@@ -183,8 +183,9 @@ SMALL_LAYER_MACS = 1 << 16
 BINARY_ONLY_KINDS = ("linear",)
 #: kinds a program target also samples at its sign-weight pairs
 #: (:attr:`mico.hw.measure.Backend.sign_pairs`: W1A8): one-group convolutions, which take the
-#: sign-weight sums (:mod:`mico.codegen.addsub_plan`); a depthwise or linear layer has no
-#: such path
+#: sign tables (:mod:`mico.codegen.sign_lut_plan`; the profile of 7e56c2b's kernels measured
+#: them on the sign-weight sums, :mod:`mico.codegen.addsub_plan`); depthwise layers have no
+#: such path, and linear layers are sampled at W1A1 only
 SIGN_WEIGHT_KINDS = ("conv2d", "conv1d")
 
 

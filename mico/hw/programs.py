@@ -42,9 +42,9 @@ PROFILE_BITS = (2, 4, 8)
 #: shows
 PROFILE_EXTRA_PAIRS = ((1, 1),)
 #: pairs a program profile measures for :data:`mico.hw.profile.SIGN_WEIGHT_KINDS` only, when
-#: the target runs them: binary weights on 8-bit codes take the sign-weight sums
-#: (``mico_qconv2d_addsub1``, :mod:`mico.codegen.addsub_plan`) from a size and a number of
-#: taps on, which no other pair shows (ternary weights on wide codes, W2A8, are among the
+#: the target runs them: binary weights on 8-bit codes take the sign tables
+#: (``mico_qconv2d_sign_lut``, :mod:`mico.codegen.sign_lut_plan`) from a size on, which no
+#: other pair shows (ternary weights on wide codes, W2A8, are among the
 #: pairs of :data:`PROFILE_BITS`: 2-bit signed codes are ternary, ``mico_qconv2d_addsub2``)
 PROFILE_SIGN_PAIRS = ((1, 8),)
 CALIBRATION_SAMPLES = 8

@@ -69,7 +69,7 @@ def test_kernel_path_names() -> None:
 DECLARED_LABELS = {
     "conv2d", "tiled", "tiled_s8", "tiled_sub", "narrow_s8", "depthwise3x3", "elementwise", "host",
     "linear", "linear_s8", "sub", "dw8_f1", "dw8_f2", "dwbs", "dwp", "bin_swar", "bin_cpop",
-    "addsub",
+    "addsub", "sign_lut",
 }  # fmt: skip
 
 
@@ -93,24 +93,29 @@ def test_every_declared_entry_point_has_a_path_label() -> None:
     assert not unknown, f"entry points without a known path label: {unknown}"
 
 
-@pytest.mark.parametrize("bits", ["2/8", "1/8", "2/6"])
-def test_sign_weight_layers_are_labelled_addsub(bits: str, tmp_path) -> None:
-    """Ternary (2-bit signed codes) and binary weights on 5- to 8-bit codes, in a one-group
-    conv of 144 taps: the node of a lowered graph and a layer known by its shape alone both
-    say ``addsub``, and the generated program calls the sign-weight kernel of that width."""
+@pytest.mark.parametrize(
+    "bits, path, kernel",
+    [("2/8", "addsub", "mico_qconv2d_addsub2"), ("2/6", "addsub", "mico_qconv2d_addsub2"),
+     ("1/8", "sign_lut", "mico_qconv2d_sign_lut"), ("1/6", "sign_lut", "mico_qconv2d_sign_lut")],
+)  # fmt: skip
+def test_sign_weight_layers_are_labelled(bits: str, path: str, kernel: str, tmp_path) -> None:
+    """Ternary (2-bit signed codes) weights on 5- to 8-bit codes, in a one-group conv of 144
+    taps, take the sign-weight sums (``addsub``), binary ones the sign tables (``sign_lut``):
+    the node of a lowered graph and a layer known by its shape alone both say so, and the
+    generated program calls that kernel."""
     from mico.codegen import emit_c_project
 
     w, a = (int(b) for b in bits.split("/"))
-    assert op_from_layer(CONV.with_bits(w, a), in_signed=True).path == "addsub"
-    assert op_from_layer(CONV.with_bits(w, a), in_signed=False, out_bits=8).path == "addsub"
+    assert op_from_layer(CONV.with_bits(w, a), in_signed=True).path == path
+    assert op_from_layer(CONV.with_bits(w, a), in_signed=False, out_bits=8).path == path
     graph, x = _lowered(CONV, bits)
     (conv,) = [op for op in graph_op_shapes(graph) if op.is_mac]
-    assert conv.path == "addsub" and conv.w_bits == w
+    assert conv.path == path and conv.w_bits == w
     project = emit_c_project(graph, tmp_path, "layer", sample_inputs=x[:1])
     source = (project.directory / "layer.c").read_text()
-    assert re.search(rf"\bmico_qconv2d_addsub{w}\(", source)
+    assert re.search(rf"\b{kernel}\(", source)
     # on 4-bit codes the lanes keep the layer
-    assert op_from_layer(CONV.with_bits(w, 4), in_signed=True).path != "addsub"
+    assert op_from_layer(CONV.with_bits(w, 4), in_signed=True).path not in ("addsub", "sign_lut")
 
 
 def test_target_extensions_and_kinds() -> None:
