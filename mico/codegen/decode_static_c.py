@@ -70,6 +70,8 @@ class _Call:
 
     @property
     def func_kind(self) -> str:
+        if self.func in _PLAIN_LINEAR:
+            return "mico_qlinear"  # the same call: (&params, in, out)
         return "mico_qlinear_lanes" if self.func.startswith("mico_qlinear_lanes_") else self.func
 
     @property
@@ -77,9 +79,12 @@ class _Call:
         return int(np.prod(self.shape))
 
 
+#: linear entry points called as mico_qlinear is (&params, in, out), the decode step repeating
+#: them one row at a time alike
+_PLAIN_LINEAR = ("mico_qlinear_s8", "mico_qlinear_sub4", "mico_qlinear_sub2",
+                 "mico_qlinear_sign_lut")  # fmt: skip
 #: which argument of each kernel is its output buffer (the others' arena arguments are inputs)
-_OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_s8": 2,
-            "mico_qlinear_sub4": 2, "mico_qlinear_sub2": 2, "mico_qlinear_lanes": 3,
+_OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_lanes": 3,
             "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4, "mico_requant": 2,
             "mico_qsoftmax_prefix": 2, "mico_add": 3, "mico_lut": 1, "mico_qmul": 4}  # fmt: skip
 
@@ -313,9 +318,6 @@ class _Builder:
         return [f"    {{ MicoLinear p = {symbol}; p.rows = 1; {c.func}({', '.join(a)}); }}"]
 
     def emit_qlinear(self, i: int, c: _Call) -> list[str]:
-        return self._linear(i, c, 1)
-
-    def emit_qlinear_s8(self, i: int, c: _Call) -> list[str]:
         return self._linear(i, c, 1)
 
     def emit_qlinear_lanes(self, i: int, c: _Call) -> list[str]:

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 
-def dscnn_graph(bits: int, seed: int) -> tuple[Any, Any, Any]:
-    """(lowered graph, example input, the seeded generator, advanced past calibration: draw the
-    test's samples from it)."""
+def zoo_graph(name: str, w_bits: list, a_bits: list, seed: int) -> tuple[Any, Any, Any]:
+    """The zoo model ``name`` at per-layer widths, fused, calibrated on seeded data and lowered
+    to static mode: (lowered graph, example input, the seeded generator, advanced past
+    calibration: draw the test's samples from it)."""
     import torch
 
     from mico.ir import extract_ir
@@ -20,15 +21,22 @@ def dscnn_graph(bits: int, seed: int) -> tuple[Any, Any, Any]:
     from mico.quant import calibrate, fuse_model
 
     torch.manual_seed(seed)
-    model = from_zoo("dscnn")
-    n = model.n_layers
-    model.set_qscheme([[bits] * n, [8] + [bits] * (n - 1)], act_mode="static")
+    model = from_zoo(name)
+    model.set_qscheme([list(w_bits), list(a_bits)], act_mode="static")
     example = model.example_input()
     gen = torch.Generator().manual_seed(seed)
     model = fuse_model(model, example).eval()
     calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
     graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
     return graph, example, gen
+
+
+def dscnn_graph(bits: int, seed: int) -> tuple[Any, Any, Any]:
+    """DS-CNN at ``bits`` (8-bit input codes for the first layer), as :func:`zoo_graph`."""
+    from mico.models import from_zoo
+
+    n = from_zoo("dscnn").n_layers
+    return zoo_graph("dscnn", [bits] * n, [8] + [bits] * (n - 1), seed)
 
 
 def check_sanitized_dscnn(bits: int, seed: int, call: str, folder: Path) -> None:

@@ -72,3 +72,16 @@ def test_the_static_kv_cache_on_rv32(tmp_path):
     assert on.c_logit_hashes == off.c_logit_hashes and on.c_ids == off.c_ids == on.python_ids
     assert len(on.instructions) == len(off.instructions) == 4
     assert max(on.instructions[1:]) * 20 < min(off.instructions)  # one position, not 64
+
+
+def test_every_kernel_the_decode_step_repeats_has_its_rule():
+    """Each kernel the decode step accepts (its output argument is known) has an emit rule, and
+    the linear entry points called as mico_qlinear is (bytes, word kernels, sign tables) are
+    repeated by mico_qlinear's rule: none is accepted and then missing at emission."""
+    from mico.codegen import decode_static_c as d
+
+    for kind in d._OUT_ARG:
+        assert hasattr(d._Builder, "emit_" + kind.removeprefix("mico_")), kind
+    for func in d._PLAIN_LINEAR:
+        call = d._Call("n", "mico.qlinear", 8, (1, 4), func, ["&p", "x", "y"])
+        assert call.func_kind == "mico_qlinear" and call.out_arg == 2

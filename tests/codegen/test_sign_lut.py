@@ -249,21 +249,12 @@ def test_conv_only_model_end_to_end(tmp_path):
 
     from mico.codegen import emit_c_project
     from mico.execute import run_graph
-    from mico.ir import extract_ir
     from mico.models import from_zoo
-    from mico.passes import lower_static
-    from mico.quant import calibrate, fuse_model
     from mico.targets import host
+    from tests.codegen.dscnn_graph import zoo_graph
 
-    torch.manual_seed(3)
-    model = from_zoo("squeezenet")
-    n = model.n_layers
-    model.set_qscheme([[1] * n, [8] * n], act_mode="static")
-    example = model.example_input()
-    gen = torch.Generator().manual_seed(3)
-    model = fuse_model(model, example).eval()
-    calibrate(model, [torch.randn((4, *example.shape[1:]), generator=gen)])
-    graph = lower_static(extract_ir(model, example), [torch.randn((4, *example.shape[1:]))])
+    n = from_zoo("squeezenet").n_layers
+    graph, example, gen = zoo_graph("squeezenet", [1] * n, [8] * n, seed=3)
     project = emit_c_project(graph, tmp_path / "c", "m")
     assert sign_lut_plan.CONV_KERNEL in (project.directory / "m.c").read_text()
     host.build(project, sanitize=True)
