@@ -33,7 +33,7 @@ from mico.ir.graph import Graph, Node
 
 HEADERS = ["mico_nn.h", "mico_f32.h"]
 INPUT_CHECK = "mico_check.c"  # every project: run() refuses NaN and Inf inputs
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_ALIGN = 64  # beyond 8 bytes (a union with uint64_t) the arena base is aligned at run time
 
 

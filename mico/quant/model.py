@@ -29,7 +29,7 @@ def bit_layers(model: nn.Module) -> dict[str, BitLayer]:
 
 
 #: ``W/A`` with no layer name: the same widths for every layer
-_UNIFORM = re.compile(r"^[^=,/\s]+/[^=,/\s]+$")
+_UNIFORM = re.compile(r"^[^=,/\s]+/[^=,/\s]+\Z")
 
 
 def as_plan(plan: PlanLike, layer_names: Sequence[str]) -> QuantPlan:

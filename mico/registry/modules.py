@@ -26,7 +26,7 @@ T = TypeVar("T")
 #: Categories mico itself registers; users may add their own.
 KNOWN_CATEGORIES = ("model", "layer", "dataset", "searcher", "target", "planner")
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*\Z")
 
 
 @dataclass

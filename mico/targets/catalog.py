@@ -51,10 +51,10 @@ COSTS = {
 }
 #: ISAs that are not RISC-V strings
 OTHER_ISAS = {"native": "the machine mico runs on", "none": "no instruction set (an accelerator)"}
-_RISCV = re.compile(r"^rv(32|64)([ieg])([a-z]*)$")
+_RISCV = re.compile(r"^rv(32|64)([ieg])([a-z]*)\Z")
 _STANDARD = set("mafdqcbvhpkjtln")  # single-letter RISC-V extensions after the base
-_EXTENSION = re.compile(r"^[zxs][a-z][a-z0-9]*$")
-_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*$")
+_EXTENSION = re.compile(r"^[zxs][a-z][a-z0-9]*\Z")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.\-]*\Z")
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmg]i?b|b)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 1000, "mb": 10**6, "gb": 10**9, "kib": 1024, "mib": 2**20, "gib": 2**30}
 
