@@ -28,40 +28,6 @@
 #define MICO_AS_TAPS 64            /* taps of a chunk at most */
 #define MICO_AS_OCT 32             /* channels whose sums wait in the tile */
 
-#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define MICO_AS_LE 1 /* an int16 pair in memory is the word low + (high << 16) */
-#else
-#define MICO_AS_LE 0
-#endif
-
-/* The patch's words are written as int16 codes (mico_conv_patch) and read as 32-bit words:
- * a type that may alias them. */
-#if defined(__GNUC__)
-typedef uint32_t __attribute__((__may_alias__)) MicoAsWord;
-#else
-typedef uint32_t MicoAsWord;
-#endif
-
-/* A barrier in a short copy or fill loop: without it gcc calls memcpy / memset, which cost
- * more than the loop on a few words (rv32). */
-#if defined(__GNUC__)
-#define MICO_AS_LOOP() __asm__ volatile("" ::: "memory")
-#else
-#define MICO_AS_LOOP()
-#endif
-
-/* The largest magnitude of a code of format f. */
-static int32_t mico_as_maxabs(MicoFmt f)
-{
-    int32_t top;
-    if (f.is_signed) {
-        return f.bits == 1 ? 1 : (int32_t)1 << (f.bits - 1);
-    }
-    top = ((int32_t)1 << f.bits) - 1 - f.zero; /* fields 0 .. 2^bits - 1, less the zero point */
-    return top > f.zero ? top : f.zero;
-}
-
 /* Whether n bytes of 2-bit codes hold the code -2 (a field 2: high bit set, low bit clear). */
 static int mico_as_has_m2(const uint8_t *w, size_t n)
 {
@@ -127,7 +93,7 @@ static void mico_as_flush(const uint32_t *a, int32_t *t, int first, int32_t bias
 /* One channel of ternary weights over a chunk of kc taps: codes from the first field `lead`
  * of the byte at wp, tap k's MICO_AS_W words at tp[k]; the sums into the tile row t. */
 static MICO_NOINLINE void mico_as_ch2(const uint8_t *wp, uint32_t lead, int32_t kc,
-                                      const MicoAsWord *const *tp, int32_t *t, int first,
+                                      const MicoPairWord *const *tp, int32_t *t, int first,
                                       int32_t bias)
 {
     MICO_AS_BEGIN;
@@ -154,7 +120,7 @@ static MICO_NOINLINE void mico_as_ch2(const uint8_t *wp, uint32_t lead, int32_t 
 
 /* The same for binary weights (8 codes a byte, four at a time). */
 static MICO_NOINLINE void mico_as_ch1(const uint8_t *wp, uint32_t lead, int32_t kc,
-                                      const MicoAsWord *const *tp, int32_t *t, int first,
+                                      const MicoPairWord *const *tp, int32_t *t, int first,
                                       int32_t bias)
 {
     MICO_AS_BEGIN;
@@ -186,7 +152,7 @@ static void mico_as_words(int16_t *h, int32_t n)
     int32_t i;
     for (i = 0; i < n; i++) {
         const uint32_t lo = (uint32_t)(int32_t)h[2 * i], hi = (uint32_t)(int32_t)h[2 * i + 1];
-        ((MicoAsWord *)(void *)h)[i] = lo + (hi << 16);
+        ((MicoPairWord *)(void *)h)[i] = lo + (hi << 16);
     }
 }
 
@@ -207,14 +173,14 @@ static void mico_as_span(const MicoConv2d *p, const void *in, size_t row, int32_
     }
     for (i = 0; i < lead; i++) {
         dst[i] = 0;
-        MICO_AS_LOOP();
+        MICO_LOOP_BARRIER();
     }
     for (; i < end; i++) {
         dst[i] = (int16_t)((int32_t)((uint32_t)src[i] ^ off) - zero);
     }
     for (i = i > lead ? i : lead; i < n; i++) {
         dst[i] = 0;
-        MICO_AS_LOOP();
+        MICO_LOOP_BARRIER();
     }
 }
 
@@ -236,7 +202,7 @@ static int32_t mico_as_per(const MicoConv2d *p)
 
 static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int32_t ic0,
                                        int32_t r0, int32_t r1, int32_t oy, int32_t ox,
-                                       uint32_t *ph, const MicoAsWord **tp)
+                                       uint32_t *ph, const MicoPairWord **tp)
 {
     const int32_t kw = p->k_w, sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
     int16_t span[MICO_AS_SPAN];
@@ -247,7 +213,7 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
         if (iy < 0 || iy >= p->in_h) { /* a padding row */
             for (i = 0; i < nph * per; i++) {
                 ph[i] = 0u;
-                MICO_AS_LOOP();
+                MICO_LOOP_BARRIER();
             }
         } else {
             mico_as_span(p, in, ((size_t)ic * (size_t)p->in_h + (size_t)iy) * (size_t)p->in_w,
@@ -262,13 +228,13 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
         }
         for (kx = 0; kx < kw; kx++) {
             const int32_t c = kx * p->dil_w;
-            tp[(r - r0) * kw + kx] = (const MicoAsWord *)(ph + (c % nph) * per + c / nph);
+            tp[(r - r0) * kw + kx] = (const MicoPairWord *)(ph + (c % nph) * per + c / nph);
         }
     }
 }
 
 /* A channel's sums over a chunk (mico_as_ch2, mico_as_ch1). */
-typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoAsWord *const *,
+typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoPairWord *const *,
                               int32_t *, int, int32_t);
 
 /* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
@@ -282,8 +248,8 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
     const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
     const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
     const int32_t npix = p->out_h * p->out_w, per = 8 / wb, nph = 2 * p->stride_w;
-    const int convert = !MICO_AS_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
-    const int32_t cap = 32767 / (wmax * mico_as_maxabs(p->in_fmt)); /* taps a lane sums */
+    const int convert = !MICO_PAIR_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
+    const int32_t cap = 32767 / (wmax * mico_code_maxabs(p->in_fmt)); /* taps a lane sums */
     /* rows: taps that share input columns (k_w > 1; a 1x1 patch is a copy of the input runs),
      * pairs within output rows, the span of a tile fits */
     const int rowwise = kw > 1 && p->out_w % 2 == 0 &&
@@ -292,7 +258,7 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
         int16_t h[MICO_AS_TAPS * MICO_AS_PX];
         uint32_t w[MICO_AS_TAPS * MICO_AS_W];
     } buf; /* the patch, or the phase arrays of a chunk's kernel rows */
-    const MicoAsWord *tp[MICO_AS_TAPS];
+    const MicoPairWord *tp[MICO_AS_TAPS];
     int32_t tile[MICO_AS_OCT * MICO_AS_PX];
     int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / kw, chunks, g, oc0, oc, pix0, r0, t;
     if (rowwise && rpc * nph * mico_as_per(p) > MICO_AS_TAPS * MICO_AS_W) {
@@ -322,7 +288,7 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
                             mico_as_words(buf.h, kc * MICO_AS_W);
                         }
                         for (t = 0; t < kc; t++) {
-                            tp[t] = (const MicoAsWord *)(buf.w + t * MICO_AS_W);
+                            tp[t] = (const MicoPairWord *)(buf.w + t * MICO_AS_W);
                         }
                     }
                     for (oc = oc0; oc < oc1; oc++) {

@@ -40,6 +40,25 @@
 #define MICO_UNROLL
 #endif
 
+/* MICO_PAIR_LE: an int16 pair in memory is the 32-bit word low + (high << 16) (little-endian),
+ * so a kernel holding two pixels a word may read a pair of non-negative codes as one word;
+ * MicoPairWord: a 32-bit word that may alias such pairs; MICO_LOOP_BARRIER(): in a short copy
+ * or fill loop, keeps gcc from calling memcpy / memset, which cost more than the loop on a few
+ * words (rv32). Shared by the sign-weight kernels (mico_conv_addsub.c, mico_sign_lut.c). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
+    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#define MICO_PAIR_LE 1
+#else
+#define MICO_PAIR_LE 0
+#endif
+#if defined(__GNUC__)
+typedef uint32_t __attribute__((__may_alias__)) MicoPairWord;
+#define MICO_LOOP_BARRIER() __asm__ volatile("" ::: "memory")
+#else
+typedef uint32_t MicoPairWord;
+#define MICO_LOOP_BARRIER()
+#endif
+
 /* Storage of a tensor's elements. */
 typedef struct {
     int32_t bits;      /* 1..8: packed codes; 32: int32_t */
@@ -47,6 +66,17 @@ typedef struct {
     int16_t zero;      /* unsigned only: zero point, fields hold code + zero (0: plain); 16-bit
                         * fields keep MicoFmt at 8 bytes, passed in two registers on rv32 */
 } MicoFmt;
+
+/* The largest magnitude of a value (code less zero point) of format f (1..8 bits). */
+static inline int32_t mico_code_maxabs(MicoFmt f)
+{
+    int32_t top;
+    if (f.is_signed) {
+        return (int32_t)1 << (f.bits - 1); /* 1 for binary codes */
+    }
+    top = ((int32_t)1 << f.bits) - 1 - f.zero; /* fields 0 .. 2^bits - 1, less the zero point */
+    return top > f.zero ? top : f.zero;
+}
 
 /* How a kernel stores a result: optional ReLU on the accumulator, optional rescaling by
  * m * 2^-shift (one multiplier, or one per channel), a final clamp, the storage format. */

@@ -29,39 +29,6 @@
 #define MICO_SL_OCT 32             /* channels whose sums wait in the tile */
 #define MICO_SL_O 64               /* outputs of a linear block */
 
-#if defined(__BYTE_ORDER__) && defined(__ORDER_LITTLE_ENDIAN__) &&                              \
-    __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-#define MICO_SL_LE 1 /* an int16 pair in memory is the word low + (high << 16) */
-#else
-#define MICO_SL_LE 0
-#endif
-
-/* A barrier in a short fill loop: without it gcc calls memset, which costs more than the loop
- * on a few codes (rv32). */
-#if defined(__GNUC__)
-#define MICO_SL_LOOP() __asm__ volatile("" ::: "memory")
-#else
-#define MICO_SL_LOOP()
-#endif
-
-/* The patch's int16 pairs read as words: a type that may alias them. */
-#if defined(__GNUC__)
-typedef uint32_t __attribute__((__may_alias__)) MicoSlWord;
-#else
-typedef uint32_t MicoSlWord;
-#endif
-
-/* The largest magnitude of a code of format f. */
-static int32_t mico_sl_maxabs(MicoFmt f)
-{
-    int32_t top;
-    if (f.is_signed) {
-        return (int32_t)1 << (f.bits - 1);
-    }
-    top = ((int32_t)1 << f.bits) - 1 - f.zero;
-    return top > f.zero ? top : f.zero;
-}
-
 /* Taps of a chunk: at most `most` and what a lane holds, a multiple of 8 (kernel rows of
  * k_w taps for a convolution: a multiple of lcm(k_w, 8)); 0 when none fits. */
 static int32_t mico_sl_chunk(int32_t kw, int32_t cap, int32_t most)
@@ -198,7 +165,7 @@ static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *
         const int16_t *x = patch + 2 * (j + h);
         uint32_t *tb = tables + h * MICO_SL_GROUPS * 16;
         if (words) {
-            MICO_SL_TABLE(*(const MicoSlWord *)(const void *)(x + k_ * MICO_SL_PX));
+            MICO_SL_TABLE(*(const MicoPairWord *)(const void *)(x + k_ * MICO_SL_PX));
         } else {
             MICO_SL_TABLE((uint32_t)(int32_t)x[k_ * MICO_SL_PX] +
                           ((uint32_t)(int32_t)x[k_ * MICO_SL_PX + 1] << 16));
@@ -217,7 +184,7 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
 {
     const int32_t kw = p->k_w, rows = p->in_c * p->k_h, k_all = rows * kw;
     const int32_t npix = p->out_h * p->out_w;
-    const int words = MICO_SL_LE && !p->in_fmt.is_signed && p->in_fmt.zero == 0;
+    const int words = MICO_PAIR_LE && !p->in_fmt.is_signed && p->in_fmt.zero == 0;
     union {
         int16_t h[MICO_SL_TAPS * MICO_SL_PX];
         uint32_t w[MICO_SL_TAPS * MICO_SL_PAIRS]; /* word-aligned pairs */
@@ -229,7 +196,7 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    kc_max = mico_sl_chunk(kw, 32767 / mico_sl_maxabs(p->in_fmt), MICO_SL_TAPS);
+    kc_max = mico_sl_chunk(kw, 32767 / mico_code_maxabs(p->in_fmt), MICO_SL_TAPS);
     if (kc_max == 0) { /* a kernel row wider than a chunk */
         mico_qconv2d_elementwise(p, in, out);
         return;
@@ -245,7 +212,7 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
                 mico_conv_patch(p, in, 0, r0, r1, pix0, np, MICO_SL_PX, patch.h);
                 for (j = kc * MICO_SL_PX; j < (kc + 7) / 8 * 8 * MICO_SL_PX; j++) {
                     patch.h[j] = 0; /* the rest of the last weight byte's taps */
-                    MICO_SL_LOOP();
+                    MICO_LOOP_BARRIER();
                 }
                 for (j = 0; 2 * j < np; j += 2) { /* past np: zero columns, sums not stored */
                     mico_sl_conv_quad(p, patch.h, j, kc, r0 * kw, k_all, oc0, oc1, r0 == 0, words,
@@ -302,7 +269,7 @@ void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
         mico_qlinear(p, in, out);
         return;
     }
-    kc_max = mico_sl_chunk(1, p->rows > 1 ? 32767 / mico_sl_maxabs(p->in_fmt) : MICO_SL_LTAPS,
+    kc_max = mico_sl_chunk(1, p->rows > 1 ? 32767 / mico_code_maxabs(p->in_fmt) : MICO_SL_LTAPS,
                            MICO_SL_LTAPS); /* one row alone: int32 sums, no lanes */
     for (r = 0; r < p->rows; r += 2) {
         const int32_t pair = r + 1 < p->rows;
@@ -318,7 +285,7 @@ void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
                 for (h = kc; h < (kc + 7) / 8 * 8; h++) { /* the last weight byte's rest */
                     x[0][h] = 0;
                     x[1][h] = 0;
-                    MICO_SL_LOOP();
+                    MICO_LOOP_BARRIER();
                 }
                 mico_sl_linear_pair(p, x[0], pair ? x[1] : NULL, kc, k0, o0, o1, k0 == 0, acc);
             }
