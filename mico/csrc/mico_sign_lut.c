@@ -2,8 +2,9 @@
  * (mico_qconv2d_sign_lut, mico_qlinear_sign_lut). Four taps' weights are a nibble of the packed
  * weights, and a nibble's four signs give one of 16 signed sums of the four taps' codes. Those
  * 16 sums are built once per group of four taps and pixel pair (the table), then every output
- * channel adds one table entry per nibble: one load and one addition for four products, and no
- * multiplication. The tables are shared by all the output channels of a block, so their cost
+ * channel adds one table entry per nibble: one load and one addition for four taps of two
+ * pixels (eight products), and no multiplication; two pairs' tables share each nibble's
+ * offset. The tables are shared by all the output channels of a block, so their cost
  * falls with more channels.
  *
  * Two pixels share a word (two 16-bit lanes, the low pixel's value plus the high one's times
