@@ -322,18 +322,24 @@ def memory_note(project: Any, target: TargetSpec) -> str:
     """The model's flash and RAM against the target's, when the target file limits them.
 
     On ``qemu-rv32`` (and rv32imac VexRiscv) targets the sizes are the model and kernels
-    linked alone for rv32 (:func:`mico.targets.rv32.model_sizes`); elsewhere the constants
-    and the arena.
+    linked alone for rv32 (:func:`mico.targets.rv32.model_sizes`), and the RAM adds the
+    static bound of the run function's stack (:func:`mico.hw.stack.project_stack`: the
+    kernels' frames are RAM the device must have, several KB on some paths); elsewhere the
+    constants and the arena.
     """
     if target.flash_bytes is None and target.ram_bytes is None:
         return ""
     rv32imac = target.runner == "verilator-vexriscv" and target.isa == "rv32imac"
+    ram_parts = ""
     if target.runner == "qemu-rv32" or rv32imac:
+        from mico.hw.stack import project_stack
         from mico.targets.rv32 import model_sizes
 
         sizes = model_sizes(project)
-        used = {"flash": sizes["flash"], "RAM": sizes["ram"]}
-        how = "the model and kernels linked alone for rv32"
+        stack = project_stack(project).bytes if target.ram_bytes is not None else 0
+        used = {"flash": sizes["flash"], "RAM": sizes["ram"] + stack}
+        ram_parts = f": data + bss {sizes['ram']:,} B, stack bound {stack:,} B"
+        how = "the model and kernels linked alone for rv32, and the run function's stack"
     else:
         used = {"flash": project.const_bytes, "RAM": project.arena.size}
         how = "constants and arena"
@@ -341,7 +347,10 @@ def memory_note(project: Any, target: TargetSpec) -> str:
     for what, limit in (("flash", target.flash_bytes), ("RAM", target.ram_bytes)):
         if limit is None:
             continue
-        parts.append(f"{what} {used[what]:,} B of {limit:,} B ({100 * used[what] / limit:.1f}%)")
+        detail = ram_parts if what == "RAM" else ""
+        parts.append(
+            f"{what} {used[what]:,} B of {limit:,} B ({100 * used[what] / limit:.1f}%{detail})"
+        )
         if used[what] > limit:
             over.append(what)
     verdict = f"DOES NOT FIT the {' and '.join(over)}" if over else "fits"

@@ -472,6 +472,36 @@ def program_stack(
     return program_ram(graph, name, align, prefer).stack
 
 
+def project_stack(project: Any) -> StackBound:
+    """The worst-case stack of ``<name>_run`` on rv32 for a generated project as written (a
+    :class:`mico.codegen.project.CProject`: its patches included, which
+    :func:`program_stack` re-emitting the graph would not have): the project's own
+    ``<name>.c`` and handler sources compiled with ``-fstack-usage`` in a scratch copy (the
+    project's folder gets no objects), mico's kernels it lists from ``mico/csrc``, the stack
+    fallbacks its ``mico.json`` records as never entered (``scratch_placement.excluded``) left
+    out. Needs the rv32 toolchain; recursion or an unbounded frame raises CompileError."""
+    codesize.require_tools("the rv32 stack bound")
+    directory, name = Path(project.directory), project.name
+    manifest = directory / "mico.json"
+    placement = json.loads(manifest.read_text()).get("scratch_placement") if manifest.is_file() \
+        else None  # fmt: skip
+    excluded = list((placement or {}).get("excluded", ()))
+    ours = {entry.name for entry in resources.files("mico.csrc").iterdir()}
+    sources = [f for f in project.files if f.endswith(".c") and f != "main.c"]
+    kernels = [f for f in sources if f in ours and f != f"{name}.c"]
+    own = [f for f in sources if f not in kernels]
+    with tempfile.TemporaryDirectory(prefix="mico-stack-") as tmp:
+        for file in project.files:
+            if file.endswith((".c", ".h")):
+                Path(tmp, file).parent.mkdir(parents=True, exist_ok=True)
+                Path(tmp, file).write_bytes((directory / file).read_bytes())
+        extra = []
+        for file in own:
+            obj, frames = compile_frames(Path(file), Path(tmp), keep=True)
+            extra.append((obj, frames, Path(tmp, Path(file).stem + ".o")))
+        return kernels_stack(kernels, extra).bound(f"{name}_run", excluded)
+
+
 @dataclass(frozen=True)
 class ProgramRam:
     """A scheme's RAM on rv32 by part (bytes): what a device's RAM must hold to run it."""

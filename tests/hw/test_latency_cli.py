@@ -117,9 +117,14 @@ def test_rv32_board_program_measured_per_node(tmp_path):
               "--out", str(tmp_path / "project")],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert re.search(
-        r"flash [\d,]+ B of 65,536 B \([\d.]+%\), RAM [\d,]+ B of 256 B", result.output
+    found = re.search(
+        r"flash [\d,]+ B of 65,536 B \([\d.]+%\), RAM ([\d,]+) B of 256 B \([\d.]+%: "
+        r"data \+ bss ([\d,]+) B, stack bound ([\d,]+) B\)",
+        result.output,
     )
+    assert found, result.output
+    ram, static, stack = (int(g.replace(",", "")) for g in found.groups())
+    assert ram == static + stack and static > 0 and stack > 100  # the kernels' frames count
     assert "DOES NOT FIT the RAM" in result.output
     rows = _rows(result.output)
     assert rows["conv2"] > rows["fc"] > 0

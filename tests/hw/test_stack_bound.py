@@ -30,6 +30,7 @@ from mico.hw.stack import (
     parse_su,
     program_ram,
     program_stack,
+    project_stack,
     prologue_frames,
 )
 from mico.ir import extract_ir
@@ -172,6 +173,8 @@ def test_bound_holds_the_measured_stack(name, bits, tmp_path):
     measured = run.stack_bytes
     assert measured is not None and not run.stack_beyond_probe
     assert measured <= bound.bytes <= measured * TOLERANCE, (measured, bound.describe())
+    # the project as written (its mico.json's placement) gives the same bound as the graph
+    assert project_stack(project) == bound
 
 
 def _speed():
