@@ -26,6 +26,7 @@ assert outputs equal to the reference and the paths chosen, not speed."""
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 import tempfile
@@ -252,6 +253,14 @@ def _sanitized_run(layers: list) -> list[np.ndarray]:
 def chosen() -> dict[str, list[str]]:
     """Every case's layers through their chosen paths in one sanitized host program, each
     output held to the reference; case name -> the kernel of each layer."""
+    return dict(_chosen_once())
+
+
+@functools.cache
+def _chosen_once() -> dict[str, list[str]]:
+    """:func:`chosen`'s work, once per test process: ``--dist worksteal`` can move this
+    module's tests between workers and back, and a module fixture is set up again each time
+    (three 54-second builds in one run of the suite)."""
     layers = {name: fn() for name, fn in CASES.items()}
     flat = [layer for group in layers.values() for layer in group]
     outs = iter(_sanitized_run(flat))
