@@ -448,6 +448,42 @@ def dwp_levels(
     return out.ravel()
 
 
+#: the widest lane sum of ``mico_qconv2d_dw4`` (3 lanes of 10 bits)
+DW4_SPAN = 0x3FF
+
+
+def dw4_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The rows-of-5 path of a depthwise 3x3 layer (``mico_qconv2d_dw4``: planes of 5 columns,
+    unsigned 4-bit codes in and out without a zero point, stride 1, padding 1), or None when
+    the kernel would not take it (mirrors ``mico_dw4_shape``) or a channel's window sums span
+    more than its 10-bit lanes (``15 sum |w|`` above :data:`DW4_SPAN`: the kernel would compute
+    that channel one output at a time). Where it applies it is below every other path on rv32
+    (DS-CNN's 25 x 5 W4A4: 3.94 -> 2.3 instructions a MAC against the pair path's words of 5
+    lanes). ``dw4 = 1`` marks the plan; ``s = q = 0``: no pixel lanes."""
+    w = np.asarray(weight, dtype=np.int64)
+    if a_fmt is None or out_fmt is None or w.ndim != 4 or w.shape[1:] != (1, 3, 3):
+        return None
+    for fmt in (a_fmt, out_fmt):
+        if fmt.bits != 4 or fmt.signed or fmt.binary or getattr(fmt, "zero", 0):
+            return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    geometry = (tuple(int(v) for v in stride), tuple(int(v) for v in padding), tuple(dilation))
+    if geometry != ((1, 1), (1, 1), (1, 1)) or in_w != 5 or (in_h, in_w) != (out_h, out_w):
+        return None
+    if in_h < 1 or w.size == 0 or 15 * int(np.abs(w).reshape(len(w), -1).sum(axis=1).max()) > DW4_SPAN:
+        return None
+    return {"s": 0, "q": 0, "dw4": 1}
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -468,6 +504,9 @@ def dw_lane_plan(
     (one pixel per word, the W8A8 case) is the plain form of the same kernel. None too when
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
+    rows5 = dw4_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if rows5 is not None:
+        return rows5
     sliced = dwb_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     if sliced is not None:  # counted bit-sliced: cheaper than any lanes, unless words of K
@@ -562,6 +601,8 @@ def dw_kernel(plan: dict[str, int], form: str = "") -> str:
     path: ``pair`` set too, ``form`` the suffix of its form, :func:`dwp_form`, or none: the
     entry point of any form; of the bit-sliced path: ``sliced`` set, the entry point of its
     ``stride``, or of either)."""
+    if plan.get("dw4"):
+        return "mico_qconv2d_dw4"
     if plan.get("sliced"):
         return f"mico_qconv2d_dwbs_s{plan['stride']}" if plan.get("stride") else "mico_qconv2d_dwbs"
     if plan.get("pair"):
@@ -601,6 +642,14 @@ def emit_call(
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False)
         )
         fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
+    if plan.get("dw4"):  # its table's levels, as the pair path's (dwp_levels)
+        a = node.attrs
+        lvl = dwp_levels(
+            node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
+            node.inputs[0].qformat,
+        )  # fmt: skip
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     if plan.get("pair"):  # outputs of 5..16 codes by table (dwp_levels)
         from mico.ir.ops.mico_ops import code_range
 
