@@ -479,7 +479,7 @@ def dw4_plan(
     geometry = (tuple(int(v) for v in stride), tuple(int(v) for v in padding), tuple(dilation))
     if geometry != ((1, 1), (1, 1), (1, 1)) or in_w != 5 or (in_h, in_w) != (out_h, out_w):
         return None
-    if in_h < 1 or w.size == 0 or 15 * int(np.abs(w).reshape(len(w), -1).sum(axis=1).max()) > DW4_SPAN:
+    if in_h < 1 or w.size == 0 or 15 * pair_span(w, QFormat(1, False)) > DW4_SPAN:
         return None
     return {"s": 0, "q": 0, "dw4": 1}
 
