@@ -3662,41 +3662,43 @@ void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void 
  * ------------------------------------------------------------------------------------------ */
 #define MICO_DW4_SPAN 0x3ffu
 #define MICO_DW4_LANES 0x100401u /* 1 in each of the 3 lanes of 10 bits */
+#if defined(__GNUC__)
+#define MICO_DW4_OPAQUE(X) __asm__("" : "+r"(X))
+#else
+#define MICO_DW4_OPAQUE(X) (void)(X)
+#endif
 
 /* The lane words of input row y of a plane, its first code at the low (par 0) or high (par 1)
  * nibble of q[0]: 3 bytes, none past the row's last code. */
-static MICO_DWL_INLINE void mico_dw4_row(const uint8_t *q, const int par, uint32_t *e,
-                                         uint32_t *o, uint32_t *o10)
+static MICO_DWL_INLINE void mico_dw4_row(const uint8_t *q, const int par, uint32_t *r)
 {
     const uint32_t b0 = q[0], b1 = q[1], b2 = q[2];
     if (par == 0) {
-        *e = (b0 & 15u) | (b1 & 15u) << 10 | (b2 & 15u) << 20;
-        *o = (b0 >> 4) | (b1 >> 4) << 10;
+        r[0] = (b0 & 15u) | (b1 & 15u) << 10 | (b2 & 15u) << 20;
+        r[1] = (b0 >> 4) | (b1 >> 4) << 10;
     } else {
-        *e = (b0 >> 4) | (b1 >> 4) << 10 | (b2 >> 4) << 20;
-        *o = (b1 & 15u) | (b2 & 15u) << 10;
+        r[0] = (b0 >> 4) | (b1 >> 4) << 10 | (b2 >> 4) << 20;
+        r[1] = (b1 & 15u) | (b2 & 15u) << 10;
     }
-    *o10 = *o << 10;
 }
 
 /* A channel's constants: W02[r] = w(r,0) 2^10 + w(r,2), W1[r] = w(r,1), the lanes' starts. */
 typedef struct {
     uint32_t w02[3], w1[3], be, bo;
-    const uint8_t *lut;
 } MicoDw4Ch;
 
-/* The 20 bits of output row (codes by table) from input rows a (y - 1), b (y), c (y + 1). */
-static MICO_DWL_INLINE uint32_t mico_dw4_out(const MicoDw4Ch *k, const uint32_t *a,
-                                             const uint32_t *b, const uint32_t *c)
+/* The 20 bits of output row (codes by table) from input rows a (y - 1), b (y), c (y + 1) (E,
+ * O each): the odd outputs' w1 O10 as (sum of w1 O) << 10, so a row is two words. */
+static MICO_DWL_INLINE uint32_t mico_dw4_out(const MicoDw4Ch *k, const uint8_t *lut,
+                                             const uint32_t *a, const uint32_t *b,
+                                             const uint32_t *c)
 {
-    const uint8_t *const lut = k->lut;
-    uint32_t ae = k->be, ao = k->bo;
+    uint32_t ae = k->be, ao = k->bo, t;
     ae += k->w02[0] * a[1] + k->w1[0] * a[0];
-    ao += k->w02[0] * a[0] + k->w1[0] * a[2];
     ae += k->w02[1] * b[1] + k->w1[1] * b[0];
-    ao += k->w02[1] * b[0] + k->w1[1] * b[2];
     ae += k->w02[2] * c[1] + k->w1[2] * c[0];
-    ao += k->w02[2] * c[0] + k->w1[2] * c[2];
+    t = k->w1[0] * a[1] + k->w1[1] * b[1] + k->w1[2] * c[1];
+    ao += k->w02[0] * a[0] + k->w02[1] * b[0] + k->w02[2] * c[0] + (t << 10);
     return (uint32_t)lut[ae & MICO_DW4_SPAN] | (uint32_t)lut[(ao >> 10) & MICO_DW4_SPAN] << 4 |
            (uint32_t)lut[(ae >> 10) & MICO_DW4_SPAN] << 8 |
            (uint32_t)lut[(ao >> 20) & MICO_DW4_SPAN] << 12 |
@@ -3723,31 +3725,32 @@ static MICO_DWL_INLINE uint8_t *mico_dw4_put(uint8_t *q, const int par, uint32_t
 
 /* One channel plane of h rows (in and out at nibble parity P, the same for both: planes of
  * equal size), the lane words of three input rows in registers. */
-static MICO_DWL_INLINE void mico_dw4_plane(const MicoDw4Ch *k, const uint8_t *in, uint8_t *out,
-                                           int32_t h, const int P)
+static MICO_DWL_INLINE void mico_dw4_plane(const MicoDw4Ch *k, const uint8_t *lut,
+                                           const uint8_t *in, uint8_t *out, int32_t h, const int P)
 {
-    uint32_t r0[3] = {0u, 0u, 0u}, r1[3], r2[3], r3[3], pend;
+    uint32_t r0[2] = {0u, 0u}, r1[2], r2[2], r3[2], pend;
     int32_t y;
+    MICO_DW4_OPAQUE(lut); /* (the table's address in a register, not rebuilt from sp) */
     pend = P ? (uint32_t)out[0] & 15u : 0u;
-    mico_dw4_row(in, P, &r1[0], &r1[1], &r1[2]);
+    mico_dw4_row(in, P, r1);
     in += 2 + P; /* row 1: at the other parity */
     for (y = 0; y + 2 <= h; y += 2) {
-        mico_dw4_row(in, !P, &r2[0], &r2[1], &r2[2]);
+        mico_dw4_row(in, !P, r2);
         in += 3 - P;
-        out = mico_dw4_put(out, P, mico_dw4_out(k, r0, r1, r2), &pend);
+        out = mico_dw4_put(out, P, mico_dw4_out(k, lut, r0, r1, r2), &pend);
         if (y + 2 < h) {
-            mico_dw4_row(in, P, &r3[0], &r3[1], &r3[2]);
+            mico_dw4_row(in, P, r3);
             in += 2 + P;
         } else {
-            r3[0] = r3[1] = r3[2] = 0u;
+            r3[0] = r3[1] = 0u;
         }
-        out = mico_dw4_put(out, !P, mico_dw4_out(k, r1, r2, r3), &pend);
-        r0[0] = r2[0], r0[1] = r2[1], r0[2] = r2[2];
-        r1[0] = r3[0], r1[1] = r3[1], r1[2] = r3[2];
+        out = mico_dw4_put(out, !P, mico_dw4_out(k, lut, r1, r2, r3), &pend);
+        r0[0] = r2[0], r0[1] = r2[1];
+        r1[0] = r3[0], r1[1] = r3[1];
     }
     if (y < h) { /* the last row of an odd plane: its high nibble pending when P is 0 */
-        r2[0] = r2[1] = r2[2] = 0u;
-        out = mico_dw4_put(out, P, mico_dw4_out(k, r0, r1, r2), &pend);
+        r2[0] = r2[1] = 0u;
+        out = mico_dw4_put(out, P, mico_dw4_out(k, lut, r0, r1, r2), &pend);
         if (!P) {
             out[0] = (uint8_t)((out[0] & 0xf0u) | pend);
         }
@@ -3817,7 +3820,6 @@ void mico_qconv2d_dw4(const MicoConv2d *p, const MicoDwLanes *l, const void *in,
         mico_qconv2d_depthwise3x3(p, in, out);
         return;
     }
-    k.lut = (const uint8_t *)lut_words;
     for (ch = 0; ch < p->out_c; ch++) {
         const MicoRq rq = mico_rq(&p->out, ch);
         const int32_t i0 = ch * plane; /* the plane's first nibble, in and out */
@@ -3850,11 +3852,11 @@ void mico_qconv2d_dw4(const MicoConv2d *p, const MicoDwLanes *l, const void *in,
             }
         }
         if (i0 & 1) {
-            mico_dw4_plane(&k, (const uint8_t *)in + (i0 >> 1), (uint8_t *)out + (i0 >> 1),
-                           p->in_h, 1);
+            mico_dw4_plane(&k, (const uint8_t *)lut_words, (const uint8_t *)in + (i0 >> 1),
+                           (uint8_t *)out + (i0 >> 1), p->in_h, 1);
         } else {
-            mico_dw4_plane(&k, (const uint8_t *)in + (i0 >> 1), (uint8_t *)out + (i0 >> 1),
-                           p->in_h, 0);
+            mico_dw4_plane(&k, (const uint8_t *)lut_words, (const uint8_t *)in + (i0 >> 1),
+                           (uint8_t *)out + (i0 >> 1), p->in_h, 0);
         }
     }
 }
