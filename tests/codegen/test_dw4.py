@@ -3,15 +3,16 @@ chosen by mico.codegen.dwconv_plan.dw4_plan) against the Python integer referenc
 C program of benchmarks/kernels_rv32.py (host programs for the kernel cases, one under ASan +
 UBSan, one with the kernel's own tables; DS-CNN's layer on rv32 under qemu).
 
-The kernel cases call the entry point whatever the plan would choose: unsigned 4-bit codes in
-and out, weights of 1, 2 (and ternary), 3, 4 and 8 bits, with and without a ReLU; planes of 1
-to 49 rows, odd and even, odd channel counts (every other plane starting inside a byte);
-multipliers whose shift is 32 or less and above, ties of the rounding, biases that put every
-sum at the top or bottom code, saturating scales, a multiplier of 0; channels whose sums span
-more than the 10-bit lanes (one output at a time) or have no table from the generator (the
-kernel requantizes its table itself); and the layers the kernel hands to
-mico_qconv2d_depthwise3x3 (other widths, signed or asymmetric codes, 8-bit outputs, stride 2,
-padding 0, rows of 4 or 6 codes)."""
+The kernel cases call the entry point whatever the plan would choose: 4-bit codes in and out,
+unsigned (mico_qconv2d_dw4) or signed (_dw4s), weights of 1, 2 (and ternary), 3, 4 and 8 bits,
+with and without a ReLU; planes of 1 to 49 rows, odd and even, odd channel counts (every other
+plane starting inside a byte); multipliers whose shift is 32 or less and above, ties of the
+rounding, biases that put every sum at the top or bottom code, saturating scales, a multiplier
+of 0; 4-bit weights at their limits (sums spanning 945), channels of 8-bit weights whose sums
+span more than the 10-bit lanes (one output at a time), a channel without a table from the
+generator (the kernel requantizes its table itself); and the layers the kernel hands to
+mico_qconv2d_depthwise3x3 (other widths, signed codes on one side only, asymmetric codes, 8-bit
+outputs, stride 2, padding 0, rows of 4 or 6 codes)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,8 @@ from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 
-A4 = QFormat(4, False)
-ENTRY = "mico_qconv2d_dw4"
+A4, S4 = QFormat(4, False), QFormat(4, True)
+ENTRY, ENTRY_S = "mico_qconv2d_dw4", "mico_qconv2d_dw4s"
 
 
 def _layer(h, w=5, *, a=A4, o=A4, wb=4, c=3, stride=1, pad=1, seed=0, extreme=False,
@@ -77,10 +78,26 @@ def _taken() -> list:
     return layers
 
 
+def _signed() -> list:
+    """Layers of signed codes in and out the kernel computes (mico_qconv2d_dw4s)."""
+    layers = [
+        _layer(h, a=S4, o=S4, wb=wb, c=c, seed=100 + i, relu=relu)
+        for i, (h, wb, c, relu) in enumerate([(25, 4, 5, True), (25, 4, 4, False), (1, 2, 3, True),
+                                              (8, TERNARY, 3, False), (13, 8, 2, True)])
+    ]  # fmt: skip
+    layers[-1].weight = np.clip(layers[-1].weight, -7, 7)
+    layers.append(_layer(25, a=S4, o=S4, c=3, seed=106, extreme=True, relu=False))
+    wide = _layer(6, a=S4, o=S4, wb=8, c=3, seed=107)  # a channel one output at a time
+    wide.weight[1] = np.clip(wide.weight[1], -2, 2)
+    layers.append(wide)
+    return layers
+
+
 def _declined() -> list:
     """Layers the kernel hands to mico_qconv2d_depthwise3x3."""
     return [
-        _layer(25, a=QFormat(4, True), c=3, seed=30),  # signed codes
+        _layer(25, a=S4, c=3, seed=30),  # signed codes in, unsigned out
+        _layer(25, o=S4, c=3, seed=38),  # and the other way round
         _layer(25, a=QFormat(4, False, 1), c=3, seed=31),  # a zero point
         _layer(25, o=QFormat(8, False), c=3, seed=32),  # 8-bit outputs
         _layer(25, a=QFormat(2, False), o=QFormat(2, False), c=3, seed=33),
@@ -92,8 +109,8 @@ def _declined() -> list:
 
 
 def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
-    """The rows-of-5 entry point, whatever the plan would choose."""
-    return {"s": 0, "q": 0, "dw4": 1}
+    """The rows-of-5 entry point of the codes' signedness, whatever the plan would choose."""
+    return {"s": 0, "q": 0, "dw4": 1, "signed": int(a_fmt.signed)}
 
 
 def _check(layers: list, results: list) -> None:
@@ -102,14 +119,14 @@ def _check(layers: list, results: list) -> None:
         for kernel, _, out in per_path:
             case = (kernel, layer.w_fmt, layer.x.shape, layer.stride, layer.pad, layer.a_fmt)
             assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
-        assert per_path[0][0] == ENTRY
+        assert per_path[0][0] == (ENTRY_S if layer.a_fmt.signed else ENTRY)
 
 
 def test_dw4_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through mico_qconv2d_dw4; the cases
     meant to hit the kernel's slower channels do (a span above 1,023, a channel without its
     table), and the declined layers are exact through the fallback."""
-    taken, declined = _taken(), _declined()
+    taken, declined = _taken() + _signed(), _declined()
     for layer in taken:
         args = ((1, 1), (1, 1), (1, 1))
         assert dw4_plan(np.clip(layer.weight, -7, 7), layer.a_fmt, layer.o_fmt,
@@ -118,9 +135,10 @@ def test_dw4_bit_exact(monkeypatch):
         args = ((layer.stride,) * 2, (layer.pad,) * 2, (1, 1))
         assert dw4_plan(layer.weight, layer.a_fmt, layer.o_fmt, layer.x.shape[1:],
                         layer.out_hw, *args) is None  # fmt: skip
-    spans = 15 * np.abs(taken[-3].weight).reshape(5, -1).sum(axis=1)
-    assert (spans > 1023).any() and (spans <= 1023).any()
-    levels = taken[-2]
+    for wide in (_taken()[-3], _signed()[-1]):
+        spans = 15 * np.abs(wide.weight).reshape(len(wide.weight), -1).sum(axis=1)
+        assert (spans > 1023).any() and (spans <= 1023).any()
+    levels = _taken()[-2]
     spec = {"qformat": levels.o_fmt, "m": levels.m, "shift": levels.shift}
     lvl = dwp_levels(levels.weight, levels.bias, spec, levels.relu, levels.a_fmt).reshape(-1, 16)
     assert (lvl[:, 0] == 0xFF).any() and (lvl[:, 0] != 0xFF).any()
@@ -133,9 +151,10 @@ def test_dw4_own_tables(monkeypatch):
     """Without the generator's levels (lvl NULL) the kernel requantizes each channel's table
     itself: the reference's codes too."""
     taken = _taken()
-    layers = [*taken[:8], taken[-2]]
+    layers = [*taken[:8], taken[-2], *_signed()[:4]]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     program = kernels_rv32.layers_program(layers, ("chosen",))
+    assert program.count("lvl_dw") == 2 * len(layers)
     stripped = re.sub(r", \.lvl = L\d+_lvl_dw", "", program)
     stripped = re.sub(r"static const uint8_t L\d+_lvl_dw\[\] = \{[^}]*\};", "", stripped)
     assert stripped != program
@@ -159,7 +178,9 @@ def test_dw4_sanitized(monkeypatch):
         _layer(25, c=4, seed=41),
         _layer(2, c=5, seed=42),  # even planes from a high nibble
         _layer(1, c=1, seed=43),
-        _layer(7, c=2, seed=44, extreme=True),  # one output at a time
+        _layer(7, c=2, seed=44, extreme=True),
+        _layer(25, a=S4, o=S4, c=3, seed=45, relu=False),  # signed codes
+        _signed()[-1],  # a channel one output at a time
     ]
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
     check_sanitized(tight_program(layers), layers, "-O0")
@@ -173,17 +194,20 @@ def _plan(a_fmt, o_fmt, in_hw, stride=1, pad=1, weight=None):
 
 
 def test_plan_picks_dw4():
-    """Unsigned 4-bit codes in and out on planes of 5 columns at stride 1, padding 1 take the
-    rows-of-5 path (DS-CNN's 25 x 5, any height, weights of any width whose sums fit 10 bits);
-    other widths, signed or asymmetric codes, 8-bit outputs, other rows, stride 2, padding 0
-    and channels whose sums span more than 1,023 keep the other paths."""
+    """4-bit codes in and out (unsigned, or signed both) on planes of 5 columns at stride 1,
+    padding 1 take the rows-of-5 path (DS-CNN's 25 x 5, any height, weights of any width whose
+    sums fit 10 bits); other widths, signed codes on one side only, asymmetric codes, 8-bit
+    outputs, other rows, stride 2, padding 0 and channels whose sums span more than 1,023
+    keep the other paths."""
     assert dw_kernel(_plan(A4, A4, (25, 5))) == ENTRY
     assert dw_kernel(_plan(A4, A4, (49, 5))) == ENTRY
     assert dw_kernel(_plan(A4, A4, (1, 5))) == ENTRY
     ternary = np.random.default_rng(1).integers(-1, 2, size=(8, 1, 3, 3))
     assert dw_kernel(_plan(A4, A4, (25, 5), weight=ternary)) == ENTRY
+    assert dw_kernel(_plan(S4, S4, (25, 5))) == ENTRY_S
     for a, o, hw, stride, pad in [
-        (QFormat(4, True), A4, (25, 5), 1, 1),
+        (S4, A4, (25, 5), 1, 1),
+        (A4, S4, (25, 5), 1, 1),
         (QFormat(4, False, 1), A4, (25, 5), 1, 1),
         (A4, QFormat(8, False), (25, 5), 1, 1),
         (QFormat(2, False), QFormat(2, False), (25, 5), 1, 1),
@@ -203,15 +227,16 @@ def test_plan_picks_dw4():
 @pytest.mark.skipif(not rv32.available(), reason="needs the rv32 toolchain and qemu")
 def test_rv32_dscnn_depthwise_w4a4():
     """On rv32imac (qemu), kernels_rv32's DS-CNN depthwise case (64 channels of 25 x 5): W4A4
-    takes mico_qconv2d_dw4 as the generator picks it, bit-exact, in at most 1 / 1.5 of the
-    instructions of W8A8 (the issue's target for 4-bit codes)."""
+    takes mico_qconv2d_dw4 (signed 4/4 _dw4s) as the generator picks it, bit-exact, in at most
+    1 / 1.5 of the instructions of W8A8 (the issue's target for 4-bit codes)."""
     shape = kernels_rv32.SHAPES["depthwise3x3 64ch 25×5 pad1 (DS-CNN)"]
-    plans = [p for p in kernels_rv32.PLANS if p[0] in ("8/8", "4/4")]
+    plans = [p for p in kernels_rv32.PLANS if p[0] in ("8/8", "4/4", "4/4 signed")]
     layers = [kernels_rv32._plan_layer(shape, plan) for plan in plans]
     results = kernels_rv32.run_layers(layers, "rv32", ("chosen",))
     counts = {}
     for plan, layer, ((kernel, n, out),) in zip(plans, layers, results, strict=True):
         assert np.array_equal(out, layer.reference().ravel()), kernel
         counts[plan[0]] = (kernel, n)
-    assert counts["4/4"][0] == ENTRY
+    assert counts["4/4"][0] == ENTRY and counts["4/4 signed"][0] == ENTRY_S
     assert 3 * counts["4/4"][1] <= 2 * counts["8/8"][1], counts
+    assert 3 * counts["4/4 signed"][1] <= 2 * counts["8/8"][1], counts
