@@ -3800,23 +3800,29 @@ static inline void mico_dw4_set(uint8_t *q, int32_t i, uint32_t c)
 }
 
 /* A channel whose sums do not fit 10-bit lanes: one output at a time (codes from nibble i0 of
- * in and out). */
+ * in and out), from a window of three input rows read before the output row they serve is
+ * stored (in place, each input row is read before its output row overwrites it). */
 static MICO_NOINLINE void mico_dw4_plain(const MicoConv2d *p, const uint8_t *in, uint8_t *out,
                                          int32_t i0, const uint32_t *w, int32_t bias,
                                          const MicoRq *rq)
 {
     const int S = p->in_fmt.is_signed != 0;
+    uint32_t win[3][7] = {{0u}}; /* row r in win[r mod 3] (row -1: 0), columns -1 .. 5 */
     int32_t y, x, dy, dx;
+    for (x = 0; x < 5; x++) {
+        win[0][x + 1] = mico_dw4_get(in, i0 + x, S); /* row 0 */
+    }
     for (y = 0; y < p->out_h; y++) {
+        uint32_t *const next = win[(y + 1) % 3]; /* row y + 1 */
+        for (x = 0; x < 5; x++) {
+            next[x + 1] = y + 1 < p->in_h ? mico_dw4_get(in, i0 + 5 * (y + 1) + x, S) : 0u;
+        }
         for (x = 0; x < 5; x++) {
             uint32_t acc = (uint32_t)bias;
             for (dy = 0; dy < 3; dy++) {
-                const int32_t yy = y + dy - 1;
+                const uint32_t *const row = win[(y + 2 + dy) % 3]; /* row y - 1 + dy */
                 for (dx = 0; dx < 3; dx++) {
-                    const int32_t xx = x + dx - 1;
-                    if (yy >= 0 && yy < p->in_h && xx >= 0 && xx < 5) {
-                        acc += w[3 * dy + dx] * mico_dw4_get(in, i0 + 5 * yy + xx, S);
-                    }
+                    acc += w[3 * dy + dx] * row[x + dx];
                 }
             }
             mico_dw4_set(out, i0 + 5 * y + x, (uint32_t)mico_rq_apply(rq, (int32_t)acc));

@@ -186,6 +186,29 @@ def test_dw4_sanitized(monkeypatch):
     check_sanitized(tight_program(layers), layers, "-O0")
 
 
+def test_dw4_in_place(monkeypatch):
+    """The in-place contract (input and output the same buffer, as the memory plan may give a
+    depthwise layer): every input row is read before the output row that overwrites it, in
+    the lanes and one output at a time (ASan + UBSan, host)."""
+    layers = [
+        _layer(25, c=5, seed=50),  # channels starting inside a byte
+        _layer(4, c=3, seed=51),
+        _layer(25, a=S4, o=S4, c=3, seed=52, relu=False),
+        _taken()[-3],  # channels one output at a time
+        _signed()[-1],
+    ]
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
+    for i, layer in enumerate(layers):
+        entry = ENTRY_S if layer.a_fmt.signed else ENTRY
+        call = f"{entry}(&L{i}_p_dw, &L{i}_l_dw, L{i}_x, y);"
+        assert program.count(call) == 1
+        program = program.replace(
+            call, f"memcpy(y, L{i}_x, sizeof L{i}_x); {entry}(&L{i}_p_dw, &L{i}_l_dw, y, y);"
+        )
+    check_sanitized(program, layers, "-O1")
+
+
 def _plan(a_fmt, o_fmt, in_hw, stride=1, pad=1, weight=None):
     if weight is None:
         weight = np.random.default_rng(0).integers(-8, 8, size=(8, 1, 3, 3))
