@@ -171,9 +171,12 @@ def test_dw4_own_tables(monkeypatch):
 
 
 def test_dw4_sanitized(monkeypatch):
-    """ASan + UBSan on outputs that end exactly at the end of their buffer (an odd number of
-    codes: the last byte half written) and inputs read up to the tensor's last byte."""
-    layers = [
+    """ASan + UBSan (one program): outputs that end exactly at the end of their buffer (an odd
+    number of codes: the last byte half written) and inputs read up to the tensor's last
+    byte; and the in-place contract (input and output the same buffer, as the memory plan may
+    give a depthwise layer): every input row is read before the output row that overwrites
+    it, in the lanes and one output at a time."""
+    apart = [
         _layer(25, c=3, seed=40),  # 375 codes: the last byte's low nibble
         _layer(25, c=4, seed=41),
         _layer(2, c=5, seed=42),  # even planes from a high nibble
@@ -182,31 +185,24 @@ def test_dw4_sanitized(monkeypatch):
         _layer(25, a=S4, o=S4, c=3, seed=45, relu=False),  # signed codes
         _signed()[-1],  # a channel one output at a time
     ]
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    check_sanitized(tight_program(layers), layers, "-O0")
-
-
-def test_dw4_in_place(monkeypatch):
-    """The in-place contract (input and output the same buffer, as the memory plan may give a
-    depthwise layer): every input row is read before the output row that overwrites it, in
-    the lanes and one output at a time (ASan + UBSan, host)."""
-    layers = [
+    in_place = [
         _layer(25, c=5, seed=50),  # channels starting inside a byte
         _layer(4, c=3, seed=51),
         _layer(25, a=S4, o=S4, c=3, seed=52, relu=False),
         _taken()[-3],  # channels one output at a time
         _signed()[-1],
     ]
+    layers = apart + in_place
     monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    program = "#include <string.h>\n" + kernels_rv32.layers_program(layers, ("chosen",))
-    for i, layer in enumerate(layers):
+    program = "#include <string.h>\n" + tight_program(layers)
+    for i, layer in enumerate(in_place, start=len(apart)):
         entry = ENTRY_S if layer.a_fmt.signed else ENTRY
         call = f"{entry}(&L{i}_p_dw, &L{i}_l_dw, L{i}_x, y);"
         assert program.count(call) == 1
         program = program.replace(
             call, f"memcpy(y, L{i}_x, sizeof L{i}_x); {entry}(&L{i}_p_dw, &L{i}_l_dw, y, y);"
         )
-    check_sanitized(program, layers, "-O1")
+    check_sanitized(program, layers, "-O0")
 
 
 def _plan(a_fmt, o_fmt, in_hw, stride=1, pad=1, weight=None):
