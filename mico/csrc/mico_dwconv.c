@@ -3647,21 +3647,22 @@ void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void 
  * Depthwise 3x3 on planes of 5 columns of 4-bit codes (mico_qconv2d_dw4; DS-CNN's 25 x 5 at
  * W4A4). Each input row y (5 unsigned codes n0..n4, no zero point, padding 0) is read once
  * into two words of 3 lanes of 10 bits, its even and odd columns: E = n0 | n2 << 10 | n4 << 20
- * and O = n1 | n3 << 10 (the padding column 5 is lane 2's 0), and O10 = O << 10. A kernel row
- * (w0, w1, w2) of an output row then costs two multiplies a word of outputs: the even outputs
- * (columns 0, 2, 4) take w0 n(x-1) + w1 n(x) + w2 n(x+1) = (w0 2^10 + w2) O + w1 E, the odd
- * ones (1, 3, in lanes 1 and 2) (w0 2^10 + w2) E + w1 O10 (lane 0 holds the partial w2 n0,
- * bits 30..31 what w0 n4 2^30 leaves: neither is read). Every lane starts at minus its
- * smallest sum, so ends in [0, span], span = 15 (pos - neg) <= 1023 (the generator takes the
- * path where every channel's does; a wider channel goes one output at a time), and a word's
- * lanes never
- * borrow from each other. Outputs come from a table of the code of every lane value (the
- * generator's levels through mico_dwp_lut, or the kernel's own requantization when a channel
- * has none), 5 codes a row packed into 20 bits and stored a byte at a time, the nibble a row
- * leaves carried to the next (a plane starts inside a byte every other channel). Signed codes
- * in and out (mico_qconv2d_dw4s): the lanes hold the signed values (f ^ 8 less 8 per field,
- * the padding 0), each lane starts at minus its smallest sum over [-8, 7], the table holds
- * code + 8 and a row's packed codes are xor'ed with 8 in each field.
+ * and O = n1 | n3 << 10 (the padding column 5 is lane 2's 0). A kernel row (w0, w1, w2) of an
+ * output row then costs two multiplies a word of outputs: the even outputs (columns 0, 2, 4)
+ * take w0 n(x-1) + w1 n(x) + w2 n(x+1) = (w0 2^10 + w2) O + w1 E, the odd ones (1, 3, in
+ * lanes 1 and 2) (w0 2^10 + w2) E + (w1 O) << 10, the last shift once for the three kernel
+ * rows (lane 0 holds the partial w2 n0, bits 30..31 what w0 n4 2^30 leaves: neither is read).
+ * Every lane starts at minus its smallest sum, so ends in [0, span], span = 15 (pos - neg) <=
+ * 1023 (the generator takes the path where every channel's does; a wider channel goes one
+ * output at a time), and a word's lanes never borrow from each other. Outputs come from a
+ * table of the code of every lane value (the generator's levels through mico_dwp_lut, or the
+ * kernel's own requantization when a channel has none), 5 codes a row packed into 20 bits and
+ * stored a byte at a time, the nibble a row leaves carried to the next (a plane starts inside
+ * a byte every other channel). Signed codes in and out (mico_qconv2d_dw4s): the lanes hold the
+ * signed values (f ^ 8 less 8 per field, the padding 0), each lane starts at minus its
+ * smallest sum over [-8, 7], the table holds code + 8 and a row's packed codes are xor'ed with
+ * 8 in each field. In place (input and output one buffer), each input row is read before the
+ * output row that overwrites it.
  * ------------------------------------------------------------------------------------------ */
 #define MICO_DW4_SPAN 0x3ffu
 #define MICO_DW4_LANES 0x100401u /* 1 in each of the 3 lanes of 10 bits */
