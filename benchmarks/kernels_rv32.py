@@ -416,12 +416,14 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> tuple[list
         thr = dwb_thresholds(layer.weight, layer.bias, spec, layer.relu)
         lines.append(_array("uint8_t", f"{tag}thr_dw", thr))
         fields += f", .thr = {tag}thr_dw"
-    if dw.get("pair"):  # outputs of 5..16 codes by table, as a compile emits them
+    if dw.get("pair") or dw.get("dw4"):  # outputs of 5..16 codes by table, as a compile emits
         spec = out_spec(layer.o_fmt, 1.0, list(layer.m), list(layer.shift))
-        lvl = dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt)
+        lvl = dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt,
+                         negative=bool(dw.get("dw4")))  # fmt: skip
         if lvl is not None:
             lines.append(_array("uint8_t", f"{tag}lvl_dw", lvl))
             fields += f", .lvl = {tag}lvl_dw"
+    if dw.get("pair"):
         _, form = dwp_form(layer.a_fmt, layer.o_fmt, (h, wd), (oh, ow), (s, s), dw["sf"],
                            layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl)  # fmt: skip
     return [

@@ -387,7 +387,12 @@ DWP_K_SPAN = 0x3FF
 
 
 def dwp_levels(
-    weight: np.ndarray, bias: np.ndarray, spec, relu: bool, a_fmt: QFormat
+    weight: np.ndarray,
+    bias: np.ndarray,
+    spec,
+    relu: bool,
+    a_fmt: QFormat,
+    negative: bool = False,
 ) -> np.ndarray | None:
     """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
     have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp) or negative ones.
@@ -406,7 +411,9 @@ def dwp_levels(
     (so a layer whose every channel has its table takes only words of K lanes: its form, the
     ``_x`` of :func:`dwp_form`, links no requantizing plane function). None too for codes of
     more than 4 bits (only the kernel's words of K lanes read the table) and when no channel's
-    table fits.
+    table fits. ``negative``: codes below 0 too (``mico_qconv2d_dw4s``, whose table holds
+    ``code + 8``; the thresholds do not depend on the codes' bytes), the levels from code 0
+    after a ReLU (no code below it is stored, and a first step from ``lo`` could pass a byte).
     """
     from mico.ir.ops.mico_ops import code_range, finish
 
@@ -414,8 +421,10 @@ def dwp_levels(
     if fmt is None or spec.get("m") is None:
         return None
     lo, hi = spec.get("clamp") or code_range(fmt)
+    if negative and relu:
+        lo = max(int(lo), 0)
     n = int(hi) - int(lo)
-    if not 4 <= n <= 15 or lo < 0:  # (the kernel's table: unsigned code bytes)
+    if not 4 <= n <= 15 or (lo < 0 and not negative):  # (the pair path's table: code bytes)
         return None
     if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None
@@ -448,6 +457,44 @@ def dwp_levels(
     return out.ravel()
 
 
+#: the widest lane sum of ``mico_qconv2d_dw4`` (3 lanes of 10 bits)
+DW4_SPAN = 0x3FF
+
+
+def dw4_plan(
+    weight: np.ndarray,
+    a_fmt: QFormat | None,
+    out_fmt: QFormat | None,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+    padding: tuple[int, int],
+    dilation: tuple[int, int],
+) -> dict[str, int] | None:
+    """The rows-of-5 path of a depthwise 3x3 layer (``mico_qconv2d_dw4``: planes of 5 columns,
+    unsigned 4-bit codes in and out without a zero point, stride 1, padding 1; ``_dw4s``:
+    signed codes in and out), or None when the kernel would not take it (mirrors
+    ``mico_dw4_shape``) or a channel's window sums span more than its 10-bit lanes (``15 sum
+    |w|`` above :data:`DW4_SPAN`: the kernel would compute that channel one output at a time).
+    Where it applies it is below every other path on rv32 (DS-CNN's 25 x 5: W4A4 3.94 -> 2.45
+    instructions a MAC against the pair path's words of 5 lanes; below the pair path on every
+    plane of 5 columns measured, 1 to 100 rows, docs/codegen.md). ``dw4 = 1`` marks the plan,
+    ``signed = 1`` the signed codes' entry point; ``s = q = 0``: no pixel lanes."""
+    w = np.asarray(weight, dtype=np.int64)
+    if a_fmt is None or out_fmt is None or w.ndim != 4 or w.shape[1:] != (1, 3, 3):
+        return None
+    for fmt in (a_fmt, out_fmt):
+        if fmt.bits != 4 or fmt.binary or getattr(fmt, "zero", 0) or fmt.signed != a_fmt.signed:
+            return None
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    geometry = (tuple(int(v) for v in stride), tuple(int(v) for v in padding), tuple(dilation))
+    if geometry != ((1, 1), (1, 1), (1, 1)) or in_w != 5 or (in_h, in_w) != (out_h, out_w):
+        return None
+    if in_h < 1 or w.size == 0 or 15 * pair_span(w, QFormat(1, False)) > DW4_SPAN:
+        return None
+    return {"s": 0, "q": 0, "dw4": 1, "signed": int(bool(a_fmt.signed))}
+
+
 def dw_lane_plan(
     weight: np.ndarray,
     a_fmt: QFormat | None,
@@ -468,6 +515,9 @@ def dw_lane_plan(
     (one pixel per word, the W8A8 case) is the plain form of the same kernel. None too when
     the estimate is above the plain kernel's (mico_qconv2d_depthwise3x3).
     """
+    rows5 = dw4_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
+    if rows5 is not None:
+        return rows5
     sliced = dwb_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     pair = dwp_plan(weight, a_fmt, out_fmt, in_hw, out_hw, stride, padding, dilation)
     if sliced is not None:  # counted bit-sliced: cheaper than any lanes, unless words of K
@@ -562,6 +612,8 @@ def dw_kernel(plan: dict[str, int], form: str = "") -> str:
     path: ``pair`` set too, ``form`` the suffix of its form, :func:`dwp_form`, or none: the
     entry point of any form; of the bit-sliced path: ``sliced`` set, the entry point of its
     ``stride``, or of either)."""
+    if plan.get("dw4"):
+        return "mico_qconv2d_dw4s" if plan.get("signed") else "mico_qconv2d_dw4"
     if plan.get("sliced"):
         return f"mico_qconv2d_dwbs_s{plan['stride']}" if plan.get("stride") else "mico_qconv2d_dwbs"
     if plan.get("pair"):
@@ -601,6 +653,14 @@ def emit_call(
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False)
         )
         fields += f", .thr = {ctx.const_bytes(f'{node.name}_dwb_thr', thr, kind='scales')}"
+    if plan.get("dw4"):  # its table's levels, as the pair path's (dwp_levels)
+        a = node.attrs
+        lvl = dwp_levels(
+            node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
+            node.inputs[0].qformat, negative=True,
+        )  # fmt: skip
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     if plan.get("pair"):  # outputs of 5..16 codes by table (dwp_levels)
         from mico.ir.ops.mico_ops import code_range
 

@@ -3642,3 +3642,265 @@ void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void 
         mico_qconv2d_depthwise3x3(p, in, out);
     }
 }
+
+/* ------------------------------------------------------------------------------------------
+ * Depthwise 3x3 on planes of 5 columns of 4-bit codes (mico_qconv2d_dw4; DS-CNN's 25 x 5 at
+ * W4A4). Each input row y (5 unsigned codes n0..n4, no zero point, padding 0) is read once
+ * into two words of 3 lanes of 10 bits, its even and odd columns: E = n0 | n2 << 10 | n4 << 20
+ * and O = n1 | n3 << 10 (the padding column 5 is lane 2's 0). A kernel row (w0, w1, w2) of an
+ * output row then costs two multiplies a word of outputs: the even outputs (columns 0, 2, 4)
+ * take w0 n(x-1) + w1 n(x) + w2 n(x+1) = (w0 2^10 + w2) O + w1 E, the odd ones (1, 3, in
+ * lanes 1 and 2) (w0 2^10 + w2) E + (w1 O) << 10, the last shift once for the three kernel
+ * rows (lane 0 holds the partial w2 n0, bits 30..31 what w0 n4 2^30 leaves: neither is read).
+ * Every lane starts at minus its smallest sum, so ends in [0, span], span = 15 (pos - neg) <=
+ * 1023 (the generator takes the path where every channel's does; a wider channel goes one
+ * output at a time), and a word's lanes never borrow from each other. Outputs come from a
+ * table of the code of every lane value (the generator's levels through mico_dwp_lut, or the
+ * kernel's own requantization when a channel has none), 5 codes a row packed into 20 bits and
+ * stored a byte at a time, the nibble a row leaves carried to the next (a plane starts inside
+ * a byte every other channel). Signed codes in and out (mico_qconv2d_dw4s): the lanes hold the
+ * signed values (f ^ 8 less 8 per field, the padding 0), each lane starts at minus its
+ * smallest sum over [-8, 7], the table holds code + 8 and a row's packed codes are xor'ed with
+ * 8 in each field. In place (input and output one buffer), each input row is read before the
+ * output row that overwrites it.
+ * ------------------------------------------------------------------------------------------ */
+#define MICO_DW4_SPAN 0x3ffu
+#define MICO_DW4_LANES 0x100401u /* 1 in each of the 3 lanes of 10 bits */
+#if defined(__GNUC__)
+#define MICO_DW4_OPAQUE(X) __asm__("" : "+r"(X))
+#else
+#define MICO_DW4_OPAQUE(X) (void)(X)
+#endif
+
+/* The lane words of input row y of a plane, its first code at the low (par 0) or high (par 1)
+ * nibble of q[0]: 3 bytes, none past the row's last code. */
+static MICO_DWL_INLINE void mico_dw4_row(const uint8_t *q, const int par, uint32_t *r,
+                                         const int S)
+{
+    const uint32_t x = S ? 0x88u : 0u; /* signed codes: f ^ 8 = f + 8 in each field */
+    const uint32_t b0 = q[0] ^ x, b1 = q[1] ^ x, b2 = q[2] ^ x;
+    if (par == 0) {
+        r[0] = (b0 & 15u) | (b1 & 15u) << 10 | (b2 & 15u) << 20;
+        r[1] = (b0 >> 4) | (b1 >> 4) << 10;
+    } else {
+        r[0] = (b0 >> 4) | (b1 >> 4) << 10 | (b2 >> 4) << 20;
+        r[1] = (b1 & 15u) | (b2 & 15u) << 10;
+    }
+    if (S) { /* the signed values f (the padding column stays 0) */
+        r[0] -= 8u * MICO_DW4_LANES;
+        r[1] -= 8u * (MICO_DW4_LANES - (1u << 20));
+    }
+}
+
+/* A channel's constants: W02[r] = w(r,0) 2^10 + w(r,2), W1[r] = w(r,1), the lanes' starts. */
+typedef struct {
+    uint32_t w02[3], w1[3], be, bo;
+} MicoDw4Ch;
+
+/* The 20 bits of output row (codes by table) from input rows a (y - 1), b (y), c (y + 1) (E,
+ * O each): the odd outputs' w1 O10 as (sum of w1 O) << 10, so a row is two words. */
+static MICO_DWL_INLINE uint32_t mico_dw4_out(const MicoDw4Ch *k, const uint8_t *lut,
+                                             const uint32_t *a, const uint32_t *b,
+                                             const uint32_t *c)
+{
+    uint32_t ae = k->be, ao = k->bo, t;
+    ae += k->w02[0] * a[1] + k->w1[0] * a[0];
+    ae += k->w02[1] * b[1] + k->w1[1] * b[0];
+    ae += k->w02[2] * c[1] + k->w1[2] * c[0];
+    t = k->w1[0] * a[1] + k->w1[1] * b[1] + k->w1[2] * c[1];
+    ao += k->w02[0] * a[0] + k->w02[1] * b[0] + k->w02[2] * c[0] + (t << 10);
+    return (uint32_t)lut[ae & MICO_DW4_SPAN] | (uint32_t)lut[(ao >> 10) & MICO_DW4_SPAN] << 4 |
+           (uint32_t)lut[(ae >> 10) & MICO_DW4_SPAN] << 8 |
+           (uint32_t)lut[(ao >> 20) & MICO_DW4_SPAN] << 12 |
+           (uint32_t)lut[(ae >> 20) & MICO_DW4_SPAN] << 16;
+}
+
+/* Output row r (20 bits) stored at q, its first code at the low (par 0: the high nibble left
+ * pending in *pend) or high nibble (par 1: *pend is the byte's low nibble); the next row's q. */
+static MICO_DWL_INLINE uint8_t *mico_dw4_put(uint8_t *q, const int par, uint32_t r,
+                                             uint32_t *pend)
+{
+    if (par == 0) {
+        q[0] = (uint8_t)r;
+        q[1] = (uint8_t)(r >> 8);
+        *pend = r >> 16;
+        return q + 2;
+    }
+    r = *pend | r << 4;
+    q[0] = (uint8_t)r;
+    q[1] = (uint8_t)(r >> 8);
+    q[2] = (uint8_t)(r >> 16);
+    return q + 3;
+}
+
+/* One channel plane of h rows (in and out at nibble parity P, the same for both: planes of
+ * equal size; S signed codes), the lane words of three input rows in registers. */
+static MICO_DWL_INLINE void mico_dw4_plane(const MicoDw4Ch *k, const uint8_t *lut,
+                                           const uint8_t *in, uint8_t *out, int32_t h, const int P,
+                                           const int S)
+{
+    const uint32_t xo = S ? 0x88888u : 0u; /* code + 8 from the table: xor 8, the code's field */
+    uint32_t r0[2] = {0u, 0u}, r1[2], r2[2], r3[2], pend;
+    int32_t y;
+    MICO_DW4_OPAQUE(lut); /* (the table's address in a register, not rebuilt from sp) */
+    pend = P ? (uint32_t)out[0] & 15u : 0u;
+    mico_dw4_row(in, P, r1, S);
+    in += 2 + P; /* row 1: at the other parity */
+    for (y = 0; y + 2 <= h; y += 2) {
+        mico_dw4_row(in, !P, r2, S);
+        in += 3 - P;
+        out = mico_dw4_put(out, P, mico_dw4_out(k, lut, r0, r1, r2) ^ xo, &pend);
+        if (y + 2 < h) {
+            mico_dw4_row(in, P, r3, S);
+            in += 2 + P;
+        } else {
+            r3[0] = r3[1] = 0u;
+        }
+        out = mico_dw4_put(out, !P, mico_dw4_out(k, lut, r1, r2, r3) ^ xo, &pend);
+        r0[0] = r2[0], r0[1] = r2[1];
+        r1[0] = r3[0], r1[1] = r3[1];
+    }
+    if (y < h) { /* the last row of an odd plane: its high nibble pending when P is 0 */
+        r2[0] = r2[1] = 0u;
+        out = mico_dw4_put(out, P, mico_dw4_out(k, lut, r0, r1, r2) ^ xo, &pend);
+        if (!P) {
+            out[0] = (uint8_t)((out[0] & 0xf0u) | pend);
+        }
+    } else if (P) { /* an even plane from a high nibble: the last row's high nibble pending */
+        out[0] = (uint8_t)((out[0] & 0xf0u) | pend);
+    }
+}
+
+/* Whether mico_qconv2d_dw4 (S = 0: unsigned codes) or _dw4s (S = 1: signed codes) takes the
+ * layer (mirrored by mico.codegen.dwconv_plan.dw4_plan): 3x3, stride 1, padding 1, 5 columns,
+ * 4-bit codes in and out without a zero point, rescaled outputs (weights of any width: each
+ * channel's span decides). */
+static int mico_dw4_shape(const MicoConv2d *p, const int S)
+{
+    const MicoFmt a = p->in_fmt, o = p->out.fmt;
+    return p->k_h == 3 && p->k_w == 3 && p->stride_h == 1 && p->stride_w == 1 && p->pad_h == 1 &&
+           p->pad_w == 1 && p->dil_h == 1 && p->dil_w == 1 && p->groups == p->in_c &&
+           p->in_c == p->out_c && p->in_w == 5 && p->out_w == 5 && p->in_h == p->out_h &&
+           p->in_h >= 1 && a.bits == 4 && !a.is_signed == !S && !a.zero && o.bits == 4 &&
+           !o.is_signed == !S && !o.zero && p->w_bits >= 1 && p->w_bits <= 8 &&
+           p->out.n_mult != 0 && p->out.lo >= (S ? -8 : 0) && p->out.hi <= (S ? 7 : 15) &&
+           p->out.lo <= p->out.hi;
+}
+
+/* The code in nibble i of a packed plane (S: signed), and nibble i set to code c's field (its
+ * byte's other nibble kept). */
+static inline uint32_t mico_dw4_get(const uint8_t *q, int32_t i, const int S)
+{
+    const uint32_t f = (uint32_t)q[i >> 1] >> (4 * (i & 1)) & 15u;
+    return S ? (f ^ 8u) - 8u : f;
+}
+static inline void mico_dw4_set(uint8_t *q, int32_t i, uint32_t c)
+{
+    const uint32_t s = 4u * (uint32_t)(i & 1);
+    q[i >> 1] = (uint8_t)((q[i >> 1] & ~(15u << s)) | (c & 15u) << s);
+}
+
+/* A channel whose sums do not fit 10-bit lanes: one output at a time (codes from nibble i0 of
+ * in and out), from a window of three input rows read before the output row they serve is
+ * stored (in place, each input row is read before its output row overwrites it). */
+static MICO_NOINLINE void mico_dw4_plain(const MicoConv2d *p, const uint8_t *in, uint8_t *out,
+                                         int32_t i0, const uint32_t *w, int32_t bias,
+                                         const MicoRq *rq)
+{
+    const int S = p->in_fmt.is_signed != 0;
+    uint32_t win[3][7] = {{0u}}; /* row r in win[r mod 3] (row -1: 0), columns -1 .. 5 */
+    int32_t y, x, dy, dx;
+    for (x = 0; x < 5; x++) {
+        win[0][x + 1] = mico_dw4_get(in, i0 + x, S); /* row 0 */
+    }
+    for (y = 0; y < p->out_h; y++) {
+        uint32_t *const next = win[(y + 1) % 3]; /* row y + 1 */
+        for (x = 0; x < 5; x++) {
+            next[x + 1] = y + 1 < p->in_h ? mico_dw4_get(in, i0 + 5 * (y + 1) + x, S) : 0u;
+        }
+        for (x = 0; x < 5; x++) {
+            uint32_t acc = (uint32_t)bias;
+            for (dy = 0; dy < 3; dy++) {
+                const uint32_t *const row = win[(y + 2 + dy) % 3]; /* row y - 1 + dy */
+                for (dx = 0; dx < 3; dx++) {
+                    acc += w[3 * dy + dx] * row[x + dx];
+                }
+            }
+            mico_dw4_set(out, i0 + 5 * y + x, (uint32_t)mico_rq_apply(rq, (int32_t)acc));
+        }
+    }
+}
+
+/* mico_qconv2d_dw4 / _dw4s: S signed codes in and out. */
+static MICO_DWL_INLINE void mico_dw4(const MicoConv2d *p, const uint8_t *lvl, const void *in,
+                                     void *out, const int S)
+{
+    uint32_t lut_words[(MICO_DW4_SPAN + 1u) / 4u];
+    /* the lowest code stored (0 after a ReLU: the generator's levels start there) */
+    const int32_t lo = p->out.relu && p->out.lo < 0 ? 0 : p->out.lo;
+    const int32_t plane = 5 * p->in_h, n_lvl = p->out.hi - lo;
+    const int32_t base = lo + (S ? 8 : 0); /* the table's byte of the lowest code */
+    const int tab = lvl && n_lvl >= 4 && n_lvl <= 15;
+    const uint32_t amin = S ? 8u : 0u, amax = S ? 7u : 15u; /* codes in [-amin, amax] */
+    int32_t ch;
+    MicoDw4Ch k;
+    for (ch = 0; ch < p->out_c; ch++) {
+        const MicoRq rq = mico_rq(&p->out, ch);
+        const int32_t i0 = ch * plane; /* the plane's first nibble, in and out */
+        const uint8_t *const lv = tab ? lvl + (size_t)ch * (size_t)(n_lvl + 1) : NULL;
+        uint32_t w[9], sums[2], span, off, off0, v;
+        int32_t neg, pos, r;
+        mico_dwp_weights(p->weight, (uint32_t)ch, (uint32_t)p->w_bits, 0, w, sums);
+        neg = ((int32_t)sums[0] - (int32_t)sums[1]) / 2; /* the negative weights' sum */
+        pos = ((int32_t)sums[0] + (int32_t)sums[1]) / 2;
+        span = 15u * sums[1];
+        if (span > MICO_DW4_SPAN || rq.binary) {
+            mico_dw4_plain(p, (const uint8_t *)in, (uint8_t *)out, i0, w, p->bias[ch], &rq);
+            continue;
+        }
+        off = amin * (uint32_t)pos + amax * (uint32_t)(-neg); /* minus the smallest sum */
+        off0 = 0u; /* lane 0 of the odd outputs: the partial sums of the third column */
+        for (r = 0; r < 3; r++) {
+            const uint32_t w2 = w[3 * r + 2];
+            k.w02[r] = (w[3 * r] << 10) + w2;
+            k.w1[r] = w[3 * r + 1];
+            off0 += (int32_t)w2 < 0 ? amax * -w2 : amin * w2;
+        }
+        k.be = off * MICO_DW4_LANES;
+        k.bo = off0 + off * (MICO_DW4_LANES - 1u);
+        if (lv && (lv[0] | lv[1] << 8) != 0xffffu) { /* the generator's levels */
+            mico_dwp_lut(lut_words, lv, n_lvl, span, base);
+        } else { /* the kernel's own requantization of every lane value */
+            const uint32_t bb = (uint32_t)p->bias[ch] - off; /* the accumulator of lane value 0 */
+            uint8_t *const t = (uint8_t *)lut_words;
+            for (v = 0; v <= span; v++) {
+                t[v] = (uint8_t)(mico_rq_apply(&rq, (int32_t)(bb + v)) + (S ? 8 : 0));
+            }
+        }
+        if (i0 & 1) {
+            mico_dw4_plane(&k, (const uint8_t *)lut_words, (const uint8_t *)in + (i0 >> 1),
+                           (uint8_t *)out + (i0 >> 1), p->in_h, 1, S);
+        } else {
+            mico_dw4_plane(&k, (const uint8_t *)lut_words, (const uint8_t *)in + (i0 >> 1),
+                           (uint8_t *)out + (i0 >> 1), p->in_h, 0, S);
+        }
+    }
+}
+
+void mico_qconv2d_dw4(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (mico_dw4_shape(p, 0)) {
+        mico_dw4(p, l ? l->lvl : NULL, in, out, 0);
+    } else {
+        mico_qconv2d_depthwise3x3(p, in, out);
+    }
+}
+
+void mico_qconv2d_dw4s(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out)
+{
+    if (mico_dw4_shape(p, 1)) {
+        mico_dw4(p, l ? l->lvl : NULL, in, out, 1);
+    } else {
+        mico_qconv2d_depthwise3x3(p, in, out);
+    }
+}

@@ -604,6 +604,15 @@ int32_t mico_qconv2d_dwp_code(const MicoConv2d *p, const MicoDwLanes *l, int32_t
 void mico_qconv2d_dwbs(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dwbs_s1(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qconv2d_dwbs_s2(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+/* Depthwise 3x3 on planes of 5 columns of 4-bit codes (mico_dwconv.c; DS-CNN's 25 x 5 at
+ * W4A4): unsigned (_dw4) or signed (_dw4s) 4-bit codes in and out (no zero point), stride 1,
+ * padding 1; each row's even and odd columns in words of 3 lanes of 10 bits, two multiplies a
+ * kernel row for 3 (or 2) outputs, channels whose window sums span at most 1023 (others one
+ * output at a time), outputs by table (l->lvl: the generator's levels,
+ * mico.codegen.dwconv_plan.dwp_levels, or NULL: the kernel requantizes its table itself);
+ * other layers go to mico_qconv2d_depthwise3x3. */
+void mico_qconv2d_dw4(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
+void mico_qconv2d_dw4s(const MicoConv2d *p, const MicoDwLanes *l, const void *in, void *out);
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4-bit (_sub4) or 2-bit (_sub2) weights read a word at a time
  * (each linked only by programs that call it; a layer of another width takes mico_qlinear's

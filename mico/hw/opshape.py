@@ -143,6 +143,7 @@ _FAMILIES = (
     (re.compile(r"(^|_)lanes_w\d+g\d+"), "lanes"),
     (re.compile(r"^dwl_s\d+$"), "dwlanes"),
     (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
+    (re.compile(r"^dw4s?$"), "dw4"),  # rows of 5 codes of 4 bits: unsigned or signed codes
     (re.compile(r"^sub\d$"), "sub"),  # mico_qlinear_sub4 / _sub2: one path, by width
     (re.compile(r"^tiled_sub\d$"), "tiled_sub"),  # mico_qconv2d_tiled_sub4 / _sub2
     (re.compile(r"^addsub\d$"), "addsub"),  # sign weights: mico_qconv2d_addsub2 / _addsub1
@@ -174,7 +175,8 @@ def kernel_path(kernel: str) -> str:
     """The path label of an entry point: ``mico_qconv2d_tiled_s8`` -> ``tiled_s8``,
     ``mico_qlinear`` -> ``linear``, ``mico_qconv2d_lanes_w4g2`` -> ``lanes``,
     ``mico_qconv2d_dwl_s8`` -> ``dwlanes``, ``mico_qconv2d_dwp_f1_s_k5_l_r5_x`` -> ``dwp_k5_tab``
-    (:func:`dwp_path`), ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qlinear_bin_cpop`` ->
+    (:func:`dwp_path`), ``mico_qconv2d_dwbs_s1`` -> ``dwbs``, ``mico_qconv2d_dw4`` / ``_dw4s``
+    -> ``dw4``, ``mico_qlinear_bin_cpop`` ->
     ``bin_cpop``, ``mico_qconv2d_addsub2`` / ``_addsub1`` (ternary / binary sign weights) ->
     ``addsub``; a name it does not know is its own label (without the ``mico_qconv2d_`` /
     ``mico_q`` prefix)."""

@@ -23,7 +23,7 @@ from mico.codegen.makefile import RV32_ARCH, RV32_GC, RV32_SECTIONS
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen import test_dw_lut, test_dw_pairs
-from tests.codegen.dscnn_graph import dscnn_graph
+from tests.codegen.dscnn_graph import zoo_graph
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -183,12 +183,15 @@ def _linked(tmp_path: Path, layer) -> tuple[str, set[str]]:
     "(apt-get install gcc-riscv64-unknown-elf picolibc-riscv64-unknown-elf)",
 )
 def test_a_program_links_only_its_forms(tmp_path):
-    """DS-CNN's W4A4 depthwise form (words of 5 lanes, outputs by table, rows of 5) links its
-    table plane functions and none of the requantizing words or pairs, the packed rows' reads, the
+    """The form of words of 5 lanes, outputs by table, rows of 5 (DS-CNN's planes of 3-bit
+    codes into 4 bits; its W4A4 layer's form before mico_qconv2d_dw4) links its table plane
+    functions and none of the requantizing words or pairs, the packed rows' reads, the
     stride-2 or packed-store planes, the pairs' other reads; a pairs-only form (16 x 16 planes
     of 8-bit codes, rows read for both lanes at once) links no words of K lanes at all; the
-    bit-sliced path's stride-1 entry point not the stride-2 kernel."""
-    dscnn = test_dw_lut._layer(25, 5, c=4, seed=22)
+    bit-sliced path's stride-1 entry point not the stride-2 kernel; DS-CNN's W4A4 layer
+    (mico_qconv2d_dw4) none of the pair path but its table fill and weight decoding."""
+    a3 = QFormat(3, False)
+    dscnn = test_dw_lut._layer(25, 5, a=a3, o=A4, c=4, seed=22)
     entry, names = _linked(tmp_path / "a", dscnn)
     assert entry == "mico_qconv2d_dwp_f1_s_k5_l_r5_x"
     assert {"mico_dwp_m", "mico_dwp_k3_3r5", "mico_dwp_k4_3r5", "mico_dwp_lut"} <= names
@@ -209,6 +212,11 @@ def test_a_program_links_only_its_forms(tmp_path):
     entry, names = _linked(tmp_path / "c", sliced)
     assert entry == "mico_qconv2d_dwbs_s1" and "mico_dwb" in names
     assert not {"mico_dwb2", "mico_dwp_p", "mico_dwp_m", "mico_dwl"} & names
+    rows5 = test_dw_lut._layer(25, 5, c=4, seed=22)
+    entry, names = _linked(tmp_path / "d", rows5)
+    assert entry == "mico_qconv2d_dw4"
+    assert {"mico_qconv2d_dw4", "mico_dwp_lut", "mico_dwp_weights"} <= names
+    assert not {"mico_dwp_p", "mico_dwp_m", "mico_dwl", "mico_dwb", "mico_dw8"} & names
 
 
 def test_forms_bit_exact(monkeypatch):
@@ -231,25 +239,29 @@ def test_forms_bit_exact(monkeypatch):
 
 
 def test_dscnn_form_bit_exact_in_one_entry(monkeypatch):
-    """The chosen call of a DS-CNN-like layer is its form's entry point and equals the
-    reference (the plan's own choice, not forced)."""
-    layer = test_dw_lut._layer(25, 5, c=6, seed=23)
+    """The chosen call of a DS-CNN-like layer (3-bit codes into 4 bits: at W4A4 the layer
+    takes mico_qconv2d_dw4) is its form's entry point and equals the reference (the plan's
+    own choice, not forced)."""
+    layer = test_dw_lut._layer(25, 5, a=QFormat(3, False), o=A4, c=6, seed=23)
     (chosen, _, out), _ = kernels_rv32.run_layer(layer)
     assert chosen == "mico_qconv2d_dwp_f1_s_k5_l_r5_x"
     assert np.array_equal(out, layer.reference().ravel())
 
 
 def test_generated_dscnn_calls_its_form(tmp_path):
-    """End to end: dscnn at W4A4 emits its depthwise layers' form (words of 5 lanes, outputs
+    """End to end: dscnn with 4-bit weights and 3-bit activations (at W4A4 its depthwise
+    layers take mico_qconv2d_dw4) emits its depthwise layers' form (words of 5 lanes, outputs
     by table, rows of 5), the kernel's own code for each call (no hand-over), and the program
     equals the Python reference."""
     import torch
 
     from mico.codegen import emit_c_project
     from mico.execute import run_graph
+    from mico.models import from_zoo
     from mico.targets import host
 
-    graph, example, gen = dscnn_graph(4, 3)
+    n = from_zoo("dscnn").n_layers
+    graph, example, gen = zoo_graph("dscnn", [4] * n, [8] + [3] * (n - 1), 3)
     project = emit_c_project(graph, tmp_path / "c", "m")
     source = (project.directory / "m.c").read_text()
     calls = re.findall(r"(mico_qconv2d_dwp_f1\w*)\(&(\w+), &(\w+),", source)

@@ -131,21 +131,24 @@ def test_line_words_sanitized(monkeypatch):
 def test_plan_takes_the_short_rows_form():
     """The generator gives DS-CNN's depthwise layers at W4A4, 8/4, 2/4 and ternary/4 the pair
     path's form of short rows (``_s``, the form whose read builds the line words) with rows of
-    5 outputs (``_r5``): table and words of 5 lanes at W4A4, the pairs at 8/4."""
+    5 outputs (``_r5``): table and words of 5 lanes at W4A4, the pairs at 8/4 (W4A4, 2/4 and
+    ternary/4 take mico_qconv2d_dw4 since: the form is the pair path's when forced)."""
     rng = np.random.default_rng(3)
     for wb, want in ((4, "_s_k5_l_r5"), (8, "_s_q_r5"), (2, "_s_k5_l_r5"), (TERNARY, "_s_k5_l_r5")):
         layer = _layer(25, c=16, wb=wb, seed=40)
         w_fmt = QFormat.for_bits(wb, True)
         layer.weight[:] = rng.integers(w_fmt.qmin, w_fmt.qmax + 1, size=layer.weight.shape)
         plan = dw_lane_plan(layer.weight, A4, (25, 5), (25, 5), (1, 1), (1, 1), (1, 1), A4)
-        assert dw_kernel(plan) == "mico_qconv2d_dwp_f1"
+        assert dw_kernel(plan) == ("mico_qconv2d_dwp_f1" if wb == 8 else "mico_qconv2d_dw4")
         spec = out_spec(A4, 1.0, list(layer.m), list(layer.shift))
         lvl = dwp_levels(layer.weight, layer.bias, spec, True, A4)
-        _, suffix = dwp_form(A4, A4, (25, 5), (25, 5), (1, 1), plan["sf"], w_fmt.bits, (0, 15), lvl)
+        _, suffix = dwp_form(A4, A4, (25, 5), (25, 5), (1, 1), 1, w_fmt.bits, (0, 15), lvl)
         assert suffix.startswith(want), (wb, suffix)
 
 
 def test_generated_dscnn_w4a4_sanitized(tmp_path):
-    """End to end: DS-CNN at W4A4 emits the pair path's short-rows form (the line words) for
-    its four depthwise layers and the program (ASan + UBSan) equals the Python reference."""
-    check_sanitized_dscnn(4, 3, "mico_qconv2d_dwp_f1_s_", tmp_path)
+    """End to end: DS-CNN at W4A4 emits the rows-of-5 path (mico_qconv2d_dw4, which took its
+    depthwise layers from the pair path's short-rows form: the line words, forced in the
+    tests above) for its four depthwise layers, with the generator's tables, and the program
+    (ASan + UBSan) equals the Python reference."""
+    check_sanitized_dscnn(4, 3, "mico_qconv2d_dw4(&", tmp_path)

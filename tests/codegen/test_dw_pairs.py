@@ -255,12 +255,13 @@ def _plan(weight_bits, a_fmt, o_fmt, in_hw, out_hw, stride=1, pad=1, weight=None
 
 def test_plan_picks_the_pair_path():
     """Sub-byte layers take the pair path where its estimate is the lowest (DS-CNN's 25 x 5
-    planes at the sub-byte widths other than W2A2, 16 x 16 and stride-2 32 x 32 planes at W4A4
+    planes at the sub-byte widths other than W2A2 and 4-bit codes in and out, which take
+    mico_qconv2d_dw4 / _dw4s, 16 x 16 and stride-2 32 x 32 planes at W4A4
     and at W2A2 without padding, 3-bit weights on 2-bit codes at stride 2 (words of 4 lanes),
     asymmetric codes), W8A8 layers the byte path; W2A2 at padding 1 the bit-sliced path; lane
     sums wider than 16 bits, planes wider than the buffer and dilation are declined."""
     a4, a2, a8 = QFormat(4, False), QFormat(2, False), QFormat(8, False)
-    assert dw_kernel(_plan(4, a4, a4, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
+    assert dw_kernel(_plan(4, a4, a4, (25, 5), (25, 5))) == "mico_qconv2d_dw4"
     assert dw_kernel(_plan(2, a2, a2, (25, 5), (25, 5))) == "mico_qconv2d_dwbs_s1"
     assert dw_kernel(_plan(4, a4, a4, (16, 16), (16, 16))) == "mico_qconv2d_dwp_f1"
     assert dw_kernel(_plan(4, a4, a4, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
@@ -270,7 +271,8 @@ def test_plan_picks_the_pair_path():
     # the paths inside the pair kernel: signed codes (words of 3 lanes), 2-bit outputs by
     # thresholds, rows of whole bytes read for both lanes at stride 2
     s4 = QFormat(4, True)
-    assert dw_kernel(_plan(4, s4, s4, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
+    assert dw_kernel(_plan(4, s4, s4, (25, 5), (25, 5))) == "mico_qconv2d_dw4s"
+    assert dw_kernel(_plan(4, s4, s4, (16, 16), (16, 16))) == "mico_qconv2d_dwp_f1"
     assert dw_kernel(_plan(4, a4, a2, (25, 5), (25, 5))) == "mico_qconv2d_dwp_f1"
     assert dw_kernel(_plan(3, a2, a2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwp_f2"
     assert dw_kernel(_plan(2, a2, a2, (32, 32), (16, 16), stride=2)) == "mico_qconv2d_dwbs_s2"

@@ -57,6 +57,8 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qconv2d_dwp_f1") == "dwp"  # the entry point of any form
     assert kernel_path("mico_qconv2d_dw8_f2") == "dw8_f2"
     assert kernel_path("mico_qconv2d_dwbs_s2") == "dwbs"
+    assert kernel_path("mico_qconv2d_dw4") == "dw4"  # rows of 5 codes of 4 bits
+    assert kernel_path("mico_qconv2d_dw4s") == "dw4"  # (signed codes)
     assert kernel_path("mico_qconv2d_bin_cpop") == "bin_cpop"
     assert kernel_path("mico_qlinear_bin_swar") == "bin_swar"
     # the sign-weight sums (ternary / binary weights on wide codes): one path, by width
@@ -68,7 +70,7 @@ def test_kernel_path_names() -> None:
 #: these, or a label of its own added here and, for a family by width, to opshape._FAMILIES)
 DECLARED_LABELS = {
     "conv2d", "tiled", "tiled_s8", "tiled_sub", "narrow_s8", "depthwise3x3", "elementwise", "host",
-    "linear", "linear_s8", "sub", "dw8_f1", "dw8_f2", "dwbs", "dwp", "bin_swar", "bin_cpop",
+    "linear", "linear_s8", "sub", "dw8_f1", "dw8_f2", "dwbs", "dwp", "dw4", "bin_swar", "bin_cpop",
     "addsub", "sign_lut",
 }  # fmt: skip
 
@@ -266,7 +268,8 @@ def _dw(h: int, w: int, bits: tuple[int, int]) -> LayerShape:
     [
         (_dw(25, 5, (4, 4)), False, 8, "dwp_k5"),  # dscnn's planes: words of 5 lanes
         (_dw(25, 5, (4, 4)), False, 2, "dwp_k5_thr"),  # at most 4 output codes: thresholds
-        (_dw(25, 5, (4, 4)), False, 4, "dwp_k5_tab"),  # 5..16 codes: a table per channel
+        (_dw(25, 5, (4, 3)), False, 4, "dwp_k5_tab"),  # 5..16 codes: a table per channel
+        (_dw(25, 5, (4, 4)), False, 4, "dw4"),  # 4-bit codes in and out: rows of 5
         (_dw(25, 5, (4, 4)), True, 8, "dwp_k"),  # signed codes: K lanes, not 5
         (_dw(25, 5, (4, 4)), True, 4, "dwp_k_tab"),
         (_dw(25, 5, (4, 8)), False, 8, "dwp"),  # 8-bit codes: pairs
