@@ -237,39 +237,99 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
 typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoPairWord *const *,
                               int32_t *, int, int32_t);
 
-/* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
- * width wb; wmax: their largest magnitude), each entry point passing its own so that a program
- * links only its widths'. Tiles are MICO_AS_PX pixels of one output row (rowwise: words from
- * input rows, mico_as_rows) or, for an odd output width, of the raster order (words from the
- * im2col patch). */
-static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, void *out,
-                                        MicoAsChannel ch, int32_t wb, int32_t wmax)
+/* Whether tiles take their words from input rows (mico_as_rows): taps that share input
+ * columns (k_w > 1; a 1x1 patch is a copy of the input runs), pairs within output rows, the
+ * span of a tile fits. */
+static int mico_as_rowwise(const MicoConv2d *p)
 {
-    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
-    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
-    const int32_t npix = p->out_h * p->out_w, per = 8 / wb, nph = 2 * p->stride_w;
-    const int convert = !MICO_PAIR_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
-    const int32_t cap = 32767 / (wmax * mico_code_maxabs(p->in_fmt)); /* taps a lane sums */
-    /* rows: taps that share input columns (k_w > 1; a 1x1 patch is a copy of the input runs),
-     * pairs within output rows, the span of a tile fits */
-    const int rowwise = kw > 1 && p->out_w % 2 == 0 &&
-                        mico_as_per(p) * nph + p->stride_w <= MICO_AS_SPAN;
-    union {
-        int16_t h[MICO_AS_TAPS * MICO_AS_PX];
-        uint32_t w[MICO_AS_TAPS * MICO_AS_W];
-    } buf; /* the patch, or the phase arrays of a chunk's kernel rows */
-    const MicoPairWord *tp[MICO_AS_TAPS];
-    int32_t tile[MICO_AS_OCT * MICO_AS_PX];
-    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / kw, chunks, g, oc0, oc, pix0, r0, t;
+    return p->k_w > 1 && p->out_w % 2 == 0 &&
+           mico_as_per(p) * 2 * p->stride_w + p->stride_w <= MICO_AS_SPAN;
+}
+
+/* Kernel rows of a chunk (balanced over the chunks), or 0 for a kernel row longer than a
+ * chunk (then element by element): at most MICO_AS_TAPS taps and what a lane sums (weights
+ * of magnitude 1), and for rowwise tiles their phase arrays within MICO_AS_TAPS x MICO_AS_W
+ * words. */
+static int32_t mico_as_rpc(const MicoConv2d *p, int rowwise)
+{
+    const int32_t rows = p->in_c / p->groups * p->k_h, nph = 2 * p->stride_w;
+    const int32_t cap = 32767 / mico_code_maxabs(p->in_fmt); /* taps a lane sums */
+    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / p->k_w, chunks;
     if (rowwise && rpc * nph * mico_as_per(p) > MICO_AS_TAPS * MICO_AS_W) {
         rpc = MICO_AS_TAPS * MICO_AS_W / (nph * mico_as_per(p)); /* phase arrays that fit */
     }
-    if (rpc == 0) { /* a kernel row longer than a chunk */
-        mico_qconv2d_elementwise(p, in, out);
-        return;
+    if (rpc == 0) {
+        return 0;
     }
     chunks = (rows + rpc - 1) / rpc;
-    rpc = (rows + chunks - 1) / chunks; /* balanced */
+    return (rows + chunks - 1) / chunks;
+}
+
+/* Bytes of the parts of the working memory of a layer of chunks of rpc kernel rows (each a
+ * multiple of 8 once rounded; mico.codegen.scratch.addsub_bytes computes the same): the
+ * patch (a chunk's taps x MICO_AS_PX codes) or the phase arrays (a chunk's rows x 2 stride_w
+ * arrays of mico_as_per words), the taps' pointers, the tile (a block's channels x MICO_AS_PX
+ * sums). */
+static size_t mico_as_buf_bytes(const MicoConv2d *p, int32_t rpc, int rowwise)
+{
+    return rowwise ? (size_t)rpc * (size_t)(2 * p->stride_w * mico_as_per(p)) * 4u
+                   : (size_t)rpc * (size_t)p->k_w * MICO_AS_PX * 2u;
+}
+#define MICO_AS_TP_BYTES(P, RPC) ((size_t)(RPC) * (size_t)(P)->k_w * sizeof(const MicoPairWord *))
+#define MICO_AS_TILE_BYTES(P)                                                               \
+    ((size_t)((P)->out_c / (P)->groups < MICO_AS_OCT ? (P)->out_c / (P)->groups : MICO_AS_OCT) * \
+     MICO_AS_PX * 4u)
+#define MICO_UP8(N) (((N) + 7u) & ~(size_t)7u)
+
+static size_t mico_as_bytes(const MicoConv2d *p, int32_t rpc, int rowwise)
+{
+    return MICO_UP8(mico_as_buf_bytes(p, rpc, rowwise)) + MICO_UP8(MICO_AS_TP_BYTES(p, rpc)) +
+           MICO_UP8(MICO_AS_TILE_BYTES(p));
+}
+
+size_t mico_qconv2d_addsub_scratch(const MicoConv2d *p)
+{
+    const int rowwise = mico_as_rowwise(p);
+    int32_t rpc;
+    if ((p->w_bits != 1 && p->w_bits != 2) || p->in_fmt.bits < 1 || p->in_fmt.bits > 8) {
+        return 0u;
+    }
+    rpc = mico_as_rpc(p, rowwise);
+    return rpc > 0 ? mico_as_bytes(p, rpc, rowwise) : 0u;
+}
+
+/* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
+ * width wb), each entry point passing its own so that a program links only its widths'; its
+ * working memory in ws (wsb bytes, mico_as_bytes). Tiles are MICO_AS_PX pixels of one output
+ * row (rowwise: words from input rows, mico_as_rows) or, for an odd output width, of the
+ * raster order (words from the im2col patch). 1 done, 0 not taken (a kernel row longer than
+ * a chunk: the entry hands it on), -1 taken but ws NULL or short. */
+static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void *out,
+                                       MicoAsChannel ch, int32_t wb, uint8_t *ws, size_t wsb)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
+    const int32_t npix = p->out_h * p->out_w, per = 8 / wb;
+    const int convert = !MICO_PAIR_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
+    const int rowwise = mico_as_rowwise(p);
+    const int32_t rpc = mico_as_rpc(p, rowwise);
+    /* the patch, or the phase arrays of a chunk's kernel rows */
+    union {
+        int16_t *h;
+        uint32_t *w;
+    } buf;
+    const MicoPairWord **tp;
+    int32_t *tile;
+    int32_t g, oc0, oc, pix0, r0, t;
+    if (rpc == 0) { /* a kernel row longer than a chunk */
+        return 0;
+    }
+    if (ws == NULL || mico_as_bytes(p, rpc, rowwise) > wsb) {
+        return -1;
+    }
+    buf.w = (uint32_t *)mico_carve(&ws, mico_as_buf_bytes(p, rpc, rowwise));
+    tp = (const MicoPairWord **)mico_carve(&ws, MICO_AS_TP_BYTES(p, rpc));
+    tile = (int32_t *)mico_carve(&ws, MICO_AS_TILE_BYTES(p));
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += MICO_AS_OCT) {
             const int32_t oc1 = oc0 + MICO_AS_OCT < (g + 1) * opg ? oc0 + MICO_AS_OCT
@@ -308,6 +368,36 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
             }
         }
     }
+    return 1;
+}
+
+/* The most working memory a layer takes (a chunk's MICO_AS_TAPS taps: patch or phase arrays,
+ * their pointers, MICO_AS_OCT channels' tile). */
+#define MICO_AS_SCRATCH_MAX                                                                 \
+    (MICO_AS_TAPS * MICO_AS_PX * 2 + MICO_AS_TAPS * sizeof(const MicoPairWord *) +          \
+     MICO_AS_OCT * MICO_AS_PX * 4)
+
+/* The layer with its working memory on this function's stack: for a caller that planned none
+ * (MicoConv2d.scratch NULL or short: the dynamic mode, tests, a band of a patch stage). */
+static MICO_NOINLINE int mico_as_stack(const MicoConv2d *p, const void *in, void *out,
+                                       MicoAsChannel ch, int32_t wb)
+{
+    uint64_t ws[(MICO_AS_SCRATCH_MAX + 7) / 8];
+    return mico_as_layer(p, in, out, ch, wb, (uint8_t *)ws, sizeof ws);
+}
+
+/* The layer in the caller's scratch, else on the stack; element by element when not taken. */
+static void mico_as_run(const MicoConv2d *p, const void *in, void *out, MicoAsChannel ch,
+                        int32_t wb)
+{
+    int r = mico_as_layer(p, in, out, ch, wb, (uint8_t *)p->scratch,
+                          p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u);
+    if (r < 0) {
+        r = mico_as_stack(p, in, out, ch, wb);
+    }
+    if (!r) {
+        mico_qconv2d_elementwise(p, in, out);
+    }
 }
 
 void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out)
@@ -319,7 +409,7 @@ void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    mico_as_layer(p, in, out, mico_as_ch2, 2, 1);
+    mico_as_run(p, in, out, mico_as_ch2, 2);
 }
 
 void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out)
@@ -328,5 +418,5 @@ void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    mico_as_layer(p, in, out, mico_as_ch1, 1, 1);
+    mico_as_run(p, in, out, mico_as_ch1, 1);
 }
