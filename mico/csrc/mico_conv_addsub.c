@@ -189,8 +189,9 @@ static void mico_as_span(const MicoConv2d *p, const void *in, size_t row, int32_
  * input) and laid out as 2 sw phase arrays of `per` words, phase f holding the pairs of the
  * span's columns (2 sw m + f, 2 sw m + f + sw); tap kx, at column offset c = kx dw, reads the
  * tile's pixel pairs as the consecutive words of phase c mod 2 sw from word c / (2 sw) on:
- * tp[(r - r0) k_w + kx] points there. So each input code is unpacked once per kernel row and
- * tile, and no tap is copied. Words past the tile's pixels hold real or zero columns (their
+ * tp[(r - r0) k_w + kx] points there (mico_as_taps, once per layer: the same words for every
+ * chunk and tile). So each input code is unpacked once per kernel row and tile, and no tap is
+ * copied. Words past the tile's pixels hold real or zero columns (their
  * sums are not stored). */
 #define MICO_AS_SPAN 96 /* int16 codes of an input span */
 
@@ -202,11 +203,11 @@ static int32_t mico_as_per(const MicoConv2d *p)
 
 static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int32_t ic0,
                                        int32_t r0, int32_t r1, int32_t oy, int32_t ox,
-                                       uint32_t *ph, const MicoPairWord **tp)
+                                       uint32_t *ph)
 {
-    const int32_t kw = p->k_w, sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
+    const int32_t sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
     int16_t span[MICO_AS_SPAN];
-    int32_t i, q, r, kx;
+    int32_t i, q, r;
     for (r = r0; r < r1; r++, ph += nph * per) {
         const int32_t ic = ic0 + r / p->k_h;
         const int32_t iy = oy * p->stride_h - p->pad_h + r % p->k_h * p->dil_h;
@@ -226,9 +227,23 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
                 }
             }
         }
+    }
+}
+
+/* The pointers to the words of a chunk's taps in buf (rpc kernel rows of k_w taps): the
+ * rowwise phase arrays (mico_as_rows: tap kx of row r at its phase's word c / (2 sw), c =
+ * kx dw) or the patch's rows of MICO_AS_W words. The same for every chunk and tile. */
+static void mico_as_taps(const MicoConv2d *p, int32_t rpc, int rowwise, uint32_t *buf,
+                         const MicoPairWord **tp)
+{
+    const int32_t kw = p->k_w, nph = 2 * p->stride_w, per = mico_as_per(p);
+    int32_t r, kx;
+    for (r = 0; r < rpc; r++) {
         for (kx = 0; kx < kw; kx++) {
             const int32_t c = kx * p->dil_w;
-            tp[(r - r0) * kw + kx] = (const MicoPairWord *)(ph + (c % nph) * per + c / nph);
+            tp[r * kw + kx] = (const MicoPairWord *)(rowwise ? buf + r * nph * per +
+                                                                   c % nph * per + c / nph
+                                                             : buf + (r * kw + kx) * MICO_AS_W);
         }
     }
 }
@@ -236,6 +251,20 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
 /* A channel's sums over a chunk (mico_as_ch2, mico_as_ch1). */
 typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoPairWord *const *,
                               int32_t *, int, int32_t);
+
+/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized
+ * and stored (a function of its own: the layer's loops hold the scratch's pointers). */
+static MICO_NOINLINE void mico_as_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
+                                        int32_t oc1, int32_t pix0, int32_t np, void *out)
+{
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc;
+    for (oc = oc0; oc < oc1; oc++, tile += MICO_AS_PX) {
+        const MicoRq rq = mico_rq(&p->out, oc);
+        mico_rq_run_fast(&rq, tile, np);
+        mico_pack(out, (size_t)oc * npix + (size_t)pix0, tile, np, p->out.fmt);
+    }
+}
 
 /* Whether tiles take their words from input rows (mico_as_rows): taps that share input
  * columns (k_w > 1; a 1x1 patch is a copy of the input runs), pairs within output rows, the
@@ -320,16 +349,17 @@ static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void
     } buf;
     const MicoPairWord **tp;
     int32_t *tile;
-    int32_t g, oc0, oc, pix0, r0, t;
+    int32_t g, oc0, oc, pix0, r0;
     if (rpc == 0) { /* a kernel row longer than a chunk */
         return 0;
     }
     if (ws == NULL || mico_as_bytes(p, rpc, rowwise) > wsb) {
         return -1;
     }
-    buf.w = (uint32_t *)mico_carve(&ws, mico_as_buf_bytes(p, rpc, rowwise));
-    tp = (const MicoPairWord **)mico_carve(&ws, MICO_AS_TP_BYTES(p, rpc));
-    tile = (int32_t *)mico_carve(&ws, MICO_AS_TILE_BYTES(p));
+    tp = (const MicoPairWord **)(void *)ws; /* (mico_carve's order of mico_as_bytes' parts) */
+    buf.w = (uint32_t *)(void *)(ws + MICO_UP8(MICO_AS_TP_BYTES(p, rpc)));
+    tile = (int32_t *)(void *)((uint8_t *)buf.w + MICO_UP8(mico_as_buf_bytes(p, rpc, rowwise)));
+    mico_as_taps(p, rpc, rowwise, buf.w, tp);
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += MICO_AS_OCT) {
             const int32_t oc1 = oc0 + MICO_AS_OCT < (g + 1) * opg ? oc0 + MICO_AS_OCT
@@ -341,14 +371,11 @@ static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, kc = (r1 - r0) * kw;
                     if (rowwise) {
-                        mico_as_rows(p, in, g * ipg, r0, r1, oy, ox, buf.w, tp);
+                        mico_as_rows(p, in, g * ipg, r0, r1, oy, ox, buf.w);
                     } else {
                         mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, MICO_AS_PX, buf.h);
                         if (convert) {
                             mico_as_words(buf.h, kc * MICO_AS_W);
-                        }
-                        for (t = 0; t < kc; t++) {
-                            tp[t] = (const MicoPairWord *)(buf.w + t * MICO_AS_W);
                         }
                     }
                     for (oc = oc0; oc < oc1; oc++) {
@@ -357,13 +384,7 @@ static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void
                            tile + (oc - oc0) * MICO_AS_PX, r0 == 0, p->bias[oc]);
                     }
                 }
-                for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
-                    int32_t *const tr = tile + (oc - oc0) * MICO_AS_PX;
-                    const MicoRq rq = mico_rq(&p->out, oc);
-                    mico_rq_run_fast(&rq, tr, np);
-                    mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, tr, np,
-                              p->out.fmt);
-                }
+                mico_as_store(p, tile, oc0, oc1, pix0, np, out);
                 pix0 += np;
             }
         }
@@ -387,7 +408,7 @@ static MICO_NOINLINE int mico_as_stack(const MicoConv2d *p, const void *in, void
 }
 
 /* The layer in the caller's scratch, else on the stack; element by element when not taken. */
-static void mico_as_run(const MicoConv2d *p, const void *in, void *out, MicoAsChannel ch,
+static inline __attribute__((always_inline)) void mico_as_run(const MicoConv2d *p, const void *in, void *out, MicoAsChannel ch,
                         int32_t wb)
 {
     int r = mico_as_layer(p, in, out, ch, wb, (uint8_t *)p->scratch,

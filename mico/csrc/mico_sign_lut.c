@@ -150,9 +150,10 @@ static inline void mico_sl_into(uint32_t w, int32_t *t, int first, int32_t b)
 }
 
 /* The chunk's tables of pairs j and j + 1 (four pixels: x, the patch from pair j's column)
- * for channels oc0 .. oc1 - 1, their sums into the tile from pair j's column (t); `words`: the
- * patch's int16 pairs are the words as they are (non-negative codes, little-endian); tables:
- * the two pairs' sets, the second MICO_SL_SET bytes after the first. */
+ * for channels oc0 .. oc1 - 1, their sums into the tile from pair j's column (t; the first
+ * chunk's to the bias instead); `words`: the patch's int16 pairs are the words as they are
+ * (non-negative codes, little-endian); tables: the two pairs' sets, the second MICO_SL_SET
+ * bytes after the first. */
 static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *x, int32_t kc,
                                             int32_t tap0, int32_t k_all, int32_t oc0,
                                             int32_t oc1, int first, int words, int32_t *t,
@@ -161,7 +162,10 @@ static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *
     const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
     const uint8_t *wp = p->weight + ((size_t)oc0 * (size_t)k_all + (size_t)tap0) / 8u;
     const size_t row = (size_t)k_all / 8u;
-    int32_t oc, h;
+    /* the channels' bias for the first chunk, else NULL (one register for both) */
+    const int32_t *bias = first ? p->bias + oc0 : NULL;
+    int32_t *const end = t + (oc1 - oc0) * MICO_SL_PX;
+    int32_t h;
     for (h = 0; h < 2; h++, x += 2) {
         uint32_t *tb = tables + h * MICO_SL_GROUPS * 16;
         if (words) {
@@ -171,11 +175,16 @@ static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *
                           ((uint32_t)(int32_t)x[k_ * MICO_SL_PX + 1] << 16));
         }
     }
-    for (oc = oc0; oc < oc1; oc++, wp += row, t += MICO_SL_PX) {
+    for (; t < end; wp += row, t += MICO_SL_PX) {
         uint32_t s0, s1;
         mico_sl_sums(wp, nb, tables, 2, &s0, &s1);
-        mico_sl_into(s0, t, first, p->bias[oc]);
-        mico_sl_into(s1, t + 2, first, p->bias[oc]);
+        if (bias != NULL) {
+            mico_sl_into(s0, t, 1, *bias);
+            mico_sl_into(s1, t + 2, 1, *bias++);
+        } else {
+            mico_sl_into(s0, t, 0, 0);
+            mico_sl_into(s1, t + 2, 0, 0);
+        }
     }
 }
 
