@@ -223,6 +223,19 @@ static MICO_NOINLINE void mico_sl_conv_quads_stack(const MicoConv2d *p, const in
     mico_sl_conv_quads(p, patch, np, kc, tap0, oc0, oc1, first, tile, tables);
 }
 
+/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized and
+ * stored (a function of its own: fewer values live in the layer's loops, and its frame). */
+static MICO_NOINLINE void mico_sl_conv_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
+                                             int32_t oc1, int32_t pix0, int32_t np, void *out)
+{
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc;
+    for (oc = oc0; oc < oc1; oc++, tile += MICO_SL_PX) {
+        const MicoRq rq = mico_rq(&p->out, oc);
+        mico_rq_pack(&rq, tile, np, out, (size_t)oc * npix + (size_t)pix0, p->out.fmt);
+    }
+}
+
 /* Taps of a convolution's chunk (0: the layer is not taken: mico_qconv2d_elementwise). */
 static int32_t mico_sl_conv_chunk(const MicoConv2d *p)
 {
@@ -260,7 +273,7 @@ static MICO_NOINLINE int mico_sl_conv_layer(const MicoConv2d *p, const void *in,
     int16_t *patch;  /* kc_max taps x MICO_SL_PX codes (word-aligned pairs) */
     int32_t *tile;   /* a block's channels x MICO_SL_PX sums */
     uint32_t *tables;
-    int32_t rpc, oc0, oc, pix0, r0, j;
+    int32_t rpc, oc0, pix0, r0, j;
     if (kc_max == 0) { /* other widths, weights not in whole bytes, a kernel row too wide */
         return 0;
     }
@@ -293,12 +306,7 @@ static MICO_NOINLINE int mico_sl_conv_layer(const MicoConv2d *p, const void *in,
                     own_tables(p, patch, np, kc, r0 * kw, oc0, oc1, r0 == 0, tile);
                 }
             }
-            for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
-                int32_t *const tr = tile + (oc - oc0) * MICO_SL_PX;
-                const MicoRq rq = mico_rq(&p->out, oc);
-                mico_rq_pack(&rq, tr, np, out, (size_t)oc * (size_t)npix + (size_t)pix0,
-                             p->out.fmt);
-            }
+            mico_sl_conv_store(p, tile, oc0, oc1, pix0, np, out);
         }
     }
     return 1;
