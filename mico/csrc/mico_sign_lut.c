@@ -150,21 +150,17 @@ static inline void mico_sl_into(uint32_t w, int32_t *t, int first, int32_t b)
 }
 
 /* The chunk's tables of pairs j and j + 1 (four pixels: x, the patch from pair j's column)
- * for channels oc0 .. oc1 - 1, their sums into the tile from pair j's column (t; the first
- * chunk's to the bias instead); `words`: the patch's int16 pairs are the words as they are
+ * for n channels, their sums into the tile from pair j's column (t; for the first chunk, to
+ * the channels' bias instead: bias, else NULL); the channels' nb bytes of weights of the chunk
+ * at wp, row bytes apart; `words`: the patch's int16 pairs are the words as they are
  * (non-negative codes, little-endian); tables: the two pairs' sets, the second MICO_SL_SET
  * bytes after the first. */
-static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *x, int32_t kc,
-                                            int32_t tap0, int32_t k_all, int32_t oc0,
-                                            int32_t oc1, int first, int words, int32_t *t,
-                                            uint32_t *tables)
+static MICO_NOINLINE void mico_sl_conv_quad(const int16_t *x, int32_t nb, const uint8_t *wp,
+                                            size_t row, const int32_t *bias, int32_t n,
+                                            int words, int32_t *t, uint32_t *tables)
 {
-    const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
-    const uint8_t *wp = p->weight + ((size_t)oc0 * (size_t)k_all + (size_t)tap0) / 8u;
-    const size_t row = (size_t)k_all / 8u;
-    /* the channels' bias for the first chunk, else NULL (one register for both) */
-    const int32_t *bias = first ? p->bias + oc0 : NULL;
-    int32_t *const end = t + (oc1 - oc0) * MICO_SL_PX;
+    const int32_t ng = 2 * nb;
+    int32_t *const end = t + n * MICO_SL_PX;
     int32_t h;
     for (h = 0; h < 2; h++, x += 2) {
         uint32_t *tb = tables + h * MICO_SL_GROUPS * 16;
@@ -194,11 +190,13 @@ mico_sl_conv_quads(const MicoConv2d *p, const int16_t *patch, int32_t np, int32_
                    int32_t tap0, int32_t oc0, int32_t oc1, int first, int32_t *tile,
                    uint32_t *tables)
 {
-    const int32_t k_all = p->in_c * p->k_h * p->k_w;
+    const size_t k_all = (size_t)p->in_c * (size_t)p->k_h * (size_t)p->k_w;
+    const uint8_t *const wp = p->weight + ((size_t)oc0 * k_all + (size_t)tap0) / 8u;
+    const int32_t *const bias = first ? p->bias + oc0 : NULL;
     const int words = MICO_PAIR_LE && !p->in_fmt.is_signed && p->in_fmt.zero == 0;
     int32_t j;
     for (j = 0; 2 * j < np; j += 2) { /* past np: zero columns, sums not stored */
-        mico_sl_conv_quad(p, patch + 2 * j, kc, tap0, k_all, oc0, oc1, first, words,
+        mico_sl_conv_quad(patch + 2 * j, (kc + 7) / 8, wp, k_all / 8u, bias, oc1 - oc0, words,
                           tile + 2 * j, tables);
     }
 }
