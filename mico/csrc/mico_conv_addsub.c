@@ -18,8 +18,11 @@
  *
  * Words are built as the two codes' values modulo 2^32 (an int16 pair in memory is not, for a
  * negative low half, nor on a big-endian target). Bit-identical to mico_qconv2d (exact int32
- * sums, the same requantization). Stack: about 4.6 KB. Layers it does not take (other widths,
- * int32 inputs, a 2-bit code -2, a kernel row longer than a chunk) go element by element
+ * sums, the same requantization). Working memory (the patch or phase arrays, the taps'
+ * pointers, the tile: 4.4 KB at most) comes from MicoConv2d.scratch, planned in the arena per
+ * layer (mico_qconv2d_addsub_scratch; mico.codegen.scratch.addsub_bytes), or without it from
+ * the stack (mico_as_stack). Layers it does not take (other widths, int32 inputs, a 2-bit
+ * code -2, a kernel row longer than a chunk) go element by element
  * (mico_qconv2d_elementwise). */
 #include "mico_nn.h"
 

@@ -319,8 +319,9 @@ typedef struct {
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output channel */
     /* working memory of the kernels that need more than a few hundred bytes (channel lanes,
-     * byte tiles): planned in the arena by the generator, sized for this layer (mico.codegen.
-     * scratch), or NULL / too small: the kernel then takes it on its stack */
+     * byte tiles, sign tables, sign-weight sums): planned in the arena by the generator, sized
+     * for this layer (mico.codegen.scratch), or NULL / too small: the kernel then takes it on
+     * its stack */
     void *scratch;
     int32_t scratch_bytes;
 } MicoConv2d;

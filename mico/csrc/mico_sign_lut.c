@@ -18,8 +18,11 @@
  * in_features) must be whole bytes, a chunk a multiple of 8 taps but the last. Taps past a
  * chunk's end (the rest of its last byte) read codes of 0, so their weights add nothing.
  * Bit-identical to mico_qconv2d / mico_qlinear (exact int32 sums, the same requantization);
- * layers it does not take go to mico_qconv2d_elementwise / mico_qlinear. Stack (rv32): 6.4 KB
- * (convolutions: the patch and the tile 2 KB each, two pairs' tables 2 KB), 2.3 KB (linear). */
+ * layers it does not take go to mico_qconv2d_elementwise / mico_qlinear. Working memory: a
+ * convolution's patch and tile (2 KB each at most) and two pairs' tables (2 KB) come from
+ * MicoConv2d.scratch, planned in the arena per layer (mico_qconv2d_sign_lut_scratch;
+ * mico.codegen.scratch.sign_lut_bytes), or without it from the stack (6.4 KB deep on rv32); a
+ * linear layer's (3.5 KB) from the stack. */
 #include "mico_nn.h"
 
 #define MICO_SL_PX 16              /* output pixels of a convolution's tile */
