@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mico.codegen import sign_lut_plan
+from mico.codegen import scratch, sign_lut_plan
 from mico.codegen.addsub_plan import KERNELS as ADDSUB_KERNELS
 from mico.codegen.addsub_plan import addsub_kernel
 from mico.codegen.binary_plan import binary_kernel, depthwise_sliced, takes_binary, thresholds
@@ -222,6 +222,20 @@ def _fmt(f: QFormat) -> str:
     return f"{{ .bits = {f.bits}, .is_signed = {int(f.signed)}{zero} }}"
 
 
+#: whether a call's scratch still holds the 0xa5 bytes it was filled with before the call
+UNTOUCHED = """static int mico_untouched(const void *ws, size_t n)
+{
+    const unsigned char *b = (const unsigned char *)ws;
+    size_t i;
+    for (i = 0; i < n; i++) {
+        if (b[i] != 0xa5u) {
+            return 0;
+        }
+    }
+    return 1;
+}"""
+
+
 INSTRET = """static unsigned long mico_instret(void)
 {
 #if defined(__riscv)
@@ -294,7 +308,11 @@ def _layer_code(
         )
     )  # fmt: skip
     addsub = None if sign_lut else addsub
-    for path in paths:
+    for spec in paths:
+        # "<path>@exact" / "<path>@short": the call given planned scratch of the layer's size
+        # (mico.codegen.scratch) or a byte less, in a buffer the program checks it wrote
+        path, _, ws_mode = spec.partition("@")
+        sym = f"{path}_ws{ws_mode}" if ws_mode else path
         # "lanes": the channel lanes whatever the choice (where the layer has a plan)
         chosen_lanes = path == "chosen" and not binary and not s8 and not addsub and not sign_lut
         lanes = plan if chosen_lanes or path == "lanes" else None
@@ -310,7 +328,7 @@ def _layer_code(
             lines += code
             calls.append((dw_kernel(dw, form), f"&{tag}p_dw, &{tag}l_dw, {tag}x, y"))
             continue
-        w, p, lp = f"{tag}w_{path}", f"{tag}p_{path}", f"{tag}l_{path}"
+        w, p, lp = f"{tag}w_{sym}", f"{tag}p_{sym}", f"{tag}l_{sym}"
         if lanes is not None:  # at the plan's weight width (wider for a layer of few channels)
             w_fmt = QFormat(lanes["w_bits"], True) if lanes["w_bits"] != w_fmt.bits else w_fmt
             words = pack_lanes(layer.weight.reshape(out_c, -1), w_fmt)
@@ -346,13 +364,10 @@ def _layer_code(
             oh, ow = layer.out_hw
             kh, kw = layer.weight.shape[2:]
             s, pd = layer.stride, layer.pad
-            lines.append(
-                f"static const MicoConv2d {p} = {{ .in_c = {in_c}, .in_h = {h}, "
-                f".in_w = {wd}, .out_c = {out_c}, .out_h = {oh}, .out_w = {ow}, .k_h = {kh}, "
-                f".k_w = {kw}, .stride_h = {s}, .stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, "
-                f".dil_h = {layer.dil}, .dil_w = {layer.dil}, .groups = {layer.groups}, "
-                f"{common} }};"
-            )
+            geom = (f".in_c = {in_c}, .in_h = {h}, .in_w = {wd}, .out_c = {out_c}, "
+                    f".out_h = {oh}, .out_w = {ow}, .k_h = {kh}, .k_w = {kw}, .stride_h = {s}, "
+                    f".stride_w = {s}, .pad_h = {pd}, .pad_w = {pd}, .dil_h = {layer.dil}, "
+                    f".dil_w = {layer.dil}, .groups = {layer.groups}")  # fmt: skip
             w_bits = w_fmt.bits if path == "chosen" else None  # chosen: W8A8 byte path
             # a benchmark layer ("sized") gives its size: W8A8 layers then take the generator's
             # byte path for it (mico_qconv2d_narrow_s8 where it applies); others the sizeless
@@ -367,9 +382,33 @@ def _layer_code(
             kernel = sign_lut if path == "chosen" and sign_lut else kernel
             if path == "sign_lut":  # the sign tables themselves, whatever the choice
                 kernel = sign_lut_plan.CONV_KERNEL
+            if ws_mode:
+                size = scratch_bytes(layer, kernel) - (ws_mode == "short")
+                lines.append(f"static uint64_t {tag}ws_{sym}[{max(size + 7, 8) // 8}];")
+                lines.append(f"#define {p}_WS {tag}ws_{sym}\n#define {p}_WSB {size}")
+                common += f", .scratch = {tag}ws_{sym}, .scratch_bytes = {size}"
+            lines.append(f"static const MicoConv2d {p} = {{ {geom}, {common} }};")
         args = f"&{p}, &{lp}, {tag}x, y" if lanes else f"&{p}, {tag}x, y"
         calls.append((kernel, args))
     return lines, calls
+
+
+def scratch_bytes(layer: Layer, kernel: str) -> int:
+    """The planned scratch of a conv layer for ``kernel`` (:mod:`mico.codegen.scratch`: the
+    sign-weight sums and the sign tables)."""
+    in_c, h, w = layer.x.shape
+    out_c, _, kh, kw = layer.weight.shape
+    oh, ow = layer.out_hw
+    geom = {"in_c": in_c, "in_h": h, "in_w": w, "out_c": out_c, "out_h": oh, "out_w": ow,
+            "k_h": kh, "k_w": kw, "stride_h": layer.stride, "stride_w": layer.stride,
+            "pad_h": layer.pad, "pad_w": layer.pad, "dil_h": layer.dil, "dil_w": layer.dil,
+            "groups": layer.groups}  # fmt: skip
+    in_fmt = (layer.a_fmt.bits, int(layer.a_fmt.signed), layer.a_fmt.zero)
+    if kernel == sign_lut_plan.CONV_KERNEL:
+        return scratch.sign_lut_bytes(geom, in_fmt, layer.w_fmt.bits)
+    if kernel in ADDSUB_KERNELS.values():
+        return scratch.addsub_bytes(geom, in_fmt, layer.w_fmt.bits)
+    raise ValueError(f"no planned scratch for {kernel} in this harness")
 
 
 def _binary_code(layer: Layer, tag: str, out: str) -> list[str]:
@@ -450,20 +489,26 @@ def layers_program(
     kernel (the one mico_qconv2d / mico_qlinear dispatch to) on plainly packed weights.
     """
     out_bytes = [(layer.reference().size * layer.o_fmt.bits + 7) // 8 for layer in layers]
-    lines = ["#include <stdio.h>", '#include "mico_nn.h"',
+    lines = ["#include <stdio.h>", "#include <string.h>", '#include "mico_nn.h"',
              f"static uint8_t y[{max(out_bytes) + 4}];", INSTRET]  # fmt: skip
+    if any("@" in path for path in paths):  # calls given scratch: whether they wrote there
+        lines.append(UNTOUCHED)
     body = []
     for i, layer in enumerate(layers):
         code, calls = _layer_code(layer, f"L{i}_", paths, extensions)
         lines += code
         for kernel, args in calls:
-            body.append(f"""    t0 = mico_instret();
+            ws = args.split(",")[0].lstrip("&")
+            ws = ws if ws.endswith(("_wsexact", "_wsshort")) else ""
+            body.append(f"""{f"    memset({ws}_WS, 0xa5, {ws}_WSB);" if ws else ""}
+    t0 = mico_instret();
     {kernel}({args});
     t1 = mico_instret();
     printf("instret %lu ", t1 - t0);
     for (i = 0; i < {out_bytes[i]}; i++) {{
         printf("%02x", y[i]);
     }}
+    {f'printf(" scratch %d", !mico_untouched({ws}_WS, {ws}_WSB));' if ws else ""}
     printf("\\n");""")
     lines.append("int main(void)\n{\n    unsigned long t0, t1;\n    size_t i;\n" + "\n".join(body)
                  + "\n    return 0;\n}")  # fmt: skip
@@ -541,19 +586,27 @@ def run_layers(
     paths=("chosen", "plain"),
     cc: str = "gcc",
     extensions: tuple[str, ...] = (),
+    host_flags: tuple[str, ...] = (),
+    kernels: tuple[str, ...] = KERNEL_SOURCES,
 ) -> list[list[tuple[str, int, np.ndarray]]]:
     """Build and run one program for the layers; per layer [(kernel, instructions, codes)].
 
     ``extensions``: ISA extensions the chosen paths may use (``zbb``: the binary layers'
     ``cpop`` kernels, which encode the instruction themselves; the build stays rv32imac).
+    ``host_flags``: more options for a host build (the sanitizers). A path ``<path>@exact``
+    (``@short``) calls the path's kernel with planned scratch of the layer's size (a byte
+    less): its kernel is reported as ``<kernel>@written`` when the call wrote there,
+    ``<kernel>@untouched`` when it took its stack instead. ``kernels``: the kernel sources
+    linked (fewer build faster: the sanitizers' builds).
     """
     program = layers_program(layers, paths, extensions)
     with tempfile.TemporaryDirectory(prefix="mico-kernels-") as tmp:
         work = Path(tmp)
         (work / "main.c").write_text(program)
-        sources = [str(work / "main.c"), *_sources(work)]
-        text = build_and_run(work, sources, target, cc, timeout=1800).split()
+        sources = [str(work / "main.c"), *(s for s in _sources(work) if Path(s).name in kernels)]
+        text = build_and_run(work, sources, target, cc, 1800, host_flags).split()
     marks = iter([i for i, token in enumerate(text) if token == "instret"])
+    written = {i + 1: text[i + 1] == "1" for i, token in enumerate(text) if token == "scratch"}
     results = []
     for i, layer in enumerate(layers):
         _, calls = _layer_code(layer, f"L{i}_", paths, extensions)
@@ -562,6 +615,8 @@ def run_layers(
         for kernel, _ in calls:
             j = next(marks)
             raw = np.frombuffer(bytes.fromhex(text[j + 2]), dtype=np.uint8)
+            if j + 4 in written:  # a call given scratch: whether it wrote there
+                kernel = f"{kernel}@{'written' if written[j + 4] else 'untouched'}"
             per_layer.append((kernel, int(text[j + 1]), unpack(raw, n, layer.o_fmt)))
         results.append(per_layer)
     return results

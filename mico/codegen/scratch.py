@@ -5,12 +5,16 @@ rows and pointwise (``mico_conv_lr`` / ``mico_conv_pw`` in mico_conv2d.c: unpack
 tap tables, sums, lane weights) and the W8A8 byte tiles (``mico_nw`` in mico_conv_narrow.c:
 rearranged weights, the patch, staged outputs, requantization constants). They used to keep
 it on their stack at the size of the largest layer they take (about 9-10 KB each), RAM the
-arena plan neither saw nor shared.
+arena plan neither saw nor shared. So do the kernels of weights that are signs: the sign
+tables' convolution (``mico_qconv2d_sign_lut`` in mico_sign_lut.c: the patch, the tile, two
+pixel pairs' tables; 6 KB at most) and the sign-weight sums (``mico_qconv2d_addsub1/2`` in
+mico_conv_addsub.c: the patch or phase arrays, the taps' pointers, the tile; 4.4 KB at most).
 
 Here the generator sizes that memory for each layer, exactly as the kernel carves it (the C
 computes the same sizes: ``mico_nw_scratch``, the blocks at the top of ``mico_conv_lr`` and
-``mico_conv_pw``), and :func:`annotate` records it on the node (``Node.plan``,
-:data:`~mico.codegen.planner.SCRATCH_ATTR`). The planner then places it as a buffer live at
+``mico_conv_pw``, ``mico_qconv2d_sign_lut_scratch``, ``mico_qconv2d_addsub_scratch``), and
+:func:`annotate` records it on the node (``Node.plan``, :data:`~mico.codegen.planner.
+SCRATCH_ATTR`). The planner then places it as a buffer live at
 that node's step only, so it shares bytes with tensors dead by then and adds to the arena
 only where the node's live tensors plus its scratch are the peak. The kernel receives it as
 ``MicoConv2d.scratch`` / ``scratch_bytes`` (a copy of the flash params, made at the call).
@@ -28,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from mico.codegen import addsub_plan, sign_lut_plan
 from mico.codegen.planner import SCRATCH_ATTR
 from mico.ir.graph import Node
 from mico.ir.ops import mico_ops
@@ -37,7 +42,15 @@ LR_BUF, LR_TAPS, LR_TILE, LR_SUMS, LR_COLS, LR_MIN_W = 1536, 400, 512, 256, 64, 
 PW_BUF, PW_PX, PW_WSUMS, PW_WX = 2048, 32, 256, 512
 NW_TAPS, NW_PTAPS, NW_PIX, NW_LPIX, NW_CB, NW_WEIGHTS = 64, 128, 20, 16, 64, 4096
 NW_RQ_BYTES = 20  # sizeof(MicoNwRq): five 32-bit fields
+#: limits of the sign tables' convolution (mico_sign_lut.c): pixels of a tile, taps of a chunk,
+#: channels of a block, bytes from one pixel pair's tables to the next's
+SL_PX, SL_TAPS, SL_OCT, SL_SET = 16, 64, 32, 1024
+#: limits of the sign-weight sums (mico_conv_addsub.c): pixels of a tile, taps of a chunk,
+#: channels of a block, int16 codes of an input span (mico_as_rows)
+AS_PX, AS_TAPS, AS_OCT, AS_SPAN = 16, 64, 32, 96
 POINTER_BYTES = 8  # sizeof(const int16_t *) at most (rv32: 4)
+#: the sign-weight sums' entry points and their weights' widths
+ADDSUB_BITS = {kernel: bits for bits, kernel in addsub_plan.KERNELS.items()}
 
 
 def _up8(n: int) -> int:
@@ -191,6 +204,60 @@ def rows_bytes(geom: dict[str, int], lanes: dict[str, int], in_fmt: tuple[int, .
     return sum(_up8(p) for p in parts)
 
 
+def _code_maxabs(in_fmt: tuple[int, ...]) -> int:
+    """``mico_code_maxabs``: the largest magnitude of a code less its zero point."""
+    bits, signed = in_fmt[0], in_fmt[1]
+    if signed:
+        return 1 << (bits - 1)
+    zero = in_fmt[2] if len(in_fmt) > 2 else 0
+    return max((1 << bits) - 1 - zero, zero)
+
+
+def _sl_chunk(k_w: int, cap: int, most: int) -> int:
+    """``mico_sl_chunk``: taps of a chunk, whole kernel rows filling whole weight bytes."""
+    unit = k_w
+    while unit % 8:
+        unit += k_w
+    return min(cap, most) // unit * unit
+
+
+def sign_lut_bytes(geom: dict[str, int], in_fmt: tuple[int, ...], w_bits: int) -> int:
+    """Working memory of ``mico_qconv2d_sign_lut`` (``mico_sl_conv_bytes``) for a layer it
+    takes, else 0: the patch (a chunk's taps x 16 pixels of int16), the tile (a block's
+    channels x 16 int32 sums), the two pixel pairs' tables (the second set 1 KB after the
+    first, 64 bytes a group of four taps)."""
+    taps = geom["in_c"] * geom["k_h"] * geom["k_w"]
+    if w_bits != 1 or geom["groups"] != 1 or not 2 <= in_fmt[0] <= 8 or taps % 8:
+        return 0
+    kc = _sl_chunk(geom["k_w"], 32767 // _code_maxabs(in_fmt), SL_TAPS)
+    if kc == 0:
+        return 0
+    return kc * SL_PX * 2 + min(geom["out_c"], SL_OCT) * SL_PX * 4 + SL_SET + kc // 4 * 64
+
+
+def addsub_bytes(geom: dict[str, int], in_fmt: tuple[int, ...], w_bits: int) -> int:
+    """Working memory of ``mico_qconv2d_addsub1/2`` (``mico_as_bytes``) for a layer they take,
+    else 0: a chunk's patch (its taps x 16 pixels of int16) or, for tiles within an output
+    row, its kernel rows' phase arrays (2 stride_w arrays of ``per`` words each), the taps'
+    pointers, the tile (a block's channels x 16 int32 sums)."""
+    g = geom
+    if w_bits not in (1, 2) or not 1 <= in_fmt[0] <= 8:
+        return 0
+    k_w, sw, nph = g["k_w"], g["stride_w"], 2 * g["stride_w"]
+    per = AS_PX // 2 + (k_w - 1) * g["dil_w"] // nph + 1
+    rowwise = k_w > 1 and g["out_w"] % 2 == 0 and per * nph + sw <= AS_SPAN
+    rows = g["in_c"] // g["groups"] * g["k_h"]
+    rpc = min(32767 // _code_maxabs(in_fmt), AS_TAPS) // k_w
+    if rowwise and rpc * nph * per > AS_TAPS * AS_PX // 2:
+        rpc = AS_TAPS * AS_PX // 2 // (nph * per)
+    if rpc == 0:
+        return 0
+    rpc = _ceil(rows, _ceil(rows, rpc))  # balanced over the chunks
+    buf = rpc * nph * per * 4 if rowwise else rpc * k_w * AS_PX * 2
+    tile = min(g["out_c"] // g["groups"], AS_OCT) * AS_PX * 4
+    return _up8(buf) + _up8(rpc * k_w * POINTER_BYTES) + _up8(tile)
+
+
 def lanes_bytes(geom: dict[str, int], lanes: dict[str, int], in_fmt: tuple[int, ...]) -> int:
     """Working memory of ``mico_qconv2d_lanes_*`` (``mico_lanes_rows``): that of the first of
     its paths that takes the layer (pointwise, by rows, through the patch; 0: none does)."""
@@ -228,6 +295,10 @@ def node_scratch(node: Node, ctx: Any) -> int:
     in_fmt = fmt_of(node.inputs[0])
     if choice["lanes"] is not None:
         return lanes_bytes(geom, choice["lanes"], in_fmt)
+    if choice["kernel"] in ADDSUB_BITS:
+        return addsub_bytes(geom, in_fmt, ADDSUB_BITS[choice["kernel"]])
+    if choice["kernel"] == sign_lut_plan.CONV_KERNEL:
+        return sign_lut_bytes(geom, in_fmt, 1)
     if choice["kernel"] == NARROW_CONV:
         weight = getattr(node.inputs[1], "data", None)
         signed = bool(in_fmt[1]) if len(in_fmt) < 3 else False
@@ -261,7 +332,12 @@ def clear(nodes: Iterable[Node]) -> None:
 
 #: the function each kernel family calls, with its working memory on its own stack, for a
 #: layer whose scratch is not planned (mico_conv2d.c, mico_conv_narrow.c)
-STACK_FALLBACKS = {"lanes": "mico_lanes_rows_stack", "narrow": "mico_nw_stack"}
+STACK_FALLBACKS = {
+    "lanes": "mico_lanes_rows_stack",
+    "narrow": "mico_nw_stack",
+    "sign_lut": "mico_sl_conv_stack",
+    "addsub": "mico_as_stack",
+}
 
 #: the plain kernel a family's entry calls for a layer none of its fast paths takes, as a call
 #: ``caller>callee`` (``*``: every entry) that a program whose every layer of the family has a
@@ -278,8 +354,9 @@ PLACEMENT = "auto"
 
 
 def node_family(node: Node, ctx: Any) -> str | None:
-    """``lanes`` or ``narrow``: the kernel family (:data:`STACK_FALLBACKS`) of a conv node
-    that takes working memory (:func:`node_scratch`), else None."""
+    """``lanes``, ``narrow``, ``sign_lut`` or ``addsub``: the kernel family
+    (:data:`STACK_FALLBACKS`) of a conv node that takes working memory (:func:`node_scratch`),
+    else None."""
     from mico.codegen.emitters import NARROW_CONV, conv_choice
 
     if node.op != mico_ops.QCONV2D:
@@ -287,7 +364,12 @@ def node_family(node: Node, ctx: Any) -> str | None:
     choice = conv_choice(node, ctx)
     if choice["lanes"] is not None:
         return "lanes"
-    return "narrow" if choice["kernel"] == NARROW_CONV else None
+    kernel = choice["kernel"]
+    if kernel == NARROW_CONV:
+        return "narrow"
+    if kernel == sign_lut_plan.CONV_KERNEL:
+        return "sign_lut"
+    return "addsub" if kernel in ADDSUB_BITS else None
 
 
 def keep_on_stack(nodes: Iterable[Node], ctx: Any, families: Iterable[str]) -> None:

@@ -18,8 +18,11 @@
  *
  * Words are built as the two codes' values modulo 2^32 (an int16 pair in memory is not, for a
  * negative low half, nor on a big-endian target). Bit-identical to mico_qconv2d (exact int32
- * sums, the same requantization). Stack: about 4.6 KB. Layers it does not take (other widths,
- * int32 inputs, a 2-bit code -2, a kernel row longer than a chunk) go element by element
+ * sums, the same requantization). Working memory (the patch or phase arrays, the taps'
+ * pointers, the tile: 4.4 KB at most) comes from MicoConv2d.scratch, planned in the arena per
+ * layer (mico_qconv2d_addsub_scratch; mico.codegen.scratch.addsub_bytes), or without it from
+ * the stack (mico_as_stack). Layers it does not take (other widths, int32 inputs, a 2-bit
+ * code -2, a kernel row longer than a chunk) go element by element
  * (mico_qconv2d_elementwise). */
 #include "mico_nn.h"
 
@@ -189,8 +192,9 @@ static void mico_as_span(const MicoConv2d *p, const void *in, size_t row, int32_
  * input) and laid out as 2 sw phase arrays of `per` words, phase f holding the pairs of the
  * span's columns (2 sw m + f, 2 sw m + f + sw); tap kx, at column offset c = kx dw, reads the
  * tile's pixel pairs as the consecutive words of phase c mod 2 sw from word c / (2 sw) on:
- * tp[(r - r0) k_w + kx] points there. So each input code is unpacked once per kernel row and
- * tile, and no tap is copied. Words past the tile's pixels hold real or zero columns (their
+ * tp[(r - r0) k_w + kx] points there (mico_as_taps, once per layer: the same words for every
+ * chunk and tile). So each input code is unpacked once per kernel row and tile, and no tap is
+ * copied. Words past the tile's pixels hold real or zero columns (their
  * sums are not stored). */
 #define MICO_AS_SPAN 96 /* int16 codes of an input span */
 
@@ -202,11 +206,11 @@ static int32_t mico_as_per(const MicoConv2d *p)
 
 static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int32_t ic0,
                                        int32_t r0, int32_t r1, int32_t oy, int32_t ox,
-                                       uint32_t *ph, const MicoPairWord **tp)
+                                       uint32_t *ph)
 {
-    const int32_t kw = p->k_w, sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
+    const int32_t sw = p->stride_w, nph = 2 * sw, per = mico_as_per(p);
     int16_t span[MICO_AS_SPAN];
-    int32_t i, q, r, kx;
+    int32_t i, q, r;
     for (r = r0; r < r1; r++, ph += nph * per) {
         const int32_t ic = ic0 + r / p->k_h;
         const int32_t iy = oy * p->stride_h - p->pad_h + r % p->k_h * p->dil_h;
@@ -226,9 +230,23 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
                 }
             }
         }
+    }
+}
+
+/* The pointers to the words of a chunk's taps in buf (rpc kernel rows of k_w taps): the
+ * rowwise phase arrays (mico_as_rows: tap kx of row r at its phase's word c / (2 sw), c =
+ * kx dw) or the patch's rows of MICO_AS_W words. The same for every chunk and tile. */
+static void mico_as_taps(const MicoConv2d *p, int32_t rpc, int rowwise, uint32_t *buf,
+                         const MicoPairWord **tp)
+{
+    const int32_t kw = p->k_w, nph = 2 * p->stride_w, per = mico_as_per(p);
+    int32_t r, kx;
+    for (r = 0; r < rpc; r++) {
         for (kx = 0; kx < kw; kx++) {
             const int32_t c = kx * p->dil_w;
-            tp[(r - r0) * kw + kx] = (const MicoPairWord *)(ph + (c % nph) * per + c / nph);
+            tp[r * kw + kx] = (const MicoPairWord *)(rowwise ? buf + r * nph * per +
+                                                                   c % nph * per + c / nph
+                                                             : buf + (r * kw + kx) * MICO_AS_W);
         }
     }
 }
@@ -237,39 +255,114 @@ static MICO_NOINLINE void mico_as_rows(const MicoConv2d *p, const void *in, int3
 typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoPairWord *const *,
                               int32_t *, int, int32_t);
 
-/* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
- * width wb; wmax: their largest magnitude), each entry point passing its own so that a program
- * links only its widths'. Tiles are MICO_AS_PX pixels of one output row (rowwise: words from
- * input rows, mico_as_rows) or, for an odd output width, of the raster order (words from the
- * im2col patch). */
-static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, void *out,
-                                        MicoAsChannel ch, int32_t wb, int32_t wmax)
+/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized
+ * and stored (a function of its own: the layer's loops hold the scratch's pointers). */
+static MICO_NOINLINE void mico_as_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
+                                        int32_t oc1, int32_t pix0, int32_t np, void *out)
 {
-    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
-    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
-    const int32_t npix = p->out_h * p->out_w, per = 8 / wb, nph = 2 * p->stride_w;
-    const int convert = !MICO_PAIR_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
-    const int32_t cap = 32767 / (wmax * mico_code_maxabs(p->in_fmt)); /* taps a lane sums */
-    /* rows: taps that share input columns (k_w > 1; a 1x1 patch is a copy of the input runs),
-     * pairs within output rows, the span of a tile fits */
-    const int rowwise = kw > 1 && p->out_w % 2 == 0 &&
-                        mico_as_per(p) * nph + p->stride_w <= MICO_AS_SPAN;
-    union {
-        int16_t h[MICO_AS_TAPS * MICO_AS_PX];
-        uint32_t w[MICO_AS_TAPS * MICO_AS_W];
-    } buf; /* the patch, or the phase arrays of a chunk's kernel rows */
-    const MicoPairWord *tp[MICO_AS_TAPS];
-    int32_t tile[MICO_AS_OCT * MICO_AS_PX];
-    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / kw, chunks, g, oc0, oc, pix0, r0, t;
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc;
+    for (oc = oc0; oc < oc1; oc++, tile += MICO_AS_PX) {
+        const MicoRq rq = mico_rq(&p->out, oc);
+        mico_rq_run_fast(&rq, tile, np);
+        mico_pack(out, (size_t)oc * npix + (size_t)pix0, tile, np, p->out.fmt);
+    }
+}
+
+/* Whether tiles take their words from input rows (mico_as_rows): taps that share input
+ * columns (k_w > 1; a 1x1 patch is a copy of the input runs), pairs within output rows, the
+ * span of a tile fits. */
+static int mico_as_rowwise(const MicoConv2d *p)
+{
+    return p->k_w > 1 && p->out_w % 2 == 0 &&
+           mico_as_per(p) * 2 * p->stride_w + p->stride_w <= MICO_AS_SPAN;
+}
+
+/* Kernel rows of a chunk (balanced over the chunks), or 0 for a kernel row longer than a
+ * chunk (then element by element): at most MICO_AS_TAPS taps and what a lane sums (weights
+ * of magnitude 1), and for rowwise tiles their phase arrays within MICO_AS_TAPS x MICO_AS_W
+ * words. */
+static int32_t mico_as_rpc(const MicoConv2d *p, int rowwise)
+{
+    const int32_t rows = p->in_c / p->groups * p->k_h, nph = 2 * p->stride_w;
+    const int32_t cap = 32767 / mico_code_maxabs(p->in_fmt); /* taps a lane sums */
+    int32_t rpc = (cap < MICO_AS_TAPS ? cap : MICO_AS_TAPS) / p->k_w, chunks;
     if (rowwise && rpc * nph * mico_as_per(p) > MICO_AS_TAPS * MICO_AS_W) {
         rpc = MICO_AS_TAPS * MICO_AS_W / (nph * mico_as_per(p)); /* phase arrays that fit */
     }
-    if (rpc == 0) { /* a kernel row longer than a chunk */
-        mico_qconv2d_elementwise(p, in, out);
-        return;
+    if (rpc == 0) {
+        return 0;
     }
     chunks = (rows + rpc - 1) / rpc;
-    rpc = (rows + chunks - 1) / chunks; /* balanced */
+    return (rows + chunks - 1) / chunks;
+}
+
+/* Bytes of the parts of the working memory of a layer of chunks of rpc kernel rows (each a
+ * multiple of 8 once rounded; mico.codegen.scratch.addsub_bytes computes the same): the
+ * patch (a chunk's taps x MICO_AS_PX codes) or the phase arrays (a chunk's rows x 2 stride_w
+ * arrays of mico_as_per words), the taps' pointers, the tile (a block's channels x MICO_AS_PX
+ * sums). */
+static size_t mico_as_buf_bytes(const MicoConv2d *p, int32_t rpc, int rowwise)
+{
+    return rowwise ? (size_t)rpc * (size_t)(2 * p->stride_w * mico_as_per(p)) * 4u
+                   : (size_t)rpc * (size_t)p->k_w * MICO_AS_PX * 2u;
+}
+#define MICO_AS_TP_BYTES(P, RPC) ((size_t)(RPC) * (size_t)(P)->k_w * sizeof(const MicoPairWord *))
+#define MICO_AS_TILE_BYTES(P)                                                               \
+    ((size_t)((P)->out_c / (P)->groups < MICO_AS_OCT ? (P)->out_c / (P)->groups : MICO_AS_OCT) * \
+     MICO_AS_PX * 4u)
+#define MICO_UP8(N) (((N) + 7u) & ~(size_t)7u)
+
+static size_t mico_as_bytes(const MicoConv2d *p, int32_t rpc, int rowwise)
+{
+    return MICO_UP8(mico_as_buf_bytes(p, rpc, rowwise)) + MICO_UP8(MICO_AS_TP_BYTES(p, rpc)) +
+           MICO_UP8(MICO_AS_TILE_BYTES(p));
+}
+
+size_t mico_qconv2d_addsub_scratch(const MicoConv2d *p)
+{
+    const int rowwise = mico_as_rowwise(p);
+    int32_t rpc;
+    if ((p->w_bits != 1 && p->w_bits != 2) || p->in_fmt.bits < 1 || p->in_fmt.bits > 8) {
+        return 0u;
+    }
+    rpc = mico_as_rpc(p, rowwise);
+    return rpc > 0 ? mico_as_bytes(p, rpc, rowwise) : 0u;
+}
+
+/* The layer over tiles of pixels and chunks of kernel rows (ch: the channel loop of its weights'
+ * width wb), each entry point passing its own so that a program links only its widths'; its
+ * working memory in ws (wsb bytes, mico_as_bytes). Tiles are MICO_AS_PX pixels of one output
+ * row (rowwise: words from input rows, mico_as_rows) or, for an odd output width, of the
+ * raster order (words from the im2col patch). 1 done, 0 not taken (a kernel row longer than
+ * a chunk: the entry hands it on), -1 taken but ws NULL or short. */
+static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void *out,
+                                       MicoAsChannel ch, int32_t wb, uint8_t *ws, size_t wsb)
+{
+    const int32_t ipg = p->in_c / p->groups, opg = p->out_c / p->groups;
+    const int32_t kw = p->k_w, rows = ipg * p->k_h, k_all = rows * kw;
+    const int32_t npix = p->out_h * p->out_w, per = 8 / wb;
+    const int convert = !MICO_PAIR_LE || p->in_fmt.is_signed || p->in_fmt.zero != 0;
+    const int rowwise = mico_as_rowwise(p);
+    const int32_t rpc = mico_as_rpc(p, rowwise);
+    /* the patch, or the phase arrays of a chunk's kernel rows */
+    union {
+        int16_t *h;
+        uint32_t *w;
+    } buf;
+    const MicoPairWord **tp;
+    int32_t *tile;
+    int32_t g, oc0, oc, pix0, r0;
+    if (rpc == 0) { /* a kernel row longer than a chunk */
+        return 0;
+    }
+    if (ws == NULL || mico_as_bytes(p, rpc, rowwise) > wsb) {
+        return -1;
+    }
+    tp = (const MicoPairWord **)(void *)ws; /* (mico_carve's order of mico_as_bytes' parts) */
+    buf.w = (uint32_t *)(void *)(ws + MICO_UP8(MICO_AS_TP_BYTES(p, rpc)));
+    tile = (int32_t *)(void *)((uint8_t *)buf.w + MICO_UP8(mico_as_buf_bytes(p, rpc, rowwise)));
+    mico_as_taps(p, rpc, rowwise, buf.w, tp);
     for (g = 0; g < p->groups; g++) {
         for (oc0 = g * opg; oc0 < (g + 1) * opg; oc0 += MICO_AS_OCT) {
             const int32_t oc1 = oc0 + MICO_AS_OCT < (g + 1) * opg ? oc0 + MICO_AS_OCT
@@ -281,14 +374,11 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
                 for (r0 = 0; r0 < rows; r0 += rpc) {
                     const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows, kc = (r1 - r0) * kw;
                     if (rowwise) {
-                        mico_as_rows(p, in, g * ipg, r0, r1, oy, ox, buf.w, tp);
+                        mico_as_rows(p, in, g * ipg, r0, r1, oy, ox, buf.w);
                     } else {
                         mico_conv_patch(p, in, g * ipg, r0, r1, pix0, np, MICO_AS_PX, buf.h);
                         if (convert) {
                             mico_as_words(buf.h, kc * MICO_AS_W);
-                        }
-                        for (t = 0; t < kc; t++) {
-                            tp[t] = (const MicoPairWord *)(buf.w + t * MICO_AS_W);
                         }
                     }
                     for (oc = oc0; oc < oc1; oc++) {
@@ -297,16 +387,40 @@ static MICO_NOINLINE void mico_as_layer(const MicoConv2d *p, const void *in, voi
                            tile + (oc - oc0) * MICO_AS_PX, r0 == 0, p->bias[oc]);
                     }
                 }
-                for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
-                    int32_t *const tr = tile + (oc - oc0) * MICO_AS_PX;
-                    const MicoRq rq = mico_rq(&p->out, oc);
-                    mico_rq_run_fast(&rq, tr, np);
-                    mico_pack(out, (size_t)oc * (size_t)npix + (size_t)pix0, tr, np,
-                              p->out.fmt);
-                }
+                mico_as_store(p, tile, oc0, oc1, pix0, np, out);
                 pix0 += np;
             }
         }
+    }
+    return 1;
+}
+
+/* The most working memory a layer takes (a chunk's MICO_AS_TAPS taps: patch or phase arrays,
+ * their pointers, MICO_AS_OCT channels' tile). */
+#define MICO_AS_SCRATCH_MAX                                                                 \
+    (MICO_AS_TAPS * MICO_AS_PX * 2 + MICO_AS_TAPS * sizeof(const MicoPairWord *) +          \
+     MICO_AS_OCT * MICO_AS_PX * 4)
+
+/* The layer with its working memory on this function's stack: for a caller that planned none
+ * (MicoConv2d.scratch NULL or short: the dynamic mode, tests, a band of a patch stage). */
+static MICO_NOINLINE int mico_as_stack(const MicoConv2d *p, const void *in, void *out,
+                                       MicoAsChannel ch, int32_t wb)
+{
+    uint64_t ws[(MICO_AS_SCRATCH_MAX + 7) / 8];
+    return mico_as_layer(p, in, out, ch, wb, (uint8_t *)ws, sizeof ws);
+}
+
+/* The layer in the caller's scratch, else on the stack; element by element when not taken. */
+static inline __attribute__((always_inline)) void mico_as_run(const MicoConv2d *p, const void *in, void *out, MicoAsChannel ch,
+                        int32_t wb)
+{
+    int r = mico_as_layer(p, in, out, ch, wb, (uint8_t *)p->scratch,
+                          p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u);
+    if (r < 0) {
+        r = mico_as_stack(p, in, out, ch, wb);
+    }
+    if (!r) {
+        mico_qconv2d_elementwise(p, in, out);
     }
 }
 
@@ -319,7 +433,7 @@ void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    mico_as_layer(p, in, out, mico_as_ch2, 2, 1);
+    mico_as_run(p, in, out, mico_as_ch2, 2);
 }
 
 void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out)
@@ -328,5 +442,5 @@ void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out)
         mico_qconv2d_elementwise(p, in, out);
         return;
     }
-    mico_as_layer(p, in, out, mico_as_ch1, 1, 1);
+    mico_as_run(p, in, out, mico_as_ch1, 1);
 }

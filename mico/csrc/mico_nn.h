@@ -319,8 +319,9 @@ typedef struct {
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output channel */
     /* working memory of the kernels that need more than a few hundred bytes (channel lanes,
-     * byte tiles): planned in the arena by the generator, sized for this layer (mico.codegen.
-     * scratch), or NULL / too small: the kernel then takes it on its stack */
+     * byte tiles, sign tables, sign-weight sums): planned in the arena by the generator, sized
+     * for this layer (mico.codegen.scratch), or NULL / too small: the kernel then takes it on
+     * its stack */
     void *scratch;
     int32_t scratch_bytes;
 } MicoConv2d;
@@ -494,6 +495,11 @@ void mico_qconv2d_tiled_s8(const MicoConv2d *p, const void *in, void *out);
  * skipped (mico_conv_addsub.c); other layers (2-bit codes holding -2) element by element. */
 void mico_qconv2d_addsub2(const MicoConv2d *p, const void *in, void *out);
 void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
+/* Bytes of MicoConv2d.scratch the sign-weight kernels (either width) and the sign tables'
+ * convolution take for layer p (0: a layer they hand on); mico.codegen.scratch computes the
+ * same. A call with fewer (or none) takes that memory on the kernel's stack. */
+size_t mico_qconv2d_addsub_scratch(const MicoConv2d *p);
+size_t mico_qconv2d_sign_lut_scratch(const MicoConv2d *p);
 /* Binary weights on 2- to 8-bit codes by table lookup (mico_sign_lut.c): the 16 signed sums of
  * four taps' codes built once per pixel (row) pair, an entry a nibble of weights per channel;
  * layers whose channels' weights are not whole bytes go to mico_qconv2d_elementwise /

@@ -18,8 +18,11 @@
  * in_features) must be whole bytes, a chunk a multiple of 8 taps but the last. Taps past a
  * chunk's end (the rest of its last byte) read codes of 0, so their weights add nothing.
  * Bit-identical to mico_qconv2d / mico_qlinear (exact int32 sums, the same requantization);
- * layers it does not take go to mico_qconv2d_elementwise / mico_qlinear. Stack (rv32): 6.4 KB
- * (convolutions: the patch and the tile 2 KB each, two pairs' tables 2 KB), 2.3 KB (linear). */
+ * layers it does not take go to mico_qconv2d_elementwise / mico_qlinear. Working memory: a
+ * convolution's patch and tile (2 KB each at most) and two pairs' tables (2 KB) come from
+ * MicoConv2d.scratch, planned in the arena per layer (mico_qconv2d_sign_lut_scratch;
+ * mico.codegen.scratch.sign_lut_bytes), or without it from the stack (6.4 KB deep on rv32); a
+ * linear layer's (3.5 KB) from the stack. */
 #include "mico_nn.h"
 
 #define MICO_SL_PX 16              /* output pixels of a convolution's tile */
@@ -149,21 +152,20 @@ static inline void mico_sl_into(uint32_t w, int32_t *t, int first, int32_t b)
     t[1] = (int32_t)((first ? (uint32_t)b : (uint32_t)t[1]) + (uint32_t)hi);
 }
 
-/* The chunk's tables of pairs j and j + 1 (four pixels) for channels oc0 .. oc1 - 1, their
- * sums into the tile; `words`: the patch's int16 pairs are the words as they are (non-negative
- * codes, little-endian). */
-static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *patch, int32_t j,
-                                            int32_t kc, int32_t tap0, int32_t k_all,
-                                            int32_t oc0, int32_t oc1, int first, int words,
-                                            int32_t *tile)
+/* The chunk's tables of pairs j and j + 1 (four pixels: x, the patch from pair j's column)
+ * for n channels, their sums into the tile from pair j's column (t; for the first chunk, to
+ * the channels' bias instead: bias, else NULL); the channels' nb bytes of weights of the chunk
+ * at wp, row bytes apart; `words`: the patch's int16 pairs are the words as they are
+ * (non-negative codes, little-endian); tables: the two pairs' sets, the second MICO_SL_SET
+ * bytes after the first. */
+static MICO_NOINLINE void mico_sl_conv_quad(const int16_t *x, int32_t nb, const uint8_t *wp,
+                                            size_t row, const int32_t *bias, int32_t n,
+                                            int words, int32_t *t, uint32_t *tables)
 {
-    uint32_t tables[2 * MICO_SL_GROUPS * 16];
-    const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
-    const uint8_t *wp = p->weight + ((size_t)oc0 * (size_t)k_all + (size_t)tap0) / 8u;
-    const size_t row = (size_t)k_all / 8u;
-    int32_t oc, h;
-    for (h = 0; h < 2; h++) {
-        const int16_t *x = patch + 2 * (j + h);
+    const int32_t ng = 2 * nb;
+    int32_t *const end = t + n * MICO_SL_PX;
+    int32_t h;
+    for (h = 0; h < 2; h++, x += 2) {
         uint32_t *tb = tables + h * MICO_SL_GROUPS * 16;
         if (words) {
             MICO_SL_TABLE(*(const MicoPairWord *)(const void *)(x + k_ * MICO_SL_PX));
@@ -172,36 +174,119 @@ static MICO_NOINLINE void mico_sl_conv_quad(const MicoConv2d *p, const int16_t *
                           ((uint32_t)(int32_t)x[k_ * MICO_SL_PX + 1] << 16));
         }
     }
-    for (oc = oc0; oc < oc1; oc++, wp += row) {
-        int32_t *const t = tile + (oc - oc0) * MICO_SL_PX + 2 * j;
+    for (; t < end; wp += row, t += MICO_SL_PX) {
         uint32_t s0, s1;
         mico_sl_sums(wp, nb, tables, 2, &s0, &s1);
-        mico_sl_into(s0, t, first, p->bias[oc]);
-        mico_sl_into(s1, t + 2, first, p->bias[oc]);
+        if (bias != NULL) {
+            mico_sl_into(s0, t, 1, *bias);
+            mico_sl_into(s1, t + 2, 1, *bias++);
+        } else {
+            mico_sl_into(s0, t, 0, 0);
+            mico_sl_into(s1, t + 2, 0, 0);
+        }
     }
 }
 
-void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
+/* The chunk's quads over a tile's np pixels (mico_sl_conv_quad), their tables in `tables`. */
+static inline __attribute__((always_inline)) void
+mico_sl_conv_quads(const MicoConv2d *p, const int16_t *patch, int32_t np, int32_t kc,
+                   int32_t tap0, int32_t oc0, int32_t oc1, int first, int32_t *tile,
+                   uint32_t *tables)
 {
-    const int32_t kw = p->k_w, rows = p->in_c * p->k_h, k_all = rows * kw;
-    const int32_t npix = p->out_h * p->out_w;
+    const size_t k_all = (size_t)p->in_c * (size_t)p->k_h * (size_t)p->k_w;
+    const uint8_t *const wp = p->weight + ((size_t)oc0 * k_all + (size_t)tap0) / 8u;
+    const int32_t *const bias = first ? p->bias + oc0 : NULL;
     const int words = MICO_PAIR_LE && !p->in_fmt.is_signed && p->in_fmt.zero == 0;
-    union {
-        int16_t h[MICO_SL_TAPS * MICO_SL_PX];
-        uint32_t w[MICO_SL_TAPS * MICO_SL_PAIRS]; /* word-aligned pairs */
-    } patch;
-    int32_t tile[MICO_SL_OCT * MICO_SL_PX];
-    int32_t kc_max, rpc, oc0, oc, pix0, r0, j;
+    int32_t j;
+    for (j = 0; 2 * j < np; j += 2) { /* past np: zero columns, sums not stored */
+        mico_sl_conv_quad(patch + 2 * j, (kc + 7) / 8, wp, k_all / 8u, bias, oc1 - oc0, words,
+                          tile + 2 * j, tables);
+    }
+}
+
+/* Bytes of the two pairs' tables for chunks of kc_max taps: the second set MICO_SL_SET bytes
+ * after the first, 64 bytes a group of four taps. */
+#define MICO_SL_TABLES(KC) (MICO_SL_SET + (size_t)(KC) / 4u * 64u)
+
+/* mico_sl_conv_quads with the tables on this function's stack (a caller without scratch):
+ * held only while the quads run, not under the patch's unpacking or the requantization.
+ * Passed down by its address from the stack fallback alone, so that a program whose layers
+ * have their scratch planned does not count its frame (mico.hw.stack follows a pointer only
+ * under the function that takes it). */
+typedef void (*MicoSlQuads)(const MicoConv2d *, const int16_t *, int32_t, int32_t, int32_t,
+                            int32_t, int32_t, int, int32_t *);
+static MICO_NOINLINE void mico_sl_conv_quads_stack(const MicoConv2d *p, const int16_t *patch,
+                                                   int32_t np, int32_t kc, int32_t tap0,
+                                                   int32_t oc0, int32_t oc1, int first,
+                                                   int32_t *tile)
+{
+    uint32_t tables[MICO_SL_TABLES(MICO_SL_TAPS) / 4u];
+    mico_sl_conv_quads(p, patch, np, kc, tap0, oc0, oc1, first, tile, tables);
+}
+
+/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized and
+ * stored (a function of its own: fewer values live in the layer's loops, and its frame). */
+static MICO_NOINLINE void mico_sl_conv_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
+                                             int32_t oc1, int32_t pix0, int32_t np, void *out)
+{
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc;
+    for (oc = oc0; oc < oc1; oc++, tile += MICO_SL_PX) {
+        const MicoRq rq = mico_rq(&p->out, oc);
+        mico_rq_pack(&rq, tile, np, out, (size_t)oc * npix + (size_t)pix0, p->out.fmt);
+    }
+}
+
+/* Taps of a convolution's chunk (0: the layer is not taken: mico_qconv2d_elementwise). */
+static int32_t mico_sl_conv_chunk(const MicoConv2d *p)
+{
     if (p->w_bits != 1 || p->groups != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 ||
-        k_all % 8 != 0) {
-        mico_qconv2d_elementwise(p, in, out);
-        return;
+        p->in_c * p->k_h * p->k_w % 8 != 0) {
+        return 0;
     }
-    kc_max = mico_sl_chunk(kw, 32767 / mico_code_maxabs(p->in_fmt), MICO_SL_TAPS);
-    if (kc_max == 0) { /* a kernel row wider than a chunk */
-        mico_qconv2d_elementwise(p, in, out);
-        return;
+    return mico_sl_chunk(p->k_w, 32767 / mico_code_maxabs(p->in_fmt), MICO_SL_TAPS);
+}
+
+/* Bytes of working memory a convolution of chunks of kc_max taps takes (each part a multiple
+ * of 8; mico.codegen.scratch.sign_lut_bytes computes the same): the patch (kc_max taps x
+ * MICO_SL_PX codes), the tile (a block's channels x MICO_SL_PX sums), the two pairs' tables
+ * (the second set MICO_SL_SET bytes after the first, 64 bytes a group of four taps). */
+static size_t mico_sl_conv_bytes(const MicoConv2d *p, int32_t kc_max)
+{
+    const size_t oct = (size_t)(p->out_c < MICO_SL_OCT ? p->out_c : MICO_SL_OCT);
+    return (size_t)kc_max * MICO_SL_PX * 2u + oct * MICO_SL_PX * 4u + MICO_SL_TABLES(kc_max);
+}
+
+size_t mico_qconv2d_sign_lut_scratch(const MicoConv2d *p)
+{
+    const int32_t kc_max = mico_sl_conv_chunk(p);
+    return kc_max > 0 ? mico_sl_conv_bytes(p, kc_max) : 0u;
+}
+
+/* The layer, its working memory in ws (wsb bytes; own_tables non-NULL: the tables are not in
+ * it, each chunk's quads go through own_tables, which holds them): 1 done, 0 not taken (the
+ * entry hands it on), -1 taken but ws NULL or short (mico_sl_conv_bytes). */
+static MICO_NOINLINE int mico_sl_conv_layer(const MicoConv2d *p, const void *in, void *out,
+                                            uint8_t *ws, size_t wsb, MicoSlQuads own_tables)
+{
+    const int32_t kw = p->k_w, rows = p->in_c * p->k_h;
+    const int32_t npix = p->out_h * p->out_w, kc_max = mico_sl_conv_chunk(p);
+    int16_t *patch;  /* kc_max taps x MICO_SL_PX codes (word-aligned pairs) */
+    int32_t *tile;   /* a block's channels x MICO_SL_PX sums */
+    uint32_t *tables;
+    int32_t rpc, oc0, pix0, r0, j;
+    if (kc_max == 0) { /* other widths, weights not in whole bytes, a kernel row too wide */
+        return 0;
     }
+    if (ws == NULL ||
+        mico_sl_conv_bytes(p, kc_max) - (own_tables != NULL ? MICO_SL_TABLES(kc_max) : 0u) >
+            wsb) {
+        return -1;
+    }
+    patch = (int16_t *)mico_carve(&ws, (size_t)kc_max * MICO_SL_PX * 2u);
+    tile = (int32_t *)mico_carve(&ws, (size_t)(p->out_c < MICO_SL_OCT ? p->out_c : MICO_SL_OCT) *
+                                          MICO_SL_PX * 4u);
+    tables = own_tables != NULL ? NULL : (uint32_t *)(void *)ws;
     rpc = kc_max / kw;
     for (oc0 = 0; oc0 < p->out_c; oc0 += MICO_SL_OCT) {
         const int32_t oc1 = oc0 + MICO_SL_OCT < p->out_c ? oc0 + MICO_SL_OCT : p->out_c;
@@ -210,23 +295,43 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
             for (r0 = 0; r0 < rows; r0 += rpc) {
                 const int32_t r1 = r0 + rpc < rows ? r0 + rpc : rows;
                 const int32_t kc = (r1 - r0) * kw;
-                mico_conv_patch(p, in, 0, r0, r1, pix0, np, MICO_SL_PX, patch.h);
+                mico_conv_patch(p, in, 0, r0, r1, pix0, np, MICO_SL_PX, patch);
                 for (j = kc * MICO_SL_PX; j < (kc + 7) / 8 * 8 * MICO_SL_PX; j++) {
-                    patch.h[j] = 0; /* the rest of the last weight byte's taps */
+                    patch[j] = 0; /* the rest of the last weight byte's taps */
                     MICO_LOOP_BARRIER();
                 }
-                for (j = 0; 2 * j < np; j += 2) { /* past np: zero columns, sums not stored */
-                    mico_sl_conv_quad(p, patch.h, j, kc, r0 * kw, k_all, oc0, oc1, r0 == 0, words,
-                                      tile);
+                if (tables != NULL) {
+                    mico_sl_conv_quads(p, patch, np, kc, r0 * kw, oc0, oc1, r0 == 0, tile,
+                                       tables);
+                } else {
+                    own_tables(p, patch, np, kc, r0 * kw, oc0, oc1, r0 == 0, tile);
                 }
             }
-            for (oc = oc0; oc < oc1; oc++) { /* requantize and store the tile */
-                int32_t *const tr = tile + (oc - oc0) * MICO_SL_PX;
-                const MicoRq rq = mico_rq(&p->out, oc);
-                mico_rq_pack(&rq, tr, np, out, (size_t)oc * (size_t)npix + (size_t)pix0,
-                             p->out.fmt);
-            }
+            mico_sl_conv_store(p, tile, oc0, oc1, pix0, np, out);
         }
+    }
+    return 1;
+}
+
+/* The layer with its working memory on the stack, for a caller that planned none
+ * (MicoConv2d.scratch NULL or short: the dynamic mode, tests, a band of a patch stage): the
+ * most patch and tile a layer takes on this function's, the tables on the quads' (so the
+ * deepest chain is no deeper than when all of it was the kernel's own). */
+static MICO_NOINLINE int mico_sl_conv_stack(const MicoConv2d *p, const void *in, void *out)
+{
+    uint64_t ws[(MICO_SL_TAPS * MICO_SL_PX * 2 + MICO_SL_OCT * MICO_SL_PX * 4) / 8];
+    return mico_sl_conv_layer(p, in, out, (uint8_t *)ws, sizeof ws, mico_sl_conv_quads_stack);
+}
+
+void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
+{
+    int r = mico_sl_conv_layer(p, in, out, (uint8_t *)p->scratch,
+                               p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u, NULL);
+    if (r < 0) {
+        r = mico_sl_conv_stack(p, in, out);
+    }
+    if (!r) { /* other widths, weights not in whole bytes a channel, a kernel row too wide */
+        mico_qconv2d_elementwise(p, in, out);
     }
 }
 

@@ -29,9 +29,11 @@ followed (that would be recursion through a pointer, which mico's kernels do not
 switch's jump table also reads as an indirect jump), so such recursion is not detected.
 
 ``exclude`` names what a program never does although it is linked: a function never entered
-(the kernels' stack fallbacks ``mico_nw_stack``, ``mico_lanes_rows_stack`` when every layer
-that could reach them gets its working memory from the arena, which is what each fallback's
-caller checks before calling it: :func:`mico.codegen.project.place_scratch`), or a call never
+(the kernels' stack fallbacks ``mico_nw_stack``, ``mico_lanes_rows_stack``,
+``mico_sl_conv_stack``, ``mico_as_stack``: :data:`mico.codegen.scratch.STACK_FALLBACKS`, when
+every layer that could reach them gets its working memory from the arena, which is what each
+fallback's caller checks before calling it: :func:`mico.codegen.project.place_scratch`), or a
+call never
 made, ``caller>callee`` (``caller`` may end in ``*``). Other paths the data does not take
 still count (a kernel's plain fallback under its fast path): the bound is safe, not tight.
 """

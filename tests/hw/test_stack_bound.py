@@ -254,3 +254,43 @@ def test_unknown_placement_is_refused(monkeypatch):
     graph, _, _ = _lowered("dscnn", 8)
     with pytest.raises(PlanError, match="scratch placement must be one of auto, arena, stack"):
         project_costs(graph)
+
+
+@needs_rv32
+@pytest.mark.parametrize(
+    ("w_bits", "kernel", "fallback", "deep"),
+    [(1, "mico_qconv2d_sign_lut", "mico_sl_conv_stack", "mico_sl_conv_quads_stack"),
+     ("ternary", "mico_qconv2d_addsub2", "mico_as_stack", "")],
+)  # fmt: skip
+def test_sign_kernels_fallbacks_leave_the_bound_with_their_scratch_planned(
+    w_bits, kernel, fallback, deep, monkeypatch, tmp_path
+):
+    """The zoo's CNN with binary (the sign tables) or ternary weights (the sign-weight sums) on
+    8-bit codes: with the scratch in the arena the kernels' stack fallback (and the sign
+    tables' quads that hold their tables on the stack, reached only through it) is excluded
+    from the bound, which the stack measured under qemu stays at or below, bit-exact; with it
+    on the stack the bound counts it."""
+    from tests.codegen.dscnn_graph import zoo_graph
+
+    graph, example, gen = zoo_graph("cnn", [8, w_bits, w_bits, 8], [8] * 4, seed=3)
+    samples = torch.randn((2, *example.shape[1:]), generator=gen)
+    reference = run_graph(graph, samples)[0].numpy()
+    frames = {**kernel_frames("mico_sign_lut.c"), **kernel_frames("mico_conv_addsub.c")}
+    for placement in ("arena", "stack"):
+        monkeypatch.setattr(scr, "PLACEMENT", placement)
+        placed = proj._emit_nodes(graph, 8)[1].scratch_placement
+        bound = program_stack(graph, "m")
+        chain = [name for name, _ in bound.chain]
+        assert (fallback in placed["excluded"]) == (placement == "arena"), placed
+        if placement == "stack":  # (the byte tiles' fallback of the W8A8 layers is deeper)
+            assert bound.bytes > frames[fallback].size, bound.describe()
+            continue
+        assert fallback not in chain, bound.describe()
+        assert deep not in chain and bound.bytes < frames[fallback].size, bound.describe()
+        project = emit_c_project(graph, tmp_path / placement, "m")
+        source = (project.directory / "m.c").read_text()
+        assert kernel in source and "p_.scratch = MICO_ARENA(" in source
+        rv32.build(project)
+        run = rv32.run(project, samples.numpy())
+        assert np.array_equal(run.outputs.reshape(reference.shape), reference)
+        assert run.stack_bytes is not None and run.stack_bytes <= bound.bytes
