@@ -64,6 +64,21 @@ class OpShape:
     path: str = "none"
     lane_s: int = 0  # lanes: the lane width in bits (0: the plain kernels)
     lane_n: int = 0  # channel lanes: products a lane holds before a flush; pixel lanes: q
+    # a conv node's planes and padding (0: not recorded, as in records of mico before they
+    # were: :func:`mico.hw.proxy.valid_share` then guesses square planes)
+    in_h: int = 0
+    in_w: int = 0
+    out_h: int = 0
+    out_w: int = 0
+    pad_h: int = 0  # zero padding per side, as the node's ``padding`` attribute
+    pad_w: int = 0
+    dil_h: int = 1
+    dil_w: int = 1
+
+    @property
+    def planes(self) -> bool:
+        """Whether the node records its planes' sides (a conv node of this mico does)."""
+        return self.in_h > 0 and self.in_w > 0 and self.out_h > 0 and self.out_w > 0
 
     @property
     def is_mac(self) -> bool:
@@ -262,6 +277,7 @@ def op_from_layer(
     out_pixels = layer.out_size[0] * layer.out_size[1]
     node = layer_node(layer, in_signed, out_bits)
     kernel, lane_s, lane_n = emitted_kernel(node, extensions, ungated)
+    sides = conv_sides(node) if layer.kind != "linear" else {}
     return OpShape(
         name=layer.name, kind=layer.kind, layer=layer.name,
         in_elements=layer.input_elements, out_elements=layer.output_elements, n_inputs=1,
@@ -269,8 +285,21 @@ def op_from_layer(
         out_bits=32 if out_bits is None else out_bits, w_bits=w, macs=layer.macs,
         in_channels=layer.in_channels, out_channels=layer.out_channels, kh=kh, kw=kw,
         sh=layer.stride[0], sw=layer.stride[1], groups=layer.groups, out_pixels=out_pixels,
-        path=kernel_path(kernel), lane_s=lane_s, lane_n=lane_n,
+        path=kernel_path(kernel), lane_s=lane_s, lane_n=lane_n, **sides,
     )  # fmt: skip
+
+
+def conv_sides(node: Any) -> dict[str, int]:
+    """The planes' sides, padding and dilation of a ``mico.qconv2d`` node (NCHW input and
+    output), as :class:`OpShape` fields: what :func:`mico.hw.proxy.valid_share` needs to count
+    the taps inside the input of a plane that is not square."""
+    _, _, in_h, in_w = node.inputs[0].type.shape
+    _, _, out_h, out_w = node.output.type.shape
+    pad = list(node.attrs.get("padding") or (0, 0))
+    dil = list(node.attrs.get("dilation") or (1, 1))
+    return dict(in_h=int(in_h), in_w=int(in_w), out_h=int(out_h), out_w=int(out_w),
+                pad_h=int(pad[0]), pad_w=int(pad[-1]), dil_h=int(dil[0]),
+                dil_w=int(dil[-1]))  # fmt: skip
 
 
 def layers_as_ops(layers: list[LayerShape], extensions: Sequence[str] = ()) -> list[OpShape]:
@@ -362,7 +391,8 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
             shapes.append(OpShape(
                 kind=kind, w_bits=w_bits, macs=macs, in_channels=in_c, out_channels=out_c,
                 kh=kh, kw=kw, sh=int(stride[0]), sw=int(stride[1]), groups=groups,
-                out_pixels=out_h * out_w, path=path, lane_s=lane_s, lane_n=lane_n, **common,
+                out_pixels=out_h * out_w, path=path, lane_s=lane_s, lane_n=lane_n,
+                **conv_sides(node), **common,
             ))  # fmt: skip
             continue
         if op == "qlinear" and len(node.inputs) >= 2:

@@ -33,7 +33,7 @@ FEATURES = (
     "log_ic_per_group", "log_oc_per_group", "log_out_pixels", "log_reduction",
     "log_reduction_per_brick", "in_signed", "out_bits", "path", "lane_s", "log_lane_n",
     "log_out_per_lane_word", "log_in_plane", "one_d", "row_align", "path_popcount",
-    "path_k_lanes", "path_table", "log_valid_share",
+    "path_k_lanes", "path_table", "log_valid_share", "log_lane_fill", "input_row_align",
 )  # fmt: skip
 #: features of the other nodes (quantize, pooling, add, ...; the target is log(latency / elements))
 OP_FEATURES = (
@@ -66,8 +66,10 @@ SHARED = {"conv1d": "conv2d"}
 OWN_REGRESSOR_SHAPES = 20
 #: 3: the 1-D features, the BitFusion feature set, ratio proxies; 4: the weight rows'
 #: alignment and the kernel path's traits (depthwise pair forms, popcount); 5: the share of MACs
-#: inside the input (padding) and the per-path cost candidates
-PROXY_VERSION = 5
+#: inside the input (padding) and the per-path cost candidates; 6: the channels' fill of lane
+#: words and pairs (:func:`lane_fill`: the path costs' MAC terms count what the kernel runs),
+#: the input rows' alignment (:func:`input_row_alignment`), the padding exact on every plane
+PROXY_VERSION = 6
 
 
 def _as_op(item: LayerShape | OpShape, extensions: tuple[str, ...] = ()) -> OpShape:
@@ -106,14 +108,17 @@ def row_alignment(op: OpShape) -> float:
     return float(min(5, (row_bits & -row_bits).bit_length() - 1))
 
 
-def _valid_taps(size_in: int, size_out: int, kernel: int, stride: int) -> int:
-    """How many of the ``size_out * kernel`` taps of one axis fall inside the input (the
-    padding split as the generator splits it: the extra pad at the end)."""
-    pad = max(0, ((size_out - 1) * stride + kernel - size_in + 1) // 2)
+def _valid_taps(size_in: int, size_out: int, kernel: int, stride: int, pad: int | None = None,
+                dilation: int = 1) -> int:  # fmt: skip
+    """How many of the ``size_out * kernel`` taps of one axis fall inside the input: tap ``t``
+    of output ``o`` reads ``o * stride - pad + t * dilation``. ``pad`` None: the padding as the
+    generator splits an unknown one (the extra pad at the end)."""
+    if pad is None:
+        pad = max(0, ((size_out - 1) * stride + kernel - size_in + 1) // 2)
     total = 0
     for o in range(size_out):
         start = o * stride - pad
-        total += max(0, min(kernel, size_in - start) - max(0, -start))
+        total += sum(0 <= start + t * dilation < size_in for t in range(kernel))
     return total
 
 
@@ -122,25 +127,75 @@ def _square(n: int) -> int:
     return root if root * root == n else 0
 
 
-def valid_share(op: OpShape) -> float:
-    """The share of a conv node's MACs whose taps fall inside its input (the kernels skip the
-    padding's): a 3x3 layer on a 4x4 plane does 100 of its 144 taps per channel pair. A 1-D
-    row is exact; a 2-D plane is taken as square (a node records its plane's size, not its
-    sides), and a plane that is not square counts every tap (1.0), as do linear nodes."""
-    if op.kind == "linear" or op.in_channels <= 0 or op.kh * op.kw == 1:
-        return 1.0
+def _guessed_axes(op: OpShape) -> list[tuple[int, int, int, int, int | None, int]]:
+    """The axes of a conv node that does not record its planes (a record of mico before
+    :attr:`OpShape.planes`): a 1-D row is exact, a 2-D plane is taken as square, and one that is
+    not square gives no axes (every tap counted)."""
     plane = op.in_elements // max(1, op.in_channels)
     if op.kh == 1 and op.sh == 1 and op.kind == "conv1d":
-        axes = [(plane, op.out_pixels, op.kw, op.sw)]
+        return [(plane, op.out_pixels, op.kw, op.sw, None, 1)]
+    side_in, side_out = _square(plane), _square(op.out_pixels)
+    if not side_in or not side_out:
+        return []
+    return [(side_in, side_out, op.kh, op.sh, None, 1), (side_in, side_out, op.kw, op.sw, None, 1)]
+
+
+def valid_share(op: OpShape) -> float:
+    """The share of a conv node's MACs whose taps fall inside its input (the kernels skip the
+    padding's): a 3x3 layer on a 4x4 plane does 100 of its 144 taps per channel pair. Exact
+    for a node that records its planes' sides, padding and dilation (:attr:`OpShape.planes`:
+    every conv node of this mico, a 25x5 plane as well as a square one); a record without them
+    is guessed (:func:`_guessed_axes`). Linear and 1x1 nodes: 1.0."""
+    if op.kind == "linear" or op.in_channels <= 0 or op.kh * op.kw == 1:
+        return 1.0
+    if op.planes:
+        axes = [(op.in_h, op.out_h, op.kh, op.sh, op.pad_h, op.dil_h),
+                (op.in_w, op.out_w, op.kw, op.sw, op.pad_w, op.dil_w)]  # fmt: skip
     else:
-        side_in, side_out = _square(plane), _square(op.out_pixels)
-        if not side_in or not side_out:
-            return 1.0
-        axes = [(side_in, side_out, op.kh, op.sh), (side_in, side_out, op.kw, op.sw)]
+        axes = _guessed_axes(op)
     share = 1.0
-    for size_in, size_out, kernel, stride in axes:
-        share *= _valid_taps(size_in, size_out, kernel, stride) / max(1, size_out * kernel)
+    for size_in, size_out, kernel, stride, pad, dilation in axes:
+        taps = _valid_taps(size_in, size_out, kernel, stride, pad, dilation)
+        share *= taps / max(1, size_out * kernel)
     return max(share, 1e-3)
+
+
+def input_row_alignment(op: OpShape) -> float:
+    """How a row of ``op``'s input is aligned, as the power of two dividing its bits (0 to 5;
+    -1 when the node does not record its planes): the kernels unpack a conv's input a row span
+    at a time, and a row of 49 2-bit codes (98 bits) starts off a byte boundary every other row,
+    which costs more than rows of whole bytes (40 codes: 80 bits). A linear node's row is its
+    input features."""
+    if op.kind == "linear":
+        width = op.in_channels
+    elif op.planes:
+        width = op.in_w
+    else:
+        return -1.0
+    row_bits = max(1, width * max(1, op.in_bits))
+    return float(min(5, (row_bits & -row_bits).bit_length() - 1))
+
+
+#: kernel paths that run a conv's output channels in pairs (``mico_conv_chunk``: an odd one
+#: out is computed twice)
+PAIRED_PATHS = ("tiled", "tiled_sub")
+
+
+def lane_fill(op: OpShape) -> float:
+    """The share of the products a kernel runs that are a node's own (1.0 on every other path):
+    the ``lanes`` kernels (``mico_conv_lanes``, ``mico_qlinear_lanes``) put F = 32 / w_bits
+    output channels of a group in a weight word and run every lane of a block, so a group of 24
+    channels on 2-bit weights (F = 16) runs two blocks of 16 lanes for 24 channels' products:
+    0.75, its MACs costing as 32 channels' would; the im2col paths (:data:`PAIRED_PATHS`) run
+    channels in pairs, an odd one out twice (5 channels: 5 / 6)."""
+    per_group = max(1, op.out_channels // max(1, op.groups))
+    if op.path in PAIRED_PATHS:
+        per_word = 2
+    elif op.path == "lanes" and 0 < op.w_bits <= 16:
+        per_word = 32 // op.w_bits
+    else:
+        return 1.0
+    return per_group / (math.ceil(per_group / per_word) * per_word)
 
 
 def feature_set_of(target: str) -> str:
@@ -279,6 +334,8 @@ def features(
         row_alignment(op),
         *path_traits(op.path),
         math.log(valid_share(op)),
+        math.log(lane_fill(op)),
+        input_row_alignment(op),
         *extra,
     ]
 
@@ -437,12 +494,13 @@ def cost_terms(x: np.ndarray) -> np.ndarray:
     logs: conv / linear ``[MACs inside the input, MACs, requantized outputs, int32 outputs,
     output pixels, inputs, output channels, 1]`` (the inner loop over the taps it runs and the
     padding's it skips, the requantize and store of each output or its plain store, the loop
-    over pixels or rows, the input's unpacking, the per-channel setup, the call); other ops
-    ``[inputs, outputs, 1]``."""
+    over pixels or rows, the input's unpacking, the per-channel setup, the call); the MACs are
+    the products the kernel runs, whole lane words on the channel lanes (:func:`lane_fill`);
+    other ops ``[inputs, outputs, 1]``."""
     x = np.asarray(x, dtype=float)
     if x.shape[1] >= len(FEATURES):
         col = {name: i for i, name in enumerate(FEATURES)}
-        macs = np.expm1(x[:, col["log_macs"]])
+        macs = np.expm1(x[:, col["log_macs"]]) / np.exp(x[:, col["log_lane_fill"]])
         outputs = np.expm1(x[:, col["log_out"]])
         raw = x[:, col["out_bits"]] >= 32
         return np.column_stack([

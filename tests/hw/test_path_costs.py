@@ -1,6 +1,6 @@
-"""Proxy version 5: the share of a conv's MACs inside its input (padding), the per-path cost
-candidates (a line of each path's counts, alone or under a forest), and older proxy files
-refused by name."""
+"""Proxy versions 5 and 6: the share of a conv's MACs inside its input (padding), the channel
+lanes' fill, the per-path cost candidates (a line of each path's counts, alone or under a
+forest), and older proxy files refused by name."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from mico.hw.proxy import (
     _PathCosts,
     cost_terms,
     features,
+    lane_fill,
     valid_share,
 )
 
@@ -61,6 +62,29 @@ def test_cost_terms_are_the_nodes_counts() -> None:
     assert terms == pytest.approx([op.macs * 100 / 144, op.macs, 256, 0, 16, 128, 16, 1])
     raw = cost_terms(np.array([features(conv(8, 16, 4, 4, out_bits=32))]))[0]
     assert (raw[2], raw[3]) == pytest.approx((0, 256))
+
+
+def test_lane_fill_is_the_share_of_lane_products_a_node_owns() -> None:
+    """Channel lanes hold F = 32 / w_bits output channels a word and run whole words: 24
+    channels on 2-bit weights run 2 words of 16 lanes (0.75), on 4-bit weights 3 of 8 (1.0);
+    the im2col paths run whole pairs; the MAC terms of the path costs count what is run."""
+    assert lane_fill(conv(96, 24, 8, 8, k=1, path="lanes", bits=2)) == pytest.approx(0.75)
+    assert lane_fill(conv(96, 24, 8, 8, k=1, path="lanes", bits=4)) == 1.0
+    assert lane_fill(conv(16, 8, 8, 8, k=1, path="lanes", bits=2)) == pytest.approx(0.5)
+    assert lane_fill(conv(1, 6, 8, 8, k=5, path="lanes", bits=4)) == pytest.approx(0.75)
+    # the im2col paths run channels in pairs: an odd one out is computed twice
+    assert lane_fill(conv(96, 24, 8, 8, k=1, path="tiled", bits=2)) == 1.0
+    assert lane_fill(conv(8, 5, 8, 8, path="tiled_sub", bits=4)) == pytest.approx(5 / 6)
+    assert lane_fill(conv(8, 5, 8, 8, path="tiled_s8", bits=8)) == 1.0  # not these paths
+    # 16 channels a group: one full word each
+    grouped = OpShape("g", "conv2d", in_channels=32, out_channels=32, groups=2, w_bits=2,
+                      path="lanes")  # fmt: skip
+    assert lane_fill(grouped) == 1.0
+    op = conv(96, 24, 8, 8, k=1, path="lanes", bits=2)
+    named = dict(zip(FEATURES, features(op), strict=True))
+    assert named["log_lane_fill"] == pytest.approx(math.log(0.75))
+    terms = cost_terms(np.array([features(op)]))[0]
+    assert terms[:2] == pytest.approx([op.macs / 0.75, op.macs / 0.75])
 
 
 def _synthetic(op: OpShape) -> float:
@@ -114,11 +138,11 @@ def test_an_older_proxy_file_is_refused_by_name(tmp_path) -> None:
     proxy = fit_proxy([(op, _synthetic(op)) for op in ops], "rv32", "instructions",
                       algorithms={"conv2d": "linear"})  # fmt: skip
     data = proxy.to_data()
-    assert data["version"] == PROXY_VERSION == 5
-    data["version"] = 4  # fitted before the padding feature: its vectors are one shorter
+    assert data["version"] == PROXY_VERSION == 6
+    data["version"] = 5  # fitted before the lanes' fill feature: its vectors are one shorter
     old = tmp_path / "rv32-old.proxy.json"
     old.write_text(json.dumps(data))
-    with pytest.raises(ConfigError, match=r"rv32-old\.proxy\.json.*version 4, this mico reads 5"
+    with pytest.raises(ConfigError, match=r"rv32-old\.proxy\.json.*version 5, this mico reads 6"
                        r".*fit it again"):  # fmt: skip
         LatencyProxy.load(old)
 
