@@ -683,4 +683,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    # `python -m mico.cli` runs this file as __main__, a second copy of the module: the other
+    # command modules register on `mico.cli`'s app, so run that one (else `profile`, `latency`
+    # ... are missing)
+    from mico.cli import main as _main
+
+    _main()

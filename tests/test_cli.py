@@ -255,3 +255,17 @@ def test_quiet_compile_prints_only_the_summary(tmp_path):
     )
     assert result.exit_code == 0
     assert result.output.count("\n") == 1 and result.output.startswith("wrote ")
+
+
+@pytest.mark.parametrize("module", ["mico", "mico.cli"])
+def test_python_dash_m_has_every_command(module):
+    """`python -m mico` and `python -m mico.cli` are the `mico` command, the commands other
+    modules register (profile, latency, targets) included: run as __main__, cli.py is a second
+    copy of the module whose app had none of them."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", module, "profile", "--help"],
+                            capture_output=True, text=True, check=False, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Usage:" in result.stdout and "profile" in result.stdout
