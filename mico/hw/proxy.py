@@ -33,7 +33,7 @@ FEATURES = (
     "log_ic_per_group", "log_oc_per_group", "log_out_pixels", "log_reduction",
     "log_reduction_per_brick", "in_signed", "out_bits", "path", "lane_s", "log_lane_n",
     "log_out_per_lane_word", "log_in_plane", "one_d", "row_align", "path_popcount",
-    "path_k_lanes", "path_table", "log_valid_share", "log_lane_fill",
+    "path_k_lanes", "path_table", "log_valid_share", "log_lane_fill", "input_row_align",
 )  # fmt: skip
 #: features of the other nodes (quantize, pooling, add, ...; the target is log(latency / elements))
 OP_FEATURES = (
@@ -68,7 +68,7 @@ OWN_REGRESSOR_SHAPES = 20
 #: alignment and the kernel path's traits (depthwise pair forms, popcount); 5: the share of MACs
 #: inside the input (padding) and the per-path cost candidates; 6: the channels' fill of lane
 #: words and pairs (:func:`lane_fill`: the path costs' MAC terms count what the kernel runs),
-#: the padding exact on every plane
+#: the input rows' alignment (:func:`input_row_alignment`), the padding exact on every plane
 PROXY_VERSION = 6
 
 
@@ -158,6 +158,22 @@ def valid_share(op: OpShape) -> float:
         taps = _valid_taps(size_in, size_out, kernel, stride, pad, dilation)
         share *= taps / max(1, size_out * kernel)
     return max(share, 1e-3)
+
+
+def input_row_alignment(op: OpShape) -> float:
+    """How a row of ``op``'s input is aligned, as the power of two dividing its bits (0 to 5;
+    -1 when the node does not record its planes): the kernels unpack a conv's input a row span
+    at a time, and a row of 49 2-bit codes (98 bits) starts off a byte boundary every other row,
+    which costs more than rows of whole bytes (40 codes: 80 bits). A linear node's row is its
+    input features."""
+    if op.kind == "linear":
+        width = op.in_channels
+    elif op.planes:
+        width = op.in_w
+    else:
+        return -1.0
+    row_bits = max(1, width * max(1, op.in_bits))
+    return float(min(5, (row_bits & -row_bits).bit_length() - 1))
 
 
 #: kernel paths that run a conv's output channels in pairs (``mico_conv_chunk``: an odd one
@@ -319,6 +335,7 @@ def features(
         *path_traits(op.path),
         math.log(valid_share(op)),
         math.log(lane_fill(op)),
+        input_row_alignment(op),
         *extra,
     ]
 

@@ -110,3 +110,25 @@ def test_nodes_and_layers_record_their_sides() -> None:
     assert (alone.pad_h, alone.pad_w) == (2, 1)
     linear = op_from_layer(LayerShape("fc", "linear", 64, 10, (1, 1), (1, 1), 1, (1, 1), (1, 1)))
     assert not linear.planes and valid_share(linear) == 1.0
+
+
+def test_input_row_alignment_reads_the_planes_width() -> None:
+    """A conv's input rows of 49 2-bit codes (98 bits) start off byte boundaries, rows of 40
+    (80 bits) on them; a node without planes says so (-1); a linear node's row is its inputs."""
+    from mico.hw.proxy import FEATURES, features, input_row_alignment
+
+    def row(width: int, bits: int) -> OpShape:
+        return OpShape("r", "conv1d", in_elements=32 * width, in_channels=32, out_channels=32,
+                       in_bits=bits, w_bits=bits, kh=1, kw=3, sw=2, out_pixels=width // 2,
+                       macs=32 * 32 * 3 * (width // 2), in_h=1, in_w=width, out_h=1,
+                       out_w=width // 2, pad_w=1)  # fmt: skip
+
+    assert input_row_alignment(row(49, 2)) == 1.0  # 98 = 2 x 49
+    assert input_row_alignment(row(40, 2)) == 4.0  # 80 = 16 x 5
+    assert input_row_alignment(row(64, 8)) == 5.0  # whole words (capped)
+    unknown = OpShape("u", "conv2d", in_elements=64, in_channels=1, kh=3, kw=3, out_pixels=64)
+    assert input_row_alignment(unknown) == -1.0
+    fc = OpShape("fc", "linear", in_channels=561, in_bits=4, out_channels=64, macs=561 * 64)
+    assert input_row_alignment(fc) == 2.0  # 2244 = 4 x 561
+    named = dict(zip(FEATURES, features(row(49, 2)), strict=True))
+    assert named["input_row_align"] == 1.0
