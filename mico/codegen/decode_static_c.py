@@ -51,6 +51,8 @@ _CALL = re.compile(
     r"/\* (\w+): ([\w.]+) -> (\w+?)(\d+)\[([\d, ]+)\] \*/\s*\n\s*(mico_\w+)\((.*)\);"
 )
 _ARENA = re.compile(r"^MICO_ARENA\((\d+)\)$")
+#: every node's comment in ``<name>_run``, whatever code follows it
+_NODE = re.compile(r"/\* (\w+): [\w.]+ -> \w+\[[\d, ]+\] \*/")
 
 
 @dataclass
@@ -123,6 +125,13 @@ def parse_run(source: str, name: str) -> tuple[list[_Call], int]:
     out = re.search(r"memcpy\(output, MICO_ARENA\((\d+)\), sizeof", run)
     if not calls or out is None:
         raise Refused(f"{name}_run is not a sequence of kernel calls into the arena")
+    # a node whose code is not one plain call under its comment (a block that passes planned
+    # scratch, say) would be left out of the decode step: refuse rather than skip it
+    followed = {c.node for c in calls}
+    for node in _NODE.findall(run):
+        if node not in followed:
+            raise Refused(f"{node}'s code in {name}_run is not one kernel call the decode step "
+                          "can repeat")  # fmt: skip
     for c in calls:
         if c.func_kind not in _OUT_ARG:
             raise Refused(f"{c.node} calls {c.func}, which the decode step does not repeat")

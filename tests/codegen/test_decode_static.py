@@ -65,6 +65,32 @@ def test_the_static_plan_says_why_it_refuses(tmp_path):
     assert "grouped-query" in static_decode_plan(model, tmp_path, "llm", 1 << 20)
 
 
+def test_a_node_that_is_not_one_plain_call_is_refused_not_skipped():
+    """A node whose code under its comment is a block (a kernel given planned scratch through a
+    local copy of its params) is refused by name: skipped, the decode step would leave its
+    output stale and every later code wrong."""
+    from mico.codegen.decode_static_c import Refused, parse_run
+
+    run = (
+        "int llm_run(const float *input, int32_t *output)\n{\n"
+        "    /* fc1: mico.qlinear -> int8[1, 4, 16] */\n"
+        "    mico_qlinear(&fc1_params, MICO_ARENA(0), MICO_ARENA(64));\n"
+        "    /* fc2: mico.qlinear -> int8[1, 4, 16] */\n"
+        "    { MicoLinear p_ = fc2_params; p_.scratch = MICO_ARENA(256);\n"
+        "      mico_qlinear_sign_lut(&p_, MICO_ARENA(64), MICO_ARENA(128)); }\n"
+        "    memcpy(output, MICO_ARENA(128), sizeof(int32_t) * 64);\n}\n"
+    )
+    with pytest.raises(Refused, match="fc2's code in llm_run is not one kernel call"):
+        parse_run(run, "llm")
+    plain = run.replace(
+        "{ MicoLinear p_ = fc2_params; p_.scratch = MICO_ARENA(256);\n"
+        "      mico_qlinear_sign_lut(&p_, MICO_ARENA(64), MICO_ARENA(128)); }",
+        "mico_qlinear_sign_lut(&fc2_params, MICO_ARENA(64), MICO_ARENA(128));",
+    )
+    calls, out = parse_run(plain, "llm")
+    assert [c.node for c in calls] == ["fc1", "fc2"] and out == 128
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
 def test_the_static_kv_cache_on_rv32(tmp_path):
