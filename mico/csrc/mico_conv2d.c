@@ -2321,6 +2321,24 @@ static inline uint32_t mico_pw_code(int32_t r, uint32_t m, uint32_t s, uint32_t 
     return y;
 }
 
+/* mico_pw_code without a ReLU, for signed codes: the magnitude rescaled as mico_rescale does
+ * for shifts above 32 (round half away from zero), clamped to [lo, hi] and kept as a field of
+ * `mask` (two's complement, as mico_pack stores signed codes). */
+static inline uint32_t mico_pw_scode(int32_t r, uint32_t m, uint32_t s, uint32_t rnd, int32_t lo,
+                                     int32_t hi, uint32_t mask)
+{
+    const uint32_t mag = r < 0 ? 0u - (uint32_t)r : (uint32_t)r;
+    const uint32_t q = ((uint32_t)(((uint64_t)mag * m) >> 32) + rnd) >> s;
+    int32_t y = r < 0 ? -(int32_t)q : (int32_t)q;
+    if (y < lo) {
+        y = lo;
+    }
+    if (y > hi) {
+        y = hi;
+    }
+    return (uint32_t)y & mask;
+}
+
 /* The codes CODE(j) of np sums packed at bit `off` (a multiple of bits below 8) of byte *dst,
  * per = 8 / bits a byte: the bits of a first and a last byte that other codes own are kept
  * (a plane that does not end on a byte: the next one starts inside its last byte), whole bytes
@@ -2388,6 +2406,10 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
     /* after a ReLU with lo <= 0 every code is in [0, hi]: signed fields hold it as it is */
     const int usual = o->n_mult != 0 && o->relu && o->lo <= 0 && hi >= 0 && s_w == 1u &&
                       (bits == 8u || bits == 4u || bits == 2u) && o->fmt.zero == 0;
+    /* no ReLU, signed codes (a linear bottleneck's projection, a layer before a residual add) */
+    const int plain_signed = o->n_mult != 0 && !o->relu && o->fmt.is_signed && s_w == 1u &&
+                             (bits == 8u || bits == 4u || bits == 2u) && o->fmt.zero == 0;
+    const uint32_t mask = (1u << bits) - 1u;
     int32_t c;
     for (c = 0; c < f; c++) {
         const int32_t oc = oc0 + c, k = o->n_mult > 1 ? oc : 0;
@@ -2400,6 +2422,15 @@ static MICO_NOINLINE void mico_pw_store(const MicoConv2d *p, int32_t oc0, int32_
         if (usual && shift > 32) {
             const uint32_t s = (uint32_t)(shift - 32), rnd = 1u << (s - 1u);
 #define MICO_PW_CODE(J) mico_pw_code((int32_t)(b + (uint32_t)v[J]), (uint32_t)m, s, rnd, (uint32_t)hi)
+            MICO_PW_LOOPS(MICO_PW_CODE);
+#undef MICO_PW_CODE
+            continue;
+        }
+        if (plain_signed && o->shift[k] > 32) {
+            const uint32_t ms = (uint32_t)o->m[k], s = (uint32_t)(o->shift[k] - 32);
+            const uint32_t rnd = 1u << (s - 1u);
+            const int32_t lo = o->lo;
+#define MICO_PW_CODE(J) mico_pw_scode((int32_t)(b + (uint32_t)v[J]), ms, s, rnd, lo, hi, mask)
             MICO_PW_LOOPS(MICO_PW_CODE);
 #undef MICO_PW_CODE
             continue;

@@ -75,8 +75,9 @@ def segments() -> list:
 def stores() -> list:
     """The block store (8-, 4-, 2-bit codes after a ReLU on whole bytes) and its fallbacks:
     planes of 25 x 5 (odd channels' 4- and 2-bit codes start inside a byte), 3-bit, signed and
-    asymmetric outputs, no ReLU, shifts of at most 32 with multipliers small and large, one
-    multiplier for every channel, multipliers that saturate."""
+    asymmetric outputs, no ReLU (signed codes of 8, 4 and 2 bits: their own loop), shifts of at
+    most 32 with multipliers small and large, one multiplier for every channel, multipliers
+    that saturate."""
     layers = []
     outs = [A8, A4, A2, QFormat(3, False), QFormat(8, True), QFormat.asymmetric(8, 100)]
     for i, o_fmt in enumerate(outs):
@@ -101,6 +102,13 @@ def stores() -> list:
             np.int64
         )
         layer.shift[:half] = new_shift
+    # signed codes without a ReLU (mico_pw_scode): 8, 4, 2 bits, planes that start inside a
+    # byte (25 x 5), signed inputs, multipliers that saturate both ways
+    for i, o_fmt in enumerate((QFormat(8, True), QFormat(4, True), QFormat(2, True))):
+        for hw in ((4, 8), (25, 5)):
+            layers.append(pw(W4, A4, 720 + 10 * i + hw[0], in_c=9, hw=hw, o_fmt=o_fmt, relu=False))
+        layers.append(pw(W4, QFormat(4, True), 760 + i, in_c=13, out_c=16, hw=(25, 5),
+                         o_fmt=o_fmt, relu=False, extreme=True))  # fmt: skip
     return [*layers, low, one, extreme, *odd]
 
 
