@@ -101,14 +101,21 @@ def c_out(
 
 
 def _weights(
-    ctx: EmitContext, node: Node, lanes: int = 0, binary: bool = False, s8: bool = False
+    ctx: EmitContext,
+    node: Node,
+    lanes: int = 0,
+    binary: bool = False,
+    s8: bool = False,
+    x_off: int = 0,
 ) -> tuple[str, str, int]:
     """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
 
     ``lanes``: the weights as channel-lanes words of that many bits a code (``pack_lanes``,
     the layer's width or a wider one, see :func:`lanes_plan`; 0: not lanes);
     ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels);
-    ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`).
+    ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`); ``x_off``: the offset the
+    kernel adds to the input codes (``MicoLinear.x_off``, :func:`linear_x_off`), taken off the
+    bias as ``x_off`` times each output's sum of weights.
     """
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
@@ -134,11 +141,20 @@ def _weights(
             word_aligned=fmt.bits in (2, 4),  # rows of whole words are read a word at a time
         )
     bias_data = np.asarray(bias.data)
+    if x_off:
+        bias_data = folded_bias(bias_data, np.asarray(weight.data), x_off)
     if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored
         bias_data = np.concatenate([bias_data, np.zeros(-len(bias_data) % (32 // fmt.bits),
                                                         dtype=bias_data.dtype)])  # fmt: skip
-    b_sym = ctx.const_int32(f"{bias.name}", bias_data)
+    b_sym = ctx.const_int32(f"{bias.name}" + (f"_xoff{x_off}" if x_off else ""), bias_data)
     return w_sym, b_sym, fmt.bits
+
+
+def folded_bias(bias: np.ndarray, weight: np.ndarray, x_off: int) -> np.ndarray:
+    """The bias of a layer whose kernel adds ``x_off`` to its input codes: ``bias - x_off *
+    (sum of each output's weight codes)``, so that the kernel's sums are the layer's."""
+    sums = np.asarray(weight, dtype=np.int64).reshape(len(bias), -1).sum(axis=1)
+    return np.asarray(bias, dtype=np.int64) - int(x_off) * sums
 
 
 def _window(attrs: dict) -> dict[str, int]:
@@ -603,6 +619,33 @@ def conv2d_kernel(
     return "mico_qconv2d_tiled"
 
 
+#: input codes of at most this many bits that can be negative (signed, or asymmetric) are
+#: offset by the word kernels (``MicoLinear.x_off``: 2^(bits - 1) for signed codes, the zero
+#: point for asymmetric ones, the offset's products with the weights taken off the bias):
+#: codes in [0, 2^bits) take three 4-bit products (mico_lin_t4) or four 2-bit ones a word's
+#: worth at a time (mico_lin_t2, codes in [0, 5]) per multiply
+SUB_OFFSET_MAX_BITS = 4
+
+
+def linear_x_off(kernel: str, in_fmt: QFormat | None, weight: np.ndarray | None = None) -> int:
+    """The offset ``kernel`` is given for its input codes (``MicoLinear.x_off``): for the word
+    kernels ``mico_qlinear_sub4`` / ``_sub2`` on codes of at most
+    :data:`SUB_OFFSET_MAX_BITS` bits that can be negative, the one that makes their fields'
+    values non-negative (2^(bits - 1) for signed codes, 1 for binary ones, the zero point for
+    asymmetric ones); else 0. ``weight``: the layer's weight codes, 0 when the bias it folds
+    would leave int32."""
+    if kernel not in (f"mico_qlinear_sub{b}" for b in SUB_WORD_BITS) or in_fmt is None:
+        return 0
+    if in_fmt.bits > SUB_OFFSET_MAX_BITS or not in_fmt.negative:
+        return 0
+    x_off = 1 if in_fmt.binary else (1 << (in_fmt.bits - 1)) if in_fmt.signed else in_fmt.zero
+    if weight is not None:
+        sums = np.abs(np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)).sum(axis=1)
+        if len(sums) and int(sums.max()) * x_off >= 2**30:  # the folded bias stays in int32
+            return 0
+    return x_off
+
+
 def linear_kernel(
     w_bits: int, in_fmt: QFormat | None, macs: int | None = None, words: bool = True
 ) -> str:
@@ -656,7 +699,15 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         )
     )
     lanes = None if sign_lut else lanes
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary)
+    plain = not (host or binary or lanes is not None or sign_lut is not None)
+    w_fmt = node.inputs[1].qformat
+    kernel = (
+        linear_kernel(w_fmt.bits, x.qformat, macs, words=not prefers_size(ctx))
+        if plain and w_fmt is not None
+        else None
+    )
+    x_off = linear_x_off(kernel, x.qformat, _weight_codes(node)) if kernel else 0
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary, x_off=x_off)
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",
@@ -670,6 +721,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
                 "weight": w_sym,
                 "bias": b_sym,
                 "out": c_out(ctx, node.name, out, a.get("requant"), a.get("relu", False)),
+                **({"x_off": x_off} if x_off else {}),
             }
         ),
     )
@@ -686,7 +738,8 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     if sign_lut is not None:
         ctx.need(sign_lut_plan.SOURCE)
         return _call(ctx, sign_lut, params, x, out)
-    kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
+    if kernel is None:
+        kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
     return _call(ctx, kernel, params, x, out)
 
 

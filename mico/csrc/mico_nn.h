@@ -341,6 +341,11 @@ typedef struct {
     const uint8_t *weight;
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output feature */
+    /* mico_qlinear / _sub4 / _sub2 only (0 for every other kernel): an offset added to every
+     * input code, the bias holding bias - x_off * (sum of the output's weights), so that the
+     * sums are unchanged. The code generator gives it narrow signed (or zero-point) codes,
+     * which the word kernels then take as codes in [0, 2^bits). */
+    int32_t x_off;
 } MicoLinear;
 
 typedef struct {
