@@ -22,6 +22,7 @@
 
 #define MICO_LIN_K 128 /* input codes unpacked at once */
 #define MICO_LIN_O 64  /* outputs whose sums wait between chunks */
+#define MICO_LT_K 256  /* input codes a chunk of the word kernels mico_lin_t4 / _t2 */
 
 /* *sa += wa . x, *sb += wb . x over n taps. */
 static MICO_NOINLINE void mico_dot2_w8(const int16_t *x, const int8_t *wa, const int8_t *wb,
@@ -320,6 +321,7 @@ static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int32_t *kstep)
     int32_t k;
     *kstep = MICO_LIN_K;
     if (lo >= 0 && hi <= (wb == 4 ? 15 : 5)) {
+        *kstep = MICO_LT_K;
         return wb == 4 ? 5 : 6;
     }
     if (wb == 2 && lo >= 0 && hi <= 21) {
@@ -418,14 +420,16 @@ static MICO_NOINLINE void mico_lin_mp_pairs2(const MicoLinear *p, const uint32_t
     mico_lin_mp_pairs_wb(p, xw, mpv, k0, kc, o0, o1, xsum, acc, 2);
 }
 
-#define MICO_LT_K 256 /* input codes a chunk of mico_lin_t4 / _t2 */
-
 /* The code words xw of n codes x' = x + xo of the input from element start (n a whole number
  * of a weight word's taps) for mico_lin_t4 (wb 4) or _t2 (wb 2), returning the sum of x':
  * codes of wb bits from a whole byte whose fields xo makes the codes (x' = f ^ x, the format's
- * offset taken off) straight from their bytes, four at a time; others through mico_unpack. */
-static MICO_NOINLINE uint32_t mico_lin_t_words(const void *in, size_t start, int32_t n, MicoFmt f,
-                                               int32_t xo, int32_t wb, uint32_t *xw)
+ * offset taken off) straight from their bytes, four at a time; others through mico_unpack.
+ * Inlined in mico_lin_t_words4 / _words2, one width each. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t mico_lin_t_words(const void *in, size_t start, int32_t n, MicoFmt f,
+                                        int32_t xo, const int32_t wb, uint32_t *xw)
 {
     const MicoFieldMap m = mico_field_map(f);
     uint32_t sum = 0;
@@ -470,58 +474,16 @@ static MICO_NOINLINE uint32_t mico_lin_t_words(const void *in, size_t start, int
     return sum;
 }
 
-static MICO_NOINLINE void mico_lin_s8_requant(const MicoOut *o, int32_t o0, int32_t *acc,
-                                              int32_t n);
-
-/* The layer on mico_lin_t4 / _t2 (kinds 5, 6 of mico_lin_mp_kind): per row, chunks of up to
- * MICO_LT_K codes made into their words once (for every block of outputs when the row is one
- * chunk), the sums of up to MICO_LIN_O outputs from the bias, then requantized and packed. */
-#if defined(__GNUC__)
-__attribute__((always_inline))
-#endif
-static inline void mico_lin_t_layer_wb(const MicoLinear *p, const void *in, void *out,
-                                       const int32_t wb)
+static MICO_NOINLINE uint32_t mico_lin_t_words4(const void *in, size_t start, int32_t n,
+                                                MicoFmt f, int32_t xo, uint32_t *xw)
 {
-    const int32_t nf = p->in_features, nout = p->out_features;
-    const size_t rb = (size_t)nf * (size_t)wb / 8u;
-    uint32_t xw[MICO_LT_K * 3 / 8];
-    int32_t acc[MICO_LIN_O];
-    int32_t r, o0, k0, j;
-    for (r = 0; r < p->rows; r++) {
-        const size_t x_base = (size_t)r * (size_t)nf;
-        uint32_t xsum = 0;
-        for (o0 = 0; o0 < nout; o0 += MICO_LIN_O) {
-            const int32_t o1 = o0 + MICO_LIN_O < nout ? o0 + MICO_LIN_O : nout;
-            for (j = 0; j < o1 - o0; j++) {
-                acc[j] = p->bias[o0 + j];
-            }
-            for (k0 = 0; k0 < nf; k0 += MICO_LT_K) {
-                const int32_t kc = nf - k0 < MICO_LT_K ? nf - k0 : MICO_LT_K;
-                const uint8_t *w = p->weight + (size_t)o0 * rb + (size_t)k0 * (size_t)wb / 8u;
-                if (nf > MICO_LT_K || o0 == 0) {
-                    xsum = mico_lin_t_words(in, x_base + (size_t)k0, kc, p->in_fmt, p->x_off, wb,
-                                            xw);
-                }
-                if (wb == 4) {
-                    mico_lin_t4(xw, w, rb, 0, o1 - o0, kc / 8, 8u * xsum, acc);
-                } else {
-                    mico_lin_t2(xw, w, rb, 0, o1 - o0, kc / 16, 2u * xsum, acc);
-                }
-            }
-            mico_lin_s8_requant(&p->out, o0, acc, o1 - o0);
-            mico_pack(out, (size_t)r * (size_t)nout + (size_t)o0, acc, o1 - o0, p->out.fmt);
-        }
-    }
+    return mico_lin_t_words(in, start, n, f, xo, 4, xw);
 }
 
-static MICO_NOINLINE void mico_lin_t_layer4(const MicoLinear *p, const void *in, void *out)
+static MICO_NOINLINE uint32_t mico_lin_t_words2(const void *in, size_t start, int32_t n,
+                                                MicoFmt f, int32_t xo, uint32_t *xw)
 {
-    mico_lin_t_layer_wb(p, in, out, 4);
-}
-
-static MICO_NOINLINE void mico_lin_t_layer2(const MicoLinear *p, const void *in, void *out)
-{
-    mico_lin_t_layer_wb(p, in, out, 2);
+    return mico_lin_t_words(in, start, n, f, xo, 2, xw);
 }
 
 /* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
@@ -544,15 +506,19 @@ typedef struct {
                   int32_t, int32_t *);
     void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
     int (*kind)(const MicoLinear *p, int32_t *kstep);
-    void (*layer)(const MicoLinear *p, const void *in, void *out); /* kinds 5, 6 */
+    /* kinds 5, 6: the code words of a chunk (mico_lin_t_words4 / _words2), the rows */
+    uint32_t (*twords)(const void *in, size_t start, int32_t n, MicoFmt f, int32_t xo,
+                       uint32_t *xw);
+    void (*trows)(const uint32_t *xw, const uint8_t *w, size_t rb, int32_t o, int32_t o1,
+                  int32_t nw, uint32_t off, int32_t *acc);
 } MicoLinWords;
 
 /* mico_qlinear_sub4 / _sub2: one width's word kernels (a layer of the other width takes
  * mico_qlinear's path: exact, no word kernels) */
 static const MicoLinWords mico_lin_words4 = {mico_lin_mp_pairs4, mico_lin_mp_words,
-                                             mico_lin_mp_layer, mico_lin_t_layer4};
+                                             mico_lin_mp_layer, mico_lin_t_words4, mico_lin_t4};
 static const MicoLinWords mico_lin_words2 = {mico_lin_mp_pairs2, mico_lin_mp_words,
-                                             mico_lin_mp_layer, mico_lin_t_layer2};
+                                             mico_lin_mp_layer, mico_lin_t_words2, mico_lin_t2};
 
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
@@ -766,15 +732,12 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
     int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
     const int mp = words != NULL ? words->kind(p, &kstep) : 0;
     int16_t x[MICO_LIN_K];
-    uint32_t xw[MICO_LIN_K / 2];
+    uint32_t xw[MICO_LT_K * 3 / 8]; /* the word kernels' code words (MICO_LIN_K / 2 for 1..3) */
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
+    uint32_t tsum = 0;
     if (p->in_fmt.bits > 8) {
         mico_qlinear_generic(p, in, out);
-        return;
-    }
-    if (mp >= 5) { /* codes in [0, 15] (4-bit weights), [0, 5] (2-bit ones) */
-        words->layer(p, in, out);
         return;
     }
     for (r = 0; r < p->rows; r++) {
@@ -789,6 +752,15 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
             for (k0 = 0; k0 < nf; k0 += kstep) {
                 const int32_t kc = nf - k0 < kstep ? nf - k0 : kstep;
                 int32_t xsum = 0;
+                if (mp >= 5) { /* codes in [0, 15] (4-bit weights), [0, 5] (2-bit ones) */
+                    const size_t rb = (size_t)nf * (size_t)wb / 8u;
+                    if (nf > kstep || o0 == 0) { /* a row of one chunk: its words once */
+                        tsum = words->twords(in, x_base + (size_t)k0, kc, p->in_fmt, xo, xw);
+                    }
+                    words->trows(xw, p->weight + (size_t)o0 * rb + (size_t)k0 * (size_t)wb / 8u,
+                                 rb, 0, o1 - o0, kc * wb / 32, (wb == 4 ? 8u : 2u) * tsum, acc);
+                    continue;
+                }
                 mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
                 for (j = 0; j < kc; j++) { /* the codes plus x_off, and their sum */
                     x[j] = (int16_t)(x[j] + xo);
