@@ -45,10 +45,13 @@ from mico.codegen.dwconv_plan import (
 )
 from mico.codegen.emitters import (
     LANES_MIN_MACS,
+    SUB_WORD_BITS,
     conv2d_kernel,
+    folded_bias,
     lanes_kernel,
     lanes_plan,
     linear_kernel,
+    linear_x_off,
     widened_to_s8,
 )
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
@@ -339,6 +342,16 @@ def _layer_code(
             lines.append(_array("uint8_t", w, pack(layer.weight, w_fmt)))
         common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {w_fmt.bits}, "
                   f".weight = (const uint8_t *){w}, .bias = {tag}bias, .out = {out}")  # fmt: skip
+        # "words": a linear layer's word kernels (mico_qlinear_sub4 / _sub2) whatever the
+        # choice, given the generator's input offset (x_off, the bias folded)
+        words = path == "words" and layer.kind == "linear" and w_fmt.bits in SUB_WORD_BITS
+        x_off = linear_x_off(f"mico_qlinear_sub{w_fmt.bits}", layer.a_fmt) if words else 0
+        if x_off:
+            folded = folded_bias(layer.bias, layer.weight, x_off)
+            folded = np.concatenate([folded, np.zeros(-len(folded) % 32, dtype=np.int64)])
+            lines.append(_array("int32_t", f"{tag}bias_{sym}", folded))
+            common = common.replace(f".bias = {tag}bias,", f".bias = {tag}bias_{sym},")
+            common += f", .x_off = {x_off}"
         if layer.kind == "linear":
             rows, in_f = layer.x.shape
             lines.append(
@@ -359,6 +372,8 @@ def _layer_code(
             kernel = sign_lut if path == "chosen" and sign_lut else kernel
             if path == "sign_lut":  # the sign tables themselves, whatever the choice
                 kernel = sign_lut_plan.LINEAR_KERNEL
+            if words:
+                kernel = f"mico_qlinear_sub{w_fmt.bits}"
         else:
             in_c, h, wd = layer.x.shape
             oh, ow = layer.out_hw

@@ -23,6 +23,9 @@
 #define MICO_LIN_K 128 /* input codes unpacked at once */
 #define MICO_LIN_O 64  /* outputs whose sums wait between chunks */
 #define MICO_LT_K 256  /* input codes a chunk of the word kernels mico_lin_t4 / _t2 */
+#if MICO_LT_K * 3 / 8 > MICO_LIN_K
+#error "mico_qlinear_rows' buffer holds MICO_LIN_K words"
+#endif
 
 /* *sa += wa . x, *sb += wb . x over n taps. */
 static MICO_NOINLINE void mico_dot2_w8(const int16_t *x, const int8_t *wa, const int8_t *wb,
@@ -731,8 +734,14 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
     int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
     const int mp = words != NULL ? words->kind(p, &kstep) : 0;
-    int16_t x[MICO_LIN_K];
-    uint32_t xw[MICO_LT_K * 3 / 8]; /* the word kernels' code words (MICO_LIN_K / 2 for 1..3) */
+    /* a chunk's codes x and their words xw (bytes 0..255 and 256..511), or the words of
+     * mico_lin_t4 / _t2 (bytes 0..383; those layers use no x) */
+    union {
+        int16_t h[2 * MICO_LIN_K];
+        uint32_t w[MICO_LIN_K];
+    } buf;
+    int16_t *const x = buf.h;
+    uint32_t *const xw = buf.w + MICO_LIN_K / 2, *const tw = buf.w;
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
     uint32_t tsum = 0;
@@ -755,9 +764,9 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
                 if (mp >= 5) { /* codes in [0, 15] (4-bit weights), [0, 5] (2-bit ones) */
                     const size_t rb = (size_t)nf * (size_t)wb / 8u;
                     if (nf > kstep || o0 == 0) { /* a row of one chunk: its words once */
-                        tsum = words->twords(in, x_base + (size_t)k0, kc, p->in_fmt, xo, xw);
+                        tsum = words->twords(in, x_base + (size_t)k0, kc, p->in_fmt, xo, tw);
                     }
-                    words->trows(xw, p->weight + (size_t)o0 * rb + (size_t)k0 * (size_t)wb / 8u,
+                    words->trows(tw, p->weight + (size_t)o0 * rb + (size_t)k0 * (size_t)wb / 8u,
                                  rb, 0, o1 - o0, kc * wb / 32, (wb == 4 ? 8u : 2u) * tsum, acc);
                     continue;
                 }
