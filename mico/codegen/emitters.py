@@ -563,7 +563,9 @@ LINEAR_S8_MIN_MACS = 8192
 #: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub4 /
 #: _sub2, mico_qlinear_sub4 / _sub2, one width's word kernels each): the same kernels plus
 #: several products per multiply (rows read a word at a time, or a tap's codes of several pixels
-#: in one word), about 2 KB (conv) and 1 KB (linear) of rv32 code that programs without such
+#: in one word; linear layers on codes of at most 4 bits three 4-bit or four 2-bit products a
+#: multiply, :data:`SUB_OFFSET_MAX_BITS`), about 2 KB (conv) and 1 KB (linear; 1.5 to 1.9 KB
+#: more with the offset-code kernels, docs/codegen.md) of rv32 code that programs without such
 #: layers do not link; no size gate: they pay on any layer (their set-up is per chunk of the
 #: layer, and small layers are where the plain kernels run)
 SUB_WORD_BITS = (2, 4)
