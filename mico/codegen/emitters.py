@@ -146,7 +146,8 @@ def _weights(
     if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored
         bias_data = np.concatenate([bias_data, np.zeros(-len(bias_data) % (32 // fmt.bits),
                                                         dtype=bias_data.dtype)])  # fmt: skip
-    b_sym = ctx.const_int32(f"{bias.name}" + (f"_xoff{x_off}" if x_off else ""), bias_data)
+    tag = "" if not x_off else f"_xoff{x_off}" if x_off > 0 else f"_xoffm{-x_off}"
+    b_sym = ctx.const_int32(f"{bias.name}{tag}", bias_data)
     return w_sym, b_sym, fmt.bits
 
 
@@ -625,25 +626,33 @@ def conv2d_kernel(
 #: offset by the word kernels (``MicoLinear.x_off``: 2^(bits - 1) for signed codes, the zero
 #: point for asymmetric ones, the offset's products with the weights taken off the bias):
 #: codes in [0, 2^bits) take three 4-bit products (mico_lin_t4) or four 2-bit ones a word's
-#: worth at a time (mico_lin_t2, codes in [0, 5]) per multiply
+#: worth at a time (mico_lin_t2, codes in [0, 5]) per multiply; wider unsigned or asymmetric
+#: codes are centred instead (x_off = their offset - 2^(bits - 1)): the 16-bit lanes of the
+#: word kernels hold chunks twice as long on codes of half the magnitude
 SUB_OFFSET_MAX_BITS = 4
 
 
 def linear_x_off(kernel: str, in_fmt: QFormat | None, weight: np.ndarray | None = None) -> int:
     """The offset ``kernel`` is given for its input codes (``MicoLinear.x_off``): for the word
-    kernels ``mico_qlinear_sub4`` / ``_sub2`` on codes of at most
-    :data:`SUB_OFFSET_MAX_BITS` bits that can be negative, the one that makes their fields'
+    kernels ``mico_qlinear_sub4`` / ``_sub2``, on codes of at most
+    :data:`SUB_OFFSET_MAX_BITS` bits that can be negative the one that makes their fields'
     values non-negative (2^(bits - 1) for signed codes, 1 for binary ones, the zero point for
-    asymmetric ones); else 0. ``weight``: the layer's weight codes, 0 when the bias it folds
-    would leave int32."""
+    asymmetric ones), on wider unsigned or asymmetric codes the one that centres them (the zero
+    point less 2^(bits - 1)); else 0. ``weight``: the layer's weight codes, 0 when the bias it
+    folds would leave int32."""
     if kernel not in (f"mico_qlinear_sub{b}" for b in SUB_WORD_BITS) or in_fmt is None:
         return 0
-    if in_fmt.bits > SUB_OFFSET_MAX_BITS or not in_fmt.negative:
+    if in_fmt.bits > 8:
         return 0
-    x_off = 1 if in_fmt.binary else (1 << (in_fmt.bits - 1)) if in_fmt.signed else in_fmt.zero
-    if weight is not None:
+    if in_fmt.bits <= SUB_OFFSET_MAX_BITS:
+        if not in_fmt.negative:
+            return 0
+        x_off = 1 if in_fmt.binary else (1 << (in_fmt.bits - 1)) if in_fmt.signed else in_fmt.zero
+    else:
+        x_off = 0 if in_fmt.signed else in_fmt.zero - (1 << (in_fmt.bits - 1))
+    if x_off and weight is not None:
         sums = np.abs(np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)).sum(axis=1)
-        if len(sums) and int(sums.max()) * x_off >= 2**30:  # the folded bias stays in int32
+        if len(sums) and int(sums.max()) * abs(x_off) >= 2**30:  # the folded bias stays in int32
             return 0
     return x_off
 

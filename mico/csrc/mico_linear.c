@@ -771,8 +771,10 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
                     continue;
                 }
                 mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
-                for (j = 0; j < kc; j++) { /* the codes plus x_off, and their sum */
+                for (j = 0; xo != 0 && j < kc; j++) { /* the codes plus x_off */
                     x[j] = (int16_t)(x[j] + xo);
+                }
+                for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
                 if (mp) { /* the word kernels */

@@ -90,7 +90,9 @@ def test_linear_x_off_rule():
     assert linear_x_off(sub4, QFormat(1, True)) == 1  # binary codes {-1, +1}
     assert linear_x_off(sub4, QFormat.asymmetric(4, 5)) == 5
     assert linear_x_off(sub4, QFormat(4, False)) == 0  # already non-negative
-    assert linear_x_off(sub4, QFormat(5, True)) == 0  # wider codes keep their kernels
+    assert linear_x_off(sub4, QFormat(5, True)) == 0  # wider signed codes: centred already
+    assert linear_x_off(sub4, QFormat(8, False)) == -128  # wider unsigned codes centred
+    assert linear_x_off(sub2, QFormat.asymmetric(8, 100)) == 100 - 128
     assert linear_x_off("mico_qlinear", QFormat(4, True)) == 0
     assert linear_x_off("mico_qlinear_s8", QFormat(4, True)) == 0
     assert linear_x_off(sub4, QFormat(4, True), np.full((2, 4096), -8)) == 8

@@ -954,7 +954,8 @@ def test_linear_weights_read_in_place_match_reference(harness, w_bits, n_in):
 #: codes the word kernels take offset (MicoLinear.x_off): signed, unsigned, asymmetric, binary
 WORD_FORMATS = [*(QFormat(b, s) for b in (1, 2, 3, 4) for s in (True, False)),
                 QFormat.asymmetric(2, 1), QFormat.asymmetric(3, 5), QFormat.asymmetric(4, 9),
-                QFormat(5, True), QFormat(8, True)]  # fmt: skip
+                QFormat(5, True), QFormat(8, True), QFormat(6, False), QFormat(8, False),
+                QFormat.asymmetric(8, 100)]  # fmt: skip
 
 
 @pytest.mark.parametrize("w_bits", [4, 2])
@@ -969,11 +970,15 @@ def test_linear_word_kernels_on_offset_codes(harness, w_bits, in_fmt, n_in, n_ou
     4-bit products or a word's four 2-bit ones a multiply (mico_lin_t4 / _t2), rows of an odd
     number of words, not whole words (100: the bytes), longer than a chunk (520), blocks of
     outputs past MICO_LIN_O (70), a short last group of four rows; per-channel multipliers
-    (some saturating: outputs at both ends of the clamp) or one per tensor."""
+    (some saturating: outputs at both ends of the clamp) or one per tensor; wider unsigned codes
+    centred."""
     seed = n_in * 131 + n_out * 7 + rows + w_bits * 1000 + in_fmt.bits * 17 + in_fmt.zero
     rng = np.random.default_rng(seed)
     x_off = linear_x_off(f"mico_qlinear_sub{w_bits}", in_fmt)
-    assert x_off == (_natural_offset(in_fmt) if in_fmt.negative and in_fmt.bits <= 4 else 0)
+    if in_fmt.bits <= 4:  # to [0, 2^bits)
+        assert x_off == (_natural_offset(in_fmt) if in_fmt.negative else 0)
+    else:  # centred
+        assert x_off == (0 if in_fmt.signed else in_fmt.zero - 2 ** (in_fmt.bits - 1))
     out_fmt = QFormat(4, True) if seed % 2 else QFormat(8, False)
     n_mult = n_out if seed % 3 else 1
     loud = 16.0 if seed % 5 < 2 else 1.0  # saturating multipliers
