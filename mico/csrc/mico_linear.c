@@ -6,7 +6,10 @@
  * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
  * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise. Rows of
  * 4- or 2-bit weights that span whole 32-bit words are read a word at a time, two or four
- * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2).
+ * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2); codes
+ * that MicoLinear.x_off makes non-negative and narrow (the generator's offset for signed codes
+ * of at most 4 bits) take three 4-bit or four 2-bit products a multiply, four rows at a time
+ * (mico_lin_t4 / _t2).
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *

@@ -627,7 +627,8 @@ void mico_qconv2d_dw4s(const MicoConv2d *p, const MicoDwLanes *l, const void *in
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4-bit (_sub4) or 2-bit (_sub2) weights read a word at a time
  * (each linked only by programs that call it; a layer of another width takes mico_qlinear's
- * path). */
+ * path); codes that x_off makes non-negative and narrow take several products a multiply,
+ * four rows at a time (mico_linear.c). */
 void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out);
 void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
