@@ -962,14 +962,24 @@ WORD_FORMATS = [*(QFormat(b, s) for b in (1, 2, 3, 4) for s in (True, False)),
 @pytest.mark.parametrize("in_fmt", WORD_FORMATS, ids=str)
 @pytest.mark.parametrize(
     "n_in, n_out, rows",
-    [(8, 1, 1), (16, 3, 2), (24, 5, 1), (100, 6, 1), (256, 64, 1), (264, 9, 3), (520, 70, 2)],
+    [
+        (8, 1, 1),
+        (16, 3, 2),
+        (24, 5, 1),
+        (100, 6, 1),
+        (136, 70, 2),
+        (256, 64, 1),
+        (264, 9, 3),
+        (520, 70, 2),
+    ],
 )
 def test_linear_word_kernels_on_offset_codes(harness, w_bits, in_fmt, n_in, n_out, rows):
     """mico_qlinear_sub4 / _sub2 on the codes the generator offsets (linear_x_off: every field
     value, -2^(bits - 1) included; the bias folded) and on codes it leaves as they are: three
     4-bit products or a word's four 2-bit ones a multiply (mico_lin_t4 / _t2), rows of an odd
     number of words, not whole words (100: the bytes), longer than a chunk (520), blocks of
-    outputs past MICO_LIN_O (70), a short last group of four rows; per-channel multipliers
+    outputs past MICO_LIN_O (70: a row of one chunk keeps its code words for the next block),
+    a short last group of four rows; per-channel multipliers
     (some saturating: outputs at both ends of the clamp) or one per tensor; wider unsigned codes
     centred."""
     seed = n_in * 131 + n_out * 7 + rows + w_bits * 1000 + in_fmt.bits * 17 + in_fmt.zero
