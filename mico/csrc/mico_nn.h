@@ -341,6 +341,11 @@ typedef struct {
     const uint8_t *weight;
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output feature */
+    /* working memory of the sign tables (mico_qlinear_sign_lut): planned in the arena by the
+     * generator, sized for this layer (mico.codegen.scratch), or NULL / too small: the kernel
+     * then takes it on its stack; the other linear kernels do not read it */
+    void *scratch;
+    int32_t scratch_bytes;
 } MicoLinear;
 
 typedef struct {
@@ -500,6 +505,9 @@ void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
  * same. A call with fewer (or none) takes that memory on the kernel's stack. */
 size_t mico_qconv2d_addsub_scratch(const MicoConv2d *p);
 size_t mico_qconv2d_sign_lut_scratch(const MicoConv2d *p);
+/* Bytes of MicoLinear.scratch the sign tables' linear layer takes for layer p (0: a layer it
+ * hands on to mico_qlinear); mico.codegen.scratch computes the same. */
+size_t mico_qlinear_sign_lut_scratch(const MicoLinear *p);
 /* Binary weights on 2- to 8-bit codes by table lookup (mico_sign_lut.c): the 16 signed sums of
  * four taps' codes built once per pixel (row) pair, an entry a nibble of weights per channel;
  * layers whose channels' weights are not whole bytes go to mico_qconv2d_elementwise /
