@@ -337,17 +337,26 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
     }
 }
 
+/* The int32 sums of a linear layer's block (two an output when rows pair), a whole number of
+ * 8 bytes: its working memory holds the chunk's tables right after them. */
+static inline int32_t mico_sl_linear_sums(const MicoLinear *p)
+{
+    const int32_t no = p->out_features < MICO_SL_O ? p->out_features : MICO_SL_O;
+    return ((p->rows > 1 ? 2 : 1) * no + 1) / 2 * 2;
+}
+
 /* The chunk's tables of a pair of rows (x0, x1: their codes from tap k0; x1 NULL for a last
- * row alone, whose sums need no lanes) for outputs o0 .. o1 - 1 in `tables`, the sums into
- * acc (a pair's two rows side by side; a row alone: one an output). */
+ * row alone, whose sums need no lanes) for outputs o0 .. o1 - 1, the sums into acc (a pair's
+ * two rows side by side; a row alone: one an output, whatever the layer's rows); the tables
+ * follow the sums (found from acc: no tenth argument, which rv32 passes on the stack). */
 static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t *x0,
                                               const int16_t *x1, int32_t kc, int32_t k0,
-                                              int32_t o0, int32_t o1, int first, int32_t *acc,
-                                              uint32_t *tables)
+                                              int32_t o0, int32_t o1, int first, int32_t *acc)
 {
     const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
     const size_t row = (size_t)p->in_features / 8u;
     const uint8_t *wp = p->weight + ((size_t)o0 * (size_t)p->in_features + (size_t)k0) / 8u;
+    uint32_t *const tables = (uint32_t *)(void *)(acc + mico_sl_linear_sums(p));
     uint32_t *tb = tables;
     uint32_t s, unused;
     int32_t o;
@@ -361,7 +370,7 @@ static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t
     }
     MICO_SL_TABLE((uint32_t)(int32_t)x0[k_]);
     for (o = o0; o < o1; o++, wp += row) {
-        int32_t *const a = acc + (p->rows > 1 ? 2 : 1) * (o - o0);
+        int32_t *const a = acc + (o - o0);
         mico_sl_sums(wp, nb, tables, 1, &s, &unused);
         a[0] = (int32_t)((first ? (uint32_t)p->bias[o] : (uint32_t)a[0]) + s);
     }
@@ -393,7 +402,7 @@ static size_t mico_sl_linear_bytes(const MicoLinear *p, int32_t kc)
     const size_t nx = p->rows > 1 ? 2u : 1u;
     const size_t no = (size_t)(p->out_features < MICO_SL_O ? p->out_features : MICO_SL_O);
     const size_t tables = (size_t)kc / 4u * 64u;
-    return MICO_SL_UP8(nx * (size_t)kc * 2u) + MICO_SL_UP8(nx * no * 4u) +
+    return MICO_SL_UP8(nx * (size_t)kc * 2u) + (size_t)mico_sl_linear_sums(p) * 4u +
            MICO_SL_UP8(tables > no * 4u ? tables : no * 4u);
 }
 
@@ -409,10 +418,9 @@ static MICO_NOINLINE int mico_sl_linear_layer(const MicoLinear *p, const void *i
                                               uint8_t *ws, size_t wsb)
 {
     const int32_t nf = p->in_features, nout = p->out_features, kc_max = mico_sl_linear_chunk(p);
-    const int32_t step = p->rows > 1 ? 2 : 1; /* sums an output */
+    const MicoOut ob = p->out; /* (y's stores may alias p: a copy is read once) */
     int16_t *x0, *x1;
     int32_t *acc, *y;
-    uint32_t *tables;
     int32_t r, o0, o, k0, h;
     if (kc_max == 0) { /* other widths, weights not in whole bytes an output */
         return 0;
@@ -421,11 +429,10 @@ static MICO_NOINLINE int mico_sl_linear_layer(const MicoLinear *p, const void *i
         return -1;
     }
     x0 = (int16_t *)mico_carve(&ws, (size_t)kc_max * 2u);
-    x1 = step == 2 ? (int16_t *)mico_carve(&ws, (size_t)kc_max * 2u) : NULL;
-    acc = (int32_t *)mico_carve(&ws, (size_t)step *
-                                         (size_t)(nout < MICO_SL_O ? nout : MICO_SL_O) * 4u);
-    tables = (uint32_t *)(void *)ws;
-    y = (int32_t *)(void *)ws; /* the tables' bytes, once a block's sums are done */
+    x1 = p->rows > 1 ? (int16_t *)mico_carve(&ws, (size_t)kc_max * 2u) : NULL;
+    acc = (int32_t *)mico_carve(&ws, (size_t)mico_sl_linear_sums(p) * 4u);
+    y = (int32_t *)(void *)ws; /* the tables' bytes (mico_sl_linear_pair), once a block's sums
+                                  are done */
     for (r = 0; r < p->rows; r += 2) {
         const int32_t pair = r + 1 < p->rows;
         for (o0 = 0; o0 < nout; o0 += MICO_SL_O) {
@@ -437,13 +444,13 @@ static MICO_NOINLINE int mico_sl_linear_layer(const MicoLinear *p, const void *i
                     mico_unpack(in, (size_t)(r + 1) * (size_t)nf + (size_t)k0, kc, p->in_fmt,
                                 x1);
                 }
-                mico_sl_linear_pair(p, x0, pair ? x1 : NULL, kc, k0, o0, o1, k0 == 0, acc,
-                                    tables);
+                mico_sl_linear_pair(p, x0, pair ? x1 : NULL, kc, k0, o0, o1, k0 == 0, acc);
             }
             for (h = 0; h <= pair; h++) { /* requantize and store each row's outputs */
-                for (o = o0; o < o1; o++) {
-                    const MicoRq rq = mico_rq(&p->out, o);
-                    y[o - o0] = mico_rq_apply(&rq, acc[step * (o - o0) + h]);
+                const int32_t *a = acc + h;
+                for (o = o0; o < o1; o++, a += 1 + pair) { /* a pair's rows side by side */
+                    const MicoRq rq = mico_rq(&ob, o);
+                    y[o - o0] = mico_rq_apply(&rq, *a);
                 }
                 mico_pack(out, (size_t)(r + h) * (size_t)nout + (size_t)o0, y, o1 - o0,
                           p->out.fmt);
