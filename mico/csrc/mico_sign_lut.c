@@ -397,7 +397,8 @@ static int32_t mico_sl_linear_chunk(const MicoLinear *p)
  * (two rows when rows pair; int16), the sums of a block's outputs (two an output when rows
  * pair), and the chunk's tables (64 bytes a group of four taps), whose bytes a row's
  * requantized outputs (int32) take over once the block's sums are done. */
-static size_t mico_sl_linear_bytes(const MicoLinear *p, int32_t kc)
+static inline __attribute__((always_inline)) size_t
+mico_sl_linear_bytes(const MicoLinear *p, int32_t kc)
 {
     const size_t nx = p->rows > 1 ? 2u : 1u;
     const size_t no = (size_t)(p->out_features < MICO_SL_O ? p->out_features : MICO_SL_O);
