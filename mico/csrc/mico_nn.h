@@ -520,6 +520,13 @@ void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out);
  * mico_conv_addsub.c). */
 void mico_conv_patch(const MicoConv2d *p, const void *in, int32_t ic0, int32_t r0, int32_t r1,
                      int32_t pix0, int32_t np, int32_t pp, int16_t *patch);
+/* A tile's int32 sums of output channels oc0 .. oc1 - 1 (a row of MICO_TILE_PX sums a channel)
+ * for output pixels pix0 .. pix0 + np - 1 requantized (mico_rq_pack; the sums are left
+ * undefined) and stored into the layer's output (mico_conv2d.c, shared by the sign tables' and
+ * the sign-weight sums' convolutions, whose tiles are MICO_TILE_PX pixels). */
+#define MICO_TILE_PX 16
+void mico_conv_tile_store(const MicoConv2d *p, int32_t *tile, int32_t oc0, int32_t oc1,
+                          int32_t pix0, int32_t np, void *out);
 /* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
  * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;
  * others go to mico_qconv2d_tiled_s8. */

@@ -27,7 +27,7 @@
  * without it from the stack. */
 #include "mico_nn.h"
 
-#define MICO_SL_PX 16              /* output pixels of a convolution's tile */
+#define MICO_SL_PX MICO_TILE_PX    /* output pixels of a convolution's tile (16) */
 #define MICO_SL_PAIRS (MICO_SL_PX / 2)
 #define MICO_SL_TAPS 64            /* taps of a convolution's chunk at most: 16 tables */
 #define MICO_SL_LTAPS 128          /* taps of a linear layer's chunk at most: 32 tables */
@@ -226,19 +226,6 @@ static MICO_NOINLINE void mico_sl_conv_quads_stack(const MicoConv2d *p, const in
     mico_sl_conv_quads(p, patch, np, kc, tap0, oc0, oc1, first, tile, tables);
 }
 
-/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized and
- * stored (a function of its own: fewer values live in the layer's loops, and its frame). */
-static MICO_NOINLINE void mico_sl_conv_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
-                                             int32_t oc1, int32_t pix0, int32_t np, void *out)
-{
-    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
-    int32_t oc;
-    for (oc = oc0; oc < oc1; oc++, tile += MICO_SL_PX) {
-        const MicoRq rq = mico_rq(&p->out, oc);
-        mico_rq_pack(&rq, tile, np, out, (size_t)oc * npix + (size_t)pix0, p->out.fmt);
-    }
-}
-
 /* Taps of a convolution's chunk (0: the layer is not taken: mico_qconv2d_elementwise). */
 static int32_t mico_sl_conv_chunk(const MicoConv2d *p)
 {
@@ -309,7 +296,7 @@ static MICO_NOINLINE int mico_sl_conv_layer(const MicoConv2d *p, const void *in,
                     own_tables(p, patch, np, kc, r0 * kw, oc0, oc1, r0 == 0, tile);
                 }
             }
-            mico_sl_conv_store(p, tile, oc0, oc1, pix0, np, out);
+            mico_conv_tile_store(p, tile, oc0, oc1, pix0, np, out);
         }
     }
     return 1;
