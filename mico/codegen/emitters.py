@@ -702,6 +702,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
     if sign_lut is not None:  # its working memory planned in the arena (mico.codegen.scratch)
+        if linear_sign_lut(node, ctx) != sign_lut:  # the planner's view of the layer differs
+            raise CompileError(f"'{node.name}': the scratch planner and the emitter disagree "
+                               "on the sign tables")  # fmt: skip
         ctx.need(sign_lut_plan.SOURCE)
         args = (ctx.buffer(x), ctx.buffer(out))
         return _scratch_call(ctx, node, params, sign_lut, *args, ctype="MicoLinear")
