@@ -115,8 +115,10 @@ def test_a_node_that_is_not_one_plain_call_is_refused_not_skipped():
 
 @pytest.mark.slow
 @pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
-def test_the_static_kv_cache_on_rv32(tmp_path):
-    on, off = _both("8/8", tmp_path, target="rv32", tokens=4, prompt="Once upon")
+@pytest.mark.parametrize("plan", ["8/8", "mixed"])  # mixed: the sign tables given scratch
+def test_the_static_kv_cache_on_rv32(tmp_path, plan):
+    plan = _static.MIXED if plan == "mixed" else plan
+    on, off = _both(plan, tmp_path, target="rv32", tokens=4, prompt="Once upon")
     assert on.c_logit_hashes == off.c_logit_hashes and on.c_ids == off.c_ids == on.python_ids
     assert len(on.instructions) == len(off.instructions) == 4
     assert max(on.instructions[1:]) * 20 < min(off.instructions)  # one position, not 64
