@@ -354,6 +354,11 @@ def _layer_code(
             common += f", .x_off = {x_off}"
         if layer.kind == "linear":
             rows, in_f = layer.x.shape
+            if ws_mode:  # the sign tables' linear layer: planned scratch or a byte less
+                size = scratch_bytes(layer, sign_lut_plan.LINEAR_KERNEL) - (ws_mode == "short")
+                lines.append(f"static uint64_t {tag}ws_{sym}[{max(size + 7, 8) // 8}];")
+                lines.append(f"#define {p}_WS {tag}ws_{sym}\n#define {p}_WSB {size}")
+                common += f", .scratch = {tag}ws_{sym}, .scratch_bytes = {size}"
             lines.append(
                 f"static const MicoLinear {p} = {{ .rows = {rows}, .in_features = {in_f}, "
                 f".out_features = {out_c}, {common} }};"
@@ -409,8 +414,13 @@ def _layer_code(
 
 
 def scratch_bytes(layer: Layer, kernel: str) -> int:
-    """The planned scratch of a conv layer for ``kernel`` (:mod:`mico.codegen.scratch`: the
-    sign-weight sums and the sign tables)."""
+    """The planned scratch of a layer for ``kernel`` (:mod:`mico.codegen.scratch`: the
+    sign-weight sums and the sign tables, convolution or linear)."""
+    in_fmt = (layer.a_fmt.bits, int(layer.a_fmt.signed), layer.a_fmt.zero)
+    if kernel == sign_lut_plan.LINEAR_KERNEL:
+        rows, in_f = layer.x.shape
+        out_f = layer.weight.shape[0]
+        return scratch.sign_lut_linear_bytes(rows, in_f, out_f, in_fmt, layer.w_fmt.bits)
     in_c, h, w = layer.x.shape
     out_c, _, kh, kw = layer.weight.shape
     oh, ow = layer.out_hw
@@ -418,7 +428,6 @@ def scratch_bytes(layer: Layer, kernel: str) -> int:
             "k_h": kh, "k_w": kw, "stride_h": layer.stride, "stride_w": layer.stride,
             "pad_h": layer.pad, "pad_w": layer.pad, "dil_h": layer.dil, "dil_w": layer.dil,
             "groups": layer.groups}  # fmt: skip
-    in_fmt = (layer.a_fmt.bits, int(layer.a_fmt.signed), layer.a_fmt.zero)
     if kernel == sign_lut_plan.CONV_KERNEL:
         return scratch.sign_lut_bytes(geom, in_fmt, layer.w_fmt.bits)
     if kernel in ADDSUB_KERNELS.values():

@@ -538,17 +538,19 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
 
 
-def _scratch_call(ctx: EmitContext, node: Node, params: str, kernel: str, *args: str) -> list[str]:
-    """The call of a conv kernel; a node with planned scratch (:mod:`mico.codegen.scratch`)
-    passes a copy of its flash params pointing at it (the arena's address is known at run
-    time only)."""
+def _scratch_call(
+    ctx: EmitContext, node: Node, params: str, kernel: str, *args: str, ctype: str = "MicoConv2d"
+) -> list[str]:
+    """The call of a conv kernel (or the sign tables' linear one: ``ctype`` MicoLinear); a
+    node with planned scratch (:mod:`mico.codegen.scratch`) passes a copy of its flash params
+    pointing at it (the arena's address is known at run time only)."""
     size = int(node.plan.get(SCRATCH_ATTR, 0) or 0)
     rest = ", ".join(args)
     if size <= 0 or scratch_name(node) not in ctx.plan.offsets:
         return [f"{kernel}(&{params}, {rest});"]
     return [
         "{",
-        f"    MicoConv2d p_ = {params};",
+        f"    {ctype} p_ = {params};",
         f"    p_.scratch = {ctx.scratch(node)};",
         f"    p_.scratch_bytes = {size};",
         f"    {kernel}(&p_, {rest});",
@@ -678,6 +680,28 @@ def linear_kernel(
     return "mico_qlinear"
 
 
+def linear_sign_lut(node: Node, ctx: Any, lanes: bool | None = None) -> str | None:
+    """The sign tables' entry (:data:`sign_lut_plan.LINEAR_KERNEL`) when :func:`emit_qlinear`
+    runs a linear node on them in this context, else None; ``lanes``: whether the channel
+    lanes take the layer (worked out here when None). Nothing is emitted: the memory planner
+    asks before emission (:mod:`mico.codegen.scratch`)."""
+    x = node.inputs[0]
+    out_features, in_features = node.inputs[1].type.shape
+    rows = x.type.numel // (in_features * x.type.shape[0])
+    macs = gate_macs(ctx, node, rows * in_features * out_features)
+    host = host_kernels(ctx, x)
+    binary = not host and binary_plan.takes_binary(
+        node.inputs[1].qformat, x.qformat, in_features, macs=macs,
+        min_macs=binary_plan.LINEAR_MIN_MACS,
+    )  # fmt: skip
+    if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS:
+        return None
+    if lanes is None:
+        lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs,
+                           weight=_weight_codes(node)) is not None  # fmt: skip
+    return sign_lut_plan.linear_kernel(node.inputs[1].qformat, fmt_of(x)[0], in_features, lanes)
+
+
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
     out_features, in_features = node.inputs[1].type.shape
@@ -702,13 +726,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
             weight=_weight_codes(node),
         )
     )
-    sign_lut = (
-        None
-        if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS
-        else sign_lut_plan.linear_kernel(
-            node.inputs[1].qformat, fmt_of(x)[0], in_features, lanes is not None
-        )
-    )
+    sign_lut = linear_sign_lut(node, ctx, lanes is not None)
     lanes = None if sign_lut else lanes
     plain = not (host or binary or lanes is not None or sign_lut is not None)
     w_fmt = node.inputs[1].qformat
@@ -746,9 +764,13 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
-    if sign_lut is not None:
+    if sign_lut is not None:  # its working memory planned in the arena (mico.codegen.scratch)
+        if linear_sign_lut(node, ctx) != sign_lut:  # the planner's view of the layer differs
+            raise CompileError(f"'{node.name}': the scratch planner and the emitter disagree "
+                               "on the sign tables")  # fmt: skip
         ctx.need(sign_lut_plan.SOURCE)
-        return _call(ctx, sign_lut, params, x, out)
+        args = (ctx.buffer(x), ctx.buffer(out))
+        return _scratch_call(ctx, node, params, sign_lut, *args, ctype="MicoLinear")
     if kernel is None:
         kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
     return _call(ctx, kernel, params, x, out)
