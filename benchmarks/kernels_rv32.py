@@ -52,6 +52,7 @@ from mico.codegen.emitters import (
     lanes_plan,
     linear_kernel,
     linear_x_off,
+    sub_offset_kernel,
     widened_to_s8,
 )
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
@@ -377,8 +378,9 @@ def _layer_code(
             kernel = sign_lut if path == "chosen" and sign_lut else kernel
             if path == "sign_lut":  # the sign tables themselves, whatever the choice
                 kernel = sign_lut_plan.LINEAR_KERNEL
-            if words:
-                kernel = f"mico_qlinear_sub{w_fmt.bits}"
+            if words:  # the offset-code entry where its kernels take the layer
+                kernel = sub_offset_kernel(f"mico_qlinear_sub{w_fmt.bits}", layer.a_fmt, x_off,
+                                           in_f, None)  # fmt: skip
         else:
             in_c, h, wd = layer.x.shape
             oh, ow = layer.out_hw

@@ -126,7 +126,7 @@ class EmitContext:
         self.isa_extensions: tuple[str, ...] = ()
         #: conv / linear nodes that take a fast path their program links anyway, whatever
         #: their size (mico.codegen.linked_paths); ungate_all: every node (a probe)
-        self.ungated: frozenset[str] = frozenset()
+        self.ungated: dict[str, bool | str] = {}  # linked_paths.linked_layers
         self.ungate_all = False
 
     def _reuse(self, name: str, ctype: str, data: np.ndarray) -> str | None:

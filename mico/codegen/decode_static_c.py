@@ -97,7 +97,7 @@ class _Call:
 #: linear entry points called as mico_qlinear is (&params, in, out), the decode step repeating
 #: them one row at a time alike
 _PLAIN_LINEAR = ("mico_qlinear_s8", "mico_qlinear_sub4", "mico_qlinear_sub2",
-                 "mico_qlinear_sign_lut")  # fmt: skip
+                 "mico_qlinear_sub4t", "mico_qlinear_sub2t", "mico_qlinear_sign_lut")  # fmt: skip
 #: which argument of each kernel is its output buffer (the others' arena arguments are inputs)
 _OUT_ARG = {"mico_qembedding": 3, "mico_qrmsnorm": 2, "mico_qlinear": 2, "mico_qlinear_lanes": 3,
             "mico_copy": 2, "mico_qrope": 2, "mico_qmatmul": 4, "mico_requant": 2,

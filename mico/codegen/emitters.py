@@ -14,7 +14,7 @@ import numpy as np
 
 from mico.codegen import addsub_plan, binary_plan, dwconv_plan, sign_lut_plan
 from mico.codegen.context import EmitContext
-from mico.codegen.linked_paths import gate_macs, prefers_size
+from mico.codegen.linked_paths import gate_macs, offset_gate_macs, prefers_size
 from mico.codegen.planner import SCRATCH_ATTR, scratch_name
 from mico.errors import CompileError
 from mico.ir.dtypes import DataType
@@ -567,10 +567,10 @@ LINEAR_S8_MIN_MACS = 8192
 #: _sub2, mico_qlinear_sub4 / _sub2, one width's word kernels each): the same kernels plus
 #: several products per multiply (rows read a word at a time, or a tap's codes of several pixels
 #: in one word; linear layers on codes of at most 4 bits three 4-bit or four 2-bit products a
-#: multiply, :data:`SUB_OFFSET_MAX_BITS`), about 2 KB (conv) and 1 KB (linear; 1.5 to 1.9 KB
-#: more with the offset-code kernels, docs/codegen.md) of rv32 code that programs without such
-#: layers do not link; no size gate: they pay on any layer (their set-up is per chunk of the
-#: layer, and small layers are where the plain kernels run)
+#: multiply, :data:`SUB_OFFSET_MAX_BITS`, in their own entry points behind a size gate,
+#: :data:`SUB_OFFSET_MIN_MACS`), about 2 KB (conv) and 1 KB (linear) of rv32 code that
+#: programs without such layers do not link; no size gate: they pay on any layer (their set-up
+#: is per chunk of the layer, and small layers are where the plain kernels run)
 SUB_WORD_BITS = (2, 4)
 #: W8A8 convolutions with few taps (a first layer) or pointwise ones take the 4-channel x
 #: 4-pixel byte tiles of mico_conv_narrow.c (figures: benchmarks/results/dscnn_layers.md); its
@@ -636,13 +636,14 @@ SUB_OFFSET_MAX_BITS = 4
 
 def linear_x_off(kernel: str, in_fmt: QFormat | None, weight: np.ndarray | None = None) -> int:
     """The offset ``kernel`` is given for its input codes (``MicoLinear.x_off``): for the word
-    kernels ``mico_qlinear_sub4`` / ``_sub2``, on codes of at most
+    kernels ``mico_qlinear_sub4`` / ``_sub2`` (and ``_sub4t`` / ``_sub2t``), on codes of at most
     :data:`SUB_OFFSET_MAX_BITS` bits that can be negative the one that makes their fields'
     values non-negative (2^(bits - 1) for signed codes, 1 for binary ones, the zero point for
     asymmetric ones), on wider unsigned or asymmetric codes the one that centres them (the zero
     point less 2^(bits - 1)); else 0. ``weight``: the layer's weight codes, 0 when the bias it
     folds would leave int32."""
-    if kernel not in (f"mico_qlinear_sub{b}" for b in SUB_WORD_BITS) or in_fmt is None:
+    words = (f"mico_qlinear_sub{b}" for b in SUB_WORD_BITS)
+    if kernel.removesuffix("t") not in words or in_fmt is None:
         return 0
     if in_fmt.bits > 8:
         return 0
@@ -657,6 +658,52 @@ def linear_x_off(kernel: str, in_fmt: QFormat | None, weight: np.ndarray | None 
         if len(sums) and int(sums.max()) * abs(x_off) >= 2**30:  # the folded bias stays in int32
             return 0
     return x_off
+
+
+#: linear layers of at least this many MACs whose codes (plus x_off) fit the offset-code kernels
+#: take them (``mico_qlinear_sub4t`` / ``_sub2t``: 4-bit weights on codes in [0, 15], 2-bit
+#: ones on [0, 5]; cmsis_nn's FC 256 -> 64 on signed 4-bit codes 3.35 -> 2.27 rv32 instructions
+#: a MAC, 2-bit 2.51 -> 1.61); they add about 2 KB of rv32 code (1.5 KB at 2 bits), which a
+#: smaller layer's saved instructions do not repay (the lanes' rule, LANES_MIN_MACS, at about
+#: the same instructions saved per byte); smaller layers keep ``mico_qlinear_sub4`` / ``_sub2``
+#: unless their program links the offset-code entry anyway (mico.codegen.linked_paths)
+SUB_OFFSET_MIN_MACS = 16384
+
+
+def _field_range(fmt: QFormat) -> tuple[int, int]:
+    """The least and greatest value a packed field of ``fmt`` reads as (``mico_field_map``:
+    every field value counted, not only the codes the format's range produces)."""
+    if fmt.binary:
+        return -1, 1
+    if fmt.signed:
+        return -(1 << (fmt.bits - 1)), (1 << (fmt.bits - 1)) - 1
+    return -fmt.zero, (1 << fmt.bits) - 1 - fmt.zero
+
+
+def offset_kernels_take(w_bits: int, in_fmt: QFormat | None, x_off: int, in_features: int) -> bool:
+    """Whether the offset-code kernels run a linear layer of ``w_bits`` weights on ``in_fmt``
+    codes plus ``x_off`` (``mico_lin_mp_layer`` / ``mico_lin_mp_kind`` with them linked): rows
+    of whole words, codes of at most 8 bits whose fields plus the offset lie in [0, 15] (4-bit
+    weights) or [0, 5] (2-bit ones)."""
+    if w_bits not in SUB_WORD_BITS or in_fmt is None or in_fmt.bits > 8:
+        return False
+    if in_features % (32 // w_bits):
+        return False
+    lo, hi = _field_range(in_fmt)
+    return lo + x_off >= 0 and hi + x_off <= (15 if w_bits == 4 else 5)
+
+
+def sub_offset_kernel(
+    kernel: str, in_fmt: QFormat | None, x_off: int, in_features: int, macs: int | None
+) -> str:
+    """``kernel`` (``mico_qlinear_sub4`` / ``_sub2``) as its offset-code entry point
+    (``..._sub4t`` / ``_sub2t``) when those kernels take the layer and it has
+    :data:`SUB_OFFSET_MIN_MACS` MACs or more (any size when ``macs`` is None); else
+    ``kernel``."""
+    w_bits = next((b for b in SUB_WORD_BITS if kernel == f"mico_qlinear_sub{b}"), 0)
+    if not w_bits or (macs is not None and macs < SUB_OFFSET_MIN_MACS):
+        return kernel
+    return f"{kernel}t" if offset_kernels_take(w_bits, in_fmt, x_off, in_features) else kernel
 
 
 def linear_kernel(
@@ -736,6 +783,9 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         else None
     )
     x_off = linear_x_off(kernel, x.qformat, _weight_codes(node)) if kernel else 0
+    if kernel:
+        offset_macs = offset_gate_macs(ctx, node, rows * in_features * out_features)
+        kernel = sub_offset_kernel(kernel, x.qformat, x_off, in_features, offset_macs)
     w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary, x_off=x_off)
     params = ctx.const_struct(
         "MicoLinear",

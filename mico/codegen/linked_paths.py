@@ -48,32 +48,73 @@ def prefers_size(ctx: Any) -> bool:
 GATED_OPS = ("mico.qconv2d", "mico.qlinear")
 
 
-def ungated_layers(nodes: Iterable[Any], extensions: Sequence[str] = ()) -> frozenset[str]:
-    """Names of the conv / linear ``nodes`` that take a path their program links anyway: their
-    entry point without the size gates differs from the gated one and is called by some node
-    of the program as generated with the gates."""
+#: the lift of a node's offset-code gate alone (``emitters.SUB_OFFSET_MIN_MACS``): a small
+#: linear layer keeps the word kernels it has and takes the offset-code entry point its
+#: program links, where lifting every gate would put it on the lanes no other layer calls
+OFFSET_ONLY = "offset"
+
+
+def linked_layers(nodes: Iterable[Any], extensions: Sequence[str] = ()) -> dict[str, bool | str]:
+    """The conv / linear ``nodes`` that take a path their program links anyway, and how: True
+    where their entry point without the size gates differs from the gated one and is called by
+    some node of the program as generated with the gates; :data:`OFFSET_ONLY` where that holds
+    of the entry point with the offset-code gate alone lifted."""
     from mico.hw.opshape import emitted_kernel
 
     gated: dict[str, str] = {}
-    lifted: dict[str, str] = {}
+    lifted: dict[str, tuple[str, str]] = {}
     for node in nodes:
         if node.op not in GATED_OPS:
             continue
         try:
             gated[node.name] = emitted_kernel(node, extensions)[0]
-            lifted[node.name] = emitted_kernel(node, extensions, ungated=True)[0]
+            lifted[node.name] = (
+                emitted_kernel(node, extensions, ungated=True)[0],
+                emitted_kernel(node, extensions, ungated=OFFSET_ONLY)[0],
+            )
         except Exception:  # a node the probe cannot emit keeps its own rule
             continue
     linked = set(gated.values())
-    return frozenset(n for n, k in lifted.items() if k != gated[n] and k in linked)
+    how: dict[str, bool | str] = {}
+    for name, (every, offset) in lifted.items():
+        if every != gated[name] and every in linked:
+            how[name] = True
+        elif offset != gated[name] and offset in linked:
+            how[name] = OFFSET_ONLY
+    return how
+
+
+def ungated_layers(nodes: Iterable[Any], extensions: Sequence[str] = ()) -> frozenset[str]:
+    """Names of the conv / linear ``nodes`` that take a path their program links anyway
+    (:func:`linked_layers`, either way)."""
+    return frozenset(linked_layers(nodes, extensions))
 
 
 def gate_macs(ctx: Any, node: Any, macs: int) -> int:
     """The MAC count a node's size gates see: ``macs``, :data:`UNGATED_MACS` for a node on a
-    linked path (``ctx.ungated``) or in a probe that lifts every gate (``ctx.ungate_all``), 0
-    (no fast path reached) when the program prefers size."""
+    linked path (``ctx.ungated`` says True) or in a probe that lifts every gate
+    (``ctx.ungate_all`` True), 0 (no fast path reached) when the program prefers size."""
     if prefers_size(ctx):
         return 0
-    if getattr(ctx, "ungate_all", False) or node.name in getattr(ctx, "ungated", ()):
+    if _lift(ctx, node) is True:
         return UNGATED_MACS
     return macs
+
+
+def offset_gate_macs(ctx: Any, node: Any, macs: int) -> int:
+    """The MAC count the offset-code gate sees: :func:`gate_macs`, or :data:`UNGATED_MACS`
+    where that gate alone is lifted (:data:`OFFSET_ONLY`)."""
+    if prefers_size(ctx):
+        return 0
+    return UNGATED_MACS if _lift(ctx, node) is not False else macs
+
+
+def _lift(ctx: Any, node: Any) -> bool | str:
+    """How ``ctx`` lifts ``node``'s gates: True (all), :data:`OFFSET_ONLY` or False."""
+    every = getattr(ctx, "ungate_all", False)
+    if every:
+        return every
+    ungated = getattr(ctx, "ungated", ())
+    if isinstance(ungated, dict):
+        return ungated.get(node.name, False)
+    return node.name in ungated

@@ -595,13 +595,13 @@ def _emit_nodes(
     (:mod:`mico.codegen.patch_plan`); the last item returned says what was chosen.
     ``prefer="size"``: the plain kernels only (:mod:`mico.codegen.linked_paths`)."""
     from mico.codegen import patch_plan
-    from mico.codegen.linked_paths import check_preference, ungated_layers
+    from mico.codegen.linked_paths import check_preference, linked_layers
 
     patch_plan.check_patch_mode(patch)
     check_preference(prefer)
     extensions = tuple(str(e).lower() for e in isa_extensions)
     # small layers take the fast paths the program's other layers link anyway
-    ungated = ungated_layers(graph.nodes, extensions) if prefer == "speed" else frozenset()
+    ungated = linked_layers(graph.nodes, extensions) if prefer == "speed" else {}
     choice = SimpleNamespace(isa_extensions=extensions, prefer=prefer, ungated=ungated)
     emitted = _emit_placed(graph, align, patch, choice, ())
     patched = bool(emitted[4].get("patched"))

@@ -313,12 +313,12 @@ static MICO_NOINLINE void mico_lin_t2(const uint32_t *xw, const uint8_t *w, size
 
 /* The variant of the word kernels codes of format f plus xo take with wb-bit weights, from the
  * codes' range (every field value counted), and the chunk length *kstep that keeps their lanes
- * exact: 4 bits on codes in [0, 15], 5 (mico_lin_t4); 2 bits on codes in [0, 5], 6
- * (mico_lin_t2); otherwise 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes
+ * exact: with t (mico_qlinear_sub4t / _sub2t), 4 bits on codes in [0, 15], 5 (mico_lin_t4); 2
+ * bits on codes in [0, 5], 6 (mico_lin_t2); otherwise 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes
  * for [-10, 10], 3: 16-bit lanes (mico_dot2_mp2w) for others; 4 bits, 1: 16-bit lanes. 16-bit
  * lanes hold chunks of up to 2^15 / ((2^bits - 1) max |x|) taps (whole words); 0: not even a
  * word (the bytes). */
-static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int32_t *kstep)
+static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int t, int32_t *kstep)
 {
     const MicoFieldMap m = mico_field_map(f);
     const int32_t lo = -m.o + xo, hi = (int32_t)(m.mask << m.sh) - m.o + xo;
@@ -326,7 +326,7 @@ static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int32_t *kstep)
     const int32_t per = 32 / wb; /* taps of a word */
     int32_t k;
     *kstep = MICO_LIN_K;
-    if (lo >= 0 && hi <= (wb == 4 ? 15 : 5)) {
+    if (t && lo >= 0 && hi <= (wb == 4 ? 15 : 5)) {
         *kstep = MICO_LT_K;
         return wb == 4 ? 5 : 6;
     }
@@ -343,7 +343,8 @@ static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int32_t *kstep)
 
 /* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
  * 16 for 2-bit ones) for mico_dot2_mp<wb> (wb 3: for mico_dot2_mp2w; 5: for mico_lin_t4, three
- * words XA, XB, XC per 8 taps; mico_lin_t2 takes wb 2's). */
+ * words XA, XB, XC per 8 taps, from mico_lin_t_words on codes that are not whole bytes;
+ * mico_lin_t2 takes wb 2's). */
 static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
                                             uint32_t *xw)
 {
@@ -492,39 +493,47 @@ static MICO_NOINLINE uint32_t mico_lin_t_words2(const void *in, size_t start, in
     return mico_lin_t_words(in, start, n, f, xo, 2, xw);
 }
 
-/* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
- * for none: rows (and chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned
- * addresses. */
-static int mico_lin_mp_layer(const MicoLinear *p, int32_t *kstep)
+/* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind; t:
+ * the offset-code kernels linked), 0 for none: rows (and chunks) of 4- or 2-bit weights
+ * spanning whole words at 4-byte aligned addresses. */
+static int mico_lin_mp_layer(const MicoLinear *p, int t, int32_t *kstep)
 {
     const int32_t wb = p->w_bits, nf = p->in_features, per_word = wb == 4 ? 8 : wb == 2 ? 16 : 0;
     if (!MICO_LIN_MP || per_word == 0 || nf % per_word != 0 ||
         ((uintptr_t)p->weight & 3u) != 0 || p->in_fmt.bits > 8) {
         return 0;
     }
-    return mico_lin_mp_kind(p->in_fmt, p->x_off, wb, kstep);
+    return mico_lin_mp_kind(p->in_fmt, p->x_off, wb, t, kstep);
 }
 
 /* The word kernels, linked only by programs that call mico_qlinear_sub4 / _sub2 (layers of
- * 4- or 2-bit weights): mico_qlinear_rows takes them through this table, NULL for mico_qlinear. */
+ * 4- or 2-bit weights), with the offset-code kernels (twords, trows) only by those calling
+ * mico_qlinear_sub4t / _sub2t (about 2 KB of rv32 code more): mico_qlinear_rows takes them
+ * through this table, NULL for mico_qlinear. */
 typedef struct {
     void (*pairs)(const MicoLinear *, const uint32_t *, int, int32_t, int32_t, int32_t, int32_t,
                   int32_t, int32_t *);
     void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
-    int (*kind)(const MicoLinear *p, int32_t *kstep);
-    /* kinds 5, 6: the code words of a chunk (mico_lin_t_words4 / _words2), the rows */
+    int (*kind)(const MicoLinear *p, int t, int32_t *kstep);
+    /* kinds 5, 6: the code words of a chunk (mico_lin_t_words4 / _words2), the rows (NULL:
+     * not linked, kinds 5 and 6 not taken) */
     uint32_t (*twords)(const void *in, size_t start, int32_t n, MicoFmt f, int32_t xo,
                        uint32_t *xw);
     void (*trows)(const uint32_t *xw, const uint8_t *w, size_t rb, int32_t o, int32_t o1,
                   int32_t nw, uint32_t off, int32_t *acc);
 } MicoLinWords;
 
-/* mico_qlinear_sub4 / _sub2: one width's word kernels (a layer of the other width takes
- * mico_qlinear's path: exact, no word kernels) */
+/* mico_qlinear_sub4 / _sub2: one width's word kernels, mico_qlinear_sub4t / _sub2t with its
+ * offset-code kernels (a layer of the other width takes mico_qlinear's path: exact, no word
+ * kernels) */
 static const MicoLinWords mico_lin_words4 = {mico_lin_mp_pairs4, mico_lin_mp_words,
-                                             mico_lin_mp_layer, mico_lin_t_words4, mico_lin_t4};
+                                             mico_lin_mp_layer, NULL, NULL};
 static const MicoLinWords mico_lin_words2 = {mico_lin_mp_pairs2, mico_lin_mp_words,
-                                             mico_lin_mp_layer, mico_lin_t_words2, mico_lin_t2};
+                                             mico_lin_mp_layer, NULL, NULL};
+static const MicoLinWords mico_lin_words4t = {mico_lin_mp_pairs4, mico_lin_mp_words,
+                                              mico_lin_mp_layer, mico_lin_t_words4, mico_lin_t4};
+static const MicoLinWords mico_lin_words2t = {mico_lin_mp_pairs2, mico_lin_mp_words,
+                                              mico_lin_mp_layer, mico_lin_t_words2, mico_lin_t2};
 
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
@@ -736,7 +745,7 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
     int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
-    const int mp = words != NULL ? words->kind(p, &kstep) : 0;
+    const int mp = words != NULL ? words->kind(p, words->trows != NULL, &kstep) : 0;
     /* a chunk's codes x and their words xw (bytes 0..255 and 256..511), or the words of
      * mico_lin_t4 / _t2 (bytes 0..383; those layers use no x) */
     union {
@@ -781,7 +790,7 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
                     xsum += x[j];
                 }
                 if (mp) { /* the word kernels */
-                    words->words(x, kc, mp == 3 || mp == 5 ? mp : wb, xw);
+                    words->words(x, kc, mp == 3 ? mp : wb, xw);
                     words->pairs(p, xw, mp, k0, kc, o0, o1, xsum, acc);
                 } else {
                     mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
@@ -811,6 +820,16 @@ void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out)
 void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out)
 {
     mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2 : NULL);
+}
+
+void mico_qlinear_sub4t(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4t : NULL);
+}
+
+void mico_qlinear_sub2t(const MicoLinear *p, const void *in, void *out)
+{
+    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2t : NULL);
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of

@@ -642,10 +642,13 @@ void mico_qconv2d_dw4s(const MicoConv2d *p, const MicoDwLanes *l, const void *in
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4-bit (_sub4) or 2-bit (_sub2) weights read a word at a time
  * (each linked only by programs that call it; a layer of another width takes mico_qlinear's
- * path); codes that x_off makes non-negative and narrow take several products a multiply,
- * four rows at a time (mico_linear.c). */
+ * path). _sub4t / _sub2t: the same, and codes that x_off makes non-negative and narrow (4-bit
+ * weights on codes in [0, 15], 2-bit ones on [0, 5]) take several products a multiply, four
+ * rows at a time (mico_linear.c; about 2 KB of rv32 code more). */
 void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out);
 void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out);
+void mico_qlinear_sub4t(const MicoLinear *p, const void *in, void *out);
+void mico_qlinear_sub2t(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out);
 /* Host kernels (mico_host_gemm.c, for targets with the `xautovec` capability): convolutions

@@ -124,7 +124,7 @@ _FIELD = re.compile(r"\.(\w+)\s*=\s*(-?\d+)")
 
 
 def emitted_kernel(
-    node: Any, extensions: Sequence[str] = (), ungated: bool = False
+    node: Any, extensions: Sequence[str] = (), ungated: bool | str = False
 ) -> tuple[str, int, int]:
     """``(entry point, lane_s, lane_n)`` of a conv / linear node as the code generator emits it
     for a target of these ISA extensions: the node's own ``emit`` rule is run in a scratch
@@ -132,7 +132,7 @@ def emitted_kernel(
     named exactly as the program calls it. ``lane_s`` / ``lane_n`` come from the lanes struct
     it passes (channel lanes: ``s``, ``n``; pixel lanes: ``s``, ``q``), else 0. ``ungated``:
     as emitted in a program that links the node's fast path anyway, whatever the node's size
-    (:mod:`mico.codegen.linked_paths`)."""
+    (:mod:`mico.codegen.linked_paths`; ``"offset"``: the offset-code gate alone lifted)."""
     from mico.codegen.project import emit_rule
 
     ctx = _probe_class()(extensions)
@@ -160,6 +160,7 @@ _FAMILIES = (
     (re.compile(r"^dwbs(_s\d)?$"), "dwbs"),
     (re.compile(r"^dw4s?$"), "dw4"),  # rows of 5 codes of 4 bits: unsigned or signed codes
     (re.compile(r"^sub\d$"), "sub"),  # mico_qlinear_sub4 / _sub2: one path, by width
+    (re.compile(r"^sub\dt$"), "sub_t"),  # mico_qlinear_sub4t / _sub2t: offset-code kernels
     (re.compile(r"^tiled_sub\d$"), "tiled_sub"),  # mico_qconv2d_tiled_sub4 / _sub2
     (re.compile(r"^addsub\d$"), "addsub"),  # sign weights: mico_qconv2d_addsub2 / _addsub1
 )
@@ -260,7 +261,7 @@ def op_from_layer(
     in_signed: bool = False,
     out_bits: int | None = None,
     extensions: tuple[str, ...] = (),
-    ungated: bool = False,
+    ungated: bool | str = False,
 ) -> OpShape:
     """The :class:`OpShape` of a conv / linear layer known only by its geometry and widths.
 
@@ -307,7 +308,7 @@ def layers_as_ops(layers: list[LayerShape], extensions: Sequence[str] = ()) -> l
     a graph would say: the first layer reads signed codes, the others unsigned (after a ReLU);
     every layer but the last is requantized to the next one's activation width; small layers
     take the paths the others link (:mod:`mico.codegen.linked_paths`), as in a program."""
-    from mico.codegen.linked_paths import ungated_layers
+    from mico.codegen.linked_paths import linked_layers
 
     exts = tuple(extensions)
     args = []
@@ -317,10 +318,10 @@ def layers_as_ops(layers: list[LayerShape], extensions: Sequence[str] = ()) -> l
     nodes = {f"layer{i}": layer_node(*a) for i, a in enumerate(args)}
     for name, node in nodes.items():
         node.name = name
-    lifted = ungated_layers(nodes.values(), exts)
+    lifted = linked_layers(nodes.values(), exts)
     return [
         op_from_layer(layer, in_signed=signed, out_bits=out_bits, extensions=exts,
-                      ungated=f"layer{i}" in lifted)
+                      ungated=lifted.get(f"layer{i}", False))
         for i, (layer, signed, out_bits) in enumerate(args)
     ]  # fmt: skip
 
@@ -341,7 +342,7 @@ def _numel(value: Any) -> int:
 
 
 def _node_kernel(
-    node: Any, extensions: Sequence[str], ungated: bool = False
+    node: Any, extensions: Sequence[str], ungated: bool | str = False
 ) -> tuple[str, int, int]:
     """:func:`emitted_kernel` of a graph node (a node the probe cannot emit, such as one whose
     weights live outside the graph, is labelled ``unknown``)."""
@@ -357,9 +358,9 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
     with the conv / linear nodes' kernel path as the generator emits it for a target of these
     ISA ``extensions`` (:func:`emitted_kernel`, small layers on the paths the graph's others
     link: :mod:`mico.codegen.linked_paths`)."""
-    from mico.codegen.linked_paths import ungated_layers
+    from mico.codegen.linked_paths import linked_layers
 
-    lifted = ungated_layers(graph.nodes, extensions)
+    lifted = linked_layers(graph.nodes, extensions)
     shapes = []
     for node in graph.nodes:
         op = node.op.removeprefix("mico.")
@@ -387,7 +388,7 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
             else:
                 kind = "conv2d"
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            path, lane_s, lane_n = _node_kernel(node, extensions, node.name in lifted)
+            path, lane_s, lane_n = _node_kernel(node, extensions, lifted.get(node.name, False))
             shapes.append(OpShape(
                 kind=kind, w_bits=w_bits, macs=macs, in_channels=in_c, out_channels=out_c,
                 kh=kh, kw=kw, sh=int(stride[0]), sw=int(stride[1]), groups=groups,
@@ -401,7 +402,7 @@ def graph_op_shapes(graph: Any, extensions: Sequence[str] = ()) -> list[OpShape]
             rows = _numel(x) // (in_f * x.type.shape[0])
             macs = rows * in_f * out_f
             w_bits = weight.qformat.bits if weight.qformat is not None else 32
-            path, lane_s, lane_n = _node_kernel(node, extensions, node.name in lifted)
+            path, lane_s, lane_n = _node_kernel(node, extensions, lifted.get(node.name, False))
             shapes.append(OpShape(
                 kind="linear", w_bits=w_bits, macs=macs, in_channels=in_f, out_channels=out_f,
                 out_pixels=rows, path=path, lane_s=lane_s, lane_n=lane_n, **common,

@@ -2,10 +2,11 @@
 
 The fully connected layer of benchmarks/cmsis_nn.py (Linear 256 -> 64, 16,384 MACs: below the
 lanes' size gate) fed the model's signed input codes, or a ReLU's unsigned ones, followed by
-Linear 64 -> 8: the generator calls ``mico_qlinear_sub4`` / ``_sub2`` and, for signed codes of
-at most 4 bits, gives them ``x_off`` (the codes' offset, its products with the weights folded
-into the bias: :func:`mico.codegen.emitters.linear_x_off`). The program (ASan + UBSan on the
-host, and once under qemu-rv32) equals the Python reference bit for bit.
+Linear 64 -> 8: the generator calls the offset-code entry points ``mico_qlinear_sub4t`` /
+``_sub2t`` and, for signed codes of at most 4 bits, gives them ``x_off`` (the codes' offset,
+its products with the weights folded into the bias: :func:`mico.codegen.emitters.linear_x_off`).
+The program (ASan + UBSan on the host, and once under qemu-rv32) equals the Python reference
+bit for bit.
 """
 
 from __future__ import annotations
@@ -18,8 +19,17 @@ import torch
 from torch import nn
 
 from mico.codegen import emit_c_project
-from mico.codegen.emitters import LANES_MIN_MACS, folded_bias, linear_kernel, linear_x_off
+from mico.codegen.emitters import (
+    LANES_MIN_MACS,
+    SUB_OFFSET_MIN_MACS,
+    folded_bias,
+    linear_kernel,
+    linear_x_off,
+    sub_offset_kernel,
+)
+from mico.codegen.linked_paths import OFFSET_ONLY, linked_layers
 from mico.execute import run_graph
+from mico.hw.opshape import emitted_kernel, graph_op_shapes
 from mico.pipeline import lower_model, quantize_ptq
 from mico.quant import QFormat, QuantConfig, QuantPlan
 from mico.targets import host, rv32
@@ -59,7 +69,10 @@ def test_small_fc_word_kernels_bit_exact(bits, relu_in, tmp_path):
     project = emit_c_project(graph, tmp_path / "c", "fc", sample_inputs=x[:1])
     weights = (project.directory / "fc_weights.h").read_text()
     source = (project.directory / "fc.c").read_text()
-    assert f"mico_qlinear_sub{bits}(&" in source
+    # 16,384 MACs: the offset-code entry (SUB_OFFSET_MIN_MACS); Linear 64 -> 8 (512 MACs) takes
+    # it too, its program linking it anyway (mico.codegen.linked_paths)
+    assert SUB_OFFSET_MIN_MACS <= 256 * 64
+    assert source.count(f"mico_qlinear_sub{bits}t(&") == 2
     params = next(line for line in weights.splitlines() if f"{layer.name}_params =" in line)
     x_off = 0 if relu_in else 1 << (bits - 1)
     assert (f".x_off = {x_off}" in params) == (x_off != 0)
@@ -100,3 +113,39 @@ def test_linear_x_off_rule():
     assert linear_x_off(sub4, QFormat(4, True), huge) == 0
     bias = folded_bias(np.array([5, -3]), np.array([[1, -2, 3], [0, 0, -1]]), 8)
     assert bias.tolist() == [5 - 8 * 2, -3 + 8]
+
+
+def test_offset_code_entry_rule():
+    """The offset-code entry points for layers of SUB_OFFSET_MIN_MACS MACs or more whose rows are
+    whole words and whose codes plus x_off lie in [0, 15] (4-bit weights) or [0, 5] (2-bit
+    ones); the plain word kernels otherwise."""
+    sub4, sub2, big = "mico_qlinear_sub4", "mico_qlinear_sub2", SUB_OFFSET_MIN_MACS
+    assert sub_offset_kernel(sub4, QFormat(4, True), 8, 256, big) == sub4 + "t"
+    assert sub_offset_kernel(sub4, QFormat(4, True), 8, 256, None) == sub4 + "t"
+    assert sub_offset_kernel(sub4, QFormat(4, True), 8, 256, big - 1) == sub4  # too small
+    assert sub_offset_kernel(sub4, QFormat(4, True), 0, 256, big) == sub4  # negative codes
+    assert sub_offset_kernel(sub4, QFormat(4, True), 8, 84, big) == sub4  # rows not whole words
+    assert sub_offset_kernel(sub4, QFormat(4, False), 0, 256, big) == sub4 + "t"
+    assert sub_offset_kernel(sub4, QFormat(5, False), -16, 256, big) == sub4  # wider: centred
+    assert sub_offset_kernel(sub4, QFormat(1, True), 1, 256, big) == sub4 + "t"  # binary codes
+    assert sub_offset_kernel(sub2, QFormat(2, True), 2, 256, big) == sub2 + "t"
+    assert sub_offset_kernel(sub2, QFormat(2, False), 0, 256, big) == sub2 + "t"  # [0, 3]
+    assert sub_offset_kernel(sub2, QFormat(3, True), 4, 256, big) == sub2  # [0, 7] > 5
+    assert sub_offset_kernel(sub2, QFormat(2, True), 2, 248, big) == sub2  # 248 % 16
+    assert sub_offset_kernel("mico_qlinear", QFormat(4, True), 8, 256, big) == "mico_qlinear"
+    assert linear_x_off(sub4 + "t", QFormat(4, True)) == linear_x_off(sub4, QFormat(4, True))
+
+
+def test_small_layer_takes_the_offset_entry_its_program_links():
+    """Linear 64 -> 8 (512 MACs) is under SUB_OFFSET_MIN_MACS, but its program calls
+    mico_qlinear_sub4t for the layer before it: the offset-code gate alone is lifted for it
+    (lifting every gate would put it on the lanes, which nothing links), and the latency
+    proxy's op shapes name the path the program runs."""
+    graph, _ = _graph(4, False)
+    small = next(n for n in graph.nodes if n.attrs.get("layer") == "next")
+    assert linked_layers(graph.nodes) == {small.name: OFFSET_ONLY}
+    assert emitted_kernel(small)[0] == "mico_qlinear_sub4"
+    assert emitted_kernel(small, ungated=OFFSET_ONLY)[0] == "mico_qlinear_sub4t"
+    assert emitted_kernel(small, ungated=True)[0].startswith("mico_qlinear_lanes_")
+    paths = [op.path for op in graph_op_shapes(graph) if op.kind == "linear"]
+    assert paths == ["sub_t", "sub_t"]

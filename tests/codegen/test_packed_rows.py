@@ -324,14 +324,32 @@ typedef void (*Kernel)(const void *p, const void *in, const void *in2, void *out
     { (void)in2; FN((const T *)p, in, out); }
 WRAP1(k_conv, MicoConv2d, mico_qconv2d)
 WRAP1(r_conv, MicoConv2d, ref_qconv2d)
-/* the generator's choice for plain layers: 4- and 2-bit weights take their width's word
- * kernels (mico_qlinear_sub4 / _sub2), the others mico_qlinear */
+/* the generator's choices for plain layers: 4- and 2-bit weights take their width's word
+ * kernels with the offset-code ones (mico_qlinear_sub4t / _sub2t, the outputs printed) and
+ * without them (mico_qlinear_sub4 / _sub2: the same bytes, or the program stops), the others
+ * mico_qlinear */
+static uint8_t k_linear_words[1 << 16];
 static void k_linear(const void *p, const void *in, const void *in2, void *out)
 {
     const MicoLinear *l = (const MicoLinear *)p;
+    const size_t n =
+        ((size_t)l->rows * (size_t)l->out_features * (size_t)l->out.fmt.bits + 7u) / 8u;
     (void)in2;
-    (l->w_bits == 4 ? mico_qlinear_sub4 : l->w_bits == 2 ? mico_qlinear_sub2 : mico_qlinear)(l, in,
-                                                                                             out);
+    if (l->w_bits != 4 && l->w_bits != 2) {
+        mico_qlinear(l, in, out);
+        return;
+    }
+    if (n > sizeof k_linear_words) {
+        fprintf(stderr, "k_linear: %zu output bytes\n", n);
+        abort();
+    }
+    memcpy(k_linear_words, out, n); /* the bits of a last byte neither writes kept alike */
+    (l->w_bits == 4 ? mico_qlinear_sub4 : mico_qlinear_sub2)(l, in, k_linear_words);
+    (l->w_bits == 4 ? mico_qlinear_sub4t : mico_qlinear_sub2t)(l, in, out);
+    if (memcmp(k_linear_words, out, n) != 0) {
+        fprintf(stderr, "k_linear: mico_qlinear_sub%d and _sub%dt differ\n", l->w_bits, l->w_bits);
+        abort();
+    }
 }
 WRAP1(r_linear, MicoLinear, ref_qlinear)
 WRAP1(k_maxpool, MicoMaxPool2d, mico_maxpool2d)

@@ -102,6 +102,28 @@ def test_linear_word_kernels_link_one_width_each():
     assert "mico_dot2_mp4" not in names["mico_qlinear_sub2"]
 
 
+def test_linear_offset_code_kernels_link_only_with_their_entry_points():
+    """mico_qlinear_sub4t / _sub2t link the offset-code kernels (mico_lin_t4 / _t2, about 2 KB
+    of rv32 code) besides their width's word kernels; mico_qlinear_sub4 / _sub2, which the
+    generator calls for layers under SUB_OFFSET_MIN_MACS, link neither."""
+    closures = {
+        entry: codesize.kernel_bytes([entry], ["mico_linear.c", "mico_quant.c"])
+        for entry in ("mico_qlinear_sub4", "mico_qlinear_sub2", "mico_qlinear_sub4t",
+                      "mico_qlinear_sub2t")
+    }  # fmt: skip
+    names = {e: {s.name.removeprefix(".text.") for s in c.sections} for e, c in closures.items()}
+    for bits, t in (("4", "mico_lin_t4"), ("2", "mico_lin_t2")):
+        assert t in names[f"mico_qlinear_sub{bits}t"]
+        assert not {"mico_lin_t4", "mico_lin_t2"} & names[f"mico_qlinear_sub{bits}"]
+        words, offset = names[f"mico_qlinear_sub{bits}"], names[f"mico_qlinear_sub{bits}t"]
+        own = {f"mico_qlinear_sub{bits}", f".rodata.mico_lin_words{bits}"}
+        assert words - own < offset  # the same word kernels, its own entry and table aside
+        extra = (
+            closures[f"mico_qlinear_sub{bits}t"].flash - closures[f"mico_qlinear_sub{bits}"].flash
+        )
+        assert 500 < extra < 4096
+
+
 def test_conv_word_kernels_link_one_width_each():
     """mico_qconv2d_tiled_sub4 links the 4-bit word kernel (mico_mk_mp4) and not the 2-bit one,
     and the other way round; both link the pixel lanes, which serve either width."""

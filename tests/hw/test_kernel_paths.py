@@ -41,6 +41,7 @@ def test_kernel_path_names() -> None:
     assert kernel_path("mico_qlinear") == "linear"
     assert kernel_path("mico_qlinear_s8") == "linear_s8"
     assert kernel_path("mico_qlinear_sub4") == kernel_path("mico_qlinear_sub2") == "sub"
+    assert kernel_path("mico_qlinear_sub4t") == kernel_path("mico_qlinear_sub2t") == "sub_t"
     assert kernel_path("mico_qconv2d_tiled_sub4") == kernel_path("mico_qconv2d_tiled_sub2")
     assert kernel_path("mico_qconv2d_tiled_sub2") == "tiled_sub"
     assert kernel_path("mico_qconv2d_lanes_w4g2") == "lanes"
@@ -70,8 +71,8 @@ def test_kernel_path_names() -> None:
 #: these, or a label of its own added here and, for a family by width, to opshape._FAMILIES)
 DECLARED_LABELS = {
     "conv2d", "tiled", "tiled_s8", "tiled_sub", "narrow_s8", "depthwise3x3", "elementwise", "host",
-    "linear", "linear_s8", "sub", "dw8_f1", "dw8_f2", "dwbs", "dwp", "dw4", "bin_swar", "bin_cpop",
-    "addsub", "sign_lut",
+    "linear", "linear_s8", "sub", "sub_t", "dw8_f1", "dw8_f2", "dwbs", "dwp", "dw4", "bin_swar",
+    "bin_cpop", "addsub", "sign_lut",
 }  # fmt: skip
 
 
