@@ -208,7 +208,45 @@ def dwp_plan(
         else:
             best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
+        rows_k = _rows_k_estimate(w, a_fmt, out_fmt, in_hw, out_hw, stride)
+        best["cost"] = best["cost"] if rows_k is None else min(best["cost"], rows_k)
     return best
+
+
+def _rows_k_estimate(
+    weight: np.ndarray,
+    a_fmt: QFormat,
+    out_fmt: QFormat,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+) -> int | None:
+    """Estimated rv32 instructions of a channel through the pair path's words of K lanes read
+    straight from rows of whole bytes (``mico_dwp_readkk``: 2- and 4-bit codes, unsigned
+    without a zero point or signed, stride 1, weights of at most 4 bits, every channel's sums
+    within 3 lanes of 10 bits; 4 lanes of 8 bits when they fit), outputs of at most 4 bits by
+    table or thresholds (fitted on rv32: 16 x 16, 32 channels, W4A4 3 lanes 6,800 to 7,000,
+    W2A2 4 lanes 5,900), or None when the kernel would not take that form (so the pairs'
+    estimate stands)."""
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    b = int(a_fmt.bits)
+    if b not in (2, 4) or getattr(a_fmt, "zero", 0) or tuple(int(v) for v in stride) != (1, 1):
+        return None
+    if (in_w < 8 and in_h * in_w <= DWP_BYTES) or (in_w * b) % 8 or (in_h * in_w * b) % 8:
+        return None
+    if _dwp_cost(out_h, out_w) < _dwp_cost(out_w, out_h):  # the plane transposed
+        return None
+    w = np.asarray(weight)
+    if w.size == 0 or np.abs(w).max() > 8 or out_fmt.bits > 4:
+        return None
+    span = pair_span(w, a_fmt)
+    k = 4 if span <= 0xFF else 3 if span <= DWP_K_SPAN else 0
+    if not k:
+        return None
+    lines = -(-out_h // k)
+    words = (lines + 2) * in_w
+    tiles = lines * -(-out_w // 2)
+    return tiles * (140 if k == 4 else 120) + 7 * words + int(2.5 * out_h * out_w) + 400
 
 
 def dwp_form(
@@ -221,6 +259,7 @@ def dwp_form(
     w_bits: int,
     out_range: tuple[int, int],
     lvl: np.ndarray | None = None,
+    relu: bool = False,
 ) -> tuple[int, str]:
     """The form of a pair-path layer at stride ``sf`` along the buffer rows: its code
     (``mico_dwp``'s, which the entry point checks) and the suffix of its entry point
@@ -234,9 +273,10 @@ def dwp_form(
     most 5 columns), the outputs (by thresholds for at most 4 codes; by table where the
     generator gave ``lvl``, stored packed for 4-bit codes of even rows), rows of 5 outputs.
     ``w_bits``: the stored weight width (``MicoConv2d.w_bits``); ``out_range``: the outputs'
-    ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`. A form whose every channel has its
-    table (every channel then takes words of K lanes, :func:`dwp_levels`) leaves out the
-    requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
+    ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`; ``relu``: the layer's (signed
+    codes out without a ReLU, ``lo < 0``, go by table from 3 codes up). A form whose every
+    channel has its table (every channel then takes words of K lanes, :func:`dwp_levels`)
+    leaves out the requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
     sh, sw = (int(v) for v in stride)
     lo, hi = (int(v) for v in out_range)
@@ -251,14 +291,16 @@ def dwp_form(
     rows2 = not short and not trans and b in (1, 2, 4, 8) and (in_w * b) % 8 == 0
     rows2 = rows2 and (in_plane * b) % 8 == 0
     upad = 2 ** (b - 1) if signed else int(getattr(a_fmt, "zero", 0))
-    table = lvl is not None and 4 <= hi - lo <= 15 and lo >= 0
-    levels = 0 <= hi <= 3
+    n = hi - lo
+    table = lvl is not None and n <= 15 and (n >= 4 if lo >= 0 else not relu and n >= 2)
+    levels = 0 <= hi <= 3 and not table
     multi = short and sf == 1 and ss == 1 and (upad == 0 or signed) and w_bits <= 4 and b <= 4
-    packed = not multi and rows2 and ss == sf and upad == 0 and b in (2, 4)
+    packed = not multi and rows2 and ss == sf and (upad == 0 or signed) and b in (2, 4)
     packed = packed and (sf == 1 or table or levels) and (w_bits <= 4 or (sf == 2 and levels))
     multi = multi or packed
-    nib = packed and table and out_fmt.bits == 4 and not out_fmt.signed
-    nib = nib and not getattr(out_fmt, "zero", 0) and not trans and out_w % 2 == 0
+    nib = packed and table and out_fmt.bits == 4
+    nib = nib and (out_fmt.signed or not getattr(out_fmt, "zero", 0)) and not trans
+    nib = nib and out_w % 2 == 0
     k5 = multi and sh == sw == 1 and in_w <= 5 and out_w <= 5 and out_h + 2 <= DWP_PITCH
     k5 = k5 and b < 8 and not signed
     r5 = sf == 1 and ss == 1 and n_fast == 5
@@ -424,7 +466,10 @@ def dwp_levels(
     if negative and relu:
         lo = max(int(lo), 0)
     n = int(hi) - int(lo)
-    if not 4 <= n <= 15 or (lo < 0 and not negative):  # (the pair path's table: code bytes)
+    # (the pair path's table: code bytes; signed codes without a ReLU: their fields, from 3
+    # codes up, as mico_dwp in mico_dwconv.c takes them)
+    signed_out = lo < 0 and not relu and not negative
+    if not (2 if signed_out else 4) <= n <= 15 or (lo < 0 and not negative and not signed_out):
         return None
     if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None
@@ -675,6 +720,7 @@ def emit_call(
         _, form = dwp_form(
             x.qformat, out.qformat, tuple(x.type.shape[2:]), tuple(out.type.shape[2:]),
             a["stride"], plan["sf"], w_bits, spec.get("clamp") or code_range(out.qformat), lvl,
+            bool(a.get("relu", False)),
         )  # fmt: skip
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")

@@ -83,7 +83,8 @@ def _mirror(layer) -> tuple[int, str]:
     lvl = dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt)
     s = layer.stride
     return dwp_form(layer.a_fmt, layer.o_fmt, layer.x.shape[1:], layer.out_hw, (s, s), s,
-                    layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl)  # fmt: skip
+                    layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl,
+                    layer.relu)  # fmt: skip
 
 
 def _kernel_codes(layers, monkeypatch, tmp_path: Path) -> list[int]:
