@@ -280,6 +280,7 @@ def dwp_form(
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
     sh, sw = (int(v) for v in stride)
     lo, hi = (int(v) for v in out_range)
+    lo = max(lo, 0) if relu else lo  # (the table's codes after a ReLU: from 0)
     big = 2**31 - 1
     cost_n = _dwp_cost(out_w, out_h) if sw == sf else big
     cost_t = _dwp_cost(out_h, out_w) if sh == sf else big
@@ -437,7 +438,9 @@ def dwp_levels(
     negative: bool = False,
 ) -> np.ndarray | None:
     """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
-    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp) or negative ones.
+    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp; after a ReLU
+    from ``lo = max(lo, 0)``, no code below 0 being stored); signed outputs without a ReLU
+    (``lo < 0``) from 3 codes (``mico_dwp_lut`` stores their two's-complement fields).
 
     The kernel's lane value of a window is ``v = acc - bb`` in ``[0, span]`` with ``acc`` the
     reference's accumulator, ``bb = bias - u_pad sum(w) + umax neg`` and ``span = umax (pos -
@@ -453,9 +456,8 @@ def dwp_levels(
     (so a layer whose every channel has its table takes only words of K lanes: its form, the
     ``_x`` of :func:`dwp_form`, links no requantizing plane function). None too for codes of
     more than 4 bits (only the kernel's words of K lanes read the table) and when no channel's
-    table fits. ``negative``: codes below 0 too (``mico_qconv2d_dw4s``, whose table holds
-    ``code + 8``; the thresholds do not depend on the codes' bytes), the levels from code 0
-    after a ReLU (no code below it is stored, and a first step from ``lo`` could pass a byte).
+    table fits. ``negative``: the table of ``mico_qconv2d_dw4s`` (which holds ``code + 8``;
+    the thresholds do not depend on the codes' bytes), from 5 codes as before.
     """
     from mico.ir.ops.mico_ops import code_range, finish
 
@@ -463,13 +465,12 @@ def dwp_levels(
     if fmt is None or spec.get("m") is None:
         return None
     lo, hi = spec.get("clamp") or code_range(fmt)
-    if negative and relu:
+    if relu:
         lo = max(int(lo), 0)
     n = int(hi) - int(lo)
-    # (the pair path's table: code bytes; signed codes without a ReLU: their fields, from 3
-    # codes up, as mico_dwp in mico_dwconv.c takes them)
-    signed_out = lo < 0 and not relu and not negative
-    if not (2 if signed_out else 4) <= n <= 15 or (lo < 0 and not negative and not signed_out):
+    # (the pair path's table: code bytes; signed codes without a ReLU, lo < 0: their fields,
+    # from 3 codes up, as mico_dwp in mico_dwconv.c takes them)
+    if not (2 if lo < 0 and not negative else 4) <= n <= 15:
         return None
     if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None

@@ -2095,8 +2095,8 @@ static inline uint32_t *mico_dwp_fillw(uint32_t *o, uint32_t *const end, const u
  * t_L gets +1 in its bytes from t_L on (a byte's field stays below 256: no carry; from code -1,
  * field fmask, to code 0: -fmask in those bytes, which hold fmask: no borrow), the words after
  * it the next field in every byte. */
-static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
-                                       int32_t lo, uint32_t fmask)
+static MICO_DWL_INLINE void mico_dwp_lutk(uint32_t *lut, const uint8_t *lv, int32_t n,
+                                          uint32_t span, int32_t lo, uint32_t fmask, const int sg)
 {
     const int le = mico_dwp_low_half() == 0; /* byte t & 3 of a word at its low end */
     uint32_t *const end = lut + (span >> 2) + 1u; /* words of lane values 0..span */
@@ -2116,7 +2116,7 @@ static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t
         {
             const uint32_t at = le ? 0x01010101u << (8u * (t & 3u))
                                    : 0x01010101u >> (8u * (t & 3u));
-            if (step == wrap) { /* field -1 (fmask) -> field 0 */
+            if (sg && step == wrap) { /* field -1 (fmask) -> field 0 */
                 cw -= fmask * at;
                 full = 0u;
             } else {
@@ -2131,6 +2131,15 @@ static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t
     }
     *o = cw;
     mico_dwp_fillw(o + 1, end, full);
+}
+static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
+                                       int32_t lo, uint32_t fmask)
+{
+    if (lo < 0) { /* (the codes' fields wrap from -1 to 0) */
+        mico_dwp_lutk(lut, lv, n, span, lo, fmask, 1);
+    } else {
+        mico_dwp_lutk(lut, lv, n, span, lo, fmask, 0);
+    }
 }
 
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
@@ -2540,7 +2549,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, code;
     int short_rows, multi, levels, rows2, nib, r5;
-    int32_t n_lvl;
+    int32_t n_lvl, lo_t;
     MicoDwpIn rd;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
@@ -2585,9 +2594,11 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     rows2 = !short_rows && !trans && (b == 1u || b == 2u || b == 4u || b == 8u) &&
             ((size_t)in_w * b) % 8u == 0u && ((size_t)in_plane * b) % 8u == 0u;
     /* outputs of 5..16 codes by table where the generator gave the channels' levels */
-    n_lvl = g->hi - g->lo;
-    /* (signed codes without a ReLU, lo < 0: 3 codes or more, their fields in the table) */
-    lvl = n_lvl <= 15 && (g->lo >= 0 ? n_lvl >= 4 : !g->relu && n_lvl >= 2) ? lvl : NULL;
+    /* (signed codes without a ReLU, lo < 0: 3 codes or more, their fields in the table; after
+     * a ReLU the codes from 0) */
+    lo_t = g->relu && g->lo < 0 ? 0 : g->lo;
+    n_lvl = g->hi - lo_t;
+    lvl = n_lvl <= 15 && (lo_t >= 0 ? n_lvl >= 4 : n_lvl >= 2) ? lvl : NULL;
     /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form (not those
      * by table) */
     levels = g->hi >= 0 && g->hi <= 3 && lvl == NULL;
@@ -2741,7 +2752,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         lut_ch = multi && lv && (lv[0] | lv[1] << 8) != 0xffffu &&
                  (uint32_t)(pos - neg) * umax < MICO_DWP_LUT;
         if (lut_ch) {
-            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo,
+            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t,
                          of.bits >= 8 ? 0xffu : (1u << of.bits) - 1u);
         }
         packed4 = nib && lut_ch;

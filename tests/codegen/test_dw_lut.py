@@ -161,7 +161,7 @@ def test_tables_and_packed_rows_bit_exact(monkeypatch):
 
 def test_levels_table():
     """The generator's table: n + 1 bytes a channel for outputs of 5..16 unsigned codes
-    (None for fewer or more, or signed ones after a ReLU); a channel's t_1 0xffff when its span
+    (None for fewer or more, after a ReLU from code 0); a channel's t_1 0xffff when its span
     does not fit the kernel's words of K lanes or its levels are more than 255 lane values apart;
     otherwise t_1 and the steps give back, by the kernel's own reading, every code of the
     reference."""
@@ -187,7 +187,7 @@ def test_levels_table():
         ref = np.asarray(finish(acc[None, :], one, layer.relu, axis=0).numpy())[0]
         assert np.array_equal(codes, ref), c
     assert _levels(_layer(8, 8, a=A2, o=A2, wb=2)) is None  # 4 codes: thresholds
-    assert _levels(_layer(8, 8, o=QFormat(4, True), relu=True)) is None  # signed, a ReLU
+    assert _levels(_layer(8, 8, o=QFormat(2, True), relu=True)) is None  # signed, a ReLU: 0, 1
     # signed codes without a ReLU: their table (test_dw_signed.py)
     assert _levels(_layer(8, 8, o=QFormat(4, True), relu=False)) is not None
     assert _levels(_layer(8, 8, o=QFormat(8, False))) is None  # 256 codes

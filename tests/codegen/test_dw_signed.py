@@ -92,7 +92,8 @@ def _cases() -> list:
         _layer(7, 6, a=S2, o=S2, wb=2, c=5, seed=16),
         _layer(11, 8, c=3, pad=0, seed=17),  # no padding: rows of 6 outputs
         _layer(12, 16, c=3, pad=2, seed=18),  # padding 2
-        _layer(16, 16, o=S4, relu=True, c=3, seed=19),  # signed outputs after a ReLU: words
+        _layer(16, 16, o=S4, relu=True, c=3, seed=19),  # signed outputs after a ReLU: table
+        _layer(16, 16, a=S2, o=S2, wb=2, relu=True, c=3, seed=32),  # (0, 1: no table)
         _layer(16, 16, o=S8, c=3, seed=20),  # 8-bit outputs: the multiply, stored straight
         _layer(16, 16, a=S8, o=S4, c=3, seed=21),  # 8-bit codes in: pairs, by requantization
         _layer(32, 32, c=3, stride=2, seed=22),  # stride 2: 4-bit outputs stored packed
@@ -144,14 +145,18 @@ def test_signed_forms_mirror(monkeypatch, tmp_path):
 
 
 def test_signed_levels():
-    """The table of signed outputs without a ReLU: from 3 codes (2-bit, -1..1) up; none after
-    a ReLU (those codes' lo is below 0), none for 8-bit codes in."""
+    """The table of signed outputs without a ReLU: from 3 codes (2-bit, -1..1) up; after a
+    ReLU from code 0 (4-bit: 0..7), none for fewer than 5 codes there (2-bit: 0, 1), none for
+    8-bit codes in."""
     spec = lambda lay: out_spec(lay.o_fmt, 1.0, list(lay.m), list(lay.shift))  # noqa: E731
     for a, o, n in ((S4, S4, 14), (S2, S2, 2), (A4, S3, 6), (S2, S4, 14)):
         lay = _layer(8, 8, a=a, o=o, c=3)
         lvl = dwp_levels(lay.weight, lay.bias, spec(lay), False, lay.a_fmt)
         assert lvl is not None and lvl.shape == (3 * (n + 1),)
     lay = _layer(8, 8, c=3)
+    lvl = dwp_levels(lay.weight, lay.bias, spec(lay), True, lay.a_fmt)
+    assert lvl is not None and lvl.shape == (3 * 8,)
+    lay = _layer(8, 8, a=S2, o=S2, c=3)
     assert dwp_levels(lay.weight, lay.bias, spec(lay), True, lay.a_fmt) is None
     lay = _layer(8, 8, a=S8, c=3)
     assert dwp_levels(lay.weight, lay.bias, spec(lay), False, lay.a_fmt) is None
