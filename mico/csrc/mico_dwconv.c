@@ -2132,14 +2132,16 @@ static MICO_DWL_INLINE void mico_dwp_lutk(uint32_t *lut, const uint8_t *lv, int3
     *o = cw;
     mico_dwp_fillw(o + 1, end, full);
 }
+/* lo >= 0 (mico_dwp_lut_s: lo < 0, the codes' fields wrapping from -1 to 0) */
 static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
-                                       int32_t lo, uint32_t fmask)
+                                       int32_t lo)
 {
-    if (lo < 0) { /* (the codes' fields wrap from -1 to 0) */
-        mico_dwp_lutk(lut, lv, n, span, lo, fmask, 1);
-    } else {
-        mico_dwp_lutk(lut, lv, n, span, lo, fmask, 0);
-    }
+    mico_dwp_lutk(lut, lv, n, span, lo, 0xffu, 0);
+}
+static MICO_NOINLINE void mico_dwp_lut_s(uint32_t *lut, const uint8_t *lv, int32_t n,
+                                         uint32_t span, int32_t lo, uint32_t fmask)
+{
+    mico_dwp_lutk(lut, lv, n, span, lo, fmask, 1);
 }
 
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
@@ -2752,8 +2754,12 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         lut_ch = multi && lv && (lv[0] | lv[1] << 8) != 0xffffu &&
                  (uint32_t)(pos - neg) * umax < MICO_DWP_LUT;
         if (lut_ch) {
-            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t,
-                         of.bits >= 8 ? 0xffu : (1u << of.bits) - 1u);
+            if (lo_t < 0) { /* signed codes' fields */
+                mico_dwp_lut_s(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t,
+                               of.bits >= 8 ? 0xffu : (1u << of.bits) - 1u);
+            } else {
+                mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t);
+            }
         }
         packed4 = nib && lut_ch;
         if (with_k && multi &&
@@ -3933,7 +3939,7 @@ static MICO_DWL_INLINE void mico_dw4(const MicoConv2d *p, const uint8_t *lvl, co
         k.be = off * MICO_DW4_LANES;
         k.bo = off0 + off * (MICO_DW4_LANES - 1u);
         if (lv && (lv[0] | lv[1] << 8) != 0xffffu) { /* the generator's levels */
-            mico_dwp_lut(lut_words, lv, n_lvl, span, base, 0xffu);
+            mico_dwp_lut(lut_words, lv, n_lvl, span, base);
         } else { /* the kernel's own requantization of every lane value */
             const uint32_t bb = (uint32_t)p->bias[ch] - off; /* the accumulator of lane value 0 */
             uint8_t *const t = (uint8_t *)lut_words;
