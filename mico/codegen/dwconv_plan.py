@@ -274,7 +274,8 @@ def dwp_form(
     generator gave ``lvl``, stored packed for 4-bit codes of even rows), rows of 5 outputs.
     ``w_bits``: the stored weight width (``MicoConv2d.w_bits``); ``out_range``: the outputs'
     ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`; ``relu``: the layer's (signed
-    codes out without a ReLU, ``lo < 0``, go by table from 3 codes up). A form whose every
+    codes out without a ReLU, ``lo < 0``, go by table from 3 codes up; 3 or 4 codes from 0 by
+    table in words of K lanes at stride 1, by thresholds elsewhere). A form whose every
     channel has its table (every channel then takes words of K lanes, :func:`dwp_levels`)
     leaves out the requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
@@ -294,11 +295,14 @@ def dwp_form(
     upad = 2 ** (b - 1) if signed else int(getattr(a_fmt, "zero", 0))
     n = hi - lo
     table = lvl is not None and n <= 15 and (n >= 4 if lo >= 0 else not relu and n >= 2)
+    small = lvl is not None and lo >= 0 and 2 <= n <= 3  # (words of K lanes at stride 1 only)
     levels = 0 <= hi <= 3 and not table
     multi = short and sf == 1 and ss == 1 and (upad == 0 or signed) and w_bits <= 4 and b <= 4
     packed = not multi and rows2 and ss == sf and (upad == 0 or signed) and b in (2, 4)
     packed = packed and (sf == 1 or table or levels) and (w_bits <= 4 or (sf == 2 and levels))
     multi = multi or packed
+    table = table or (small and multi and sf == 1)
+    levels = levels and not table
     nib = packed and table and out_fmt.bits == 4
     nib = nib and (out_fmt.signed or not getattr(out_fmt, "zero", 0)) and not trans
     nib = nib and out_w % 2 == 0
@@ -438,9 +442,11 @@ def dwp_levels(
     negative: bool = False,
 ) -> np.ndarray | None:
     """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
-    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp; after a ReLU
-    from ``lo = max(lo, 0)``, no code below 0 being stored); signed outputs without a ReLU
-    (``lo < 0``) from 3 codes (``mico_dwp_lut`` stores their two's-complement fields).
+    have fewer than 3 or more than 16 codes (``hi - lo`` levels of the clamp; after a ReLU
+    from ``lo = max(lo, 0)``, no code below 0 being stored; signed outputs without a ReLU,
+    ``lo < 0``: ``mico_dwp_lut`` stores their two's-complement fields). Tables of 3 or 4
+    codes from 0 only words of K lanes at stride 1 read (:func:`dwp_form`; the others count
+    thresholds, and the generator leaves such a table out).
 
     The kernel's lane value of a window is ``v = acc - bb`` in ``[0, span]`` with ``acc`` the
     reference's accumulator, ``bb = bias - u_pad sum(w) + umax neg`` and ``span = umax (pos -
@@ -470,7 +476,7 @@ def dwp_levels(
     n = int(hi) - int(lo)
     # (the pair path's table: code bytes; signed codes without a ReLU, lo < 0: their fields,
     # from 3 codes up, as mico_dwp in mico_dwconv.c takes them)
-    if not (2 if lo < 0 and not negative else 4) <= n <= 15:
+    if not (4 if negative else 2) <= n <= 15:
         return None
     if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None
@@ -715,14 +721,16 @@ def emit_call(
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
             node.inputs[0].qformat,
         )  # fmt: skip
-        if lvl is not None:
-            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
         x, out, spec = node.inputs[0], node.output, a.get("requant") or {}
-        _, form = dwp_form(
+        code, form = dwp_form(
             x.qformat, out.qformat, tuple(x.type.shape[2:]), tuple(out.type.shape[2:]),
             a["stride"], plan["sf"], w_bits, spec.get("clamp") or code_range(out.qformat), lvl,
             bool(a.get("relu", False)),
         )  # fmt: skip
+        if lvl is not None and (code >> 4 & 3) < 2 and lvl.size <= 4 * len(node.inputs[1].data):
+            lvl = None  # (a table of 3 or 4 codes only words of K lanes at stride 1 read)
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold

@@ -966,7 +966,9 @@ MICO_DW8_ENTRY(2)
  * for a whole word by the build), the padding u_pad = h (3 and 4 lanes: layouts of their own,
  * their padding columns restored between them); so do rows of whole bytes of signed 2- and
  * 4-bit codes (mico_dwp_readkk). Signed outputs without a ReLU go by table too (the fields of
- * their codes, mico_dwp_lut), from 3 codes (2-bit outputs: -1, 0, 1) up.
+ * their codes, mico_dwp_lut), from 3 codes (2-bit outputs: -1, 0, 1) up, and so do outputs
+ * of 3 or 4 codes from 0 in words of K lanes at stride 1 (a byte load an output, where the
+ * thresholds need their bisection a channel).
  *
  * Outputs of at most 4 codes (1- and 2-bit) of a channel in the ReLU form whose lane sums
  * leave a spare top bit go by thresholds (mico_dwp_levels, plane functions _2): the code is
@@ -2550,7 +2552,7 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, code;
-    int short_rows, multi, levels, rows2, nib, r5;
+    int short_rows, multi, levels, rows2, nib, r5, small;
     int32_t n_lvl, lo_t;
     MicoDwpIn rd;
     MicoDwpK kc;
@@ -2600,10 +2602,13 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
      * a ReLU the codes from 0) */
     lo_t = g->relu && g->lo < 0 ? 0 : g->lo;
     n_lvl = g->hi - lo_t;
-    lvl = n_lvl <= 15 && (lo_t >= 0 ? n_lvl >= 4 : n_lvl >= 2) ? lvl : NULL;
+    /* (3 or 4 codes from 0: by table in words of K lanes at stride 1 only, below; elsewhere
+     * by thresholds, which the pairs and stride 2 count for every lane of a word) */
+    small = lvl && lo_t >= 0 && n_lvl >= 2 && n_lvl <= 3;
+    lvl = n_lvl <= 15 && n_lvl >= 2 ? lvl : NULL;
     /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form (not those
      * by table) */
-    levels = g->hi >= 0 && g->hi <= 3 && lvl == NULL;
+    levels = g->hi >= 0 && g->hi <= 3 && (lvl == NULL || small);
     /* K lanes a word (MICO_DWP_PLANE): planes of short rows at stride 1, codes whose u_pad is
      * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
      * ones' sums seldom fit 10 bits) */
@@ -2619,6 +2624,10 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
                 (sf == 1 || lvl || levels) && (p->w_bits <= 4 || (sf == 2 && levels));
     kc.sf = sf;
     multi = multi || kc.packed;
+    if (small && !(multi && sf == 1)) { /* (the pairs and stride 2: by thresholds) */
+        lvl = NULL;
+    }
+    levels = levels && lvl == NULL;
     /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two
      * outputs a byte, stored packed by the plane functions (MICO_DWP_PLANEKN) */
     nib = kc.packed && lvl && of.bits == 4 && (of.is_signed || !of.zero) && !trans &&

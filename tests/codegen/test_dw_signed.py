@@ -94,6 +94,8 @@ def _cases() -> list:
         _layer(12, 16, c=3, pad=2, seed=18),  # padding 2
         _layer(16, 16, o=S4, relu=True, c=3, seed=19),  # signed outputs after a ReLU: table
         _layer(16, 16, a=S2, o=S2, wb=2, relu=True, c=3, seed=32),  # (0, 1: no table)
+        _layer(16, 16, a=S2, o=A2, wb=2, relu=True, c=3, seed=33),  # 4 codes from 0: table
+        _layer(18, 18, a=S2, o=A2, wb=2, relu=True, c=3, stride=2, seed=34),  # thresholds
         _layer(16, 16, o=S8, c=3, seed=20),  # 8-bit outputs: the multiply, stored straight
         _layer(16, 16, a=S8, o=S4, c=3, seed=21),  # 8-bit codes in: pairs, by requantization
         _layer(32, 32, c=3, stride=2, seed=22),  # stride 2: 4-bit outputs stored packed
