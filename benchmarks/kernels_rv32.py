@@ -45,10 +45,13 @@ from mico.codegen.dwconv_plan import (
 )
 from mico.codegen.emitters import (
     LANES_MIN_MACS,
+    SUB_WORD_BITS,
     conv2d_kernel,
+    folded_bias,
     lanes_kernel,
     lanes_plan,
     linear_kernel,
+    linear_x_off,
     widened_to_s8,
 )
 from mico.codegen.makefile import QEMU_RV32, RV32_ARCH, RV32_CC, RV32_LIBC, RV32_MEMORY
@@ -339,8 +342,23 @@ def _layer_code(
             lines.append(_array("uint8_t", w, pack(layer.weight, w_fmt)))
         common = (f".in_fmt = {_fmt(layer.a_fmt)}, .w_bits = {w_fmt.bits}, "
                   f".weight = (const uint8_t *){w}, .bias = {tag}bias, .out = {out}")  # fmt: skip
+        # "words": a linear layer's word kernels (mico_qlinear_sub4 / _sub2) whatever the
+        # choice, given the generator's input offset (x_off, the bias folded)
+        words = path == "words" and layer.kind == "linear" and w_fmt.bits in SUB_WORD_BITS
+        x_off = linear_x_off(f"mico_qlinear_sub{w_fmt.bits}", layer.a_fmt) if words else 0
+        if x_off:
+            folded = folded_bias(layer.bias, layer.weight, x_off)
+            folded = np.concatenate([folded, np.zeros(-len(folded) % 32, dtype=np.int64)])
+            lines.append(_array("int32_t", f"{tag}bias_{sym}", folded))
+            common = common.replace(f".bias = {tag}bias,", f".bias = {tag}bias_{sym},")
+            common += f", .x_off = {x_off}"
         if layer.kind == "linear":
             rows, in_f = layer.x.shape
+            if ws_mode:  # the sign tables' linear layer: planned scratch or a byte less
+                size = scratch_bytes(layer, sign_lut_plan.LINEAR_KERNEL) - (ws_mode == "short")
+                lines.append(f"static uint64_t {tag}ws_{sym}[{max(size + 7, 8) // 8}];")
+                lines.append(f"#define {p}_WS {tag}ws_{sym}\n#define {p}_WSB {size}")
+                common += f", .scratch = {tag}ws_{sym}, .scratch_bytes = {size}"
             lines.append(
                 f"static const MicoLinear {p} = {{ .rows = {rows}, .in_features = {in_f}, "
                 f".out_features = {out_c}, {common} }};"
@@ -359,6 +377,8 @@ def _layer_code(
             kernel = sign_lut if path == "chosen" and sign_lut else kernel
             if path == "sign_lut":  # the sign tables themselves, whatever the choice
                 kernel = sign_lut_plan.LINEAR_KERNEL
+            if words:
+                kernel = f"mico_qlinear_sub{w_fmt.bits}"
         else:
             in_c, h, wd = layer.x.shape
             oh, ow = layer.out_hw
@@ -394,8 +414,13 @@ def _layer_code(
 
 
 def scratch_bytes(layer: Layer, kernel: str) -> int:
-    """The planned scratch of a conv layer for ``kernel`` (:mod:`mico.codegen.scratch`: the
-    sign-weight sums and the sign tables)."""
+    """The planned scratch of a layer for ``kernel`` (:mod:`mico.codegen.scratch`: the
+    sign-weight sums and the sign tables, convolution or linear)."""
+    in_fmt = (layer.a_fmt.bits, int(layer.a_fmt.signed), layer.a_fmt.zero)
+    if kernel == sign_lut_plan.LINEAR_KERNEL:
+        rows, in_f = layer.x.shape
+        out_f = layer.weight.shape[0]
+        return scratch.sign_lut_linear_bytes(rows, in_f, out_f, in_fmt, layer.w_fmt.bits)
     in_c, h, w = layer.x.shape
     out_c, _, kh, kw = layer.weight.shape
     oh, ow = layer.out_hw
@@ -403,7 +428,6 @@ def scratch_bytes(layer: Layer, kernel: str) -> int:
             "k_h": kh, "k_w": kw, "stride_h": layer.stride, "stride_w": layer.stride,
             "pad_h": layer.pad, "pad_w": layer.pad, "dil_h": layer.dil, "dil_w": layer.dil,
             "groups": layer.groups}  # fmt: skip
-    in_fmt = (layer.a_fmt.bits, int(layer.a_fmt.signed), layer.a_fmt.zero)
     if kernel == sign_lut_plan.CONV_KERNEL:
         return scratch.sign_lut_bytes(geom, in_fmt, layer.w_fmt.bits)
     if kernel in ADDSUB_KERNELS.values():

@@ -12,7 +12,10 @@ one-row count), so every code equals the window's code at that position, bit for
 
 - row-wise kernels (``mico_qlinear`` and its lane variants, ``mico_qrmsnorm``, ``mico_lut``,
   ``mico_qmul``, ``mico_add``, ``mico_requant`` with one multiplier) compute each row, or each
-  element, from that row alone;
+  element, from that row alone; a call given planned scratch in the window (the sign tables,
+  ``mico_qlinear_sign_lut``, through a local copy of its params) is given scratch sized for
+  one row in the decode step's own buffer (one for all such calls), never the window's arena,
+  which the caches may share;
 - ``mico_qrope`` reads the tables of the position it is given: they are passed from row ``pos``;
 - the score matmul ``q . K^T`` reads the cache laid out as the window's ``K^T`` buffer (the
   same format, packed as the window packs it): column ``j`` is key ``j``; columns past ``pos``
@@ -50,6 +53,14 @@ ALIGN = 8
 _CALL = re.compile(
     r"/\* (\w+): ([\w.]+) -> (\w+?)(\d+)\[([\d, ]+)\] \*/\s*\n\s*(mico_\w+)\((.*)\);"
 )
+#: the same, the call given planned scratch through a local copy of its params
+#: (mico.codegen.emitters._scratch_call): ``{ MicoLinear p_ = sym; p_.scratch = ...;
+#: p_.scratch_bytes = n; kernel(&p_, ...); }``
+_BLOCK = re.compile(
+    r"/\* (\w+): ([\w.]+) -> (\w+?)(\d+)\[([\d, ]+)\] \*/\s*\n\s*\{\s*\n"
+    r"\s*Mico\w+ p_ = (\w+);\s*\n\s*p_\.scratch = (MICO_ARENA\(\d+\));\s*\n"
+    r"\s*p_\.scratch_bytes = (\d+);\s*\n\s*(mico_\w+)\(&p_, (.*)\);\s*\n\s*\}"
+)
 _ARENA = re.compile(r"^MICO_ARENA\((\d+)\)$")
 #: every node's comment in ``<name>_run``, whatever code follows it
 _NODE = re.compile(r"/\* (\w+): [\w.]+ -> \w+\[[\d, ]+\] \*/")
@@ -65,6 +76,8 @@ class _Call:
     shape: tuple[int, ...]
     func: str
     args: list[str]
+    #: the window's planned scratch (arena expression, bytes) of a call given some
+    scratch: tuple[str, int] | None = None
 
     @property
     def out_arg(self) -> int:
@@ -115,18 +128,27 @@ def _call(m: re.Match) -> _Call:
     return _Call(m[1], m[2], int(m[4]), shape, m[6], split_args(m[7]))
 
 
+def _block_call(m: re.Match) -> _Call:
+    """A call given planned scratch (:data:`_BLOCK`), its params named by their symbol."""
+    shape = tuple(int(d) for d in m[5].split(","))
+    args = [f"&{m[6]}", *split_args(m[10])]
+    return _Call(m[1], m[2], int(m[4]), shape, m[9], args, (m[7], int(m[8])))
+
+
 def parse_run(source: str, name: str) -> tuple[list[_Call], int]:
     """The kernel calls of ``<name>_run`` in order and the arena offset of the output."""
     body = source.split(f"int {name}_run(", 1)
     if len(body) < 2:
         raise Refused(f"{name}.c has no {name}_run")
     run = body[1]
-    calls = [_call(m) for m in _CALL.finditer(run)]
+    found = [(m.start(), _call(m)) for m in _CALL.finditer(run)]
+    found += [(m.start(), _block_call(m)) for m in _BLOCK.finditer(run)]
+    calls = [c for _, c in sorted(found, key=lambda f: f[0])]
     out = re.search(r"memcpy\(output, MICO_ARENA\((\d+)\), sizeof", run)
     if not calls or out is None:
         raise Refused(f"{name}_run is not a sequence of kernel calls into the arena")
-    # a node whose code is not one plain call under its comment (a block that passes planned
-    # scratch, say) would be left out of the decode step: refuse rather than skip it
+    # a node whose code is not one plain call under its comment (nor one given planned
+    # scratch) would be left out of the decode step: refuse rather than skip it
     followed = {c.node for c in calls}
     for node in _NODE.findall(run):
         if node not in followed:
@@ -135,7 +157,25 @@ def parse_run(source: str, name: str) -> tuple[list[_Call], int]:
     for c in calls:
         if c.func_kind not in _OUT_ARG:
             raise Refused(f"{c.node} calls {c.func}, which the decode step does not repeat")
+        if c.scratch is not None and c.func not in _SCRATCH_SIZE:
+            raise Refused(f"{c.node} gives {c.func} planned scratch the decode step cannot size")
     return calls, int(out[1])
+
+
+def _sign_lut_linear_bytes(fields: dict[str, str], rows: int) -> int:
+    """Bytes of scratch ``mico_qlinear_sign_lut`` takes for the layer of these param fields
+    with ``rows`` rows (:func:`mico.codegen.scratch.sign_lut_linear_bytes`)."""
+    from mico.codegen.scratch import sign_lut_linear_bytes
+
+    fmt = dict(re.findall(r"\.(\w+) = (-?\d+)", fields["in_fmt"]))
+    in_fmt = (int(fmt["bits"]), int(fmt["is_signed"]), int(fmt.get("zero", 0)))
+    return sign_lut_linear_bytes(rows, int(fields["in_features"]), int(fields["out_features"]),
+                                 in_fmt, int(fields["w_bits"]))  # fmt: skip
+
+
+#: the kernels the decode step repeats given planned scratch, and that scratch's size for
+#: their param fields and a row count
+_SCRATCH_SIZE = {"mico_qlinear_sign_lut": _sign_lut_linear_bytes}
 
 
 def struct_fields(sources: str, symbol: str) -> dict[str, str]:
@@ -225,6 +265,7 @@ class _Builder:
         self.producer: list[dict[int, int]] = []  # per call: arg -> producing call
         self.caches: dict[int, str] = {}  # copy call index -> cache buffer
         self.scratch = 0
+        self.kernel_ws = ""  # the kernels' planned scratch on one position (shared by all)
 
     # ------------------------------------------------------------------ buffers
     def bytes_of(self, call: _Call, rows: int) -> int:
@@ -289,9 +330,20 @@ class _Builder:
     def arg(self, i: int, a: int) -> str:
         return self.bufs[self.producer[i][a]]
 
+    def one_row_scratch(self, c: _Call) -> int:
+        """Bytes of scratch a call given some in the window takes on one position."""
+        if c.scratch is None:
+            return 0
+        return _SCRATCH_SIZE[c.func](struct_fields(self.structs, c.args[0].lstrip("&")), 1)
+
     def build(self) -> None:
         self.dataflow()
         self.find_caches()
+        # the kernels' working memory, as in the window but on one row: one buffer for all,
+        # each call's alone while it runs (not the window's arena, which the caches may share)
+        most = max((self.one_row_scratch(c) for c in self.calls), default=0)
+        if most > 0:
+            self.kernel_ws = self.fresh(most)
         body = self.plan.body
         last_write = max(self.caches)  # past it, only the logits need the calls
         for i, c in enumerate(self.calls):
@@ -324,7 +376,9 @@ class _Builder:
         self.check(c, struct_fields(self.structs, symbol).get("rows", "-1"), self.t, ".rows")
         a = [*c.args]
         a[0], a[n_in], a[n_in + 1] = "&p", self.arg(i, n_in), self.out(i, c)
-        return [f"    {{ MicoLinear p = {symbol}; p.rows = 1; {c.func}({', '.join(a)}); }}"]
+        size = self.one_row_scratch(c)
+        ws = f" p.scratch = {self.kernel_ws}; p.scratch_bytes = {size};" if size > 0 else ""
+        return [f"    {{ MicoLinear p = {symbol}; p.rows = 1;{ws} {c.func}({', '.join(a)}); }}"]
 
     def emit_qlinear(self, i: int, c: _Call) -> list[str]:
         return self._linear(i, c, 1)

@@ -101,14 +101,21 @@ def c_out(
 
 
 def _weights(
-    ctx: EmitContext, node: Node, lanes: int = 0, binary: bool = False, s8: bool = False
+    ctx: EmitContext,
+    node: Node,
+    lanes: int = 0,
+    binary: bool = False,
+    s8: bool = False,
+    x_off: int = 0,
 ) -> tuple[str, str, int]:
     """Emit packed weights and int32 bias; return their symbols and the weight bit-width.
 
     ``lanes``: the weights as channel-lanes words of that many bits a code (``pack_lanes``,
     the layer's width or a wider one, see :func:`lanes_plan`; 0: not lanes);
     ``binary``: as rows of whole words (``pack_binary_rows``, for the popcount kernels);
-    ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`).
+    ``s8``: as int8 codes, a byte each (:func:`widened_to_s8`); ``x_off``: the offset the
+    kernel adds to the input codes (``MicoLinear.x_off``, :func:`linear_x_off`), taken off the
+    bias as ``x_off`` times each output's sum of weights.
     """
     weight, bias = node.inputs[1], node.inputs[2]
     fmt = weight.qformat
@@ -134,11 +141,21 @@ def _weights(
             word_aligned=fmt.bits in (2, 4),  # rows of whole words are read a word at a time
         )
     bias_data = np.asarray(bias.data)
+    if x_off:
+        bias_data = folded_bias(bias_data, np.asarray(weight.data), x_off)
     if lanes:  # a short last block: its channels' bias is read (mico_lanes_finish), not stored
         bias_data = np.concatenate([bias_data, np.zeros(-len(bias_data) % (32 // fmt.bits),
                                                         dtype=bias_data.dtype)])  # fmt: skip
-    b_sym = ctx.const_int32(f"{bias.name}", bias_data)
+    tag = "" if not x_off else f"_xoff{x_off}" if x_off > 0 else f"_xoffm{-x_off}"
+    b_sym = ctx.const_int32(f"{bias.name}{tag}", bias_data)
     return w_sym, b_sym, fmt.bits
+
+
+def folded_bias(bias: np.ndarray, weight: np.ndarray, x_off: int) -> np.ndarray:
+    """The bias of a layer whose kernel adds ``x_off`` to its input codes: ``bias - x_off *
+    (sum of each output's weight codes)``, so that the kernel's sums are the layer's."""
+    sums = np.asarray(weight, dtype=np.int64).reshape(len(bias), -1).sum(axis=1)
+    return np.asarray(bias, dtype=np.int64) - int(x_off) * sums
 
 
 def _window(attrs: dict) -> dict[str, int]:
@@ -521,17 +538,19 @@ def emit_qconv2d(node: Node, ctx: EmitContext) -> list[str]:
     return _scratch_call(ctx, node, params, kernel, ctx.buffer(x), ctx.buffer(out))
 
 
-def _scratch_call(ctx: EmitContext, node: Node, params: str, kernel: str, *args: str) -> list[str]:
-    """The call of a conv kernel; a node with planned scratch (:mod:`mico.codegen.scratch`)
-    passes a copy of its flash params pointing at it (the arena's address is known at run
-    time only)."""
+def _scratch_call(
+    ctx: EmitContext, node: Node, params: str, kernel: str, *args: str, ctype: str = "MicoConv2d"
+) -> list[str]:
+    """The call of a conv kernel (or the sign tables' linear one: ``ctype`` MicoLinear); a
+    node with planned scratch (:mod:`mico.codegen.scratch`) passes a copy of its flash params
+    pointing at it (the arena's address is known at run time only)."""
     size = int(node.plan.get(SCRATCH_ATTR, 0) or 0)
     rest = ", ".join(args)
     if size <= 0 or scratch_name(node) not in ctx.plan.offsets:
         return [f"{kernel}(&{params}, {rest});"]
     return [
         "{",
-        f"    MicoConv2d p_ = {params};",
+        f"    {ctype} p_ = {params};",
         f"    p_.scratch = {ctx.scratch(node)};",
         f"    p_.scratch_bytes = {size};",
         f"    {kernel}(&p_, {rest});",
@@ -547,7 +566,9 @@ LINEAR_S8_MIN_MACS = 8192
 #: weight widths whose plain layers take the ``_sub`` entry points (mico_qconv2d_tiled_sub4 /
 #: _sub2, mico_qlinear_sub4 / _sub2, one width's word kernels each): the same kernels plus
 #: several products per multiply (rows read a word at a time, or a tap's codes of several pixels
-#: in one word), about 2 KB (conv) and 1 KB (linear) of rv32 code that programs without such
+#: in one word; linear layers on codes of at most 4 bits three 4-bit or four 2-bit products a
+#: multiply, :data:`SUB_OFFSET_MAX_BITS`), about 2 KB (conv) and 1 KB (linear; 1.5 to 1.9 KB
+#: more with the offset-code kernels, docs/codegen.md) of rv32 code that programs without such
 #: layers do not link; no size gate: they pay on any layer (their set-up is per chunk of the
 #: layer, and small layers are where the plain kernels run)
 SUB_WORD_BITS = (2, 4)
@@ -603,6 +624,41 @@ def conv2d_kernel(
     return "mico_qconv2d_tiled"
 
 
+#: input codes of at most this many bits that can be negative (signed, or asymmetric) are
+#: offset by the word kernels (``MicoLinear.x_off``: 2^(bits - 1) for signed codes, the zero
+#: point for asymmetric ones, the offset's products with the weights taken off the bias):
+#: codes in [0, 2^bits) take three 4-bit products (mico_lin_t4) or four 2-bit ones a word's
+#: worth at a time (mico_lin_t2, codes in [0, 5]) per multiply; wider unsigned or asymmetric
+#: codes are centred instead (x_off = their offset - 2^(bits - 1)): the 16-bit lanes of the
+#: word kernels hold chunks twice as long on codes of half the magnitude
+SUB_OFFSET_MAX_BITS = 4
+
+
+def linear_x_off(kernel: str, in_fmt: QFormat | None, weight: np.ndarray | None = None) -> int:
+    """The offset ``kernel`` is given for its input codes (``MicoLinear.x_off``): for the word
+    kernels ``mico_qlinear_sub4`` / ``_sub2``, on codes of at most
+    :data:`SUB_OFFSET_MAX_BITS` bits that can be negative the one that makes their fields'
+    values non-negative (2^(bits - 1) for signed codes, 1 for binary ones, the zero point for
+    asymmetric ones), on wider unsigned or asymmetric codes the one that centres them (the zero
+    point less 2^(bits - 1)); else 0. ``weight``: the layer's weight codes, 0 when the bias it
+    folds would leave int32."""
+    if kernel not in (f"mico_qlinear_sub{b}" for b in SUB_WORD_BITS) or in_fmt is None:
+        return 0
+    if in_fmt.bits > 8:
+        return 0
+    if in_fmt.bits <= SUB_OFFSET_MAX_BITS:
+        if not in_fmt.negative:
+            return 0
+        x_off = 1 if in_fmt.binary else (1 << (in_fmt.bits - 1)) if in_fmt.signed else in_fmt.zero
+    else:
+        x_off = 0 if in_fmt.signed else in_fmt.zero - (1 << (in_fmt.bits - 1))
+    if x_off and weight is not None:
+        sums = np.abs(np.asarray(weight, dtype=np.int64).reshape(len(weight), -1)).sum(axis=1)
+        if len(sums) and int(sums.max()) * abs(x_off) >= 2**30:  # the folded bias stays in int32
+            return 0
+    return x_off
+
+
 def linear_kernel(
     w_bits: int, in_fmt: QFormat | None, macs: int | None = None, words: bool = True
 ) -> str:
@@ -622,6 +678,28 @@ def linear_kernel(
     if w_bits in SUB_WORD_BITS and words and in_fmt is not None and in_fmt.bits <= 8:
         return f"mico_qlinear_sub{w_bits}"  # each width's word kernels only
     return "mico_qlinear"
+
+
+def linear_sign_lut(node: Node, ctx: Any, lanes: bool | None = None) -> str | None:
+    """The sign tables' entry (:data:`sign_lut_plan.LINEAR_KERNEL`) when :func:`emit_qlinear`
+    runs a linear node on them in this context, else None; ``lanes``: whether the channel
+    lanes take the layer (worked out here when None). Nothing is emitted: the memory planner
+    asks before emission (:mod:`mico.codegen.scratch`)."""
+    x = node.inputs[0]
+    out_features, in_features = node.inputs[1].type.shape
+    rows = x.type.numel // (in_features * x.type.shape[0])
+    macs = gate_macs(ctx, node, rows * in_features * out_features)
+    host = host_kernels(ctx, x)
+    binary = not host and binary_plan.takes_binary(
+        node.inputs[1].qformat, x.qformat, in_features, macs=macs,
+        min_macs=binary_plan.LINEAR_MIN_MACS,
+    )  # fmt: skip
+    if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS:
+        return None
+    if lanes is None:
+        lanes = lanes_plan(node.inputs[1].qformat, x.qformat, out_features, pixels=1, macs=macs,
+                           weight=_weight_codes(node)) is not None  # fmt: skip
+    return sign_lut_plan.linear_kernel(node.inputs[1].qformat, fmt_of(x)[0], in_features, lanes)
 
 
 def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
@@ -648,15 +726,17 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
             weight=_weight_codes(node),
         )
     )
-    sign_lut = (
-        None
-        if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS
-        else sign_lut_plan.linear_kernel(
-            node.inputs[1].qformat, fmt_of(x)[0], in_features, lanes is not None
-        )
-    )
+    sign_lut = linear_sign_lut(node, ctx, lanes is not None)
     lanes = None if sign_lut else lanes
-    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary)
+    plain = not (host or binary or lanes is not None or sign_lut is not None)
+    w_fmt = node.inputs[1].qformat
+    kernel = (
+        linear_kernel(w_fmt.bits, x.qformat, macs, words=not prefers_size(ctx))
+        if plain and w_fmt is not None
+        else None
+    )
+    x_off = linear_x_off(kernel, x.qformat, _weight_codes(node)) if kernel else 0
+    w_sym, b_sym, w_bits = _weights(ctx, node, lanes["w_bits"] if lanes else 0, binary, x_off=x_off)
     params = ctx.const_struct(
         "MicoLinear",
         f"{node.name}_params",
@@ -670,6 +750,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
                 "weight": w_sym,
                 "bias": b_sym,
                 "out": c_out(ctx, node.name, out, a.get("requant"), a.get("relu", False)),
+                **({"x_off": x_off} if x_off else {}),
             }
         ),
     )
@@ -683,10 +764,15 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         sym = _lanes_struct(ctx, node, lanes)
         kernel = lanes_kernel("mico_qlinear", lanes, w_bits)
         return [f"{kernel}(&{params}, &{sym}, {ctx.buffer(x)}, {ctx.buffer(out)});"]
-    if sign_lut is not None:
+    if sign_lut is not None:  # its working memory planned in the arena (mico.codegen.scratch)
+        if linear_sign_lut(node, ctx) != sign_lut:  # the planner's view of the layer differs
+            raise CompileError(f"'{node.name}': the scratch planner and the emitter disagree "
+                               "on the sign tables")  # fmt: skip
         ctx.need(sign_lut_plan.SOURCE)
-        return _call(ctx, sign_lut, params, x, out)
-    kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
+        args = (ctx.buffer(x), ctx.buffer(out))
+        return _scratch_call(ctx, node, params, sign_lut, *args, ctype="MicoLinear")
+    if kernel is None:
+        kernel = linear_kernel(w_bits, x.qformat, macs, words=not prefers_size(ctx))
     return _call(ctx, kernel, params, x, out)
 
 

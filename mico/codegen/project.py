@@ -688,8 +688,9 @@ def place_scratch(
     patched: bool = False,
 ) -> dict[str, Any]:
     """Where the kernels' working memory goes (:mod:`mico.codegen.scratch`), chosen per kernel
-    family (``lanes``, ``narrow``, ``sign_lut``, ``addsub``: every layer of a family alike,
-    since its stack fallback's frame is the same for every layer): in the arena, or on the
+    family (``lanes``, ``narrow``, ``sign_lut``, ``sign_lut_linear``, ``addsub``: every layer
+    of a family alike, since its stack fallback's frame is the same for every layer): in the
+    arena, or on the
     stack (no scratch passed, the kernel's stack fallback). The choice makes arena + the rv32
     stack bound of the kernels the run calls (:func:`mico.hw.stack.kernel_bound`) the least; a
     tie keeps the arena. The

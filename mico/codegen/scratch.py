@@ -8,11 +8,14 @@ it on their stack at the size of the largest layer they take (about 9-10 KB each
 arena plan neither saw nor shared. So do the kernels of weights that are signs: the sign
 tables' convolution (``mico_qconv2d_sign_lut`` in mico_sign_lut.c: the patch, the tile, two
 pixel pairs' tables; 6 KB at most) and the sign-weight sums (``mico_qconv2d_addsub1/2`` in
-mico_conv_addsub.c: the patch or phase arrays, the taps' pointers, the tile; 4.4 KB at most).
+mico_conv_addsub.c: the patch or phase arrays, the taps' pointers, the tile; 4.4 KB at most),
+and the sign tables' linear layer (``mico_qlinear_sign_lut``: a chunk's codes, the sums, the
+tables; 3 KB at most, ``MicoLinear.scratch``).
 
 Here the generator sizes that memory for each layer, exactly as the kernel carves it (the C
 computes the same sizes: ``mico_nw_scratch``, the blocks at the top of ``mico_conv_lr`` and
-``mico_conv_pw``, ``mico_qconv2d_sign_lut_scratch``, ``mico_qconv2d_addsub_scratch``), and
+``mico_conv_pw``, ``mico_qconv2d_sign_lut_scratch``, ``mico_qlinear_sign_lut_scratch``,
+``mico_qconv2d_addsub_scratch``), and
 :func:`annotate` records it on the node (``Node.plan``, :data:`~mico.codegen.planner.
 SCRATCH_ATTR`). The planner then places it as a buffer live at
 that node's step only, so it shares bytes with tensors dead by then and adds to the arena
@@ -45,6 +48,8 @@ NW_RQ_BYTES = 20  # sizeof(MicoNwRq): five 32-bit fields
 #: limits of the sign tables' convolution (mico_sign_lut.c): pixels of a tile, taps of a chunk,
 #: channels of a block, bytes from one pixel pair's tables to the next's
 SL_PX, SL_TAPS, SL_OCT, SL_SET = 16, 64, 32, 1024
+#: and of its linear layer: taps of a chunk, outputs of a block
+SL_LTAPS, SL_O = 128, 64
 #: limits of the sign-weight sums (mico_conv_addsub.c): pixels of a tile, taps of a chunk,
 #: channels of a block, int16 codes of an input span (mico_as_rows)
 AS_PX, AS_TAPS, AS_OCT, AS_SPAN = 16, 64, 32, 96
@@ -235,6 +240,24 @@ def sign_lut_bytes(geom: dict[str, int], in_fmt: tuple[int, ...], w_bits: int) -
     return kc * SL_PX * 2 + min(geom["out_c"], SL_OCT) * SL_PX * 4 + SL_SET + kc // 4 * 64
 
 
+def sign_lut_linear_bytes(
+    rows: int, in_features: int, out_features: int, in_fmt: tuple[int, ...], w_bits: int
+) -> int:
+    """Working memory of ``mico_qlinear_sign_lut`` (``mico_sl_linear_bytes``) for a layer it
+    takes, else 0: a chunk's codes of a row (two rows when rows pair; int16), the sums of a
+    block's outputs (two an output when rows pair; int32), the chunk's tables (64 bytes a group
+    of four taps), whose bytes a row's requantized outputs (int32) take over after the sums."""
+    if w_bits != 1 or not 2 <= in_fmt[0] <= 8 or in_features % 8:
+        return 0
+    cap = 32767 // _code_maxabs(in_fmt) if rows > 1 else SL_LTAPS
+    kc = min(_sl_chunk(1, cap, SL_LTAPS), in_features)
+    if kc == 0:
+        return 0
+    nx = 2 if rows > 1 else 1
+    no = min(out_features, SL_O)
+    return _up8(nx * kc * 2) + _up8(nx * no * 4) + _up8(max(kc // 4 * 64, no * 4))
+
+
 def addsub_bytes(geom: dict[str, int], in_fmt: tuple[int, ...], w_bits: int) -> int:
     """Working memory of ``mico_qconv2d_addsub1/2`` (``mico_as_bytes``) for a layer they take,
     else 0: a chunk's patch (its taps x 16 pixels of int16) or, for tiles within an output
@@ -288,6 +311,8 @@ def node_scratch(node: Node, ctx: Any) -> int:
     node whose kernel keeps only small buffers."""
     from mico.codegen.emitters import NARROW_CONV, conv_choice, fmt_of
 
+    if node.op == mico_ops.QLINEAR:
+        return linear_scratch(node, ctx)
     if node.op != mico_ops.QCONV2D:
         return 0
     choice = conv_choice(node, ctx)
@@ -306,13 +331,30 @@ def node_scratch(node: Node, ctx: Any) -> int:
     return 0
 
 
+def linear_scratch(node: Node, ctx: Any) -> int:
+    """Bytes of arena working memory a linear node's kernel takes as emitted in ``ctx``: the
+    sign tables' (:func:`sign_lut_linear_bytes`), else 0."""
+    from mico.codegen.emitters import fmt_of, linear_sign_lut
+
+    if linear_sign_lut(node, ctx) is None:
+        return 0
+    x = node.inputs[0]
+    out_features, in_features = node.inputs[1].type.shape
+    rows = x.type.numel // (in_features * x.type.shape[0])
+    return sign_lut_linear_bytes(rows, in_features, out_features, fmt_of(x), 1)
+
+
+#: the ops whose kernels may take planned scratch
+_OPS = (mico_ops.QCONV2D, mico_ops.QLINEAR)
+
+
 def annotate(nodes: Iterable[Node], ctx: Any) -> dict[str, int]:
-    """Record each conv node's kernel working memory (:func:`node_scratch`) as its planned
+    """Record each conv or linear node's kernel working memory (:func:`node_scratch`) as its planned
     scratch (``Node.plan[SCRATCH_ATTR]``, replacing what an earlier generation recorded);
     returns the nodes that got some, with their bytes."""
     sizes: dict[str, int] = {}
     for node in nodes:
-        if node.op != mico_ops.QCONV2D:
+        if node.op not in _OPS:
             continue
         size = node_scratch(node, ctx)
         if size > 0:
@@ -324,9 +366,10 @@ def annotate(nodes: Iterable[Node], ctx: Any) -> dict[str, int]:
 
 
 def clear(nodes: Iterable[Node]) -> None:
-    """Drop the conv nodes' planned scratch (a generation whose kernels take their stack)."""
+    """Drop the conv and linear nodes' planned scratch (a generation whose kernels take their
+    stack)."""
     for node in nodes:
-        if node.op == mico_ops.QCONV2D:
+        if node.op in _OPS:
             node.plan.pop(SCRATCH_ATTR, None)
 
 
@@ -336,6 +379,7 @@ STACK_FALLBACKS = {
     "lanes": "mico_lanes_rows_stack",
     "narrow": "mico_nw_stack",
     "sign_lut": "mico_sl_conv_stack",
+    "sign_lut_linear": "mico_sl_linear_stack",
     "addsub": "mico_as_stack",
 }
 
@@ -355,10 +399,12 @@ PLACEMENT = "auto"
 
 def node_family(node: Node, ctx: Any) -> str | None:
     """``lanes``, ``narrow``, ``sign_lut`` or ``addsub``: the kernel family
-    (:data:`STACK_FALLBACKS`) of a conv node that takes working memory (:func:`node_scratch`),
-    else None."""
-    from mico.codegen.emitters import NARROW_CONV, conv_choice
+    (:data:`STACK_FALLBACKS`) of a conv node that takes working memory (:func:`node_scratch`);
+    ``sign_lut_linear`` for a linear node on the sign tables; else None."""
+    from mico.codegen.emitters import NARROW_CONV, conv_choice, linear_sign_lut
 
+    if node.op == mico_ops.QLINEAR:
+        return "sign_lut_linear" if linear_sign_lut(node, ctx) is not None else None
     if node.op != mico_ops.QCONV2D:
         return None
     choice = conv_choice(node, ctx)

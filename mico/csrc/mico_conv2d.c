@@ -518,6 +518,20 @@ static void mico_patch_span(const void *in, size_t row, int32_t width, int32_t i
     }
 }
 
+/* The tile's sums of channels oc0 .. oc1 - 1, MICO_TILE_PX apart, for pixels pix0 .. pix0 +
+ * np - 1 requantized and stored (a function of its own: the callers' loops hold their
+ * scratch's pointers, and one copy serves both kernels that store tiles so). */
+MICO_NOINLINE void mico_conv_tile_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
+                                        int32_t oc1, int32_t pix0, int32_t np, void *out)
+{
+    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
+    int32_t oc;
+    for (oc = oc0; oc < oc1; oc++, tile += MICO_TILE_PX) {
+        const MicoRq rq = mico_rq(&p->out, oc);
+        mico_rq_pack(&rq, tile, np, out, (size_t)oc * npix + (size_t)pix0, p->out.fmt);
+    }
+}
+
 /* The patch of kernel rows [r0, r1) (row = ic * k_h + ky within the group starting at input
  * channel ic0) for output pixels pix0 .. pix0 + np - 1: patch[(r - r0) * k_w + kx][j], pp
  * columns per tap; padding and the columns np .. pp - 1 are zeros. */

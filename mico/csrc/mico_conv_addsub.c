@@ -26,7 +26,7 @@
  * (mico_qconv2d_elementwise). */
 #include "mico_nn.h"
 
-#define MICO_AS_PX 16              /* output pixels of a tile */
+#define MICO_AS_PX MICO_TILE_PX    /* output pixels of a tile (16) */
 #define MICO_AS_W (MICO_AS_PX / 2) /* words of a tap: two pixels each */
 #define MICO_AS_TAPS 64            /* taps of a chunk at most */
 #define MICO_AS_OCT 32             /* channels whose sums wait in the tile */
@@ -255,20 +255,6 @@ static void mico_as_taps(const MicoConv2d *p, int32_t rpc, int rowwise, uint32_t
 typedef void (*MicoAsChannel)(const uint8_t *, uint32_t, int32_t, const MicoPairWord *const *,
                               int32_t *, int, int32_t);
 
-/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized
- * and stored (a function of its own: the layer's loops hold the scratch's pointers). */
-static MICO_NOINLINE void mico_as_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
-                                        int32_t oc1, int32_t pix0, int32_t np, void *out)
-{
-    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
-    int32_t oc;
-    for (oc = oc0; oc < oc1; oc++, tile += MICO_AS_PX) {
-        const MicoRq rq = mico_rq(&p->out, oc);
-        mico_rq_run_fast(&rq, tile, np);
-        mico_pack(out, (size_t)oc * npix + (size_t)pix0, tile, np, p->out.fmt);
-    }
-}
-
 /* Whether tiles take their words from input rows (mico_as_rows): taps that share input
  * columns (k_w > 1; a 1x1 patch is a copy of the input runs), pairs within output rows, the
  * span of a tile fits. */
@@ -387,7 +373,7 @@ static MICO_NOINLINE int mico_as_layer(const MicoConv2d *p, const void *in, void
                            tile + (oc - oc0) * MICO_AS_PX, r0 == 0, p->bias[oc]);
                     }
                 }
-                mico_as_store(p, tile, oc0, oc1, pix0, np, out);
+                mico_conv_tile_store(p, tile, oc0, oc1, pix0, np, out);
                 pix0 += np;
             }
         }

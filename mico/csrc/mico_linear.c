@@ -6,7 +6,10 @@
  * 8-, 4-, 2- and 1-bit weights straight from their packed bytes (decoded in registers) when every
  * row starts on a byte boundary, or from int8 rows unpacked once per chunk otherwise. Rows of
  * 4- or 2-bit weights that span whole 32-bit words are read a word at a time, two or four
- * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2).
+ * products per multiply, when the chunk's codes fit the lanes (mico_dot2_mp4 / _mp2); codes
+ * that MicoLinear.x_off makes non-negative and narrow (the generator's offset for signed codes
+ * of at most 4 bits) take three 4-bit or four 2-bit products a multiply, four rows at a time
+ * (mico_lin_t4 / _t2).
  * Sums of up to MICO_LIN_O outputs wait on the stack between chunks, then are requantized and
  * packed as one run. int32 inputs take an element-by-element path. Stack: about 1 KB.
  *
@@ -22,6 +25,10 @@
 
 #define MICO_LIN_K 128 /* input codes unpacked at once */
 #define MICO_LIN_O 64  /* outputs whose sums wait between chunks */
+#define MICO_LT_K 256  /* input codes a chunk of the word kernels mico_lin_t4 / _t2 */
+#if MICO_LT_K * 3 / 8 > MICO_LIN_K
+#error "mico_qlinear_rows' buffer holds MICO_LIN_K words"
+#endif
 
 /* *sa += wa . x, *sb += wb . x over n taps. */
 static MICO_NOINLINE void mico_dot2_w8(const int16_t *x, const int8_t *wa, const int8_t *wb,
@@ -171,19 +178,158 @@ MICO_LIN_MPW(mico_dot2_mp2s, 2, 0xaaaaaaaau, 0x03030303u, 4, MICO_LIN_TOP_S, MIC
              MICO_UNROLL)
 MICO_LIN_MPW(mico_dot2_mp2w, 2, 0xaaaaaaaau, 0x00030003u, 8, MICO_LIN_TERM16, MICO_LIN_FIN16, )
 
-/* The variant of the word kernels codes of format f take with wb-bit weights, from the codes'
- * range (every field value counted), and the chunk length *kstep that keeps their lanes exact:
- * 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes for [-10, 10], 3: 16-bit
- * lanes (mico_dot2_mp2w) for others; 4 bits, 1: 16-bit lanes. 16-bit lanes hold chunks of
- * up to 2^15 / ((2^bits - 1) max |x|) taps (whole words); 0: not even a word (the bytes). */
-static int mico_lin_mp_kind(MicoFmt f, int32_t wb, int32_t *kstep)
+/* Codes made non-negative (x' = x + x_off, MicoLinear) and narrow take more products a
+ * multiply, four rows at a time (each code word loaded once for the four), a row's sums kept
+ * in 32 bits (no limit on the chunk):
+ *  - 4-bit weights on x' in [0, 15] (mico_lin_t4): w' = f ^ 8 in [0, 15]; the fields at bits
+ *    4, 16 and 28 of A = v & M (taps 1, 4, 7 of the word's 8), B = (v << 4) & M (taps 0, 3, 6)
+ *    and C = (v >> 4) & M (taps 2, 5), M = 0xf00f00f0, times words holding the codes of the
+ *    matching taps at bits 28, 16 and 4 (XA = x'1 2^28 + x'4 2^16 + x'7 2^4, XB = x'0 2^28 +
+ *    x'3 2^16 + x'6 2^4, XC = x'2 2^28 + x'5 2^16): bits 32.. of the 64-bit product hold the
+ *    sum of the matching products (at most 3 * 225), which the lanes below (bits 8 and 20: at
+ *    most 225 and 450) never reach, under lanes at bits 44 and 56. The high words (mulhu) of
+ *    a pair of weight words summed (at most 16 * 225 = 3600 < 2^12) keep that sum in their
+ *    low 12 bits: 16 products in 6 multiplies.
+ *  - 2-bit weights on x' in [0, 5] (mico_lin_t2): byte lanes as mico_dot2_mp2, a word's four
+ *    products summed before their top byte is taken (at most 4 * 4 * 3 * 5 = 240 there, at
+ *    most 180, 120 and 60 in the lanes below: no carries): 16 products in 4 multiplies.
+ * Each call runs outputs o .. o1 - 1 over nw weight words of every row (rows rb bytes apart
+ * from w), acc[o] += the row's sum less off (the weights' offset times the codes' sum); a
+ * short last group repeats its last row (every sum read before any is written back). */
+static inline uint32_t mico_lin_hi(uint32_t a, uint32_t b)
+{
+    return (uint32_t)(((uint64_t)a * b) >> 32);
+}
+
+#define MICO_LT_ROWS(TYPE)                                                                  \
+    const TYPE *w0 = (const TYPE *)(const void *)(w + (size_t)o * rb);                      \
+    const TYPE *w1 = o + 1 < o1 ? w0 + rb / sizeof(TYPE) : w0;                              \
+    const TYPE *w2 = o + 2 < o1 ? w1 + rb / sizeof(TYPE) : w1;                              \
+    const TYPE *w3 = o + 3 < o1 ? w2 + rb / sizeof(TYPE) : w2;                              \
+    const int32_t i1 = o + 1 < o1 ? o + 1 : o, i2 = o + 2 < o1 ? o + 2 : i1;                \
+    const int32_t i3 = o + 3 < o1 ? o + 3 : i2
+
+#define MICO_LT_STORE()                                                                     \
+    do {                                                                                    \
+        const uint32_t s0 = (uint32_t)acc[o] + a0 - off, s1 = (uint32_t)acc[i1] + a1 - off; \
+        const uint32_t s2 = (uint32_t)acc[i2] + a2 - off, s3 = (uint32_t)acc[i3] + a3 - off; \
+        acc[o] = (int32_t)s0;                                                               \
+        acc[i1] = (int32_t)s1;                                                              \
+        acc[i2] = (int32_t)s2;                                                              \
+        acc[i3] = (int32_t)s3;                                                              \
+    } while (0)
+
+/* The three high words of weight word v's products (mico_lin_t4). */
+#define MICO_LT4_WORD(v, xa, xb, xc)                                                        \
+    (mico_lin_hi((v) & 0xf00f00f0u, xa) + mico_lin_hi(((v) << 4) & 0xf00f00f0u, xb) +       \
+     mico_lin_hi(((v) >> 4) & 0xf00f00f0u, xc))
+
+/* An optimization barrier between rows: one row's weight word live at a time (no spills). */
+#if defined(__GNUC__)
+#define MICO_LT_SEQ() __asm__ volatile("" ::: "memory")
+#else
+#define MICO_LT_SEQ()
+#endif
+
+/* Row R's word K over the code words xa, xb, xc, its high words into t##R (SET: = or +=). */
+#define MICO_LT4_ROW(R, K, SET)                                                             \
+    do {                                                                                    \
+        const uint32_t v = w##R[K] ^ 0x88888888u;                                           \
+        t##R SET MICO_LT4_WORD(v, xa, xb, xc);                                              \
+        MICO_LT_SEQ();                                                                      \
+    } while (0)
+
+static MICO_NOINLINE void mico_lin_t4(const uint32_t *xw, const uint8_t *w, size_t rb, int32_t o,
+                                      int32_t o1, int32_t nw, uint32_t off, int32_t *acc)
+{
+    for (; o < o1; o += 4) {
+        MICO_LT_ROWS(uint32_t);
+        const uint32_t *x = xw, *const xend = xw + 3 * (nw & ~1);
+        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (; x < xend; x += 6, w0 += 2, w1 += 2, w2 += 2, w3 += 2) {
+            uint32_t t0, t1, t2, t3, xa = x[0], xb = x[1], xc = x[2];
+            MICO_LT4_ROW(0, 0, =);
+            MICO_LT4_ROW(1, 0, =);
+            MICO_LT4_ROW(2, 0, =);
+            MICO_LT4_ROW(3, 0, =);
+            xa = x[3];
+            xb = x[4];
+            xc = x[5];
+            MICO_LT4_ROW(0, 1, +=);
+            a0 += t0 & 0xfffu;
+            MICO_LT4_ROW(1, 1, +=);
+            a1 += t1 & 0xfffu;
+            MICO_LT4_ROW(2, 1, +=);
+            a2 += t2 & 0xfffu;
+            MICO_LT4_ROW(3, 1, +=);
+            a3 += t3 & 0xfffu;
+        }
+        if (nw & 1) { /* an odd word */
+            uint32_t t0, t1, t2, t3;
+            const uint32_t xa = x[0], xb = x[1], xc = x[2];
+            MICO_LT4_ROW(0, 0, =);
+            MICO_LT4_ROW(1, 0, =);
+            MICO_LT4_ROW(2, 0, =);
+            MICO_LT4_ROW(3, 0, =);
+            a0 += t0 & 0xfffu;
+            a1 += t1 & 0xfffu;
+            a2 += t2 & 0xfffu;
+            a3 += t3 & 0xfffu;
+        }
+        MICO_LT_STORE();
+    }
+}
+
+/* The top byte of weight word v's four byte-lane products (mico_lin_t2). */
+#define MICO_LT2_WORD(v, x0, x1, x2, x3)                                                    \
+    (((v) & 0x03030303u) * (x0) + (((v) >> 2) & 0x03030303u) * (x1) +                      \
+     (((v) >> 4) & 0x03030303u) * (x2) + (((v) >> 6) & 0x03030303u) * (x3)) >> 24
+
+/* Row R's word over the code words x0 .. x3, its top byte into a##R. */
+#define MICO_LT2_ROW(R)                                                                     \
+    do {                                                                                    \
+        const uint32_t v = *w##R++ ^ 0xaaaaaaaau;                                           \
+        a##R += MICO_LT2_WORD(v, x0, x1, x2, x3);                                           \
+        MICO_LT_SEQ();                                                                      \
+    } while (0)
+
+static MICO_NOINLINE void mico_lin_t2(const uint32_t *xw, const uint8_t *w, size_t rb, int32_t o,
+                                      int32_t o1, int32_t nw, uint32_t off, int32_t *acc)
+{
+    for (; o < o1; o += 4) {
+        MICO_LT_ROWS(uint32_t);
+        const uint32_t *x = xw, *const xend = xw + 4 * nw;
+        uint32_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+        for (; x < xend; x += 4) {
+            const uint32_t x0 = x[0], x1 = x[1], x2 = x[2], x3 = x[3];
+            MICO_LT2_ROW(0);
+            MICO_LT2_ROW(1);
+            MICO_LT2_ROW(2);
+            MICO_LT2_ROW(3);
+        }
+        MICO_LT_STORE();
+    }
+}
+
+/* The variant of the word kernels codes of format f plus xo take with wb-bit weights, from the
+ * codes' range (every field value counted), and the chunk length *kstep that keeps their lanes
+ * exact: 4 bits on codes in [0, 15], 5 (mico_lin_t4); 2 bits on codes in [0, 5], 6
+ * (mico_lin_t2); otherwise 2 bits, 1: byte lanes for codes in [0, 21], 2: rounded byte lanes
+ * for [-10, 10], 3: 16-bit lanes (mico_dot2_mp2w) for others; 4 bits, 1: 16-bit lanes. 16-bit
+ * lanes hold chunks of up to 2^15 / ((2^bits - 1) max |x|) taps (whole words); 0: not even a
+ * word (the bytes). */
+static int mico_lin_mp_kind(MicoFmt f, int32_t xo, int32_t wb, int32_t *kstep)
 {
     const MicoFieldMap m = mico_field_map(f);
-    const int32_t lo = -m.o, hi = (int32_t)(m.mask << m.sh) - m.o;
+    const int32_t lo = -m.o + xo, hi = (int32_t)(m.mask << m.sh) - m.o + xo;
     const int32_t amax = hi > -lo ? hi : -lo;
     const int32_t per = 32 / wb; /* taps of a word */
     int32_t k;
     *kstep = MICO_LIN_K;
+    if (lo >= 0 && hi <= (wb == 4 ? 15 : 5)) {
+        *kstep = MICO_LT_K;
+        return wb == 4 ? 5 : 6;
+    }
     if (wb == 2 && lo >= 0 && hi <= 21) {
         return 1;
     }
@@ -196,11 +342,23 @@ static int mico_lin_mp_kind(MicoFmt f, int32_t wb, int32_t *kstep)
 }
 
 /* The words xw of the nt codes of x (nt a whole number of words' taps: 8 for 4-bit weights,
- * 16 for 2-bit ones) for mico_dot2_mp<wb> (wb 3: for mico_dot2_mp2w). */
+ * 16 for 2-bit ones) for mico_dot2_mp<wb> (wb 3: for mico_dot2_mp2w; 5: for mico_lin_t4, three
+ * words XA, XB, XC per 8 taps; mico_lin_t2 takes wb 2's). */
 static MICO_NOINLINE void mico_lin_mp_words(const int16_t *x, int32_t nt, int32_t wb,
                                             uint32_t *xw)
 {
     int32_t i, j;
+    if (wb == 5) { /* codes in [0, 15] */
+        for (i = 0; i < nt; i += 8, x += 8, xw += 3) {
+            const uint32_t x0 = (uint32_t)x[0], x1 = (uint32_t)x[1], x2 = (uint32_t)x[2];
+            const uint32_t x3 = (uint32_t)x[3], x4 = (uint32_t)x[4], x5 = (uint32_t)x[5];
+            const uint32_t x6 = (uint32_t)x[6], x7 = (uint32_t)x[7];
+            xw[0] = (x1 << 28) | (x4 << 16) | (x7 << 4);
+            xw[1] = (x0 << 28) | (x3 << 16) | (x6 << 4);
+            xw[2] = (x2 << 28) | (x5 << 16);
+        }
+        return;
+    }
     if (wb == 3) { /* 2-bit weights in 16-bit lanes: taps j and j + 8 of 16 */
         for (i = 0; i < nt; i += 16, x += 16) {
             for (j = 0; j < 8; j++) {
@@ -268,6 +426,72 @@ static MICO_NOINLINE void mico_lin_mp_pairs2(const MicoLinear *p, const uint32_t
     mico_lin_mp_pairs_wb(p, xw, mpv, k0, kc, o0, o1, xsum, acc, 2);
 }
 
+/* The code words xw of n codes x' = x + xo of the input from element start (n a whole number
+ * of a weight word's taps) for mico_lin_t4 (wb 4) or _t2 (wb 2), returning the sum of x':
+ * codes of wb bits from a whole byte whose fields xo makes the codes (x' = f ^ x, the format's
+ * offset taken off) straight from their bytes, four at a time; others through mico_unpack.
+ * Inlined in mico_lin_t_words4 / _words2, one width each. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline uint32_t mico_lin_t_words(const void *in, size_t start, int32_t n, MicoFmt f,
+                                        int32_t xo, const int32_t wb, uint32_t *xw)
+{
+    const MicoFieldMap m = mico_field_map(f);
+    uint32_t sum = 0;
+    int32_t i = 0, j;
+    if ((int32_t)m.bits == wb && m.sh == 0u && xo == m.o && (start * (size_t)wb) % 8u == 0u) {
+        const uint8_t *b = (const uint8_t *)in + start * (size_t)wb / 8u;
+        const uint32_t flip = m.x * (wb == 4 ? 0x11111111u : 0x55555555u);
+        for (; i < n; i += 32 / wb, b += 4) {
+            const uint32_t u = ((uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+                                (uint32_t)b[3] << 24) ^
+                               flip;
+            uint32_t t = 0;
+            if (wb == 4) { /* XA, XB, XC (mico_lin_t4) */
+                xw[0] = ((u << 24) & 0xf0000000u) | (u & 0x000f0000u) | ((u >> 24) & 0xf0u);
+                xw[1] = (u << 28) | ((u << 4) & 0x000f0000u) | ((u >> 20) & 0xf0u);
+                xw[2] = ((u << 20) & 0xf0000000u) | ((u >> 4) & 0x000f0000u);
+                xw += 3;
+                t = (u & 0x0f0f0f0fu) + ((u >> 4) & 0x0f0f0f0fu);
+            } else { /* word j: taps j, j + 4, j + 8, j + 12 in bytes 3, 2, 1, 0 (mico_lin_t2) */
+                for (j = 0; j < 4; j++) {
+                    const uint32_t c = (u >> (2 * j)) & 0x03030303u;
+                    *xw++ = (c << 24) | ((c << 8) & 0x00ff0000u) | ((c >> 8) & 0x0000ff00u) |
+                            (c >> 24);
+                    t += c;
+                }
+            }
+            sum += (t * 0x01010101u) >> 24; /* bytes of at most 30 (4 bits), 12 (2 bits) */
+        }
+        return sum;
+    }
+    for (; i < n; i += 32) { /* 32 codes at a time: whole words' taps */
+        int16_t x[32];
+        const int32_t k = n - i < 32 ? n - i : 32;
+        mico_unpack(in, start + (size_t)i, k, f, x);
+        for (j = 0; j < k; j++) {
+            x[j] = (int16_t)(x[j] + xo);
+            sum += (uint32_t)(int32_t)x[j];
+        }
+        mico_lin_mp_words(x, k, wb == 4 ? 5 : 2, xw);
+        xw += k * (wb == 4 ? 3 : 4) / (32 / wb);
+    }
+    return sum;
+}
+
+static MICO_NOINLINE uint32_t mico_lin_t_words4(const void *in, size_t start, int32_t n,
+                                                MicoFmt f, int32_t xo, uint32_t *xw)
+{
+    return mico_lin_t_words(in, start, n, f, xo, 4, xw);
+}
+
+static MICO_NOINLINE uint32_t mico_lin_t_words2(const void *in, size_t start, int32_t n,
+                                                MicoFmt f, int32_t xo, uint32_t *xw)
+{
+    return mico_lin_t_words(in, start, n, f, xo, 2, xw);
+}
+
 /* The variant of the word kernels a layer takes and its chunk length (mico_lin_mp_kind), 0
  * for none: rows (and chunks) of 4- or 2-bit weights spanning whole words at 4-byte aligned
  * addresses. */
@@ -278,7 +502,7 @@ static int mico_lin_mp_layer(const MicoLinear *p, int32_t *kstep)
         ((uintptr_t)p->weight & 3u) != 0 || p->in_fmt.bits > 8) {
         return 0;
     }
-    return mico_lin_mp_kind(p->in_fmt, wb, kstep);
+    return mico_lin_mp_kind(p->in_fmt, p->x_off, wb, kstep);
 }
 
 /* The word kernels, linked only by programs that call mico_qlinear_sub4 / _sub2 (layers of
@@ -288,14 +512,19 @@ typedef struct {
                   int32_t, int32_t *);
     void (*words)(const int16_t *x, int32_t nt, int32_t wb, uint32_t *xw);
     int (*kind)(const MicoLinear *p, int32_t *kstep);
+    /* kinds 5, 6: the code words of a chunk (mico_lin_t_words4 / _words2), the rows */
+    uint32_t (*twords)(const void *in, size_t start, int32_t n, MicoFmt f, int32_t xo,
+                       uint32_t *xw);
+    void (*trows)(const uint32_t *xw, const uint8_t *w, size_t rb, int32_t o, int32_t o1,
+                  int32_t nw, uint32_t off, int32_t *acc);
 } MicoLinWords;
 
 /* mico_qlinear_sub4 / _sub2: one width's word kernels (a layer of the other width takes
  * mico_qlinear's path: exact, no word kernels) */
 static const MicoLinWords mico_lin_words4 = {mico_lin_mp_pairs4, mico_lin_mp_words,
-                                             mico_lin_mp_layer};
+                                             mico_lin_mp_layer, mico_lin_t_words4, mico_lin_t4};
 static const MicoLinWords mico_lin_words2 = {mico_lin_mp_pairs2, mico_lin_mp_words,
-                                             mico_lin_mp_layer};
+                                             mico_lin_mp_layer, mico_lin_t_words2, mico_lin_t2};
 
 /* Element by element (int32 inputs). */
 static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *in, void *out)
@@ -310,7 +539,9 @@ static MICO_NOINLINE void mico_qlinear_generic(const MicoLinear *p, const void *
                 int8_t w8;
                 mico_unpack_s8(p->weight, (size_t)k * (size_t)p->in_features + (size_t)i, 1,
                                p->w_bits, &w8);
-                acc += ((const int32_t *)in)[(size_t)r * (size_t)p->in_features + (size_t)i] * w8;
+                acc += (((const int32_t *)in)[(size_t)r * (size_t)p->in_features + (size_t)i] +
+                        p->x_off) *
+                       w8;
             }
             mico_rq_run(&rq, &acc, 1);
             mico_pack(out, o, &acc, 1, p->out.fmt);
@@ -500,16 +731,23 @@ __attribute__((always_inline))
 static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *out,
                                      const MicoLinWords *words)
 {
-    const int32_t wb = p->w_bits, nf = p->in_features;
+    const int32_t wb = p->w_bits, nf = p->in_features, xo = p->x_off;
     /* every weight row (and chunk) starts on a byte boundary */
     const int fused =
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
     int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
     const int mp = words != NULL ? words->kind(p, &kstep) : 0;
-    int16_t x[MICO_LIN_K];
-    uint32_t xw[MICO_LIN_K / 2];
+    /* a chunk's codes x and their words xw (bytes 0..255 and 256..511), or the words of
+     * mico_lin_t4 / _t2 (bytes 0..383; those layers use no x) */
+    union {
+        int16_t h[2 * MICO_LIN_K];
+        uint32_t w[MICO_LIN_K];
+    } buf;
+    int16_t *const x = buf.h;
+    uint32_t *const xw = buf.w + MICO_LIN_K / 2, *const tw = buf.w;
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
+    uint32_t tsum = 0;
     if (p->in_fmt.bits > 8) {
         mico_qlinear_generic(p, in, out);
         return;
@@ -526,12 +764,24 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
             for (k0 = 0; k0 < nf; k0 += kstep) {
                 const int32_t kc = nf - k0 < kstep ? nf - k0 : kstep;
                 int32_t xsum = 0;
+                if (mp >= 5) { /* codes in [0, 15] (4-bit weights), [0, 5] (2-bit ones) */
+                    const size_t rb = (size_t)nf * (size_t)wb / 8u;
+                    if (nf > kstep || o0 == 0) { /* a row of one chunk: its words once */
+                        tsum = words->twords(in, x_base + (size_t)k0, kc, p->in_fmt, xo, tw);
+                    }
+                    words->trows(tw, p->weight + (size_t)o0 * rb + (size_t)k0 * (size_t)wb / 8u,
+                                 rb, 0, o1 - o0, kc * wb / 32, (wb == 4 ? 8u : 2u) * tsum, acc);
+                    continue;
+                }
                 mico_unpack(in, x_base + (size_t)k0, kc, p->in_fmt, x);
+                for (j = 0; xo != 0 && j < kc; j++) { /* the codes plus x_off */
+                    x[j] = (int16_t)(x[j] + xo);
+                }
                 for (j = 0; j < kc; j++) {
                     xsum += x[j];
                 }
                 if (mp) { /* the word kernels */
-                    words->words(x, kc, mp == 3 ? 3 : wb, xw);
+                    words->words(x, kc, mp == 3 || mp == 5 ? mp : wb, xw);
                     words->pairs(p, xw, mp, k0, kc, o0, o1, xsum, acc);
                 } else {
                     mico_linear_chunk(p, x, k0, kc, o0, o1, fused, xsum, acc);
@@ -933,7 +1183,8 @@ MICO_LANES_EACH(MICO_LINEAR_LANES_ENTRY)
 
 void mico_qlinear_s8(const MicoLinear *p, const void *in, void *out)
 {
-    if (p->w_bits == 8 && p->in_fmt.bits == 8 && (p->in_fmt.is_signed || p->in_fmt.zero == 0)) {
+    if (p->w_bits == 8 && p->in_fmt.bits == 8 && (p->in_fmt.is_signed || p->in_fmt.zero == 0) &&
+        p->x_off == 0) {
         mico_qlinear_s8_rows(p, in, out); /* W8A8: bytes as they are */
         return;
     }

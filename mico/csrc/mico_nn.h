@@ -341,6 +341,16 @@ typedef struct {
     const uint8_t *weight;
     const int32_t *bias;
     MicoOut out; /* per-channel multipliers index the output feature */
+    /* working memory of the sign tables (mico_qlinear_sign_lut): planned in the arena by the
+     * generator, sized for this layer (mico.codegen.scratch), or NULL / too small: the kernel
+     * then takes it on its stack; the other linear kernels do not read it */
+    void *scratch;
+    int32_t scratch_bytes;
+    /* mico_qlinear / _sub4 / _sub2 only (0 for every other kernel): an offset added to every
+     * input code, the bias holding bias - x_off * (sum of the output's weights), so that the
+     * sums are unchanged. The code generator gives it narrow signed (or zero-point) codes,
+     * which the word kernels then take as codes in [0, 2^bits). */
+    int32_t x_off;
 } MicoLinear;
 
 typedef struct {
@@ -500,6 +510,9 @@ void mico_qconv2d_addsub1(const MicoConv2d *p, const void *in, void *out);
  * same. A call with fewer (or none) takes that memory on the kernel's stack. */
 size_t mico_qconv2d_addsub_scratch(const MicoConv2d *p);
 size_t mico_qconv2d_sign_lut_scratch(const MicoConv2d *p);
+/* Bytes of MicoLinear.scratch the sign tables' linear layer takes for layer p (0: a layer it
+ * hands on to mico_qlinear); mico.codegen.scratch computes the same. */
+size_t mico_qlinear_sign_lut_scratch(const MicoLinear *p);
 /* Binary weights on 2- to 8-bit codes by table lookup (mico_sign_lut.c): the 16 signed sums of
  * four taps' codes built once per pixel (row) pair, an entry a nibble of weights per channel;
  * layers whose channels' weights are not whole bytes go to mico_qconv2d_elementwise /
@@ -512,6 +525,13 @@ void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out);
  * mico_conv_addsub.c). */
 void mico_conv_patch(const MicoConv2d *p, const void *in, int32_t ic0, int32_t r0, int32_t r1,
                      int32_t pix0, int32_t np, int32_t pp, int16_t *patch);
+/* A tile's int32 sums of output channels oc0 .. oc1 - 1 (a row of MICO_TILE_PX sums a channel)
+ * for output pixels pix0 .. pix0 + np - 1 requantized (mico_rq_pack; the sums are left
+ * undefined) and stored into the layer's output (mico_conv2d.c, shared by the sign tables' and
+ * the sign-weight sums' convolutions, whose tiles are MICO_TILE_PX pixels). */
+#define MICO_TILE_PX 16
+void mico_conv_tile_store(const MicoConv2d *p, int32_t *tile, int32_t oc0, int32_t oc1,
+                          int32_t pix0, int32_t np, void *out);
 /* W8A8 convolutions with few taps or 1x1 kernels (mico_conv_narrow.c: groups 1, in_c * k_h *
  * k_w <= 64 or pointwise; a first layer, pointwise layers): 4-channel x 4-pixel byte tiles;
  * others go to mico_qconv2d_tiled_s8. */
@@ -622,7 +642,8 @@ void mico_qconv2d_dw4s(const MicoConv2d *p, const MicoDwLanes *l, const void *in
 void mico_qlinear(const MicoLinear *p, const void *in, void *out);
 /* mico_qlinear with rows of 4-bit (_sub4) or 2-bit (_sub2) weights read a word at a time
  * (each linked only by programs that call it; a layer of another width takes mico_qlinear's
- * path). */
+ * path); codes that x_off makes non-negative and narrow take several products a multiply,
+ * four rows at a time (mico_linear.c). */
 void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out);
 void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out);
 /* W8A8 layers (symmetric or unsigned codes): bytes as codes; others go to mico_qlinear. */

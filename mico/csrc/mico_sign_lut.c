@@ -22,10 +22,12 @@
  * convolution's patch and tile (2 KB each at most) and two pairs' tables (2 KB) come from
  * MicoConv2d.scratch, planned in the arena per layer (mico_qconv2d_sign_lut_scratch;
  * mico.codegen.scratch.sign_lut_bytes), or without it from the stack (6.4 KB deep on rv32); a
- * linear layer's (3.5 KB) from the stack. */
+ * linear layer's (a chunk's codes, the sums, the tables: 3 KB at most) from MicoLinear.scratch
+ * likewise (mico_qlinear_sign_lut_scratch; mico.codegen.scratch.sign_lut_linear_bytes), or
+ * without it from the stack. */
 #include "mico_nn.h"
 
-#define MICO_SL_PX 16              /* output pixels of a convolution's tile */
+#define MICO_SL_PX MICO_TILE_PX    /* output pixels of a convolution's tile (16) */
 #define MICO_SL_PAIRS (MICO_SL_PX / 2)
 #define MICO_SL_TAPS 64            /* taps of a convolution's chunk at most: 16 tables */
 #define MICO_SL_LTAPS 128          /* taps of a linear layer's chunk at most: 32 tables */
@@ -224,19 +226,6 @@ static MICO_NOINLINE void mico_sl_conv_quads_stack(const MicoConv2d *p, const in
     mico_sl_conv_quads(p, patch, np, kc, tap0, oc0, oc1, first, tile, tables);
 }
 
-/* The tile's sums of channels oc0 .. oc1 - 1 for pixels pix0 .. pix0 + np - 1 requantized and
- * stored (a function of its own: fewer values live in the layer's loops, and its frame). */
-static MICO_NOINLINE void mico_sl_conv_store(const MicoConv2d *p, int32_t *tile, int32_t oc0,
-                                             int32_t oc1, int32_t pix0, int32_t np, void *out)
-{
-    const size_t npix = (size_t)p->out_h * (size_t)p->out_w;
-    int32_t oc;
-    for (oc = oc0; oc < oc1; oc++, tile += MICO_SL_PX) {
-        const MicoRq rq = mico_rq(&p->out, oc);
-        mico_rq_pack(&rq, tile, np, out, (size_t)oc * npix + (size_t)pix0, p->out.fmt);
-    }
-}
-
 /* Taps of a convolution's chunk (0: the layer is not taken: mico_qconv2d_elementwise). */
 static int32_t mico_sl_conv_chunk(const MicoConv2d *p)
 {
@@ -307,7 +296,7 @@ static MICO_NOINLINE int mico_sl_conv_layer(const MicoConv2d *p, const void *in,
                     own_tables(p, patch, np, kc, r0 * kw, oc0, oc1, r0 == 0, tile);
                 }
             }
-            mico_sl_conv_store(p, tile, oc0, oc1, pix0, np, out);
+            mico_conv_tile_store(p, tile, oc0, oc1, pix0, np, out);
         }
     }
     return 1;
@@ -335,17 +324,26 @@ void mico_qconv2d_sign_lut(const MicoConv2d *p, const void *in, void *out)
     }
 }
 
+/* The int32 sums of a linear layer's block (two an output when rows pair), a whole number of
+ * 8 bytes: its working memory holds the chunk's tables right after them. */
+static inline int32_t mico_sl_linear_sums(const MicoLinear *p)
+{
+    const int32_t no = p->out_features < MICO_SL_O ? p->out_features : MICO_SL_O;
+    return ((p->rows > 1 ? 2 : 1) * no + 1) / 2 * 2;
+}
+
 /* The chunk's tables of a pair of rows (x0, x1: their codes from tap k0; x1 NULL for a last
- * row alone, whose sums need no lanes) for outputs o0 .. o1 - 1, the sums into acc (two an
- * output: the rows). */
+ * row alone, whose sums need no lanes) for outputs o0 .. o1 - 1, the sums into acc (a pair's
+ * two rows side by side; a row alone: one an output, whatever the layer's rows); the tables
+ * follow the sums (found from acc: no tenth argument, which rv32 passes on the stack). */
 static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t *x0,
                                               const int16_t *x1, int32_t kc, int32_t k0,
                                               int32_t o0, int32_t o1, int first, int32_t *acc)
 {
-    uint32_t tables[MICO_SL_LTAPS * 4];
     const int32_t nb = (kc + 7) / 8, ng = 2 * nb;
     const size_t row = (size_t)p->in_features / 8u;
     const uint8_t *wp = p->weight + ((size_t)o0 * (size_t)p->in_features + (size_t)k0) / 8u;
+    uint32_t *const tables = (uint32_t *)(void *)(acc + mico_sl_linear_sums(p));
     uint32_t *tb = tables;
     uint32_t s, unused;
     int32_t o;
@@ -359,50 +357,117 @@ static MICO_NOINLINE void mico_sl_linear_pair(const MicoLinear *p, const int16_t
     }
     MICO_SL_TABLE((uint32_t)(int32_t)x0[k_]);
     for (o = o0; o < o1; o++, wp += row) {
-        int32_t *const a = acc + 2 * (o - o0);
+        int32_t *const a = acc + (o - o0);
         mico_sl_sums(wp, nb, tables, 1, &s, &unused);
         a[0] = (int32_t)((first ? (uint32_t)p->bias[o] : (uint32_t)a[0]) + s);
     }
 }
 
-void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
+/* Taps of a linear layer's chunk (0: the layer is not taken: mico_qlinear): what a lane holds
+ * (one row alone: int32 sums, no lanes), at most MICO_SL_LTAPS and in_features; a multiple of
+ * 8, as in_features is, so no chunk ends inside a weight byte. */
+static int32_t mico_sl_linear_chunk(const MicoLinear *p)
 {
-    const int32_t nf = p->in_features, nout = p->out_features;
-    int16_t x[2][MICO_SL_LTAPS];
-    int32_t acc[2 * MICO_SL_O], y[MICO_SL_O];
-    int32_t kc_max, r, o0, o, k0, h;
-    if (p->w_bits != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 || nf % 8 != 0) {
-        mico_qlinear(p, in, out);
-        return;
+    int32_t kc;
+    if (p->w_bits != 1 || p->in_fmt.bits < 2 || p->in_fmt.bits > 8 || p->in_features % 8 != 0) {
+        return 0;
     }
-    kc_max = mico_sl_chunk(1, p->rows > 1 ? 32767 / mico_code_maxabs(p->in_fmt) : MICO_SL_LTAPS,
-                           MICO_SL_LTAPS); /* one row alone: int32 sums, no lanes */
+    kc = mico_sl_chunk(1, p->rows > 1 ? 32767 / mico_code_maxabs(p->in_fmt) : MICO_SL_LTAPS,
+                       MICO_SL_LTAPS);
+    return kc < p->in_features ? kc : p->in_features;
+}
+
+#define MICO_SL_UP8(n) (((size_t)(n) + 7u) & ~(size_t)7u)
+
+/* Bytes of working memory a linear layer of chunks of kc taps takes (each part a multiple of
+ * 8; mico.codegen.scratch.sign_lut_linear_bytes computes the same): a chunk's codes of a row
+ * (two rows when rows pair; int16), the sums of a block's outputs (two an output when rows
+ * pair), and the chunk's tables (64 bytes a group of four taps), whose bytes a row's
+ * requantized outputs (int32) take over once the block's sums are done. */
+static inline __attribute__((always_inline)) size_t
+mico_sl_linear_bytes(const MicoLinear *p, int32_t kc)
+{
+    const size_t nx = p->rows > 1 ? 2u : 1u;
+    const size_t no = (size_t)(p->out_features < MICO_SL_O ? p->out_features : MICO_SL_O);
+    const size_t tables = (size_t)kc / 4u * 64u;
+    return MICO_SL_UP8(nx * (size_t)kc * 2u) + (size_t)mico_sl_linear_sums(p) * 4u +
+           MICO_SL_UP8(tables > no * 4u ? tables : no * 4u);
+}
+
+size_t mico_qlinear_sign_lut_scratch(const MicoLinear *p)
+{
+    const int32_t kc = mico_sl_linear_chunk(p);
+    return kc > 0 ? mico_sl_linear_bytes(p, kc) : 0u;
+}
+
+/* The linear layer, its working memory in ws (wsb bytes): 1 done, 0 not taken (the entry
+ * hands it on), -1 taken but ws NULL or short (mico_sl_linear_bytes). */
+static MICO_NOINLINE int mico_sl_linear_layer(const MicoLinear *p, const void *in, void *out,
+                                              uint8_t *ws, size_t wsb)
+{
+    const int32_t nf = p->in_features, nout = p->out_features, kc_max = mico_sl_linear_chunk(p);
+    const MicoOut ob = p->out; /* (y's stores may alias p: a copy is read once) */
+    int16_t *x0, *x1;
+    int32_t *acc, *y;
+    int32_t r, o0, o, k0, h;
+    if (kc_max == 0) { /* other widths, weights not in whole bytes an output */
+        return 0;
+    }
+    if (ws == NULL || mico_sl_linear_bytes(p, kc_max) > wsb) {
+        return -1;
+    }
+    x0 = (int16_t *)mico_carve(&ws, (size_t)kc_max * 2u);
+    x1 = p->rows > 1 ? (int16_t *)mico_carve(&ws, (size_t)kc_max * 2u) : NULL;
+    acc = (int32_t *)mico_carve(&ws, (size_t)mico_sl_linear_sums(p) * 4u);
+    y = (int32_t *)(void *)ws; /* the tables' bytes (mico_sl_linear_pair), once a block's sums
+                                  are done */
     for (r = 0; r < p->rows; r += 2) {
         const int32_t pair = r + 1 < p->rows;
         for (o0 = 0; o0 < nout; o0 += MICO_SL_O) {
             const int32_t o1 = o0 + MICO_SL_O < nout ? o0 + MICO_SL_O : nout;
-            for (k0 = 0; k0 < nf; k0 += kc_max) {
+            for (k0 = 0; k0 < nf; k0 += kc_max) { /* chunks of whole weight bytes */
                 const int32_t kc = nf - k0 < kc_max ? nf - k0 : kc_max;
-                mico_unpack(in, (size_t)r * (size_t)nf + (size_t)k0, kc, p->in_fmt, x[0]);
+                mico_unpack(in, (size_t)r * (size_t)nf + (size_t)k0, kc, p->in_fmt, x0);
                 if (pair) {
                     mico_unpack(in, (size_t)(r + 1) * (size_t)nf + (size_t)k0, kc, p->in_fmt,
-                                x[1]);
+                                x1);
                 }
-                for (h = kc; h < (kc + 7) / 8 * 8; h++) { /* the last weight byte's rest */
-                    x[0][h] = 0;
-                    x[1][h] = 0;
-                    MICO_LOOP_BARRIER();
-                }
-                mico_sl_linear_pair(p, x[0], pair ? x[1] : NULL, kc, k0, o0, o1, k0 == 0, acc);
+                mico_sl_linear_pair(p, x0, pair ? x1 : NULL, kc, k0, o0, o1, k0 == 0, acc);
             }
             for (h = 0; h <= pair; h++) { /* requantize and store each row's outputs */
-                for (o = o0; o < o1; o++) {
-                    const MicoRq rq = mico_rq(&p->out, o);
-                    y[o - o0] = mico_rq_apply(&rq, acc[2 * (o - o0) + h]);
+                const int32_t *a = acc + h;
+                for (o = o0; o < o1; o++, a += 1 + pair) { /* a pair's rows side by side */
+                    const MicoRq rq = mico_rq(&ob, o);
+                    y[o - o0] = mico_rq_apply(&rq, *a);
                 }
                 mico_pack(out, (size_t)(r + h) * (size_t)nout + (size_t)o0, y, o1 - o0,
                           p->out.fmt);
             }
         }
+    }
+    return 1;
+}
+
+/* Bytes of the most working memory a linear layer takes (chunks of MICO_SL_LTAPS taps, rows
+ * in pairs, a block of MICO_SL_O outputs). */
+#define MICO_SL_LBYTES (2 * MICO_SL_LTAPS * 2 + 2 * MICO_SL_O * 4 + MICO_SL_LTAPS * 16)
+
+/* The linear layer with its working memory on the stack, for a caller that planned none
+ * (MicoLinear.scratch NULL or short: the dynamic mode, tests). */
+static MICO_NOINLINE int mico_sl_linear_stack(const MicoLinear *p, const void *in, void *out)
+{
+    uint64_t ws[MICO_SL_LBYTES / 8];
+    return mico_sl_linear_layer(p, in, out, (uint8_t *)ws, sizeof ws);
+}
+
+void mico_qlinear_sign_lut(const MicoLinear *p, const void *in, void *out)
+{
+    int r = mico_sl_linear_layer(p, in, out, (uint8_t *)p->scratch,
+                                 p->scratch_bytes > 0 ? (size_t)p->scratch_bytes : 0u);
+    if (r < 0) {
+        r = mico_sl_linear_stack(p, in, out);
+    }
+    if (!r) { /* other widths, weights not in whole bytes an output */
+        mico_qlinear(p, in, out);
     }
 }

@@ -30,7 +30,8 @@ switch's jump table also reads as an indirect jump), so such recursion is not de
 
 ``exclude`` names what a program never does although it is linked: a function never entered
 (the kernels' stack fallbacks ``mico_nw_stack``, ``mico_lanes_rows_stack``,
-``mico_sl_conv_stack``, ``mico_as_stack``: :data:`mico.codegen.scratch.STACK_FALLBACKS`, when
+``mico_sl_conv_stack``, ``mico_sl_linear_stack``, ``mico_as_stack``:
+:data:`mico.codegen.scratch.STACK_FALLBACKS`, when
 every layer that could reach them gets its working memory from the arena, which is what each
 fallback's caller checks before calling it: :func:`mico.codegen.project.place_scratch`), or a
 call never

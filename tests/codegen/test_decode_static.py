@@ -52,6 +52,12 @@ def test_the_static_kv_cache_is_bit_exact(tmp_path, plan, weights_file):
     assert report["memory"] == memory and report["kv_cache"]
     source = (tmp_path / "True" / "generate.c").read_text()
     assert "decode_static_c" in source and "mico_f32_" not in source.split("gen_decode")[1]
+    if plan == "mixed":  # binary weights on 8-bit codes: the sign tables, given scratch in the
+        # window's arena and, one row at a time, in the decode step's own (not the arena's)
+        program = (tmp_path / "True" / "lm.c").read_text()
+        assert "MicoLinear p_ = " in program and "mico_qlinear_sign_lut(&p_, " in program
+        decode = source.split("gen_decode")[1]
+        assert "p.scratch = KV_SCRATCH(" in decode and "mico_qlinear_sign_lut(&p, " in decode
 
 
 def test_the_static_plan_says_why_it_refuses(tmp_path):
@@ -89,12 +95,30 @@ def test_a_node_that_is_not_one_plain_call_is_refused_not_skipped():
     )
     calls, out = parse_run(plain, "llm")
     assert [c.node for c in calls] == ["fc1", "fc2"] and out == 128
+    # the call as the generator gives it planned scratch (emitters._scratch_call): followed,
+    # its params named by their symbol, the scratch kept apart from the arena arguments
+    planned = run.replace(
+        "{ MicoLinear p_ = fc2_params; p_.scratch = MICO_ARENA(256);\n"
+        "      mico_qlinear_sign_lut(&p_, MICO_ARENA(64), MICO_ARENA(128)); }",
+        "{\n        MicoLinear p_ = fc2_params;\n        p_.scratch = MICO_ARENA(256);\n"
+        "        p_.scratch_bytes = 3072;\n"
+        "        mico_qlinear_sign_lut(&p_, MICO_ARENA(64), MICO_ARENA(128));\n    }",
+    )
+    calls, out = parse_run(planned, "llm")
+    assert [c.node for c in calls] == ["fc1", "fc2"] and out == 128
+    assert calls[1].args == ["&fc2_params", "MICO_ARENA(64)", "MICO_ARENA(128)"]
+    assert calls[1].scratch == ("MICO_ARENA(256)", 3072) and calls[0].scratch is None
+    # a kernel the decode step cannot size scratch for is refused by name
+    with pytest.raises(Refused, match="fc2 gives mico_qlinear_s8 planned scratch"):
+        parse_run(planned.replace("mico_qlinear_sign_lut(&p_", "mico_qlinear_s8(&p_"), "llm")
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(not rv32.available(), reason=rv32.missing_tools_hint())
-def test_the_static_kv_cache_on_rv32(tmp_path):
-    on, off = _both("8/8", tmp_path, target="rv32", tokens=4, prompt="Once upon")
+@pytest.mark.parametrize("plan", ["8/8", "mixed"])  # mixed: the sign tables given scratch
+def test_the_static_kv_cache_on_rv32(tmp_path, plan):
+    plan = _static.MIXED if plan == "mixed" else plan
+    on, off = _both(plan, tmp_path, target="rv32", tokens=4, prompt="Once upon")
     assert on.c_logit_hashes == off.c_logit_hashes and on.c_ids == off.c_ids == on.python_ids
     assert len(on.instructions) == len(off.instructions) == 4
     assert max(on.instructions[1:]) * 20 < min(off.instructions)  # one position, not 64

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mico.codegen.emitters import folded_bias, linear_x_off
 from mico.quant import QFormat, pack, quantize_multiplier, requantize
 
 KERNELS = ("mico_nn_run.c", "mico_conv2d.c", "mico_linear.c", "mico_pool.c", "mico_eltwise.c")
@@ -173,8 +174,9 @@ static void ref_qlinear(const MicoLinear *p, const void *in, void *out)
     for (r = 0; r < p->rows; r++) {
         for (o = 0; o < p->out_features; o++) {
             int32_t acc = p->bias[o];
-            for (i = 0; i < p->in_features; i++) {
-                acc += mico_load(in, (size_t)r * (size_t)p->in_features + (size_t)i, p->in_fmt) *
+            for (i = 0; i < p->in_features; i++) { /* x_off: the kernels' input offset */
+                acc += (mico_load(in, (size_t)r * (size_t)p->in_features + (size_t)i, p->in_fmt) +
+                        p->x_off) *
                        mico_load(p->weight, (size_t)o * (size_t)p->in_features + (size_t)i, wf);
             }
             mico_store(out, (size_t)r * (size_t)p->out_features + (size_t)o,
@@ -476,6 +478,8 @@ int main(void)
             p.weight = (const uint8_t *)rd_buf(wn);
             p.bias = (const int32_t *)rd_i32(p.out_features);
             rd_out(&p.out);
+            p.in_fmt.zero = (int32_t)rd(); /* the input's zero point, the kernels' x_off */
+            p.x_off = (int32_t)rd();
             run3(k_linear, r_linear, &p, p.in_fmt, (size_t)(p.rows * p.in_features), p.in_fmt, 0,
                  p.out.fmt, (size_t)(p.rows * p.out_features));
         } else if (cmd[0] == 'm' || cmd[0] == 'a') { /* max / average pooling */
@@ -923,12 +927,14 @@ def _rows_displacement(c, h, w, out_h, out_w, k_h, stride, pad, dil, in_bits, ou
 def test_linear_fast_paths_match_reference(harness, in_fmt, w_bits, out_fmt, rows, n_in, n_out,
                                            per_channel, seed):  # fmt: skip
     """mico_qlinear (input chunks, packed-weight dot products, odd output counts, rows longer
-    than a chunk) stores the bytes of an element-by-element reference."""
+    than a chunk) stores the bytes of an element-by-element reference; a third of the cases
+    offset their codes (MicoLinear.x_off: their format's offset, the bias folded)."""
     rng = np.random.default_rng(seed)
     n_mult = n_out if per_channel else 1
+    x_off = _natural_offset(in_fmt) if seed % 3 == 1 else 0
     tokens = _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, 500, seed % 2 == 0,
                             lambda spread: [_multiplier(rng, spread, out_fmt)
-                                            for _ in range(n_mult)])  # fmt: skip
+                                            for _ in range(n_mult)], x_off=x_off)  # fmt: skip
     _kernel(harness, tokens)
 
 
@@ -945,18 +951,133 @@ def test_linear_weights_read_in_place_match_reference(harness, w_bits, n_in):
     assert len(set(lines[0])) > 2
 
 
-def _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, bias, relu, multipliers):
+#: codes the word kernels take offset (MicoLinear.x_off): signed, unsigned, asymmetric, binary
+WORD_FORMATS = [*(QFormat(b, s) for b in (1, 2, 3, 4) for s in (True, False)),
+                QFormat.asymmetric(2, 1), QFormat.asymmetric(3, 5), QFormat.asymmetric(4, 9),
+                QFormat(5, True), QFormat(8, True), QFormat(6, False), QFormat(8, False),
+                QFormat.asymmetric(8, 100)]  # fmt: skip
+
+
+@pytest.mark.parametrize("w_bits", [4, 2])
+@pytest.mark.parametrize("in_fmt", WORD_FORMATS, ids=str)
+@pytest.mark.parametrize(
+    "n_in, n_out, rows",
+    [
+        (8, 1, 1),
+        (16, 3, 2),
+        (24, 5, 1),
+        (100, 6, 1),
+        (136, 70, 2),
+        (256, 64, 1),
+        (264, 9, 3),
+        (520, 70, 2),
+    ],
+)
+def test_linear_word_kernels_on_offset_codes(harness, w_bits, in_fmt, n_in, n_out, rows):
+    """mico_qlinear_sub4 / _sub2 on the codes the generator offsets (linear_x_off: every field
+    value, -2^(bits - 1) included; the bias folded) and on codes it leaves as they are: three
+    4-bit products or a word's four 2-bit ones a multiply (mico_lin_t4 / _t2), rows of an odd
+    number of words, not whole words (100: the bytes), longer than a chunk (520), blocks of
+    outputs past MICO_LIN_O (70: a row of one chunk keeps its code words for the next block),
+    a short last group of four rows; per-channel multipliers
+    (some saturating: outputs at both ends of the clamp) or one per tensor; wider unsigned codes
+    centred."""
+    seed = n_in * 131 + n_out * 7 + rows + w_bits * 1000 + in_fmt.bits * 17 + in_fmt.zero
+    rng = np.random.default_rng(seed)
+    x_off = linear_x_off(f"mico_qlinear_sub{w_bits}", in_fmt)
+    if in_fmt.bits <= 4:  # to [0, 2^bits)
+        assert x_off == (_natural_offset(in_fmt) if in_fmt.negative else 0)
+    else:  # centred
+        assert x_off == (0 if in_fmt.signed else in_fmt.zero - 2 ** (in_fmt.bits - 1))
+    out_fmt = QFormat(4, True) if seed % 2 else QFormat(8, False)
+    n_mult = n_out if seed % 3 else 1
+    loud = 16.0 if seed % 5 < 2 else 1.0  # saturating multipliers
+
+    def mults(spread):
+        return [_multiplier(rng, spread / loud, out_fmt) for _ in range(n_mult)]
+
+    for off in {x_off, 0}:
+        tokens = _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, 300, seed % 4 == 0,
+                                mults, x_off=off, full=True)  # fmt: skip
+        lines = _run(harness, tokens)
+        assert lines[0] == lines[1]
+
+
+@pytest.mark.parametrize("w_bits", [4, 2])
+@pytest.mark.parametrize("in_fmt", [QFormat(4, True), QFormat(4, False), QFormat(2, True),
+                                    QFormat(2, False), QFormat(3, True)], ids=str)  # fmt: skip
+@pytest.mark.parametrize("pattern", ["max", "min", "mixed"])
+def test_linear_word_kernels_extreme_codes(harness, w_bits, in_fmt, pattern):
+    """The word kernels' lanes at their bounds: every code and weight at the largest field
+    value after the offsets (x' = 2^bits - 1, w' = 2^w_bits - 1: the 12-bit sums of two
+    weight words of mico_lin_t4 at 16 * 225, the top byte of mico_lin_t2 at its most), at the
+    smallest, or rows alternating (x' largest against w' smallest and the other way); 40
+    words a row (odd words, two chunks when longer)."""
+    n_in, n_out, rows = 8 * 40 if w_bits == 4 else 16 * 21, 6, 2
+    lo = -(2 ** (in_fmt.bits - 1)) if in_fmt.signed else 0
+    hi = 2 ** (in_fmt.bits - 1) - 1 if in_fmt.signed else 2**in_fmt.bits - 1
+    w_lo, w_hi = -(2 ** (w_bits - 1)), 2 ** (w_bits - 1) - 1
+    x = np.full((rows, n_in), hi if pattern != "min" else lo)
+    weight = np.full((n_out, n_in), w_hi if pattern != "min" else w_lo)
+    if pattern == "mixed":
+        x[1] = lo
+        weight[1::2] = w_lo
+    x_off = linear_x_off(f"mico_qlinear_sub{w_bits}", in_fmt)
+    out_fmt = QFormat(8, True)
+    for off in {x_off, 0}:
+        tokens = _linear_tokens(np.random.default_rng(0), in_fmt, w_bits, out_fmt, rows, n_in,
+                                n_out, 1, False, lambda spread: [quantize_multiplier(100 / spread)],
+                                x_off=off, full=True, codes=(x, weight))  # fmt: skip
+        lines = _run(harness, tokens)
+        assert lines[0] == lines[1]
+
+
+def _linear_tokens(rng, in_fmt, w_bits, out_fmt, rows, n_in, n_out, bias, relu, multipliers,
+                   x_off=0, full=False, clamp=None, codes=None):  # fmt: skip
     """A linear case: random codes and weights, biases in [-bias, bias), and the multipliers
-    ``multipliers(spread)`` gives for accumulators of about +-spread."""
+    ``multipliers(spread)`` gives for accumulators of about +-spread. ``x_off``: the kernel's
+    input offset (MicoLinear.x_off), the bias folded as the code generator folds it;
+    ``full``: codes and weights over every field value (-2^(bits - 1) included); ``codes``:
+    the input codes and weights themselves."""
     w_fmt = QFormat(w_bits, True)
-    x = _codes(in_fmt, rng, rows * n_in)
-    weight = _codes(w_fmt, rng, n_out * n_in)
+    x = _full_codes(in_fmt, rng, rows * n_in) if full else _codes(in_fmt, rng, rows * n_in)
+    weight = _full_codes(w_fmt, rng, n_out * n_in) if full else _codes(w_fmt, rng, n_out * n_in)
+    if codes is not None:
+        x, weight = (np.asarray(c).ravel() for c in codes)
     spread = math.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
+    if full:  # full-range codes' sums lean one way: the largest sum itself
+        sums = np.asarray(x).reshape(rows, n_in) @ np.asarray(weight).reshape(n_out, n_in).T
+        spread = float(np.abs(sums).max()) + bias
     mults = multipliers(spread)
-    wraw = pack(weight, w_fmt).tolist()
+    wraw = _fields_bytes(weight, w_fmt).tolist()
+    biases = folded_bias(rng.integers(-bias, bias, n_out), weight.reshape(n_out, n_in), x_off)
+    zero = 0 if in_fmt is None else in_fmt.zero
     return ["l", rows, n_in, n_out, *_fmt(in_fmt), w_bits, len(wraw), *wraw,
-            *rng.integers(-bias, bias, n_out).tolist(), *_out(out_fmt, rng, relu, mults),
-            *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
+            *biases.tolist(), *_out(out_fmt, rng, relu, mults, clamp), zero, x_off,
+            *(_fields_bytes(x, in_fmt).tolist() if full else _bytes(x, in_fmt)),
+            *NO_LAYOUT]  # fmt: skip
+
+
+def _fields_bytes(codes: np.ndarray, fmt: QFormat | None) -> np.ndarray:
+    """Packed codes, -2^(bits - 1) included (two's complement fields: ``pack`` keeps to the
+    symmetric range)."""
+    if fmt is None or fmt.binary or not fmt.signed:
+        return np.asarray(_bytes(codes, fmt), dtype=np.uint8)
+    return pack(np.asarray(codes) & ((1 << fmt.bits) - 1), QFormat(fmt.bits, False))
+
+
+def _full_codes(fmt: QFormat | None, rng: np.random.Generator, n: int) -> np.ndarray:
+    """Codes over every field value of the format (the most negative one included)."""
+    if fmt is None or fmt.binary or not fmt.signed:
+        return _codes(fmt, rng, n)
+    return rng.integers(-(2 ** (fmt.bits - 1)), 2 ** (fmt.bits - 1), n)
+
+
+def _natural_offset(fmt: QFormat | None) -> int:
+    """The offset that makes a format's codes non-negative (as linear_x_off gives it)."""
+    if fmt is None:
+        return 0
+    return 1 if fmt.binary else (1 << (fmt.bits - 1)) if fmt.signed else fmt.zero
 
 
 # ----------------------------------------------------------------------------- pooling

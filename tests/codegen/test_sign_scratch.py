@@ -1,9 +1,11 @@
-"""Planned scratch of the sign tables' convolution (mico_qconv2d_sign_lut) and the sign-weight
-sums (mico_qconv2d_addsub1/2), issue 16: mico.codegen.scratch sizes their working memory per
-layer as the C carves it (mico_qconv2d_*_scratch report the C's size: the two agree over many
-shapes); through the kernels harness a call given exactly that many bytes works in them and
-one given a byte less takes its stack, both bit-exact as is the call given none (host, under
-ASan + UBSan); the kernels' own frames stay small, their stack fallbacks hold the memory."""
+"""Planned scratch of the sign tables' convolution and linear layer (mico_qconv2d_sign_lut,
+mico_qlinear_sign_lut) and the sign-weight sums (mico_qconv2d_addsub1/2), issue 16:
+mico.codegen.scratch sizes their working memory per layer as the C carves it
+(mico_qconv2d_*_scratch, mico_qlinear_sign_lut_scratch report the C's size: the two agree over
+many shapes); through the kernels harness a call given exactly that many bytes works in them
+and one given a byte less takes its stack, both bit-exact as is the call given none (host,
+under ASan + UBSan); the kernels' own frames stay small, their stack fallbacks hold the
+memory."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import pytest
 from mico.codegen import scratch as scr
 from mico.codegen.addsub_plan import KERNELS as ADDSUB_KERNELS
 from mico.codegen.sign_lut_plan import CONV_KERNEL as SIGN_LUT
+from mico.codegen.sign_lut_plan import LINEAR_KERNEL as SIGN_LUT_LINEAR
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.benchmark_modules import load_benchmark
 
@@ -97,6 +100,60 @@ def test_python_sizes_are_the_c_sizes():
     assert min(taken) >= 40, taken  # both kernels took many of the shapes
 
 
+def _linear_shapes(n: int, seed: int) -> list[tuple[int, int, int, tuple[int, int, int], int]]:
+    """``n`` random (rows, in_features, out_features, input format, weight bits)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        rows = int(rng.choice([1, 1, 2, 3, 4, 7, 64]))
+        in_f = int(rng.integers(1, 60)) * int(rng.choice([1, 8]))  # whole bytes of signs or not
+        out_f = int(rng.integers(1, 200))
+        bits, signed = int(rng.integers(1, 10)), int(rng.integers(0, 2))
+        zero = (
+            0 if signed or bits > 8 else int(rng.integers(0, 1 << bits)) * int(rng.integers(0, 2))
+        )
+        out.append((rows, in_f, out_f, (bits, signed, zero), int(rng.choice([1, 1, 2]))))
+    return out
+
+
+def _c_linear_sizes(shapes) -> list[int]:
+    """mico_qlinear_sign_lut_scratch of each shape, as the C computes it (host build)."""
+    lines = ["#include <stdio.h>", '#include "mico_nn.h"', "int main(void)", "{"]
+    for rows, in_f, out_f, (bits, signed, zero), w_bits in shapes:
+        lines += [
+            "    {",
+            f"        MicoLinear p = {{ .rows = {rows}, .in_features = {in_f}, "
+            f".out_features = {out_f}, .in_fmt = {{ {bits}, {signed}, {zero} }}, "
+            f".w_bits = {w_bits} }};",
+            '        printf("%lu\\n", (unsigned long)mico_qlinear_sign_lut_scratch(&p));',
+            "    }",
+        ]
+    lines += ["    return 0;", "}"]
+    with tempfile.TemporaryDirectory(prefix="mico-scratch-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text("\n".join(lines) + "\n")
+        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
+        text = kernels_rv32.build_and_run(work, sources, "host", "gcc", 300)
+    return [int(line) for line in text.splitlines()]
+
+
+def test_python_linear_sizes_are_the_c_sizes():
+    """The sign tables' linear layer (mico_qlinear_sign_lut): the planner's size is the C's on
+    many shapes, at most the 3 KB of its stack fallback, and less for a row alone."""
+    shapes = _linear_shapes(400, seed=2)
+    taken = 0
+    for (rows, in_f, out_f, in_fmt, w_bits), c in zip(shapes, _c_linear_sizes(shapes),
+                                                       strict=True):  # fmt: skip
+        py = scr.sign_lut_linear_bytes(rows, in_f, out_f, in_fmt, w_bits)
+        assert py == c, (rows, in_f, out_f, in_fmt, w_bits)
+        assert py % 8 == 0 and py <= 2 * 128 * 2 + 2 * 64 * 4 + 128 * 16
+        taken += py > 0
+    assert taken >= 40, taken
+    assert scr.sign_lut_linear_bytes(1, 1024, 256, (8, 0, 0), 1) == 256 + 256 + 2048
+    assert scr.sign_lut_linear_bytes(4, 1024, 256, (8, 0, 0), 1) == 512 + 512 + 2048
+    assert scr.sign_lut_linear_bytes(1, 16, 3, (4, 1, 0), 1) == 32 + 16 + 256
+
+
 def _conv(w_fmt, a_fmt, seed, **kw):
     spec = dict(in_c=8, out_c=6, hw=(5, 7), k=3, pad=1)
     spec.update(kw)
@@ -148,7 +205,32 @@ def _addsub_layers() -> list:
     return layers
 
 
-PATHS = {"sign_lut": _sign_lut_layers, "addsub": _addsub_layers}
+def _lin(a_fmt, seed, in_c=64, out_c=40, rows=1, **kw):
+    return kernels_rv32.random_layer("linear", BIN, a_fmt, in_c=in_c, out_c=out_c, rows=rows,
+                                     seed=seed, **kw)  # fmt: skip
+
+
+def _sign_lut_linear_layers() -> list:
+    """Codes of 2 to 8 bits (zero points too) on one row and on pairs; odd rows (a last row
+    alone), chunks of 128 taps and a short last one, three blocks of outputs (64, 64, 2), a
+    single output, codes and multipliers at their limits."""
+    return [
+        *[_lin(QFormat(b, sg), b, rows=r) for b in (2, 5, 8) for sg in (False, True)
+          for r in (1, 2)],
+        _lin(QFormat(8, False, zero=77), 1, rows=3),
+        _lin(QFormat(5, False, zero=9), 2, rows=5, in_c=24, out_c=9),
+        _lin(A8, 3, in_c=264, out_c=130),
+        _lin(A8, 4, in_c=264, out_c=130, rows=3),
+        _lin(S8, 5, in_c=136, out_c=1, rows=2),
+        _lin(QFormat(4, True), 6, in_c=8, out_c=70, rows=4),
+        _lin(S8, 7, in_c=256, out_c=64, rows=2, extreme=True, relu=False, o_fmt=S8),
+        _lin(A8, 8, in_c=512, out_c=16, extreme=True, o_fmt=QFormat(4, False)),
+    ]  # fmt: skip
+
+
+#: family -> its layers (the harness's path: the name less ``_linear``)
+PATHS = {"sign_lut": _sign_lut_layers, "sign_lut_linear": _sign_lut_linear_layers,
+         "addsub": _addsub_layers}  # fmt: skip
 
 
 @pytest.fixture(scope="module", params=["plain", "sanitized"])
@@ -160,7 +242,8 @@ def runs(request) -> dict:
     result = {}
     for path, layers_of in PATHS.items():
         layers = layers_of()
-        paths = (f"{path}@exact", f"{path}@short", path, "plain")
+        harness = path.removesuffix("_linear")
+        paths = (f"{harness}@exact", f"{harness}@short", harness, "plain")
         results = kernels_rv32.run_layers(layers, "host", paths, host_flags=flags, kernels=LINKED)
         result[path] = list(zip(layers, results, strict=True))
     return result
@@ -173,7 +256,9 @@ def test_scratch_exact_is_used_and_short_is_not(runs, path):
         for kernel, _, out in results:
             assert np.array_equal(out, ref), (kernel, np.flatnonzero(out != ref)[:10])
         kernels = [kernel for kernel, _, _ in results]
-        name = SIGN_LUT if path == "sign_lut" else ADDSUB_KERNELS[layer.w_fmt.bits]
+        name = {"sign_lut": SIGN_LUT, "sign_lut_linear": SIGN_LUT_LINEAR}.get(
+            path, ADDSUB_KERNELS[layer.w_fmt.bits]
+        )
         assert kernels[:3] == [f"{name}@written", f"{name}@untouched", name], kernels
 
 
@@ -185,7 +270,8 @@ def test_rv32_frames_are_small_and_the_fallbacks_hold_the_memory():
 
     lut, addsub = kernel_frames("mico_sign_lut.c"), kernel_frames("mico_conv_addsub.c")
     for frames, names in ((lut, ("mico_qconv2d_sign_lut", "mico_sl_conv_layer",
-                                 "mico_sl_conv_quad")),
+                                 "mico_sl_conv_quad", "mico_qlinear_sign_lut",
+                                 "mico_sl_linear_layer", "mico_sl_linear_pair")),
                           (addsub, ("mico_as_layer", "mico_as_rows", "mico_as_ch1",
                                     "mico_as_ch2"))):  # fmt: skip
         for name in names:
@@ -193,5 +279,9 @@ def test_rv32_frames_are_small_and_the_fallbacks_hold_the_memory():
     # the sign tables' fallback: patch and tile on its frame, the tables on the quads' below
     assert lut["mico_sl_conv_stack"].size >= 4096
     assert lut["mico_sl_conv_quads_stack"].size >= 2048
+    # the linear layer's: a chunk's codes of two rows, their sums, the tables (it was 3.3 KB
+    # over the entry's frame and the pair's)
+    assert lut["mico_sl_linear_stack"].size >= 2 * 128 * 2 + 2 * 64 * 4 + 128 * 16
     assert addsub["mico_as_stack"].size >= 4096 + 64 * 4
-    assert set(scr.STACK_FALLBACKS.values()) >= {"mico_sl_conv_stack", "mico_as_stack"}
+    assert set(scr.STACK_FALLBACKS.values()) >= {"mico_sl_conv_stack", "mico_as_stack",
+                                                  "mico_sl_linear_stack"}  # fmt: skip

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mico.codegen.emitters import folded_bias, linear_x_off
 from mico.quant import QFormat, pack, quantize_multiplier
 from tests.codegen import test_packed_rows as rows_tests
 from tests.codegen.test_packed_rows import (
@@ -29,12 +30,15 @@ from tests.codegen.test_packed_rows import (
 harness = rows_tests.harness  # the packed-rows harness (a module-scoped fixture)
 
 
-def _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng, relu=True):
+def _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng, relu=True, x_off=0):
+    """A linear case; ``x_off``: the kernel's input offset (the bias folded as the generator
+    folds it, linear_x_off)."""
     spread = np.sqrt(n_in) * (1 + np.abs(x).mean()) * (1 + np.abs(weight).mean())
     mults = [_multiplier(rng, spread, out_fmt) for _ in range(n_out)]
     wraw = pack(weight, QFormat(w_bits, True)).tolist()
+    bias = folded_bias(rng.integers(-300, 300, n_out), np.reshape(weight, (n_out, n_in)), x_off)
     return ["l", rows, n_in, n_out, in_fmt.bits, int(in_fmt.signed), w_bits, len(wraw), *wraw,
-            *rng.integers(-300, 300, n_out).tolist(), *_out(out_fmt, rng, relu, mults),
+            *bias.tolist(), *_out(out_fmt, rng, relu, mults), 0, x_off,
             *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
 
 
@@ -46,7 +50,8 @@ def _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng, relu=Tru
 def test_linear_word_lanes_match_reference(harness, w_bits, in_bits, signed, n_in, extreme):
     """Whole-word rows of 4- and 2-bit weights: random codes, and every code (and weight) at
     its largest or smallest value, which puts the lanes' sums at their bounds (or past them:
-    those chunks take the byte loops); outputs stored as the reference's."""
+    those chunks take the byte loops); outputs stored as the reference's, with the codes as
+    they are and offset as the generator offsets them (linear_x_off)."""
     in_fmt, w_fmt = QFormat(in_bits, signed), QFormat(w_bits, True)
     rng = np.random.default_rng(n_in * 131 + in_bits * 7 + w_bits + signed)
     rows, n_out = 2, 11
@@ -59,9 +64,10 @@ def test_linear_word_lanes_match_reference(harness, w_bits, in_bits, signed, n_i
         x[:] = in_fmt.qmin
         weight[: n_in * 5] = w_fmt.qmin
     out_fmt = QFormat(8, True)
-    tokens = _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng,
-                     relu=extreme == "random")  # fmt: skip
-    _kernel(harness, tokens)
+    for x_off in {0, linear_x_off(f"mico_qlinear_sub{w_bits}", in_fmt)}:
+        tokens = _tokens(x, weight, w_bits, in_fmt, out_fmt, rows, n_in, n_out, rng,
+                         relu=extreme == "random", x_off=x_off)  # fmt: skip
+        _kernel(harness, tokens)
 
 
 @pytest.mark.parametrize("w_bits", [2, 4])
@@ -77,8 +83,8 @@ def test_linear_word_lanes_outputs_vary(harness, w_bits, out_bits):
     wraw = pack(weight, QFormat(w_bits, True)).tolist()
     out_fmt = QFormat(8, True)
     tokens = ["l", 1, n_in, n_out, 4, 0, w_bits, len(wraw), *wraw, *([0] * n_out),
-              *_out(out_fmt, rng, False, [quantize_multiplier(1 / 16)]), *_bytes(x, in_fmt),
-              *NO_LAYOUT]  # fmt: skip
+              *_out(out_fmt, rng, False, [quantize_multiplier(1 / 16)]), 0, 0,
+              *_bytes(x, in_fmt), *NO_LAYOUT]  # fmt: skip
     lines = _run(harness, tokens)
     assert lines[0] == lines[1]
     assert len(set(lines[0])) > 3

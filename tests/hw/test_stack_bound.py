@@ -258,21 +258,24 @@ def test_unknown_placement_is_refused(monkeypatch):
 
 @needs_rv32
 @pytest.mark.parametrize(
-    ("w_bits", "kernel", "fallback", "deep"),
-    [(1, "mico_qconv2d_sign_lut", "mico_sl_conv_stack", "mico_sl_conv_quads_stack"),
-     ("ternary", "mico_qconv2d_addsub2", "mico_as_stack", "")],
+    ("model", "w_bits", "kernel", "fallback", "deep"),
+    [("cnn", [8, 1, 1, 8], "mico_qconv2d_sign_lut", "mico_sl_conv_stack",
+      "mico_sl_conv_quads_stack"),
+     ("cnn", [8, "ternary", "ternary", 8], "mico_qconv2d_addsub2", "mico_as_stack", ""),
+     ("lenet", [4, 4, 1, 1, 8], "mico_qlinear_sign_lut", "mico_sl_linear_stack", "")],
 )  # fmt: skip
 def test_sign_kernels_fallbacks_leave_the_bound_with_their_scratch_planned(
-    w_bits, kernel, fallback, deep, monkeypatch, tmp_path
+    model, w_bits, kernel, fallback, deep, monkeypatch, tmp_path
 ):
     """The zoo's CNN with binary (the sign tables) or ternary weights (the sign-weight sums) on
-    8-bit codes: with the scratch in the arena the kernels' stack fallback (and the sign
-    tables' quads that hold their tables on the stack, reached only through it) is excluded
-    from the bound, which the stack measured under qemu stays at or below, bit-exact; with it
-    on the stack the bound counts it."""
+    8-bit codes, LeNet with binary FC layers (the sign tables' linear layer): with the scratch
+    in the arena the kernels' stack fallback (and the sign tables' quads that hold their
+    tables on the stack, reached only through it) is excluded from the bound, which the stack
+    measured under qemu stays at or below, bit-exact; with it on the stack the bound counts
+    it."""
     from tests.codegen.dscnn_graph import zoo_graph
 
-    graph, example, gen = zoo_graph("cnn", [8, w_bits, w_bits, 8], [8] * 4, seed=3)
+    graph, example, gen = zoo_graph(model, w_bits, [8] * len(w_bits), seed=3)
     samples = torch.randn((2, *example.shape[1:]), generator=gen)
     reference = run_graph(graph, samples)[0].numpy()
     frames = {**kernel_frames("mico_sign_lut.c"), **kernel_frames("mico_conv_addsub.c")}
@@ -290,6 +293,7 @@ def test_sign_kernels_fallbacks_leave_the_bound_with_their_scratch_planned(
         project = emit_c_project(graph, tmp_path / placement, "m")
         source = (project.directory / "m.c").read_text()
         assert kernel in source and "p_.scratch = MICO_ARENA(" in source
+        assert ("MicoLinear p_ = " in source) == (kernel == "mico_qlinear_sign_lut")
         rv32.build(project)
         run = rv32.run(project, samples.numpy())
         assert np.array_equal(run.outputs.reshape(reference.shape), reference)
