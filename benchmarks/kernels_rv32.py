@@ -490,7 +490,8 @@ def _dw_code(layer: Layer, tag: str, dw: dict[str, int], out: str) -> tuple[list
             fields += f", .lvl = {tag}lvl_dw"
     if dw.get("pair"):
         _, form = dwp_form(layer.a_fmt, layer.o_fmt, (h, wd), (oh, ow), (s, s), dw["sf"],
-                           layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl)  # fmt: skip
+                           layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl,
+                           layer.relu)  # fmt: skip
     return [
         *lines,
         _array("uint8_t", f"{tag}w_dw", pack(layer.weight, layer.w_fmt)),

@@ -208,7 +208,45 @@ def dwp_plan(
         else:
             best["cost"] += int(11 * codes if short else 4 * codes + 15 * (in_h + in_w))
         best["cost"] += 0 if direct else int(2.5 * out_h * out_w)
+        rows_k = _rows_k_estimate(w, a_fmt, out_fmt, in_hw, out_hw, stride)
+        best["cost"] = best["cost"] if rows_k is None else min(best["cost"], rows_k)
     return best
+
+
+def _rows_k_estimate(
+    weight: np.ndarray,
+    a_fmt: QFormat,
+    out_fmt: QFormat,
+    in_hw: tuple[int, int],
+    out_hw: tuple[int, int],
+    stride: tuple[int, int],
+) -> int | None:
+    """Estimated rv32 instructions of a channel through the pair path's words of K lanes read
+    straight from rows of whole bytes (``mico_dwp_readkk``: 2- and 4-bit codes, unsigned
+    without a zero point or signed, stride 1, weights of at most 4 bits, every channel's sums
+    within 3 lanes of 10 bits; 4 lanes of 8 bits when they fit), outputs of at most 4 bits by
+    table or thresholds (fitted on rv32: 16 x 16, 32 channels, W4A4 3 lanes 6,800 to 7,000,
+    W2A2 4 lanes 5,900), or None when the kernel would not take that form (so the pairs'
+    estimate stands)."""
+    (in_h, in_w), (out_h, out_w) = in_hw, out_hw
+    b = int(a_fmt.bits)
+    if b not in (2, 4) or getattr(a_fmt, "zero", 0) or tuple(int(v) for v in stride) != (1, 1):
+        return None
+    if (in_w < 8 and in_h * in_w <= DWP_BYTES) or (in_w * b) % 8 or (in_h * in_w * b) % 8:
+        return None
+    if _dwp_cost(out_h, out_w) < _dwp_cost(out_w, out_h):  # the plane transposed
+        return None
+    w = np.asarray(weight)
+    if w.size == 0 or np.abs(w).max() > 8 or out_fmt.bits > 4:
+        return None
+    span = pair_span(w, a_fmt)
+    k = 4 if span <= 0xFF else 3 if span <= DWP_K_SPAN else 0
+    if not k:
+        return None
+    lines = -(-out_h // k)
+    words = (lines + 2) * in_w
+    tiles = lines * -(-out_w // 2)
+    return tiles * (140 if k == 4 else 120) + 7 * words + int(2.5 * out_h * out_w) + 400
 
 
 def dwp_form(
@@ -221,6 +259,7 @@ def dwp_form(
     w_bits: int,
     out_range: tuple[int, int],
     lvl: np.ndarray | None = None,
+    relu: bool = False,
 ) -> tuple[int, str]:
     """The form of a pair-path layer at stride ``sf`` along the buffer rows: its code
     (``mico_dwp``'s, which the entry point checks) and the suffix of its entry point
@@ -234,12 +273,15 @@ def dwp_form(
     most 5 columns), the outputs (by thresholds for at most 4 codes; by table where the
     generator gave ``lvl``, stored packed for 4-bit codes of even rows), rows of 5 outputs.
     ``w_bits``: the stored weight width (``MicoConv2d.w_bits``); ``out_range``: the outputs'
-    ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`. A form whose every channel has its
-    table (every channel then takes words of K lanes, :func:`dwp_levels`) leaves out the
-    requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
+    ``lo, hi`` (``MicoOut``); ``lvl``: :func:`dwp_levels`; ``relu``: the layer's (signed
+    codes out without a ReLU, ``lo < 0``, go by table from 3 codes up; 3 or 4 codes from 0 by
+    table in words of K lanes at stride 1, by thresholds elsewhere). A form whose every
+    channel has its table (every channel then takes words of K lanes, :func:`dwp_levels`)
+    leaves out the requantizing plane functions, the words of K lanes' and the pairs' (``_x``)."""
     (in_h, in_w), (out_h, out_w) = in_hw, out_hw
     sh, sw = (int(v) for v in stride)
     lo, hi = (int(v) for v in out_range)
+    lo = max(lo, 0) if relu else lo  # (the table's codes after a ReLU: from 0)
     big = 2**31 - 1
     cost_n = _dwp_cost(out_w, out_h) if sw == sf else big
     cost_t = _dwp_cost(out_h, out_w) if sh == sf else big
@@ -251,14 +293,19 @@ def dwp_form(
     rows2 = not short and not trans and b in (1, 2, 4, 8) and (in_w * b) % 8 == 0
     rows2 = rows2 and (in_plane * b) % 8 == 0
     upad = 2 ** (b - 1) if signed else int(getattr(a_fmt, "zero", 0))
-    table = lvl is not None and 4 <= hi - lo <= 15 and lo >= 0
-    levels = 0 <= hi <= 3
+    n = hi - lo
+    table = lvl is not None and n <= 15 and (n >= 4 if lo >= 0 else not relu and n >= 2)
+    small = lvl is not None and lo >= 0 and 2 <= n <= 3  # (words of K lanes at stride 1 only)
+    levels = 0 <= hi <= 3 and not table
     multi = short and sf == 1 and ss == 1 and (upad == 0 or signed) and w_bits <= 4 and b <= 4
-    packed = not multi and rows2 and ss == sf and upad == 0 and b in (2, 4)
+    packed = not multi and rows2 and ss == sf and (upad == 0 or signed) and b in (2, 4)
     packed = packed and (sf == 1 or table or levels) and (w_bits <= 4 or (sf == 2 and levels))
     multi = multi or packed
-    nib = packed and table and out_fmt.bits == 4 and not out_fmt.signed
-    nib = nib and not getattr(out_fmt, "zero", 0) and not trans and out_w % 2 == 0
+    table = table or (small and multi and sf == 1)
+    levels = levels and not table
+    nib = packed and table and out_fmt.bits == 4
+    nib = nib and (out_fmt.signed or not getattr(out_fmt, "zero", 0)) and not trans
+    nib = nib and out_w % 2 == 0
     k5 = multi and sh == sw == 1 and in_w <= 5 and out_w <= 5 and out_h + 2 <= DWP_PITCH
     k5 = k5 and b < 8 and not signed
     r5 = sf == 1 and ss == 1 and n_fast == 5
@@ -395,7 +442,11 @@ def dwp_levels(
     negative: bool = False,
 ) -> np.ndarray | None:
     """The pair path's tables of output codes (``MicoDwLanes.lvl``), or None when its outputs
-    have fewer than 5 or more than 16 codes (``hi - lo`` levels of the clamp) or negative ones.
+    have fewer than 3 or more than 16 codes (``hi - lo`` levels of the clamp; after a ReLU
+    from ``lo = max(lo, 0)``, no code below 0 being stored; signed outputs without a ReLU,
+    ``lo < 0``: ``mico_dwp_lut`` stores their two's-complement fields). Tables of 3 or 4
+    codes from 0 only words of K lanes at stride 1 read (:func:`dwp_form`; the others count
+    thresholds, and the generator leaves such a table out).
 
     The kernel's lane value of a window is ``v = acc - bb`` in ``[0, span]`` with ``acc`` the
     reference's accumulator, ``bb = bias - u_pad sum(w) + umax neg`` and ``span = umax (pos -
@@ -411,9 +462,8 @@ def dwp_levels(
     (so a layer whose every channel has its table takes only words of K lanes: its form, the
     ``_x`` of :func:`dwp_form`, links no requantizing plane function). None too for codes of
     more than 4 bits (only the kernel's words of K lanes read the table) and when no channel's
-    table fits. ``negative``: codes below 0 too (``mico_qconv2d_dw4s``, whose table holds
-    ``code + 8``; the thresholds do not depend on the codes' bytes), the levels from code 0
-    after a ReLU (no code below it is stored, and a first step from ``lo`` could pass a byte).
+    table fits. ``negative``: the table of ``mico_qconv2d_dw4s`` (which holds ``code + 8``;
+    the thresholds do not depend on the codes' bytes), from 5 codes as before.
     """
     from mico.ir.ops.mico_ops import code_range, finish
 
@@ -421,10 +471,12 @@ def dwp_levels(
     if fmt is None or spec.get("m") is None:
         return None
     lo, hi = spec.get("clamp") or code_range(fmt)
-    if negative and relu:
+    if relu:
         lo = max(int(lo), 0)
     n = int(hi) - int(lo)
-    if not 4 <= n <= 15 or (lo < 0 and not negative):  # (the pair path's table: code bytes)
+    # (the pair path's table: code bytes; signed codes without a ReLU, lo < 0: their fields,
+    # from 3 codes up, as mico_dwp in mico_dwconv.c takes them)
+    if not (4 if negative else 2) <= n <= 15:
         return None
     if a_fmt.bits > 4:  # (only the words of K lanes, of codes of at most 4 bits, read it)
         return None
@@ -669,13 +721,16 @@ def emit_call(
             node.inputs[1].data, node.inputs[2].data, a.get("requant"), a.get("relu", False),
             node.inputs[0].qformat,
         )  # fmt: skip
-        if lvl is not None:
-            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
         x, out, spec = node.inputs[0], node.output, a.get("requant") or {}
-        _, form = dwp_form(
+        code, form = dwp_form(
             x.qformat, out.qformat, tuple(x.type.shape[2:]), tuple(out.type.shape[2:]),
             a["stride"], plan["sf"], w_bits, spec.get("clamp") or code_range(out.qformat), lvl,
+            bool(a.get("relu", False)),
         )  # fmt: skip
+        if lvl is not None and (code >> 4 & 3) < 2 and lvl.size <= 4 * len(node.inputs[1].data):
+            lvl = None  # (a table of 3 or 4 codes only words of K lanes at stride 1 read)
+        if lvl is not None:
+            fields += f", .lvl = {ctx.const_bytes(f'{node.name}_dwp_lvl', lvl, kind='scales')}"
     sym = ctx.const_struct("MicoDwLanes", f"{node.name}_dwl", fields)
     ctx.need("mico_dwconv.c")
     ctx.need("mico_conv2d.c")  # the fallback of shapes the ring cannot hold

@@ -962,8 +962,13 @@ MICO_DW8_ENTRY(2)
  * mico_dwp_build5: a row's codes gathered once; 1- and 2-bit codes straight from the packed
  * rows, mico_dwp_build5p). Channels whose sums need 16 bits keep the pairs; a layer stays in
  * 3 or 4 lanes once there while its channels fit; the buffer's padding is restored where
- * another layout wrote. Signed codes take 3 lanes too (not 4: one padding pattern), of u =
- * f ^ h as the pairs (made for a whole word by the build), the padding u_pad = h.
+ * another layout wrote. Signed codes take 3 or 4 lanes too, of u = f ^ h as the pairs (made
+ * for a whole word by the build), the padding u_pad = h (3 and 4 lanes: layouts of their own,
+ * their padding columns restored between them); so do rows of whole bytes of signed 2- and
+ * 4-bit codes (mico_dwp_readkk). Signed outputs without a ReLU go by table too (the fields of
+ * their codes, mico_dwp_lut), from 3 codes (2-bit outputs: -1, 0, 1) up, and so do outputs
+ * of 3 or 4 codes from 0 in words of K lanes at stride 1 (a byte load an output, where the
+ * thresholds need their bisection a channel).
  *
  * Outputs of at most 4 codes (1- and 2-bit) of a channel in the ReLU form whose lane sums
  * leave a spare top bit go by thresholds (mico_dwp_levels, plane functions _2): the code is
@@ -1979,7 +1984,7 @@ static MICO_NOINLINE void mico_dwp_levels(MicoDwp *d, uint32_t span, uint32_t bb
 static MICO_DWL_INLINE void mico_dwp_kbytes(const uint8_t *q0, const uint8_t *q1,
                                             const uint8_t *q2, const uint8_t *q3,
                                             MicoDwpWord *o, const int32_t nb, const uint32_t k,
-                                            const uint32_t b)
+                                            const uint32_t b, const uint32_t hk)
 {
     const uint32_t ls = k == 3u ? 10u : 8u, per = 8u / b;
     const uint32_t fm = ((1u << b) - 1u) * (k == 3u ? 0x100401u : 0x01010101u);
@@ -1990,6 +1995,7 @@ static MICO_DWL_INLINE void mico_dwp_kbytes(const uint8_t *q0, const uint8_t *q1
         if (k == 4u) {
             t |= (uint32_t)q3[e] << 24;
         }
+        t ^= hk; /* signed codes: u = f ^ h in every field (0 for unsigned codes) */
         MICO_UNROLL for (x = 0; x < per; x++) {
             o[e * (int32_t)per + (int32_t)x].w = (t >> (b * x)) & fm;
         }
@@ -1997,16 +2003,19 @@ static MICO_DWL_INLINE void mico_dwp_kbytes(const uint8_t *q0, const uint8_t *q1
 }
 
 /* Words of K lanes (3 of 10 bits, 4 of 8) of buffer rows 0..d->rows-1 straight from packed
- * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0): lane j
- * of buffer row r holds input line first + r + j L ss (L = d->half, ss the stride between
- * output lines; a line outside 0..n_line-1 the padding, 0). A byte of each line makes 8 / b
- * words: T = sum_j byte_j << (j ls), word x the fields (T >> b x) & (mask in every lane). */
+ * rows of n codes of b (2 or 4) bits that start on a byte (unsigned codes, u_pad = 0; signed
+ * codes sg = 1, u = f ^ h, u_pad = h): lane j of buffer row r holds input line first + r + j L
+ * ss (L = d->half, ss the stride between output lines; a line outside 0..n_line-1 the padding:
+ * fields 0, made h for signed codes). A byte of each line makes 8 / b words: T = sum_j byte_j
+ * << (j ls) (^ h in every field: signed codes), word x the fields (T >> b x) & (mask in every
+ * lane). */
 static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_t row_bits,
                                             int32_t first, int32_t n_line, int32_t n,
                                             const MicoDwp *d, MicoDwpWord *row, const uint32_t k,
-                                            const uint32_t b)
+                                            const uint32_t b, const uint32_t sg)
 {
     static const uint8_t zeros[MICO_DWP_PITCH]; /* a line outside the plane */
+    const uint32_t hk = sg ? (b == 4u ? 0x88u : 0xaau) * (k == 3u ? 0x100401u : 0x01010101u) : 0u;
     const int32_t per = 8 / (int32_t)b;
     const int32_t half = d->half * d->g.ss, nb = n / per; /* (lines between lanes) */
     const size_t rb = row_bits >> 3;
@@ -2026,13 +2035,13 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
                                 : zeros;
         /* eight bytes of each line an iteration (their offsets constant), four, then one */
         for (i = 0; i + 8 <= nb; i += 8, q0 += 8, q1 += 8, q2 += 8, q3 += 8, o += 8 * per) {
-            mico_dwp_kbytes(q0, q1, q2, q3, o, 8, k, b);
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 8, k, b, hk);
         }
         for (; i + 4 <= nb; i += 4, q0 += 4, q1 += 4, q2 += 4, q3 += 4, o += 4 * per) {
-            mico_dwp_kbytes(q0, q1, q2, q3, o, 4, k, b);
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 4, k, b, hk);
         }
         for (; i < nb; i++, q0++, q1++, q2++, q3++, o += per) {
-            mico_dwp_kbytes(q0, q1, q2, q3, o, 1, k, b);
+            mico_dwp_kbytes(q0, q1, q2, q3, o, 1, k, b, hk);
         }
     }
 }
@@ -2040,16 +2049,26 @@ static MICO_DWL_INLINE void mico_dwp_readkk(const uint8_t *in, size_t bit, size_
 static MICO_DWL_INLINE void mico_dwp_readk(const uint8_t *in, size_t bit, size_t row_bits,
                                            int32_t first, int32_t n_line, int32_t n,
                                            const MicoDwp *d, MicoDwpWord *row, uint32_t k,
-                                           uint32_t b)
+                                           uint32_t b, uint32_t sg)
 {
-    if (k == 3u && b == 4u) {
-        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u);
+    if (sg) { /* signed codes */
+        if (k == 3u && b == 4u) {
+            mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u, 1u);
+        } else if (k == 3u) {
+            mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 2u, 1u);
+        } else if (b == 4u) {
+            mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 4u, 1u);
+        } else {
+            mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 2u, 1u);
+        }
+    } else if (k == 3u && b == 4u) {
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 4u, 0u);
     } else if (k == 3u) {
-        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 2u);
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 3u, 2u, 0u);
     } else if (b == 4u) {
-        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 4u);
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 4u, 0u);
     } else {
-        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 2u);
+        mico_dwp_readkk(in, bit, row_bits, first, n_line, n, d, row, 4u, 2u, 0u);
     }
 }
 
@@ -2069,18 +2088,23 @@ static inline uint32_t *mico_dwp_fillw(uint32_t *o, uint32_t *const end, const u
 }
 
 /* A channel's table of output codes (the plane functions _3): lut[v] for every lane value v
- * in [0, span] is the code byte lo + L (lo >= 0) of the levels L = 0..n whose threshold v
- * reaches. The generator's levels (mico.codegen.dwconv_plan.dwp_levels, with the Python
- * reference's own requantization): t_1 in two bytes (little-endian), then t_L - t_(L-1) for
- * L = 2..n, each threshold the smallest lane value of a code >= lo + L (span + 1: none).
- * Written a word at a time: the word holding t_L gets +1 in its bytes from t_L on (a byte's
- * code stays below 256: no carry), the words after it the next code in every byte. */
-static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
-                                       int32_t lo)
+ * in [0, span] is the field (lo + L) & fmask of the code lo + L of the levels L = 0..n whose
+ * threshold v reaches (lo >= 0: the code itself; signed codes, lo < 0: its two's-complement
+ * field of the output's width, fmask = 2^bits - 1). The generator's levels
+ * (mico.codegen.dwconv_plan.dwp_levels, with the Python reference's own requantization): t_1
+ * in two bytes (little-endian), then t_L - t_(L-1) for L = 2..n, each threshold the smallest
+ * lane value of a code >= lo + L (span + 1: none). Written a word at a time: the word holding
+ * t_L gets +1 in its bytes from t_L on (a byte's field stays below 256: no carry; from code -1,
+ * field fmask, to code 0: -fmask in those bytes, which hold fmask: no borrow), the words after
+ * it the next field in every byte. */
+static MICO_DWL_INLINE void mico_dwp_lutk(uint32_t *lut, const uint8_t *lv, int32_t n,
+                                          uint32_t span, int32_t lo, uint32_t fmask, const int sg)
 {
     const int le = mico_dwp_low_half() == 0; /* byte t & 3 of a word at its low end */
     uint32_t *const end = lut + (span >> 2) + 1u; /* words of lane values 0..span */
-    uint32_t full = (uint32_t)lo * 0x01010101u, cw = full;
+    uint32_t full = ((uint32_t)lo & fmask) * 0x01010101u, cw = full;
+    /* (level L is done with step at lv + 1 + L: code lo + L = 0 at step lv + 1 - lo) */
+    const uint8_t *const wrap = lo < 0 && -lo <= n ? lv + 1 - lo : NULL;
     uint32_t t = (uint32_t)lv[0] | (uint32_t)lv[1] << 8;
     const uint8_t *step = lv + 2, *const last = lv + n + 1; /* t_2 - t_1 .. t_n - t_(n-1) */
     uint32_t *o = lut;
@@ -2091,8 +2115,17 @@ static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t
             o = mico_dwp_fillw(o + 1, ow, full);
             cw = full;
         }
-        cw += le ? 0x01010101u << (8u * (t & 3u)) : 0x01010101u >> (8u * (t & 3u));
-        full += 0x01010101u;
+        {
+            const uint32_t at = le ? 0x01010101u << (8u * (t & 3u))
+                                   : 0x01010101u >> (8u * (t & 3u));
+            if (sg && step == wrap) { /* field -1 (fmask) -> field 0 */
+                cw -= fmask * at;
+                full = 0u;
+            } else {
+                cw += at;
+                full += 0x01010101u;
+            }
+        }
         if (step == last) {
             break;
         }
@@ -2100,6 +2133,17 @@ static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t
     }
     *o = cw;
     mico_dwp_fillw(o + 1, end, full);
+}
+/* lo >= 0 (mico_dwp_lut_s: lo < 0, the codes' fields wrapping from -1 to 0) */
+static MICO_NOINLINE void mico_dwp_lut(uint32_t *lut, const uint8_t *lv, int32_t n, uint32_t span,
+                                       int32_t lo)
+{
+    mico_dwp_lutk(lut, lv, n, span, lo, 0xffu, 0);
+}
+static MICO_NOINLINE void mico_dwp_lut_s(uint32_t *lut, const uint8_t *lv, int32_t n,
+                                         uint32_t span, int32_t lo, uint32_t fmask)
+{
+    mico_dwp_lutk(lut, lv, n, span, lo, fmask, 1);
 }
 
 /* A layer's words of K lanes (3, 4 or 5) and the layout its buffer holds now. */
@@ -2111,7 +2155,8 @@ typedef struct {
     uint32_t umax;
     int32_t levels, hi; /* outputs of at most 4 codes (by thresholds when the lanes allow) */
     uint32_t hx;        /* signed codes: 2^(b-1) (u = f ^ h in the lanes); else 0 */
-    uint32_t max4;      /* the widest span of 4 lanes (0 for signed codes: 3 lanes only) */
+    uint32_t max4;      /* the widest span of 4 lanes */
+    int32_t pcols;      /* the buffer columns the plane functions read */
     const uint8_t *in;  /* the packed input, the channel's first code at bit `bit` */
     size_t bit;
     uint8_t *stage;     /* its plane unpacked (src), once `unpacked` */
@@ -2263,7 +2308,7 @@ static MICO_NOINLINE void mico_dwp_kbuild_p(MicoDwpK *kc, MicoDwpWord *buf, size
 {
     (void)at;
     mico_dwp_readk(kc->in, kc->bit, (size_t)kc->in_w * kc->b, kc->first, kc->n_line, kc->n_x,
-                   &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b);
+                   &kc->dk[kl - 3], buf + kc->pf, (uint32_t)kl, kc->b, kc->hx != 0u);
 }
 /* The buffer of 5 lanes (the plane transposed): from the codes as bytes, or straight from the
  * packed codes (1- and 2-bit codes). */
@@ -2415,18 +2460,33 @@ static MICO_DWL_INLINE int mico_dwp_k(MicoDwpK *kc, const MicoDwpForm *f, MicoDw
         }
         kl = fn == NULL ? 2 : kl;
     }
-    cls = kl == 2 ? 0 : kl == 5 ? 2 : 1;
+    /* (signed codes: 3 and 4 lanes are layouts of their own, u_pad = h in each lane) */
+    cls = kl == 2 ? 0 : kl == 5 ? 2 : kl == 4 && kc->hx ? 3 : 1;
     if (cls != kc->layout) { /* another layout: back to pairs, the whole padding again; to or
                               * from 5 lanes, its 3 rows (words of 3 or 4 lanes are written
                               * whole over the pairs' rows) */
-        /* (signed codes: u_pad = h in both halves of the pairs, in the 3 lanes of 10 bits; the
-         * whole rows either way) */
-        const int32_t n_fill = cls == 0 || kc->hx             ? MICO_DWP_PITCH * kc->rows
-                               : cls == 2 || kc->layout == 2 ? 3 * MICO_DWP_PITCH
-                                                             : 0;
-        const uint32_t fill = kc->hx * (cls == 0 ? 0x10001u : 0x100401u);
+        /* (signed codes: u_pad = h in both halves of the pairs, in the 3 lanes of 10 bits, the
+         * 4 of 8; the whole rows from the pairs, between 3 and 4 lanes only the padding
+         * columns: the builds write the plane's columns of every buffer row) */
+        const int32_t swap = kc->hx && cls != 0 && kc->layout != 0;
+        const int32_t n_fill = swap                               ? 0
+                               : cls == 0 || kc->hx             ? MICO_DWP_PITCH * kc->rows
+                               : cls == 2 || kc->layout == 2    ? 3 * MICO_DWP_PITCH
+                                                                : 0;
+        const uint32_t fill = kc->hx * (cls == 0   ? 0x10001u
+                                        : cls == 3 ? 0x01010101u
+                                                   : 0x100401u);
         for (i = 0; i < n_fill; i++) {
             buf[i].w = fill; /* u_pad */
+        }
+        for (i = 0; swap && i < kc->rows; i++) {
+            MicoDwpWord *const row = buf + i * MICO_DWP_PITCH;
+            for (t = 0; t < kc->pf; t++) {
+                row[t].w = fill;
+            }
+            for (t = kc->pf + kc->n_x; t < kc->pcols; t++) {
+                row[t].w = fill;
+            }
         }
         kc->layout = cls;
     }
@@ -2492,8 +2552,8 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     const int direct = of.bits == 8 && (of.is_signed || of.zero == 0);
     uint32_t umax, hx, upad, fill;
     int32_t ch, i, t, cost_n, cost_t, trans, fast_in, slow_in, pf, ps, code;
-    int short_rows, multi, levels, rows2, nib, r5;
-    int32_t n_lvl;
+    int short_rows, multi, levels, rows2, nib, r5, small;
+    int32_t n_lvl, lo_t;
     MicoDwpIn rd;
     MicoDwpK kc;
     if (af.bits < 1 || af.bits > 8 || (af.is_signed && af.bits == 1) || of.bits < 1 ||
@@ -2538,26 +2598,39 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
     rows2 = !short_rows && !trans && (b == 1u || b == 2u || b == 4u || b == 8u) &&
             ((size_t)in_w * b) % 8u == 0u && ((size_t)in_plane * b) % 8u == 0u;
     /* outputs of 5..16 codes by table where the generator gave the channels' levels */
-    n_lvl = g->hi - g->lo;
-    lvl = n_lvl >= 4 && n_lvl <= 15 && g->lo >= 0 ? lvl : NULL;
-    /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form */
-    levels = g->hi >= 0 && g->hi <= 3;
+    /* (signed codes without a ReLU, lo < 0: 3 codes or more, their fields in the table; after
+     * a ReLU the codes from 0) */
+    lo_t = g->relu && g->lo < 0 ? 0 : g->lo;
+    n_lvl = g->hi - lo_t;
+    /* (3 or 4 codes from 0: by table in words of K lanes at stride 1 only, below; elsewhere
+     * by thresholds, which the pairs and stride 2 count for every lane of a word) */
+    small = lvl && lo_t >= 0 && n_lvl >= 2 && n_lvl <= 3;
+    lvl = n_lvl <= 15 && n_lvl >= 2 ? lvl : NULL;
+    /* outputs of at most 4 codes: by thresholds where a channel takes the ReLU form (not those
+     * by table) */
+    levels = g->hi >= 0 && g->hi <= 3 && (lvl == NULL || small);
     /* K lanes a word (MICO_DWP_PLANE): planes of short rows at stride 1, codes whose u_pad is
      * 0 (the padding words of both layouts alike), weights and codes of at most 4 bits (wider
      * ones' sums seldom fit 10 bits) */
     multi = short_rows && sf == 1 && g->ss == 1 && (upad == 0u || af.is_signed) &&
             p->w_bits <= 4 && b <= 4u;
-    /* and planes of rows of whole bytes of 2- and 4-bit unsigned codes (read as the pairs'; at
+    /* and planes of rows of whole bytes of 2- and 4-bit codes, unsigned without a zero point or
+     * signed (u = f ^ h, mico_dwp_readkk; read as the pairs'; at
      * stride 2 when the outputs go by table or thresholds; each channel's span decides: wider
      * weights' sums seldom fit, tried at stride 2 with outputs by thresholds only, the form
      * the plan weighs against the bit-sliced path) */
-    kc.packed = !multi && rows2 && g->ss == sf && upad == 0u && (b == 2u || b == 4u) &&
+    kc.packed = !multi && rows2 && g->ss == sf && (upad == 0u || af.is_signed) &&
+                (b == 2u || b == 4u) &&
                 (sf == 1 || lvl || levels) && (p->w_bits <= 4 || (sf == 2 && levels));
     kc.sf = sf;
     multi = multi || kc.packed;
+    if (small && !(multi && sf == 1)) { /* (the pairs and stride 2: by thresholds) */
+        lvl = NULL;
+    }
+    levels = levels && lvl == NULL;
     /* 4-bit codes out by table, rows of an even number of outputs along the buffer rows: two
      * outputs a byte, stored packed by the plane functions (MICO_DWP_PLANEKN) */
-    nib = kc.packed && lvl && of.bits == 4 && !of.is_signed && !of.zero && !trans &&
+    nib = kc.packed && lvl && of.bits == 4 && (of.is_signed || !of.zero) && !trans &&
           !(p->out_w & 1);
     /* 5 lanes of 6 bits: planes of at most 5 columns, every output column in one word (the
      * plane transposed: one line group; its codes unpacked) */
@@ -2626,7 +2699,8 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         kc.levels = levels;
         kc.hi = g->hi;
         kc.hx = hx;
-        kc.max4 = hx ? 0u : 0xffu;
+        kc.max4 = 0xffu;
+        kc.pcols = (g->n_fast - 1) * sf + 3;
         kc.in = (const uint8_t *)in;
         kc.stage = stage;
         kc.b = b;
@@ -2689,7 +2763,12 @@ static MICO_DWL_INLINE int32_t mico_dwp(const MicoConv2d *p, const uint8_t *lvl,
         lut_ch = multi && lv && (lv[0] | lv[1] << 8) != 0xffffu &&
                  (uint32_t)(pos - neg) * umax < MICO_DWP_LUT;
         if (lut_ch) {
-            mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, g->lo);
+            if (lo_t < 0) { /* signed codes' fields */
+                mico_dwp_lut_s(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t,
+                               of.bits >= 8 ? 0xffu : (1u << of.bits) - 1u);
+            } else {
+                mico_dwp_lut(lut_words, lv, n_lvl, (uint32_t)(pos - neg) * umax, lo_t);
+            }
         }
         packed4 = nib && lut_ch;
         if (with_k && multi &&

@@ -75,7 +75,18 @@ def _forms() -> list:
     for layer in far:
         layer.weight[1] = 7
         layer.m[1], layer.shift[1] = 2**36 // 300, 36
-    return layers + far
+    # outputs of at most 4 codes with no channel's table (levels 290 lane values apart, the
+    # first one near 0: a step past a byte): by thresholds in words of K lanes
+    apart = [
+        lay(16, 16, o=A2, c=2, seed=216),  # _r_k_t
+        lay(20, 7, o=A2, c=2, seed=217),  # _s_k_t
+        lay(25, 5, a=s4, o=A2, c=2, seed=218),  # _s_k_t_r5 (signed codes: no 5 lanes)
+    ]
+    for layer in apart:
+        layer.weight[:] = 3  # sums of 27 codes: 3 lanes, a spare top bit (15 * 27 < 512)
+        layer.m[:], layer.shift[:] = 2**36 // 290, 36
+        layer.bias[:] = 145 - 5 + (8 * 27 if layer.a_fmt.signed else 0)  # t_1 = 5
+    return layers + far + apart
 
 
 def _mirror(layer) -> tuple[int, str]:
@@ -83,7 +94,8 @@ def _mirror(layer) -> tuple[int, str]:
     lvl = dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt)
     s = layer.stride
     return dwp_form(layer.a_fmt, layer.o_fmt, layer.x.shape[1:], layer.out_hw, (s, s), s,
-                    layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl)  # fmt: skip
+                    layer.w_fmt.bits, (layer.o_fmt.qmin, layer.o_fmt.qmax), lvl,
+                    layer.relu)  # fmt: skip
 
 
 def _kernel_codes(layers, monkeypatch, tmp_path: Path) -> list[int]:

@@ -160,9 +160,9 @@ def test_tables_and_packed_rows_bit_exact(monkeypatch):
 
 
 def test_levels_table():
-    """The generator's table: n + 1 bytes a channel for outputs of 5..16 unsigned codes
-    (None for fewer or more, or signed ones); a channel's t_1 0xffff when its span does not
-    fit the kernel's words of K lanes or its levels are more than 255 lane values apart;
+    """The generator's table: n + 1 bytes a channel for outputs of 3..16 codes (None for
+    fewer or more, after a ReLU from code 0); a channel's t_1 0xffff when its span
+    does not fit the kernel's words of K lanes or its levels are more than 255 lane values apart;
     otherwise t_1 and the steps give back, by the kernel's own reading, every code of the
     reference."""
     layer = _fallbacks()[0]
@@ -186,8 +186,11 @@ def test_levels_table():
         one = dict(spec, m=[int(layer.m[c])], shift=[int(layer.shift[c])])
         ref = np.asarray(finish(acc[None, :], one, layer.relu, axis=0).numpy())[0]
         assert np.array_equal(codes, ref), c
-    assert _levels(_layer(8, 8, a=A2, o=A2, wb=2)) is None  # 4 codes: thresholds
-    assert _levels(_layer(8, 8, o=QFormat(4, True), relu=False)) is None  # signed codes
+    # 4 codes: a table too (words of K lanes at stride 1 take it; the others count thresholds)
+    assert _levels(_layer(8, 8, a=A2, o=A2, wb=2)) is not None
+    assert _levels(_layer(8, 8, o=QFormat(2, True), relu=True)) is None  # signed, a ReLU: 0, 1
+    # signed codes without a ReLU: their table (test_dw_signed.py)
+    assert _levels(_layer(8, 8, o=QFormat(4, True), relu=False)) is not None
     assert _levels(_layer(8, 8, o=QFormat(8, False))) is None  # 256 codes
     assert _levels(_layer(8, 8, a=QFormat(8, False), o=A4)) is None  # 8-bit codes: no K lanes
     assert _levels(_layer(8, 8, wb=8, o=A4)) is None  # 8-bit weights: no channel fits

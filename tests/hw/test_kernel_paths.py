@@ -268,7 +268,7 @@ def _dw(h: int, w: int, bits: tuple[int, int]) -> LayerShape:
     ("shape", "in_signed", "out_bits", "label"),
     [
         (_dw(25, 5, (4, 4)), False, 8, "dwp_k5"),  # dscnn's planes: words of 5 lanes
-        (_dw(25, 5, (4, 4)), False, 2, "dwp_k5_thr"),  # at most 4 output codes: thresholds
+        (_dw(25, 5, (4, 4)), False, 2, "dwp_k5_tab"),  # 4 output codes: words of K lanes, table
         (_dw(25, 5, (4, 3)), False, 4, "dwp_k5_tab"),  # 5..16 codes: a table per channel
         (_dw(25, 5, (4, 4)), False, 4, "dw4"),  # 4-bit codes in and out: rows of 5
         (_dw(25, 5, (4, 4)), True, 8, "dwp_k"),  # signed codes: K lanes, not 5
