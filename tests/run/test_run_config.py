@@ -225,8 +225,9 @@ def test_a_flash_search_of_a_size_preferring_program(tmp_path):
     """compile.prefer: size makes the search count the plain kernels' program, whose flash
     falls with the widths (the fast kernels' does not on small_cnn: refused), and compiles
     that program."""
-    # small_cnn's plain-kernel program: 25,206 B at W8A8, 24,584 at W4A4, 24,080 at W2A2
-    config = SEARCHED.replace('"bops=50%"', '"flash=24300"').replace(
+    # small_cnn's plain-kernel program: 24,322 B at W2A2 (was 24,080 before MicoLinear's
+    # scratch and x_off fields), about 500 B more at W4A4 and 1,100 at W8A8
+    config = SEARCHED.replace('"bops=50%"', '"flash=24600"').replace(
         "compile: {mode: static}", "compile: {mode: static, prefer: size}"
     )
     out = tmp_path / "run"
@@ -234,7 +235,7 @@ def test_a_flash_search_of_a_size_preferring_program(tmp_path):
     assert result.exit_code == 0, result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["prefer"] == "size"
-    assert metrics["search"]["costs"]["flash"] <= 24300
+    assert metrics["search"]["costs"]["flash"] <= 24600
     assert json.loads((out / "c" / "mico.json").read_text())["prefer"] == "size"
     fast = config.replace("prefer: size", "prefer: speed")
     refused = runner.invoke(app, ["run", str(write(tmp_path, fast, "fast.yaml")), "-o",
