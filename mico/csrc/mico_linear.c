@@ -732,13 +732,22 @@ static MICO_NOINLINE void mico_qlinear_s8_rows(const MicoLinear *p, const void *
     }
 }
 
-/* The body of mico_qlinear (words NULL) and mico_qlinear_sub4 / _sub2 (the word kernels): inlined in
- * each, so that mico_qlinear's copy carries no trace of the word kernels. */
+/* The working buffer of the word kernels: a chunk's codes x and their words xw (bytes 0..255
+ * and 256..511), or the words of mico_lin_t4 / _t2 (bytes 0..383; those layers use no x). */
+typedef union {
+    int16_t h[2 * MICO_LIN_K];
+    uint32_t w[MICO_LIN_K];
+} MicoLinBuf;
+
+/* The body of mico_qlinear (words NULL) and mico_qlinear_sub4 / _sub2 / _sub4t / _sub2t (the word
+ * kernels): inlined in each, so that mico_qlinear's copy carries no trace of the word kernels.
+ * x: a chunk's codes (MICO_LIN_K); w: the words' part of a MicoLinBuf whose h is x, or NULL
+ * (mico_qlinear: its frame holds the codes alone). */
 #if defined(__GNUC__)
 __attribute__((always_inline))
 #endif
 static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *out,
-                                     const MicoLinWords *words)
+                                     const MicoLinWords *words, int16_t *x, uint32_t *w)
 {
     const int32_t wb = p->w_bits, nf = p->in_features, xo = p->x_off;
     /* every weight row (and chunk) starts on a byte boundary */
@@ -746,14 +755,7 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
         (wb == 8 || wb == 4 || wb == 2 || wb == 1) && ((size_t)nf * (size_t)wb) % 8 == 0;
     int32_t kstep = MICO_LIN_K; /* codes of a chunk (the word kernels may take fewer) */
     const int mp = words != NULL ? words->kind(p, words->trows != NULL, &kstep) : 0;
-    /* a chunk's codes x and their words xw (bytes 0..255 and 256..511), or the words of
-     * mico_lin_t4 / _t2 (bytes 0..383; those layers use no x) */
-    union {
-        int16_t h[2 * MICO_LIN_K];
-        uint32_t w[MICO_LIN_K];
-    } buf;
-    int16_t *const x = buf.h;
-    uint32_t *const xw = buf.w + MICO_LIN_K / 2, *const tw = buf.w;
+    uint32_t *const xw = w != NULL ? w + MICO_LIN_K / 2 : NULL, *const tw = w;
     int32_t acc[MICO_LIN_O];
     int32_t r, o0, k0, j;
     uint32_t tsum = 0;
@@ -809,27 +811,32 @@ static inline void mico_qlinear_rows(const MicoLinear *p, const void *in, void *
 
 void mico_qlinear(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, NULL);
+    int16_t x[MICO_LIN_K];
+    mico_qlinear_rows(p, in, out, NULL, x, NULL);
 }
 
 void mico_qlinear_sub4(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4 : NULL);
+    MicoLinBuf b;
+    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4 : NULL, b.h, b.w);
 }
 
 void mico_qlinear_sub2(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2 : NULL);
+    MicoLinBuf b;
+    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2 : NULL, b.h, b.w);
 }
 
 void mico_qlinear_sub4t(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4t : NULL);
+    MicoLinBuf b;
+    mico_qlinear_rows(p, in, out, p->w_bits == 4 ? &mico_lin_words4t : NULL, b.h, b.w);
 }
 
 void mico_qlinear_sub2t(const MicoLinear *p, const void *in, void *out)
 {
-    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2t : NULL);
+    MicoLinBuf b;
+    mico_qlinear_rows(p, in, out, p->w_bits == 2 ? &mico_lin_words2t : NULL, b.h, b.w);
 }
 
 /* Weights in channel lanes (mico_nn.h), F = 32 / w_bits outputs per word: each chunk of
