@@ -807,10 +807,12 @@ def _markdown(results: dict, meta: dict) -> str:
         "lanes only to layers of at least 32,768 MACs (`LANES_MIN_MACS` in "
         "mico/codegen/emitters.py: the lanes add about 3 KB of code), and this layer has "
         "16,384. A program whose other layers call the same lanes entry point gives it the "
-        "lanes too (their code is linked anyway: `mico.codegen.linked_paths`), but a model "
-        "with this layer alone keeps the plain `mico_qlinear` (the 'plain' column, e.g. 6.23 "
-        "at W4A4 against W8A8's 3.67), not the lanes figure measured here; larger FC layers "
-        "take the lanes.",
+        "lanes too (their code is linked anyway: `mico.codegen.linked_paths`); a model with "
+        "this layer alone runs it on the word kernels instead: 4- and 2-bit weights on codes "
+        "the offset-code kernels take on `mico_qlinear_sub4t` / `_sub2t` (`cmsis_nn.md`: "
+        "W4A4 2.27, W2A2 1.61 on signed codes, one multiplier), others on "
+        "`mico_qlinear_sub4` / `_sub2` or `mico_qlinear`, not the lanes figure measured "
+        "here; larger FC layers take the lanes.",
         "",
     ]
     plans = list(dict.fromkeys(r["plan"] for rows in results.values() for r in rows))
