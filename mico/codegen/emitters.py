@@ -727,11 +727,10 @@ def linear_kernel(
     return "mico_qlinear"
 
 
-def linear_sign_lut(node: Node, ctx: Any, lanes: bool | None = None) -> str | None:
-    """The sign tables' entry (:data:`sign_lut_plan.LINEAR_KERNEL`) when :func:`emit_qlinear`
-    runs a linear node on them in this context, else None; ``lanes``: whether the channel
-    lanes take the layer (worked out here when None). Nothing is emitted: the memory planner
-    asks before emission (:mod:`mico.codegen.scratch`)."""
+def _linear_gates(node: Node, ctx: Any) -> tuple[int, int, bool, bool]:
+    """What a linear node's first choices rest on: its rows, the MACs its size gates see
+    (:func:`gate_macs`), whether it takes the host kernels and whether the popcount kernels
+    (binary weights and activations)."""
     x = node.inputs[0]
     out_features, in_features = node.inputs[1].type.shape
     rows = x.type.numel // (in_features * x.type.shape[0])
@@ -741,6 +740,17 @@ def linear_sign_lut(node: Node, ctx: Any, lanes: bool | None = None) -> str | No
         node.inputs[1].qformat, x.qformat, in_features, macs=macs,
         min_macs=binary_plan.LINEAR_MIN_MACS,
     )  # fmt: skip
+    return rows, macs, host, binary
+
+
+def linear_sign_lut(node: Node, ctx: Any, lanes: bool | None = None) -> str | None:
+    """The sign tables' entry (:data:`sign_lut_plan.LINEAR_KERNEL`) when :func:`emit_qlinear`
+    runs a linear node on them in this context, else None; ``lanes``: whether the channel
+    lanes take the layer (worked out here when None). Nothing is emitted: the memory planner
+    asks before emission (:mod:`mico.codegen.scratch`)."""
+    x = node.inputs[0]
+    out_features, in_features = node.inputs[1].type.shape
+    _, macs, host, binary = _linear_gates(node, ctx)
     if binary or host or prefers_size(ctx) or macs < sign_lut_plan.MIN_MACS:
         return None
     if lanes is None:
@@ -753,13 +763,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
     x, out = node.inputs[0], node.output
     out_features, in_features = node.inputs[1].type.shape
     a = node.attrs
-    rows = x.type.numel // (in_features * x.type.shape[0])
-    macs = gate_macs(ctx, node, rows * in_features * out_features)
-    host = host_kernels(ctx, x)
-    binary = not host and binary_plan.takes_binary(
-        node.inputs[1].qformat, x.qformat, in_features, macs=macs,
-        min_macs=binary_plan.LINEAR_MIN_MACS,
-    )  # fmt: skip
+    rows, macs, host, binary = _linear_gates(node, ctx)
     # binary weights on wider codes: table lookups, no multiplication (mico_sign_lut.c)
     lanes = (
         None
@@ -792,7 +796,7 @@ def emit_qlinear(node: Node, ctx: EmitContext) -> list[str]:
         f"{node.name}_params",
         _fields(
             {
-                "rows": x.type.numel // (in_features * x.type.shape[0]),
+                "rows": rows,
                 "in_features": in_features,
                 "out_features": out_features,
                 "in_fmt": _fmt(x),

@@ -1,5 +1,5 @@
 """The depthwise kernels' layer programs (benchmarks/kernels_rv32.py) built under ASan and
-UBSan and held to the Python reference: one helper for the depthwise tests."""
+UBSan, or run as built, and held to the Python reference: helpers for the depthwise tests."""
 
 from __future__ import annotations
 
@@ -12,6 +12,28 @@ import numpy as np
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 SANITIZE = ("-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-g")
+
+
+def pair_path_plan(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
+    """A stand-in for ``kernels_rv32.dw_lane_plan``: the pair path's entry point of the
+    layer's stride, whatever the plan would choose."""
+    return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
+
+
+def pair_path_kernels(monkeypatch, layers: list) -> list[str]:
+    """Run ``layers`` (one C program) on the pair path (:func:`pair_path_plan`) and on the
+    plain kernel, hold every output to the reference, and return each layer's pair-path entry
+    point."""
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", pair_path_plan)
+    kernels = []
+    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
+        ref = layer.reference().ravel()
+        for kernel, _, out in results:
+            case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride,
+                    layer.pad)  # fmt: skip
+            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
+        kernels.append(results[0][0])
+    return kernels
 
 
 def tight_program(layers: list) -> str:

@@ -26,7 +26,12 @@ from mico.codegen.dwconv_plan import dw_kernel, dw_lane_plan, dwp_form, dwp_leve
 from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
 from tests.codegen.dscnn_graph import check_sanitized_dscnn
-from tests.codegen.dw_sanitized import check_sanitized, tight_program
+from tests.codegen.dw_sanitized import (
+    check_sanitized,
+    pair_path_kernels,
+    pair_path_plan,
+    tight_program,
+)
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -40,11 +45,6 @@ def _layer(h, w=5, *, a=A4, o=None, wb=4, c=3, pad=1, seed=0, relu=True):
         groups=c, seed=seed, o_fmt=o or a, relu=relu,
     )  # fmt: skip
     return layer
-
-
-def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
-    """The pair path's entry point of the layer's stride, whatever the plan would choose."""
-    return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
 
 
 def _cases() -> list:
@@ -109,13 +109,7 @@ def test_line_words_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through the pair path's entry point
     and through the plain kernel."""
     layers = _cases()
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
-        ref = layer.reference().ravel()
-        for kernel, _, out in results:
-            case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.pad)
-            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
-        assert results[0][0].startswith("mico_qconv2d_dwp_f1")
+    assert all(k.startswith("mico_qconv2d_dwp_f1") for k in pair_path_kernels(monkeypatch, layers))
 
 
 def test_line_words_sanitized(monkeypatch):
@@ -124,7 +118,7 @@ def test_line_words_sanitized(monkeypatch):
     even one) and outputs that end at the end of theirs."""
     layers = [_layer(25, c=3, seed=30), _layer(25, c=2, wb=8, seed=31),
               _layer(7, c=1, wb=TERNARY, seed=32), _layer(1, c=3, seed=33)]  # fmt: skip
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", pair_path_plan)
     check_sanitized(tight_program(layers), layers, "-O1")
 
 

@@ -30,7 +30,12 @@ from mico.codegen.dwconv_plan import (
 )
 from mico.ir.ops.mico_ops import finish, out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
-from tests.codegen.dw_sanitized import check_sanitized, tight_program
+from tests.codegen.dw_sanitized import (
+    check_sanitized,
+    pair_path_kernels,
+    pair_path_plan,
+    tight_program,
+)
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -50,11 +55,6 @@ def _layer(h, w, *, a=A4, o=None, wb=4, c=3, stride=1, pad=1, seed=0, relu=True)
 def _levels(layer) -> np.ndarray | None:
     spec = out_spec(layer.o_fmt, 1.0, list(layer.m), list(layer.shift))
     return dwp_levels(layer.weight, layer.bias, spec, layer.relu, layer.a_fmt)
-
-
-def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
-    """The pair path's entry point of the layer's stride, whatever the plan would choose."""
-    return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
 
 
 def _packed_rows() -> list:
@@ -150,13 +150,7 @@ def test_tables_and_packed_rows_bit_exact(monkeypatch):
     """Every case (one C program) equals the reference through the pair path's entry point
     and through the plain kernel."""
     layers = _packed_rows() + _fallbacks()
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
-        ref = layer.reference().ravel()
-        for kernel, _, out in results:
-            case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride)
-            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
-        assert results[0][0].startswith("mico_qconv2d_dwp_f")
+    assert all(k.startswith("mico_qconv2d_dwp_f") for k in pair_path_kernels(monkeypatch, layers))
 
 
 def test_levels_table():
@@ -222,6 +216,6 @@ def test_packed_stores_sanitized(monkeypatch):
     buffer, at stride 1 and 2, with the table's fallbacks."""
     layers = [_layer(16, 16, c=2, seed=40), _layer(28, 28, c=2, stride=2, seed=41),
               _fallbacks()[1]]  # fmt: skip
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", pair_path_plan)
     program = tight_program(layers)
     check_sanitized(program, layers, "-O1")

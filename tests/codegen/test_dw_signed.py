@@ -24,7 +24,12 @@ from mico.ir.ops.mico_ops import out_spec
 from mico.quant.arithmetic import TERNARY, QFormat
 from mico.targets import rv32
 from tests.codegen import test_dw_forms, test_dw_lut
-from tests.codegen.dw_sanitized import check_sanitized, tight_program
+from tests.codegen.dw_sanitized import (
+    check_sanitized,
+    pair_path_kernels,
+    pair_path_plan,
+    tight_program,
+)
 from tests.codegen.test_dwconv_lanes import kernels_rv32
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
@@ -112,21 +117,12 @@ def _cases() -> list:
     return layers
 
 
-def _forced(weight, a_fmt, in_hw, out_hw, stride, padding, dilation, out_fmt=None):
-    return {"s": 0, "q": 0, "sf": int(stride[1]), "pair": 1}
-
-
 def test_signed_bit_exact(monkeypatch):
     """Every case equals the reference through its form's entry point and the plain kernel;
     the kernel's form code is the generator's mirror (test_dw_forms)."""
     layers = _cases()
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
-    for layer, results in zip(layers, kernels_rv32.run_layers(layers), strict=True):
-        ref = layer.reference().ravel()
-        for kernel, _, out in results:
-            case = (kernel, layer.a_fmt, layer.o_fmt, layer.w_fmt, layer.x.shape, layer.stride)
-            assert np.array_equal(out, ref), (case, np.flatnonzero(out != ref)[:8])
-        assert results[0][0] == f"mico_qconv2d_dwp_f{layer.stride}{test_dw_forms._mirror(layer)[1]}"
+    for layer, kernel in zip(layers, pair_path_kernels(monkeypatch, layers), strict=True):
+        assert kernel == f"mico_qconv2d_dwp_f{layer.stride}{test_dw_forms._mirror(layer)[1]}"
 
 
 def test_signed_forms_mirror(monkeypatch, tmp_path):
@@ -174,7 +170,7 @@ def test_signed_sanitized(monkeypatch):
     in_place = [_layer(16, 16, c=5, seed=50), _layer(16, 16, a=S2, o=S2, wb=2, c=3, seed=51),
                 _mixed(16, 16, seed=52), _layer(5, 5, c=3, seed=53)]  # fmt: skip
     layers = apart + in_place
-    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", _forced)
+    monkeypatch.setattr(kernels_rv32, "dw_lane_plan", pair_path_plan)
     program = "#include <string.h>\n" + tight_program(layers)
     for i, layer in enumerate(in_place, start=len(apart)):
         entry = f"mico_qconv2d_dwp_f1{test_dw_forms._mirror(layer)[1]}"

@@ -63,6 +63,16 @@ def _shapes(n: int, seed: int) -> list[tuple[dict[str, int], tuple[int, int, int
     return out
 
 
+def _print_sizes(lines: list[str]) -> str:
+    """Build and run (host) the program whose ``main`` body so far is ``lines``: its output."""
+    lines = [*lines, "    return 0;", "}"]
+    with tempfile.TemporaryDirectory(prefix="mico-scratch-") as tmp:
+        work = Path(tmp)
+        (work / "main.c").write_text("\n".join(lines) + "\n")
+        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
+        return kernels_rv32.build_and_run(work, sources, "host", "gcc", 300)
+
+
 def _c_sizes(shapes) -> list[tuple[int, int]]:
     """(mico_qconv2d_sign_lut_scratch, mico_qconv2d_addsub_scratch) of each shape, as the C
     computes them (host build)."""
@@ -77,12 +87,7 @@ def _c_sizes(shapes) -> list[tuple[int, int]]:
             "               (unsigned long)mico_qconv2d_addsub_scratch(&p));",
             "    }",
         ]
-    lines += ["    return 0;", "}"]
-    with tempfile.TemporaryDirectory(prefix="mico-scratch-") as tmp:
-        work = Path(tmp)
-        (work / "main.c").write_text("\n".join(lines) + "\n")
-        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
-        text = kernels_rv32.build_and_run(work, sources, "host", "gcc", 300)
+    text = _print_sizes(lines)
     return [tuple(int(v) for v in line.split()) for line in text.splitlines()]
 
 
@@ -128,13 +133,7 @@ def _c_linear_sizes(shapes) -> list[int]:
             '        printf("%lu\\n", (unsigned long)mico_qlinear_sign_lut_scratch(&p));',
             "    }",
         ]
-    lines += ["    return 0;", "}"]
-    with tempfile.TemporaryDirectory(prefix="mico-scratch-") as tmp:
-        work = Path(tmp)
-        (work / "main.c").write_text("\n".join(lines) + "\n")
-        sources = [str(work / "main.c"), *kernels_rv32._sources(work)]
-        text = kernels_rv32.build_and_run(work, sources, "host", "gcc", 300)
-    return [int(line) for line in text.splitlines()]
+    return [int(line) for line in _print_sizes(lines).splitlines()]
 
 
 def test_python_linear_sizes_are_the_c_sizes():
